@@ -1,0 +1,59 @@
+"""Domain errors. No web import here: the HTTP layer maps each class to a status in one table."""
+
+from __future__ import annotations
+
+
+class ServeError(Exception):
+    """Base of every error the service reports to a client or an operator."""
+
+
+class ModelDirError(ServeError):
+    """A model directory is missing, malformed, or a file does not match its sha256."""
+
+
+class ModelNotFound(ServeError):
+    pass
+
+
+class BackendNotAvailable(ServeError):
+    """The backend is unknown, or not loaded for this model."""
+
+
+class EngineLoadError(ServeError):
+    """An engine could not load a model (runtime missing, bad file, unsupported op)."""
+
+
+class NotReady(ServeError):
+    """The model is still loading, or failed to load."""
+
+
+class Busy(ServeError):
+    """Every interpreter of a pool is taken and the waiting line is full or timed out."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RequestError(ServeError):
+    """Something about the request itself is wrong."""
+
+
+class EmptyBody(RequestError):
+    pass
+
+
+class UnsupportedMediaType(RequestError):
+    pass
+
+
+class BodyTooLarge(RequestError):
+    pass
+
+
+class BadImage(RequestError):
+    """The bytes are not an image we decode (unknown format, corrupt, truncated)."""
+
+
+class ImageTooLarge(RequestError):
+    """The image decodes to more pixels than allowed (decompression bomb guard)."""

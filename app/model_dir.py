@@ -1,0 +1,240 @@
+"""The model directory: the unit of deployment shared by the converter and the service.
+
+    models/<name>/
+      model.json                   what the model is, how to feed it, where it came from
+      labels.txt                   one class name per line, in output order
+      <name>_int8.tflite           full-integer model (cpu and emulated backends)
+      <name>_int8_edgetpu.tflite   the same, compiled for the Edge TPU (when compiled)
+
+model.json records the sha256 of every file, so a loader can refuse a file that
+does not match what the converter wrote. Directories are written whole, through a
+temporary sibling and a rename, so a reader never sees a half-written model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.errors import ModelDirError
+
+MANIFEST = "model.json"
+INT8 = "int8"
+EDGETPU = "edgetpu"
+LABELS = "labels"
+
+
+def int8_filename(name: str) -> str:
+    return f"{name}_int8.tflite"
+
+
+def edgetpu_filename(name: str) -> str:
+    return f"{name}_int8_edgetpu.tflite"
+
+
+class InputSpec(BaseModel):
+    """How an image becomes the model's input: geometry, then normalisation.
+
+    The float value the network was trained on is `real = (pixel - mean) / std`
+    per channel; the engine's input tensor quantization then maps `real` to int.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    width: int = Field(gt=0, le=4096)
+    height: int = Field(gt=0, le=4096)
+    channels: Literal[1, 3] = 3
+    resize: Literal["center_crop", "stretch"] = "center_crop"
+    # center_crop: the central region holding this fraction of the shorter side is
+    # scaled to width x height (0.875 = the classic "resize 256, crop 224").
+    crop_fraction: float = Field(default=0.875, gt=0.0, le=1.0)
+    mean: list[float] = Field(min_length=1, max_length=3)
+    std: list[float] = Field(min_length=1, max_length=3)
+
+
+class OutputSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # logits: scores are softmax(dequantized output); probabilities: used as they are.
+    scores: Literal["logits", "probabilities"] = "logits"
+
+
+class FileEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+
+
+class Manifest(BaseModel):
+    """model.json. Unknown top-level keys are kept: tools add reports over time."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    task: Literal["classification"] = "classification"
+    description: str = ""
+    source: str
+    licence: str
+    input: InputSpec
+    output: OutputSpec = OutputSpec()
+    files: dict[str, FileEntry]
+    build: dict = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    path: Path
+    manifest: Manifest
+    labels: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    def file(self, kind: str) -> Path:
+        """Path of a file kind (int8, edgetpu, labels) after checking its sha256."""
+        entry = self.manifest.files.get(kind)
+        if entry is None:
+            raise ModelDirError(f"model {self.name!r} has no {kind!r} file in {self.path / MANIFEST}")
+        path = self.path / entry.path
+        if not path.is_file():
+            raise ModelDirError(f"model {self.name!r}: {path} is listed in {MANIFEST} but missing")
+        actual = sha256_file(path)
+        if actual != entry.sha256:
+            raise ModelDirError(
+                f"model {self.name!r}: {path} has sha256 {actual}, {MANIFEST} expects {entry.sha256}; "
+                "the file was changed or corrupted after it was built: rebuild it with the command in "
+                f"{MANIFEST} 'build.command'"
+            )
+        return path
+
+    def has(self, kind: str) -> bool:
+        return kind in self.manifest.files
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_model_dir(path: Path) -> ModelDir:
+    """Read and validate a model directory (manifest and labels; model files on demand)."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    try:
+        raw = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelDirError(f"{path} is not a model directory: {MANIFEST} is missing") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelDirError(f"cannot read {manifest_path}: {e}") from None
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as e:
+        raise ModelDirError(f"invalid {manifest_path}: {e}") from None
+    labels_entry = manifest.files.get(LABELS)
+    labels: tuple[str, ...] = ()
+    if labels_entry is not None:
+        labels_path = path / labels_entry.path
+        try:
+            labels = tuple(labels_path.read_text(encoding="utf-8").splitlines())
+        except OSError as e:
+            raise ModelDirError(f"cannot read labels of {manifest.name!r}: {e}") from None
+    return ModelDir(path=path, manifest=manifest, labels=labels)
+
+
+def discover(root: Path) -> dict[str, Path]:
+    """Model name -> directory, for every sub-directory of root holding a model.json."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ModelDirError(f"model directory {root} does not exist")
+    found = {}
+    for child in sorted(root.iterdir()):
+        if child.is_dir() and not child.name.startswith(".") and (child / MANIFEST).is_file():
+            found[child.name] = child
+    return found
+
+
+def file_entry(path: Path, relative_to: Path) -> FileEntry:
+    return FileEntry(
+        path=str(path.relative_to(relative_to)),
+        sha256=sha256_file(path),
+        bytes=path.stat().st_size,
+    )
+
+
+def write_model_dir(root: Path, manifest: dict, files: dict[str, tuple[str, bytes]]) -> Path:
+    """Write models/<name>/ whole, atomically: a complete new directory or the old one.
+
+    files maps a kind (int8, labels, ...) to (filename, content); their entries
+    (path, sha256, bytes) are filled into the manifest here. Files already in an
+    existing directory that this write does not name are kept (e.g. a compiled
+    Edge TPU model when only the int8 model is rebuilt) along with their entries.
+    """
+    root = Path(root)
+    name = manifest["name"]
+    target = root / name
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+    try:
+        entries = {}
+        if target.is_dir() and (target / MANIFEST).is_file():
+            previous = json.loads((target / MANIFEST).read_text(encoding="utf-8"))
+            for kind, entry in previous.get("files", {}).items():
+                if kind not in files and (target / entry["path"]).is_file():
+                    shutil.copy2(target / entry["path"], staging / entry["path"])
+                    entries[kind] = entry
+        for kind, (filename, content) in files.items():
+            (staging / filename).write_bytes(content)
+            entries[kind] = file_entry(staging / filename, staging).model_dump()
+        full = dict(manifest, files=entries)
+        Manifest.model_validate(full)  # never write a manifest the service would refuse
+        (staging / MANIFEST).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+        for f in staging.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        os.chmod(staging, 0o755)
+        _swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def update_manifest(model_dir: Path, **fields) -> None:
+    """Merge top-level fields into an existing model.json, atomically (write + rename)."""
+    path = Path(model_dir) / MANIFEST
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.update(fields)
+    Manifest.model_validate(data)
+    tmp = path.with_name(f".{MANIFEST}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    """Rename staging to target; an existing target is moved aside first, then removed."""
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,150 @@
+"""Recipes for the committed default models: `python -m converter build NAME` rebuilds one.
+
+A recipe is the whole provenance of a model directory: where the weights come from,
+what it was calibrated on, what quantization cost, and the command that made it.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from app.imaging import InputQuantizer, decode, to_pixels
+from app.model_dir import InputSpec, int8_filename, write_model_dir
+from converter import agreement, calibration, quantize
+
+DEFAULT_SEED = 0
+CALIBRATION_SAMPLES = 200
+# Smallest crop, as a fraction of the photo's area (Inception-style random resized crops).
+CALIBRATION_MIN_AREA = 0.08
+
+
+def tool_versions(*distributions: str) -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in distributions:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def augmented_crops(photos: list[Path], spec: InputSpec, count: int, seed: int, min_area: float):
+    """count random crops (min_area-100% of the area, aspect 3:4 to 4:3) and flips of the photos."""
+    rng = np.random.default_rng(seed)
+    images = [decode(p.read_bytes(), spec, calibration.MAX_CALIBRATION_PIXELS) for p in photos]
+    for i in range(count):
+        image = images[i % len(images)]
+        w, h = image.size
+        area = w * h * rng.uniform(min_area, 1.0)
+        aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+        cw = int(min(w, max(8, round(np.sqrt(area * aspect)))))
+        ch = int(min(h, max(8, round(np.sqrt(area / aspect)))))
+        left = int(rng.integers(0, w - cw + 1))
+        top = int(rng.integers(0, h - ch + 1))
+        crop = image.crop((left, top, left + cw, top + ch))
+        if rng.random() < 0.5:
+            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        yield to_pixels(crop, spec)
+
+
+def int8_scorer(tflite_path: Path, spec: InputSpec):
+    """pixels -> dequantized int8 output, on the CPU runtime the service uses."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(tflite_path), num_threads=1)
+    interpreter.allocate_tensors()
+    inp = interpreter.get_input_details()[0]
+    out = interpreter.get_output_details()[0]
+    to_input = InputQuantizer(spec, inp["dtype"], *inp["quantization"])
+    out_scale, out_zero = out["quantization"]
+
+    def score(pixels: np.ndarray) -> np.ndarray:
+        interpreter.set_tensor(inp["index"], to_input(pixels))
+        interpreter.invoke()
+        return (interpreter.get_tensor(out["index"])[0].astype(np.float32) - out_zero) * out_scale
+
+    return score
+
+
+def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: int = CALIBRATION_SAMPLES,
+                             timm_wheel: Path | None = None) -> Path:
+    """Port the PyTorch checkpoint, calibrate on real photos, quantize, measure, write."""
+    from converter import efficientnet_lite0 as recipe
+    from converter.imagenet_labels import imagenet_labels
+    from converter.photos import imagenet_subject_photos, sample_photos
+
+    started = time.perf_counter()
+    spec = InputSpec(width=recipe.IMAGE_SIZE, height=recipe.IMAGE_SIZE, channels=3,
+                     resize="center_crop", crop_fraction=0.875, mean=recipe.MEAN, std=recipe.STD)
+    photos = sample_photos()
+    labels = imagenet_labels(timm_wheel)
+    quantize.import_tensorflow()
+    keras_model = recipe.build_keras(recipe.load_state_dict())
+    with tempfile.TemporaryDirectory() as tmp:
+        saved_model = quantize.export_keras(keras_model, Path(tmp))
+
+        def representative():
+            crops = augmented_crops(photos, spec, samples, seed, CALIBRATION_MIN_AREA)
+            for pixels in calibration.with_progress(crops, samples):
+                yield calibration.normalise(pixels, spec)
+
+        tflite = quantize.quantize(saved_model, representative, io_type="uint8")
+    convert_seconds = time.perf_counter() - started
+    report = quantize.describe(tflite)
+
+    print("measuring int8 vs float agreement on real photos...", file=sys.stderr)
+    torch_model = recipe.torch_model()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.tflite"
+        path.write_bytes(tflite)
+        float_scores = lambda px: recipe.torch_logits(torch_model, px)  # noqa: E731
+        int8_scores = int8_scorer(path, spec)
+        everything = agreement.evaluation_inputs(photos, spec)
+        subjects = {p.name for p in imagenet_subject_photos()}
+        on_subjects = [(n, px) for n, px in everything if n.split("#")[0] in subjects]
+        result_subjects = agreement.compare(on_subjects, float_scores, int8_scores)
+        result_all = agreement.compare(everything, float_scores, int8_scores)
+    manifest = {
+        "name": recipe.NAME,
+        "task": "classification",
+        "description": "EfficientNet-Lite0, ImageNet-1k (1000 classes), full-integer int8, uint8 input and output",
+        "source": recipe.SOURCE,
+        "licence": recipe.LICENCE,
+        "input": spec.model_dump(),
+        "output": {"scores": "logits"},
+        "quantization": report,
+        "quality": {
+            "reference": "the float PyTorch checkpoint, on the same preprocessed pixels",
+            "data": "photos from scikit-image and scikit-learn (converter/photos.py), each whole "
+                    "and as four corner crops",
+            "imagenet_subject_photos": result_subjects.as_dict(),
+            "all_photos": result_all.as_dict(),
+        },
+        "build": {
+            "command": f"python -m converter build {recipe.NAME}",
+            "seed": seed,
+            "calibration": f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
+                           "of the same photos, through app.imaging",
+            "tools": tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "torch", "numpy", "pillow"),
+            "convert_seconds": round(convert_seconds, 1),
+        },
+    }
+    target = write_model_dir(out_root, manifest, {
+        "int8": (int8_filename(recipe.NAME), tflite),
+        "labels": ("labels.txt", ("\n".join(labels) + "\n").encode()),
+    })
+    print(f"wrote {target}: {len(tflite)} bytes in {convert_seconds:.0f} s; int8 vs float top-1 agreement "
+          f"{result_subjects.top1_agreement:.1%} on {result_subjects.inputs} inputs with an ImageNet subject, "
+          f"{result_all.top1_agreement:.1%} on all {result_all.inputs}", file=sys.stderr)
+    return target
+
+
+BUILDS = {"efficientnet_lite0": build_efficientnet_lite0}

@@ -1,0 +1,42 @@
+"""POST /v1/classify and /v1/models/{name}/classify: an image in, the top-k classes out."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
+from app.api.deps import RegistryDep, SettingsDep
+from app.api.schemas import ClassifyResponse, ErrorResponse
+from app.inference import classify
+
+router = APIRouter(prefix="/v1", tags=["classify"])
+
+ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503)}
+TopK = Annotated[int, Query(ge=1, le=1000, description="how many classes to return")]
+Threshold = Annotated[float, Query(ge=0.0, le=1.0, description="drop classes scoring below this")]
+Backend = Annotated[str | None, Query(max_length=32, description="cpu, edgetpu, emulated; default: the first configured")]
+
+
+async def _classify(request: Request, name: str, registry, settings, top_k, threshold, backend):
+    model = registry.get(name)
+    backend = backend or registry.default_backend
+    model.pool(backend)  # unknown backend: refuse before reading the body
+    data = await image_bytes(request, settings.max_body_bytes)
+    result = await classify(model, backend, data, top_k, threshold, settings.max_image_pixels)
+    return ClassifyResponse.model_validate(result, from_attributes=True)
+
+
+@router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, openapi_extra=OPENAPI_REQUEST_BODY,
+             summary="Classify an image with the default model")
+async def classify_default(request: Request, registry: RegistryDep, settings: SettingsDep,
+                           top_k: TopK = 5, threshold: Threshold = 0.0, backend: Backend = None):
+    return await _classify(request, settings.default_model, registry, settings, top_k, threshold, backend)
+
+
+@router.post("/models/{name}/classify", response_model=ClassifyResponse, responses=ERRORS,
+             openapi_extra=OPENAPI_REQUEST_BODY, summary="Classify an image with a named model")
+async def classify_named(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
+                         top_k: TopK = 5, threshold: Threshold = 0.0, backend: Backend = None):
+    return await _classify(request, name, registry, settings, top_k, threshold, backend)

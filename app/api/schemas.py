@@ -1,0 +1,97 @@
+"""Response models: the JSON contract of the HTTP API."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class ErrorResponse(BaseModel):
+    error: str
+
+
+class PredictionOut(BaseModel):
+    index: int
+    label: str
+    score: float
+
+
+class Timing(BaseModel):
+    decode: float = Field(description="bytes to upright RGB image, ms")
+    preprocess: float = Field(description="crop, resize, quantize to the input tensor, ms")
+    inference: float = Field(description="the interpreter's invoke, ms")
+    postprocess: float = Field(description="dequantize, softmax, top-k, ms")
+    total: float = Field(description="from the first byte decoded to the response built, ms")
+
+
+class Warmup(BaseModel):
+    load_ms: float = Field(description="creating and allocating this backend's interpreters")
+    first_inference_ms: float | None = Field(description="the first inference after (re)load")
+
+
+class ClassifyResponse(BaseModel):
+    model: str
+    backend: str = Field(description="the backend that actually ran")
+    predictions: list[PredictionOut]
+    timing_ms: Timing
+    warmup: Warmup
+    cold: bool = Field(description="true when this request paid its interpreter's first inference")
+
+
+class TensorOut(BaseModel):
+    name: str
+    shape: list[int]
+    dtype: str
+    scale: float
+    zero_point: int
+
+
+class BackendOut(BaseModel):
+    interpreters: int
+    warm: bool
+    load_ms: float
+    first_inference_ms: float | None
+    input: TensorOut
+    output: TensorOut
+
+
+class FileOut(BaseModel):
+    path: str
+    sha256: str
+    bytes: int
+
+
+class ModelOut(BaseModel):
+    name: str
+    state: str
+    error: str | None = None
+    default: bool
+    description: str
+    source: str
+    licence: str
+    labels: int
+    input: dict
+    output: dict
+    backends: dict[str, BackendOut]
+    files: dict[str, FileOut]
+    quality: dict | None = None
+
+
+class ModelsOut(BaseModel):
+    default_model: str
+    default_backend: str
+    models: list[ModelOut]
+
+
+class ModelStateOut(BaseModel):
+    state: str
+    error: str | None = None
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    models: dict[str, ModelStateOut]
+    error: str | None = None
+
+
+class LiveOut(BaseModel):
+    live: bool

@@ -1,0 +1,14 @@
+"""Backends by key. A backend whose runtime cannot be imported is left out, never fatal."""
+
+from __future__ import annotations
+
+import logging
+
+from app.engines.base import Engine, EngineOptions, TensorSpec
+from app.engines.cpu import CpuEngine
+
+log = logging.getLogger(__name__)
+
+ENGINES: dict[str, type[Engine]] = {CpuEngine.key: CpuEngine}
+
+__all__ = ["ENGINES", "Engine", "EngineOptions", "TensorSpec"]

@@ -1,0 +1,43 @@
+"""create_app(settings): assembles the routers; the lifespan loads the models."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api import classify, errors, health, models
+from app.registry import Registry
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    registry = Registry(settings)
+    # Model directories are checked now, so a misconfiguration stops the process at
+    # once; interpreters load (and warm up) in the background while /healthz answers.
+    registry.configure()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
+        app.state.loading = loading
+        try:
+            yield
+        finally:
+            await asyncio.shield(loading)
+            registry.close()
+
+    app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan,
+                  description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
+    app.state.settings = settings
+    app.state.registry = registry
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(models.router)
+    app.include_router(classify.router)
+    return app

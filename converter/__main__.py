@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_quantize(args: argparse.Namespace) -> Path:
+def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
     from app.model_dir import InputSpec, int8_filename, write_model_dir
     from converter import calibration, quantize
     from converter.builds import tool_versions
@@ -107,7 +107,7 @@ def run_quantize(args: argparse.Namespace) -> Path:
         "output": {"scores": args.scores},
         "quantization": report,
         "build": {
-            "command": shlex.join(["python", "-m", "converter", *sys.argv[1:]]),
+            "command": shlex.join(["python", "-m", "converter", *argv]),
             "calibration": f"{len(samples)} samples from {args.calibration}",
             "tools": tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow"),
             "convert_seconds": round(time.perf_counter() - started, 1),
@@ -127,12 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     from converter.quantize import QuantizeError
     from app.errors import ServeError
 
+    argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     try:
         if args.command == "build":
             target = BUILDS[args.name](args.out, seed=args.seed, timm_wheel=args.timm_wheel)
         else:
-            target = run_quantize(args)
+            target = run_quantize(args, argv)
     except (QuantizeError, CalibrationError, LabelsError, PhotosNotInstalled, ServeError, OSError) as e:
         print(f"converter: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -1,0 +1,125 @@
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.errors import BadImage, ImageTooLarge
+from app.imaging import InputQuantizer, decode, prepare, to_pixels
+from app.model_dir import InputSpec
+
+SPEC = InputSpec(width=32, height=32, channels=3, resize="center_crop", crop_fraction=1.0, mean=[127], std=[128])
+BIG = 10**9
+
+
+def encode(image: Image.Image, fmt: str, **kw) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def test_real_jpeg_to_model_geometry(china_jpg):
+    pixels = prepare(china_jpg.read_bytes(), SPEC, BIG)
+    assert pixels.shape == (32, 32, 3) and pixels.dtype == np.uint8
+    assert pixels.std() > 10  # a real photo, not a blank
+
+
+@pytest.mark.parametrize("side, decoded", [(100, (160, 107)), (120, (320, 214)), (300, (640, 427))])
+def test_jpeg_draft_decodes_at_reduced_size_but_never_below_the_crop(china_jpg, side, decoded):
+    # 640x427: a 1/4 decode (107 rows) covers a 100 px crop, not a 120 px one; 300 needs all
+    spec = SPEC.model_copy(update={"width": side, "height": side})
+    assert decode(china_jpg.read_bytes(), spec, BIG).size == decoded
+
+
+def test_exif_orientation_is_applied():
+    # left half black, right half white; EXIF 6 says "rotate 90 degrees clockwise to view"
+    image = Image.new("RGB", (64, 32), "white")
+    image.paste((0, 0, 0), (0, 0, 32, 32))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    data = encode(image, "JPEG", exif=exif, quality=95)
+    upright = decode(data, SPEC, BIG)
+    assert upright.size == (32, 64)
+    pixels = np.asarray(upright)
+    assert pixels[:28].mean() < 30 and pixels[36:].mean() > 225  # black on top after rotation
+
+
+@pytest.mark.parametrize("mode", ["L", "P", "RGBA", "LA", "CMYK", "1", "I;16", "I", "F", "YCbCr"])
+def test_every_mode_becomes_rgb_uint8(mode):
+    image = Image.new("RGB", (40, 30), (200, 100, 50)).convert(mode)
+    fmt = "TIFF" if mode in ("I;16", "I", "F", "CMYK", "YCbCr", "LA") else "PNG"
+    pixels = prepare(encode(image, fmt), SPEC, BIG)
+    assert pixels.shape == (32, 32, 3) and pixels.dtype == np.uint8
+
+
+def test_sixteen_bit_grey_is_scaled_not_clipped():
+    image = Image.fromarray(np.full((8, 8), 32896, np.uint16))  # 32896 = 128 * 257
+    pixels = prepare(encode(image, "PNG"), SPEC, BIG)
+    assert np.all(pixels == 128)
+
+
+def test_transparency_is_composited_on_white():
+    image = Image.new("RGBA", (8, 8), (0, 0, 0, 0))
+    pixels = prepare(encode(image, "PNG"), SPEC, BIG)
+    assert np.all(pixels == 255)
+
+
+def test_center_crop_keeps_the_middle():
+    # 3 vertical bands: red | green | blue, 30 px each; a square center crop sees green only
+    array = np.zeros((30, 90, 3), np.uint8)
+    array[:, :30, 0] = array[:, 30:60, 1] = array[:, 60:, 2] = 255
+    pixels = to_pixels(Image.fromarray(array), SPEC)
+    assert pixels[..., 1].min() > 200 and pixels[..., 0].max() < 50 and pixels[..., 2].max() < 50
+
+
+def test_stretch_keeps_everything():
+    array = np.zeros((30, 90, 3), np.uint8)
+    array[:, :30, 0] = array[:, 30:60, 1] = array[:, 60:, 2] = 255
+    pixels = to_pixels(Image.fromarray(array), SPEC.model_copy(update={"resize": "stretch"}))
+    assert pixels[:, :5, 0].min() > 200 and pixels[:, -5:, 2].min() > 200
+
+
+def test_one_channel_model_gets_grey(coffee_png):
+    spec = SPEC.model_copy(update={"channels": 1, "mean": [0.0], "std": [1.0]})
+    assert prepare(coffee_png.read_bytes(), spec, BIG).shape == (32, 32, 1)
+
+
+@pytest.mark.parametrize("data", [b"", b"hello world", b"\x89PNG\r\n\x1a\n" + b"\0" * 20, b"%!PS-Adobe-3.0 EPSF-3.0\n"])
+def test_not_an_image(data):
+    with pytest.raises(BadImage):
+        decode(data, SPEC, BIG)
+
+
+def test_truncated_jpeg(china_jpg):
+    data = china_jpg.read_bytes()
+    with pytest.raises(BadImage, match="truncated|decode"):
+        decode(data[: len(data) // 2], SPEC, BIG)
+
+
+def test_decompression_bomb_refused_before_decoding():
+    # 20000 x 20000 one-bit PNG: a few KB on the wire, 400 million pixels decoded
+    data = encode(Image.new("1", (20000, 20000)), "PNG")
+    assert len(data) < 100_000
+    with pytest.raises(ImageTooLarge, match="400000000 pixels"):
+        decode(data, SPEC, max_pixels=50_000_000)
+
+
+def test_quantizer_identity_when_input_is_the_pixels():
+    q = InputQuantizer(SPEC, np.uint8, 1 / 128, 127)
+    assert q.is_identity
+    pixels = np.arange(32 * 32 * 3, dtype=np.uint8).reshape(32, 32, 3)
+    assert np.array_equal(q(pixels)[0], pixels)
+
+
+def test_quantizer_general_case_rounds_half_away_from_zero():
+    spec = SPEC.model_copy(update={"mean": [0.0], "std": [1.0]})
+    q = InputQuantizer(spec, np.int8, 2.0, -128)
+    # real = pixel; q = round(pixel / 2) - 128: 1 -> round(0.5) = 1 (half away from zero), 3 -> 2
+    pixels = np.array([[[0, 1, 3], [255, 254, 5]]], np.uint8)
+    assert q(pixels)[0].tolist() == [[[-128, -127, -126], [0, -1, -125]]]
+
+
+def test_quantizer_for_float_models():
+    q = InputQuantizer(SPEC, np.float32, 0.0, 0)
+    out = q(np.array([[[127, 255, 0]]], np.uint8))
+    assert out.dtype == np.float32 and out[0, 0, 0].tolist() == [0.0, 1.0, -127 / 128]

@@ -1,0 +1,33 @@
+import numpy as np
+
+from app.inference import scores, top_predictions
+from app.model_dir import read_model_dir
+from tests.conftest import DEFAULT_MODEL, MODELS
+
+LABELS = ("a", "b", "c", "d")
+
+
+def test_top_k_orders_by_score_then_class_index():
+    values = np.array([0.1, 0.4, 0.4, 0.1])
+    got = top_predictions(values, LABELS, 3, 0.0)
+    assert [(p.index, p.label) for p in got] == [(1, "b"), (2, "c"), (0, "a")]
+
+
+def test_threshold_and_k_larger_than_classes():
+    values = np.array([0.1, 0.6, 0.3, 0.0])
+    got = top_predictions(values, LABELS, 10, 0.25)
+    assert [p.index for p in got] == [1, 2]
+
+
+def test_missing_labels_fall_back_to_the_index():
+    got = top_predictions(np.array([0.0, 1.0]), ("only",), 2, 0.0)
+    assert [p.label for p in got] == ["1", "only"]
+
+
+def test_scores_dequantize_then_softmax():
+    model_dir = read_model_dir(MODELS / DEFAULT_MODEL)
+    out = np.array([[72, 82, 72]], np.uint8)  # zero point 72: logits 0, 10*scale, 0
+    s = scores(out, 0.5, 72, model_dir)
+    e = np.exp(5.0)
+    assert np.allclose(s, [1 / (e + 2), e / (e + 2), 1 / (e + 2)])
+    assert abs(s.sum() - 1) < 1e-12

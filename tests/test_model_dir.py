@@ -1,0 +1,74 @@
+import json
+import shutil
+
+import pytest
+
+from app.errors import ModelDirError
+from app.model_dir import discover, read_model_dir, sha256_file, write_model_dir
+from tests.conftest import DEFAULT_MODEL, MODELS
+
+MANIFEST = {
+    "name": "tiny",
+    "source": "made by the test",
+    "licence": "CC0-1.0",
+    "input": {"width": 4, "height": 4, "mean": [0], "std": [1]},
+}
+
+
+def test_committed_default_model_is_intact():
+    model_dir = read_model_dir(MODELS / DEFAULT_MODEL)
+    assert model_dir.name == DEFAULT_MODEL
+    assert len(model_dir.labels) == 1000 and model_dir.labels[281] == "tabby, tabby cat"
+    path = model_dir.file("int8")  # checks the sha256 recorded in model.json
+    assert path.stat().st_size == model_dir.manifest.files["int8"].bytes
+    assert model_dir.manifest.build["command"] == f"python -m converter build {DEFAULT_MODEL}"
+
+
+def test_write_then_read_round_trip(tmp_path):
+    target = write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"model"), "labels": ("labels.txt", b"a\nb\n")})
+    model_dir = read_model_dir(target)
+    assert model_dir.labels == ("a", "b")
+    assert model_dir.file("int8").read_bytes() == b"model"
+    assert discover(tmp_path) == {"tiny": target}
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny"]  # no staging left behind
+
+
+def test_changed_file_is_refused(tmp_path):
+    target = write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"model")})
+    (target / "tiny_int8.tflite").write_bytes(b"tampered")
+    with pytest.raises(ModelDirError, match="sha256"):
+        read_model_dir(target).file("int8")
+
+
+def test_failed_write_keeps_the_old_directory(tmp_path):
+    write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"old")})
+    bad = dict(MANIFEST, input={"width": -1, "height": 4, "mean": [0], "std": [1]})
+    with pytest.raises(Exception):
+        write_model_dir(tmp_path, bad, {"int8": ("tiny_int8.tflite", b"new")})
+    assert read_model_dir(tmp_path / "tiny").file("int8").read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny"]
+
+
+def test_rewrite_keeps_files_it_does_not_replace(tmp_path):
+    """Rebuilding the int8 model must not drop a compiled Edge TPU model next to it."""
+    write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"v1"), "edgetpu": ("tiny_int8_edgetpu.tflite", b"tpu")})
+    write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"v2")})
+    model_dir = read_model_dir(tmp_path / "tiny")
+    assert model_dir.file("int8").read_bytes() == b"v2"
+    assert model_dir.file("edgetpu").read_bytes() == b"tpu"
+
+
+def test_manifest_errors_name_the_file(tmp_path):
+    shutil.copytree(MODELS / DEFAULT_MODEL, tmp_path / "m")
+    data = json.loads((tmp_path / "m" / "model.json").read_text())
+    del data["input"]
+    (tmp_path / "m" / "model.json").write_text(json.dumps(data))
+    with pytest.raises(ModelDirError, match="model.json"):
+        read_model_dir(tmp_path / "m")
+    with pytest.raises(ModelDirError, match="missing"):
+        read_model_dir(tmp_path / "nothing")
+
+
+def test_sha256_file(tmp_path):
+    (tmp_path / "f").write_bytes(b"abc")
+    assert sha256_file(tmp_path / "f") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

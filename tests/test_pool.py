@@ -1,0 +1,101 @@
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from app.engines import EngineOptions, TensorSpec
+from app.engines.cpu import CpuEngine
+from app.errors import Busy
+from app.model_dir import read_model_dir
+from app.pool import EnginePool, Member
+from tests.conftest import DEFAULT_MODEL, MODELS
+
+
+class GatedEngineDouble:
+    """Test double: an engine whose run() blocks until the test opens a gate."""
+
+    def __init__(self):
+        self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
+        self.output = self.input
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def run(self, x):
+        self.started.set()
+        self.gate.wait(10)
+        return x
+
+    def close(self):
+        pass
+
+
+def pool_of(engine, max_waiting=0, timeout=5.0) -> EnginePool:
+    return EnginePool("t", [Member(engine, 1.0)], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2)
+
+
+def test_real_engine_first_run_is_cold_then_warm():
+    path = read_model_dir(MODELS / DEFAULT_MODEL).file("int8")
+    engine = CpuEngine.load(path, EngineOptions())
+    pool = pool_of(engine)
+    x = np.full(engine.input.shape, 127, np.uint8)
+
+    async def two_runs():
+        return await pool.run(x), await pool.run(x)
+
+    first, second = asyncio.run(two_runs())
+    assert first.cold and not second.cold
+    assert pool.first_inference_ms == first.inference_ms > 0
+    assert np.array_equal(first.output, second.output)  # the same input, the same answer
+    assert first.output.shape == (1, 1000)
+
+
+def test_full_line_is_refused_at_once_with_retry_after():
+    engine = GatedEngineDouble()
+    pool = pool_of(engine, max_waiting=0)
+    x = np.zeros((1, 2), np.uint8)
+
+    async def scenario():
+        running = asyncio.create_task(pool.run(x))
+        await asyncio.to_thread(engine.started.wait, 5)
+        with pytest.raises(Busy) as refused:
+            await pool.run(x)
+        engine.gate.set()
+        await running
+        return refused.value
+
+    error = asyncio.run(scenario())
+    assert error.retry_after_s == 2 and "busy" in str(error)
+
+
+def test_waiting_request_times_out():
+    engine = GatedEngineDouble()
+    pool = pool_of(engine, max_waiting=1, timeout=0.2)
+    x = np.zeros((1, 2), np.uint8)
+
+    async def scenario():
+        running = asyncio.create_task(pool.run(x))
+        await asyncio.to_thread(engine.started.wait, 5)
+        with pytest.raises(Busy, match="within 0.2 s"):
+            await pool.run(x)
+        engine.gate.set()
+        await running
+
+    asyncio.run(scenario())
+
+
+def test_waiting_request_gets_the_interpreter_when_freed():
+    engine = GatedEngineDouble()
+    pool = pool_of(engine, max_waiting=1, timeout=5)
+    x = np.ones((1, 2), np.uint8)
+
+    async def scenario():
+        first = asyncio.create_task(pool.run(x))
+        await asyncio.to_thread(engine.started.wait, 5)
+        second = asyncio.create_task(pool.run(x))
+        await asyncio.sleep(0.05)
+        engine.gate.set()
+        return await first, await second
+
+    a, b = asyncio.run(scenario())
+    assert a.cold and not b.cold

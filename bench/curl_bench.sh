@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# CPU vs Edge TPU vs emulator, as a client sees it: curl against a running service.
+#
+# For each backend: reload the model (so the next request is cold), send one cold request and N
+# warm ones with a real photo, then print one table from the service's own timing fields.
+#
+# Example usage:
+#   EDGETPU_SERVE_BACKENDS=cpu,emulated make serve &        # or a board: --url http://coral:8000
+#   bench/curl_bench.sh --backends cpu,emulated -n 50
+#   bench/curl_bench.sh --url http://coral.local:8000 --backends cpu,edgetpu --markdown
+set -euo pipefail
+
+url="http://127.0.0.1:8000"
+model="efficientnet_lite0"
+backends="cpu"
+requests=50
+photo=""
+format_args=()
+
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --url URL --model NAME --backends a,b -n N --photo FILE --markdown"; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --url) url="$2"; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
+    --backends) backends="$2"; shift 2 ;;
+    -n|--requests) requests="$2"; shift 2 ;;
+    --photo) photo="$2"; shift 2 ;;
+    --markdown) format_args+=(--markdown); shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+here="$(cd "$(dirname "$0")" && pwd)"
+python="${PYTHON:-python3}"
+[ -x "$here/../.venv/bin/python" ] && [ -z "${PYTHON:-}" ] && python="$here/../.venv/bin/python"
+if [ -z "$photo" ]; then
+  # scikit-learn's china.jpg (640x427), found without importing scikit-learn
+  photo="$("$python" -c 'from importlib import metadata; print(metadata.distribution("scikit-learn").locate_file("sklearn/datasets/images/china.jpg"))' 2>/dev/null || true)"
+fi
+if [ ! -f "$photo" ]; then
+  echo "no photo: pass --photo FILE (a JPEG or PNG)" >&2; exit 2
+fi
+case "$photo" in *.png|*.PNG) content_type="image/png" ;; *) content_type="image/jpeg" ;; esac
+
+if ! curl -sf "$url/healthz" > /dev/null; then
+  echo "no service answering at $url (start one: make serve, or pass --url)" >&2; exit 1
+fi
+
+results="$(mktemp)"
+trap 'rm -f "$results"' EXIT
+
+classify() {  # backend -> one line: backend <TAB> client seconds <TAB> response JSON
+  local out
+  out="$(curl -s --data-binary "@$photo" -H "Content-Type: $content_type" \
+    -w '\t%{time_total}\t%{http_code}' "$url/v1/models/$model/classify?top_k=1&backend=$1")"
+  printf '%s\t%s\t%s\t%s\n' "$1" "$(cut -f2 <<< "$out")" "$(cut -f3 <<< "$out")" "$(cut -f1 <<< "$out")" >> "$results"
+}
+
+IFS=',' read -r -a backend_list <<< "$backends"
+for backend in "${backend_list[@]}"; do
+  code="$(curl -s -o /dev/null -w '%{http_code}' -X POST "$url/v1/models/$model/reload")"
+  if [ "$code" != "200" ]; then echo "reload of $model failed with HTTP $code" >&2; exit 1; fi
+  echo "$backend: 1 cold + $requests warm requests..." >&2
+  for _ in $(seq 0 "$requests"); do classify "$backend"; done
+done
+
+"$python" "$here/curl_table.py" --photo "$(basename "$photo")" --url "$url" "${format_args[@]}" < "$results"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.deps import RegistryDep, SettingsDep
@@ -25,7 +25,10 @@ async def _classify(request: Request, name: str, registry, settings, top_k, thre
     model.pool(backend)  # unknown backend: refuse before reading the body
     data = await image_bytes(request, settings.max_body_bytes)
     result = await classify(model, backend, data, top_k, threshold, settings.max_image_pixels)
-    return ClassifyResponse.model_validate(result, from_attributes=True)
+    # Serialized once here: returning a Response skips FastAPI's second validation pass
+    # against response_model (which still documents the schema).
+    body = ClassifyResponse.model_validate(result, from_attributes=True).model_dump_json()
+    return Response(body, media_type="application/json")
 
 
 @router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, openapi_extra=OPENAPI_REQUEST_BODY,

@@ -10,11 +10,12 @@ from app.registry import Registry
 from app.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+# async on purpose: FastAPI runs a plain-def dependency on its thread pool, a thread hop per request.
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_registry(request: Request) -> Registry:
+async def get_registry(request: Request) -> Registry:
     return request.app.state.registry
 
 

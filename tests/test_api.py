@@ -186,3 +186,43 @@ def test_start_fails_clearly_on_a_missing_model(tmp_path):
     svc = Service({"EDGETPU_SERVE_MODEL_DIR": str(tmp_path)})
     assert svc.process.wait(30) == 2
     assert "no model directories" in svc.process.stdout.read()
+
+
+def test_full_pool_answers_503_with_retry_after(cat_png):
+    svc = Service({"EDGETPU_SERVE_WORKERS": "1", "EDGETPU_SERVE_MAX_WAITING": "0", "EDGETPU_SERVE_RETRY_AFTER_S": "3"})
+    try:
+        svc.wait_ready()
+        import concurrent.futures
+
+        data = cat_png.read_bytes()
+
+        def one(_):
+            return httpx.post(f"{svc.url}/v1/classify", content=data, headers={"content-type": "image/png"}, timeout=30)
+
+        with concurrent.futures.ThreadPoolExecutor(12) as ex:
+            responses = list(ex.map(one, range(24)))
+        busy = [r for r in responses if r.status_code == 503]
+        assert busy, "24 concurrent requests on 1 interpreter with no waiting line: some must be refused"
+        assert all(r.headers["retry-after"] == "3" and "busy" in r.json()["error"] for r in busy)
+        assert all(r.status_code in (200, 503) for r in responses)
+    finally:
+        svc.stop()
+
+
+def test_readyz_is_503_until_models_are_loaded():
+    import asyncio
+
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.conftest import MODELS
+
+    app = create_app(Settings(model_dir=MODELS))  # lifespan not run: nothing loaded yet
+
+    async def probe():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await c.get("/readyz"), await c.post("/v1/classify", content=b"x", headers={"content-type": "image/png"})
+
+    ready, classify = asyncio.run(probe())
+    assert ready.status_code == 503 and ready.json()["models"][DEFAULT_MODEL]["state"] == "loading"
+    assert classify.status_code == 503 and "loading" in classify.json()["error"]

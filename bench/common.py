@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from importlib import metadata
@@ -36,18 +37,22 @@ class ServiceProcess:
     def __init__(self, workers: int, backends: str = "cpu", cpu_threads: int = 1):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "EDGETPU_SERVE_HOST": "127.0.0.1", "EDGETPU_SERVE_PORT": str(self.port),
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("EDGETPU_SERVE_")}
+        self.env = {**inherited, "EDGETPU_SERVE_HOST": "127.0.0.1", "EDGETPU_SERVE_PORT": str(self.port),
                     "EDGETPU_SERVE_WORKERS": str(workers), "EDGETPU_SERVE_CPU_THREADS": str(cpu_threads),
                     "EDGETPU_SERVE_BACKENDS": backends, "EDGETPU_SERVE_LOG_LEVEL": "warning"}
         self.process: subprocess.Popen | None = None
+        # a file, not a pipe: nobody reads the service's log while it runs, and a full pipe stalls it
+        self.log = tempfile.TemporaryFile(mode="w+")
 
     def __enter__(self) -> ServiceProcess:
         self.process = subprocess.Popen([sys.executable, "-m", "app"], cwd=repo_root(), env=self.env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                        stdout=self.log, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"service exited with {self.process.returncode}: {self.process.stderr.read()}")
+                self.log.seek(0)
+                raise RuntimeError(f"service exited with {self.process.returncode}: {self.log.read()}")
             try:
                 with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as r:
                     if r.status == 200:
@@ -66,3 +71,4 @@ class ServiceProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.log.close()

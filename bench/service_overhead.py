@@ -1,8 +1,9 @@
 """What the service costs on top of the interpreter, for one photo, one request at a time.
 
-In one run: the raw interpreter invoke of the default model on the photo's tensor, and the
-end-to-end HTTP latency of POSTing the same photo to a running service (one keep-alive
-connection, sequential), plus the stage timings the service reports itself. The difference
+In one run, in alternating blocks (so drift on a noisy machine hits both alike): the raw
+engine run of the default model on the photo's tensor, and the end-to-end HTTP latency of
+POSTing the same photo to the service (one keep-alive connection, sequential), plus the
+stage timings the service reports itself. The difference
 of the medians is the service's overhead; the image work (decode + preprocess) is shown
 apart because it is real work, not framework cost.
 
@@ -32,51 +33,67 @@ MODEL = "efficientnet_lite0"
 PERCENTILES = (50, 90, 99)
 MAX_PIXELS = 50_000_000
 STAGES = ("decode", "preprocess", "inference", "postprocess", "total")
+BLOCKS = 10
 
 
-def raw_invoke_ms(backend: str, photo: bytes, count: int, warmup: int) -> list[float]:
+class RawEngine:
     """The engine alone: one interpreter, the photo already a tensor."""
-    from app.engines import ENGINES, EngineOptions
-    from app.imaging import InputQuantizer, prepare
-    from app.model_dir import read_model_dir
 
-    model_dir = read_model_dir(repo_root() / "models" / MODEL)
-    engine_cls = ENGINES[backend]
-    engine = engine_cls.load(model_dir.file(engine_cls.model_file), EngineOptions(cpu_threads=1))
-    spec = engine.input
-    quantizer = InputQuantizer(model_dir.manifest.input, spec.dtype, spec.scale, spec.zero_point)
-    tensor = quantizer(prepare(photo, model_dir.manifest.input, MAX_PIXELS))
-    times = []
-    for i in range(warmup + count):
+    def __init__(self, backend: str, photo: bytes):
+        from app.engines import ENGINES, EngineOptions
+        from app.imaging import InputQuantizer, prepare
+        from app.model_dir import read_model_dir
+
+        model_dir = read_model_dir(repo_root() / "models" / MODEL)
+        engine_cls = ENGINES[backend]
+        self.engine = engine_cls.load(model_dir.file(engine_cls.model_file), EngineOptions(cpu_threads=1))
+        spec = self.engine.input
+        quantizer = InputQuantizer(model_dir.manifest.input, spec.dtype, spec.scale, spec.zero_point)
+        self.tensor = quantizer(prepare(photo, model_dir.manifest.input, MAX_PIXELS))
+
+    def run_ms(self) -> float:
         start = time.perf_counter()
-        engine.run(tensor)
-        if i >= warmup:
-            times.append((time.perf_counter() - start) * 1000)
-    return times
+        self.engine.run(self.tensor)
+        return (time.perf_counter() - start) * 1000
 
 
-def http_ms(port: int, backend: str, photo: bytes, count: int, warmup: int) -> tuple[list[float], dict, int]:
-    """Client-side latency per request, the service's own stage timings, and the error count."""
-    connection = http.client.HTTPConnection("127.0.0.1", port)
-    path = f"/v1/models/{MODEL}/classify?top_k=5&backend={backend}"
-    client, stages, errors = [], {s: [] for s in STAGES}, 0
-    for i in range(warmup + count):
+class HttpClient:
+    """Sequential POSTs of the photo on one keep-alive connection."""
+
+    def __init__(self, port: int, backend: str, photo: bytes):
+        self.connection = http.client.HTTPConnection("127.0.0.1", port)
+        self.path = f"/v1/models/{MODEL}/classify?top_k=5&backend={backend}"
+        self.photo = photo
+
+    def post(self) -> tuple[float, dict | None]:
+        """Client-side ms, and the service's timing_ms (None for a non-200 answer)."""
         start = time.perf_counter()
-        connection.request("POST", path, body=photo, headers={"Content-Type": "image/jpeg"})
-        response = connection.getresponse()
+        self.connection.request("POST", self.path, body=self.photo, headers={"Content-Type": "image/jpeg"})
+        response = self.connection.getresponse()
         body = response.read()
         elapsed = (time.perf_counter() - start) * 1000
-        if i < warmup:
-            continue
-        if response.status != 200:
-            errors += 1
-            continue
-        client.append(elapsed)
-        timing = json.loads(body)["timing_ms"]
-        for s in STAGES:
-            stages[s].append(timing[s])
-    connection.close()
-    return client, stages, errors
+        return elapsed, json.loads(body)["timing_ms"] if response.status == 200 else None
+
+
+def measure(raw: RawEngine, client: HttpClient, count: int, warmup: int):
+    """count raw runs and count requests, in BLOCKS alternating blocks, after warmup of each."""
+    for _ in range(warmup):
+        raw.run_ms()
+        client.post()
+    raw_ms, client_ms, stages, errors = [], [], {s: [] for s in STAGES}, 0
+    per_block = max(1, count // BLOCKS)
+    while len(raw_ms) < count:
+        block = min(per_block, count - len(raw_ms))
+        raw_ms += [raw.run_ms() for _ in range(block)]
+        for _ in range(block):
+            elapsed, timing = client.post()
+            if timing is None:
+                errors += 1
+                continue
+            client_ms.append(elapsed)
+            for s in STAGES:
+                stages[s].append(timing[s])
+    return raw_ms, client_ms, stages, errors
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -94,9 +111,10 @@ def main() -> int:
     photo_path = args.photo or default_photo()
     photo = photo_path.read_bytes()
 
-    raw = raw_invoke_ms(args.backend, photo, args.requests, args.warmup)
+    raw_engine = RawEngine(args.backend, photo)
     with ServiceProcess(workers=1, backends=args.backend) as service:
-        client, stages, errors = http_ms(service.port, args.backend, photo, args.requests, args.warmup)
+        raw, client, stages, errors = measure(raw_engine, HttpClient(service.port, args.backend, photo),
+                                              args.requests, args.warmup)
 
     from PIL import Image
 
@@ -120,7 +138,7 @@ def main() -> int:
     print(f"service overhead (p50 end to end - p50 raw invoke): {overhead:.2f} ms")
     print(f"  of which image work (p50 decode + p50 preprocess): {image_work:.2f} ms")
     print(f"  the rest (HTTP, framework, thread hops): {overhead - image_work:.2f} ms")
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -23,6 +23,14 @@ class EngineLoadError(ServeError):
     """An engine could not load a model (runtime missing, bad file, unsupported op)."""
 
 
+class EdgeTpuUnavailable(EngineLoadError):
+    """The Edge TPU cannot be used: no libedgetpu, no device, no access to it, or no delegate."""
+
+
+class EdgeTpuVersionMismatch(EdgeTpuUnavailable):
+    """libedgetpu, the TFLite runtime and the compiled model are not a known-good combination."""
+
+
 class NotReady(ServeError):
     """The model is still loading, or failed to load."""
 
@@ -33,6 +41,10 @@ class Busy(ServeError):
     def __init__(self, message: str, retry_after_s: float):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class DeviceHung(Busy):
+    """An invoke outlived the watchdog: its device is out of the pool until it is re-created."""
 
 
 class RequestError(ServeError):

@@ -1,0 +1,11 @@
+"""What the service knows about libedgetpu, without pycoral and without TensorFlow.
+
+    library.py         the C API through ctypes: list devices, version
+    versions.py        the pinned version sets (versions.toml) and the check that a pair matches one
+    delegate.py        the `device` and `Performance` delegate options, and which TPU a spec names
+    compiled_model.py  what a *_edgetpu.tflite file needs: its minimum Edge TPU runtime version
+    access.py          why a device cannot be opened, and the exact fix
+    environment.py     the start-up check that puts these together
+
+Nothing here imports the TFLite runtime or FastAPI: app/engines/edgetpu.py loads the delegate.
+"""

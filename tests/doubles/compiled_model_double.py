@@ -1,0 +1,72 @@
+"""TEST DOUBLE of an edgetpu_compiler output: a real .tflite file, not a runnable Edge TPU model.
+
+No compiler runs here (it is x86-64 Linux only, from Coral's apt repository), so tests
+build what the compiler writes, with the same containers: one `edgetpu-custom-op` node
+whose custom options are a FlexBuffer map {"1": version, "4": DarwiNN package}, the
+package a "DWN1" flatbuffer starting with `min_runtime_version` and carrying the
+compiler's version. The package holds no executable, so no TPU could run it; the real
+TFLite runtime still loads the graph, and refuses the unresolved custom op without a delegate.
+"""
+
+from __future__ import annotations
+
+import flatbuffers
+from ai_edge_litert import schema_py_generated as schema
+from flatbuffers import flexbuffers
+
+CUSTOM_OP = "edgetpu-custom-op"
+COMPILER_VERSION = "16.0.384591198"
+
+
+def package_bytes(min_runtime_version: int, compiler_version: str = COMPILER_VERSION) -> bytes:
+    """Package (executable.fbs): min_runtime_version = slot 0, compiler_version = slot 4."""
+    builder = flatbuffers.Builder(64)
+    compiler = builder.CreateString(compiler_version)
+    builder.StartObject(5)
+    builder.PrependInt32Slot(0, min_runtime_version, 0)
+    builder.PrependUOffsetTRelativeSlot(4, compiler, 0)
+    builder.Finish(builder.EndObject(), file_identifier=b"DWN1")
+    return bytes(builder.Output())
+
+
+def custom_options(package: bytes) -> bytes:
+    """libedgetpu's CustomOpData: the package is a FlexBuffer *string* (as its C++ writes it)."""
+    builder = flexbuffers.Builder()
+    with builder.Map():
+        builder.Key("1")
+        builder.Int(1)
+        builder.Key("4")
+        # Builder.String() only takes text; the C++ writer stores the binary package as a string.
+        builder._WriteBlob(package, append_zero=True, type_=flexbuffers.Type.STRING)  # noqa: SLF001
+        builder.Key("5")
+        builder.Int(0)
+    return bytes(builder.Finish())
+
+
+def _tensor(name: str, shape: list[int]) -> schema.TensorT:
+    tensor = schema.TensorT()
+    tensor.name, tensor.shape, tensor.type, tensor.buffer = name, shape, schema.TensorType.UINT8, 0
+    quantization = schema.QuantizationParametersT()
+    quantization.scale, quantization.zeroPoint = [1.0 / 128], [127]
+    tensor.quantization = quantization
+    return tensor
+
+
+def compiled_model_bytes(min_runtime_version: int = 14, compiler_version: str = COMPILER_VERSION,
+                         input_shape: tuple[int, ...] = (1, 224, 224, 3), classes: int = 1000) -> bytes:
+    code = schema.OperatorCodeT()
+    code.deprecatedBuiltinCode = code.builtinCode = schema.BuiltinOperator.CUSTOM
+    code.customCode, code.version = CUSTOM_OP, 1
+    op = schema.OperatorT()
+    op.opcodeIndex, op.inputs, op.outputs = 0, [0], [1]
+    op.customOptions = list(custom_options(package_bytes(min_runtime_version, compiler_version)))
+    op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
+    subgraph = schema.SubGraphT()
+    subgraph.tensors = [_tensor("input", list(input_shape)), _tensor("output", [1, classes])]
+    subgraph.inputs, subgraph.outputs, subgraph.operators, subgraph.name = [0], [1], [op], "main"
+    model = schema.ModelT()
+    model.version, model.description = 3, "test double of an edgetpu_compiler output"
+    model.operatorCodes, model.subgraphs, model.buffers = [code], [subgraph], [schema.BufferT()]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())

@@ -1,0 +1,41 @@
+"""Builds the libedgetpu TEST DOUBLE (libedgetpu_test_double.c) and sets what it pretends.
+
+The double is a real shared library with libedgetpu's C API and delegate entry points;
+it lists the devices the tests choose and its delegate claims no node. See the C file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).with_name("libedgetpu_test_double.c")
+DEVICES = "EDGETPU_TEST_DOUBLE_DEVICES"
+VERSION = "EDGETPU_TEST_DOUBLE_VERSION"
+OPEN = "EDGETPU_TEST_DOUBLE_OPEN"
+LOG = "EDGETPU_TEST_DOUBLE_LOG"
+RUNTIME_14 = "BuildLabel(COMPILER=test double,DATE=redacted,TIME=redacted), RuntimeVersion(14)"
+
+
+def build(directory: Path) -> Path:
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise RuntimeError("the libedgetpu test double needs a C compiler: apt-get install gcc")
+    library = directory / "libedgetpu_test_double.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-o", str(library),
+                    str(SOURCE)], check=True, capture_output=True, text=True)
+    return library
+
+
+@pytest.fixture(scope="session")
+def libedgetpu_double(tmp_path_factory) -> Path:
+    """Path of the compiled test double (one build per test session)."""
+    return build(tmp_path_factory.mktemp("libedgetpu_double"))
+
+
+def devices(*entries: str) -> str:
+    """EDGETPU_TEST_DOUBLE_DEVICES from TYPE:PATH entries."""
+    return ",".join(entries)

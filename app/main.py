@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import classify, errors, health, models
+from app.api import classify, devices, errors, health, models
 from app.registry import Registry
 from app.settings import Settings
 
@@ -40,4 +40,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(models.router)
     app.include_router(classify.router)
+    app.include_router(devices.router)
     return app

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.edgetpu.delegate import PERFORMANCE, is_device_spec
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
 
@@ -41,11 +43,27 @@ class Settings(BaseSettings):
     retry_after_s: int = Field(default=1, ge=0)
     warmup_at_start: bool = True
 
+    # The edgetpu backend: one interpreter per TPU (`workers` does not apply to it).
+    # The platform's libedgetpu (libedgetpu.so.1, libedgetpu.1.dylib, edgetpu.dll) unless a path is given.
+    edgetpu_library: str | None = None
+    # Delegate device specs, one interpreter each (":0", "usb", "usb:1", "pci:0"); empty = every TPU listed.
+    edgetpu_devices: Annotated[list[str], NoDecode] = []
+    edgetpu_performance: Literal[PERFORMANCE] | None = Field(
+        default=None, description="the delegate's Performance option; unset = the library's default (Max)")
+    # fail: refuse to start without a usable TPU; fallback: serve those models on `cpu` (plain int8 file).
+    edgetpu_on_failure: Literal["fail", "fallback"] = "fail"
+    # strict: libedgetpu + TFLite runtime must be a pinned set (app/edgetpu/versions.toml); warn: log and go on.
+    edgetpu_version_check: Literal["strict", "warn"] = "strict"
+    # An invoke longer than this marks its device unhealthy: out of the pool until re-created.
+    watchdog_timeout_s: float = Field(default=5.0, gt=0)
+    watchdog_backends: Annotated[list[str], NoDecode] = ["edgetpu"]
+    watchdog_retry_s: float = Field(default=2.0, gt=0, description="wait between attempts to re-create a device")
+
     max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(default=50_000_000, ge=1, description="decompression bomb guard")
     max_top_k: int = Field(default=1000, ge=1)
 
-    @field_validator("models", "backends", mode="before")
+    @field_validator("models", "backends", "edgetpu_devices", "watchdog_backends", mode="before")
     @classmethod
     def _comma_separated(cls, value):
         return _split(value)
@@ -55,4 +73,12 @@ class Settings(BaseSettings):
     def _at_least_one(cls, value):
         if not value:
             raise ValueError("at least one backend is needed")
+        return value
+
+    @field_validator("edgetpu_devices")
+    @classmethod
+    def _device_specs(cls, value):
+        wrong = [spec for spec in value if not is_device_spec(spec)]
+        if wrong:
+            raise ValueError(f"{wrong}: each device is ':N', 'usb', 'usb:N', 'pci' or 'pci:N'")
         return value

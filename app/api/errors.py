@@ -14,6 +14,8 @@ from app.errors import (
     BadImage,
     BodyTooLarge,
     Busy,
+    DeviceHung,
+    EdgeTpuUnavailable,
     EmptyBody,
     EngineLoadError,
     ImageTooLarge,
@@ -37,10 +39,13 @@ STATUS: tuple[tuple[type[ServeError], int], ...] = (
     (BodyTooLarge, 413),
     (ImageTooLarge, 413),
     (RequestError, 400),
+    # A device the watchdog took out: Retry-After, as for Busy.
+    (DeviceHung, 503),
     (Busy, 503),
     (NotReady, 503),
     # A reload that finds a broken model on disk: the model already loaded keeps serving.
     (ModelDirError, 409),
+    (EdgeTpuUnavailable, 409),
     (EngineLoadError, 409),
 )
 

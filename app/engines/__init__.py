@@ -11,4 +11,11 @@ log = logging.getLogger(__name__)
 
 ENGINES: dict[str, type[Engine]] = {CpuEngine.key: CpuEngine}
 
+try:
+    from app.engines.edgetpu import EdgeTpuEngine
+
+    ENGINES[EdgeTpuEngine.key] = EdgeTpuEngine
+except ImportError as e:  # e.g. no flatbuffers: the other backends still serve
+    log.warning("edgetpu backend left out: %s", e)
+
 __all__ = ["ENGINES", "Engine", "EngineOptions", "TensorSpec"]

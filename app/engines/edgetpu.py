@@ -1,0 +1,136 @@
+"""`edgetpu`: the compiled model (<name>_int8_edgetpu.tflite) through libedgetpu's delegate.
+
+One engine = one interpreter bound to one TPU (the delegate opened with device ":N");
+the registry makes one per TPU and pools them, so requests spread over every TPU. Ops the
+compiler did not map run on the CPU kernels of the same interpreter. Running is the
+CPU engine's: set the input, invoke, copy the output; only loading differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import logging
+
+from app.edgetpu.access import delegate_failure_message
+from app.edgetpu.compiled_model import read_compiled_model
+from app.edgetpu.delegate import delegate_options, index_of_path
+from app.edgetpu.environment import EdgeTpuEnvironment, Probe, VersionCheck, check_environment, probe
+from app.edgetpu.library import Device, default_library_name
+from app.edgetpu.versions import check_model_runtime, package_too_new
+from app.engines.base import EngineOptions
+from app.engines.cpu import CpuEngine
+from app.engines.litert import Runtime, runtime
+from app.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch, EngineLoadError, ModelDirError
+from app.model_dir import EDGETPU, INT8, ModelDir, edgetpu_filename
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EdgeTpuOptions(EngineOptions):
+    """Which TPU this interpreter opens, and how."""
+
+    library: str = field(default_factory=default_library_name)
+    device: str | None = None           # a delegate `device` spec; None = any TPU
+    tpu: Device | None = None           # the listed device it resolved to (for messages)
+    performance: str | None = None      # Low | Medium | High | Max; None = the library's default
+
+
+class EdgeTpuEngine(CpuEngine):
+    key = "edgetpu"
+    model_file = EDGETPU
+
+    @classmethod
+    def load(cls, path: Path, options: EngineOptions) -> EdgeTpuEngine:
+        if not isinstance(options, EdgeTpuOptions):
+            options = EdgeTpuOptions(cpu_threads=options.cpu_threads)
+        rt = runtime()
+        where = options.device or "any TPU"
+        try:
+            delegate = rt.load_delegate(options.library, delegate_options(options.device, options.performance))
+        except OSError as e:  # the library itself did not load
+            raise EdgeTpuUnavailable(f"edgetpu: cannot load the delegate library {options.library}: {e}") from None
+        except ValueError as e:  # the library loaded, the device did not open
+            device = options.tpu or Device("unknown", "")
+            raise EdgeTpuUnavailable(
+                "edgetpu: " + delegate_failure_message(options.library, device, where, str(e))) from None
+        try:
+            interpreter = rt.Interpreter(model_path=str(path), experimental_delegates=[delegate],
+                                         num_threads=options.cpu_threads)
+            interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as e:
+            too_new = package_too_new(str(e))
+            if too_new:
+                required, installed = too_new
+                raise EdgeTpuVersionMismatch(
+                    f"edgetpu: {path.name} needs Edge TPU runtime {required}, libedgetpu here is runtime "
+                    f"{installed}. Fix: recompile with `edgetpu_compiler -m {installed}`, or install a "
+                    f"libedgetpu with runtime {required} or newer") from None
+            raise EngineLoadError(f"edgetpu: cannot load {path} on {where}: {e}") from None
+        if len(interpreter.get_input_details()) != 1 or len(interpreter.get_output_details()) != 1:
+            raise EngineLoadError(f"edgetpu: {path} must have exactly one input and one output tensor")
+        return cls(interpreter)
+
+
+def check_tpus(library: str | None, devices: list[str], version_check: VersionCheck) -> EdgeTpuEnvironment:
+    """The start-up check against the TFLite runtime this process uses."""
+    rt = runtime()
+    return check_environment(library or default_library_name(), devices, rt.name, rt.version, version_check)
+
+
+def check_compiled_model(model_dir: ModelDir, environment: EdgeTpuEnvironment) -> Path:
+    """The model's compiled file: present, unaltered, and not newer than the library's runtime."""
+    if not model_dir.has(EDGETPU):
+        plain = model_dir.manifest.files[INT8].path if model_dir.has(INT8) else "its int8 model"
+        raise ModelDirError(
+            f"model {model_dir.name!r} has no Edge TPU file ({edgetpu_filename(model_dir.name)}, kind "
+            f"{EDGETPU!r} in model.json). Fix: compile {plain} with `edgetpu_compiler -m "
+            f"{environment.version.runtime_version} {plain}` (x86-64 Linux, Coral's edgetpu-compiler package) "
+            "and add the output to the model directory, or serve this model on cpu "
+            "(EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback)")
+    path = model_dir.file(EDGETPU)
+    compiled = read_compiled_model(path)
+    if compiled.edgetpu_ops == 0:
+        log.warning("model %s: %s has no edgetpu-custom-op node: edgetpu_compiler mapped nothing, every op "
+                    "runs on the CPU", model_dir.name, path.name)
+    check_model_runtime(model_dir.name, path, compiled.min_runtime_version, compiled.compiler_version,
+                        environment.version)
+    return path
+
+
+def tpu_options(environment: EdgeTpuEnvironment, cpu_threads: int, performance: str | None) -> list[EdgeTpuOptions]:
+    """One engine's options per TPU the start-up check resolved."""
+    return [EdgeTpuOptions(cpu_threads=cpu_threads, library=environment.library.path, device=target.spec,
+                           tpu=target.device, performance=performance)
+            for target in environment.targets]
+
+
+def reopen_options(options: EdgeTpuOptions, environment: EdgeTpuEnvironment) -> EdgeTpuOptions:
+    """The same TPU, found again by its path: after a reset a USB Accelerator may list elsewhere."""
+    devices = environment.library.list_devices()
+    index = index_of_path(options.tpu.path, devices) if options.tpu else None
+    if index is None:
+        raise EdgeTpuUnavailable(f"the Edge TPU {options.tpu.type if options.tpu else ''} "
+                                 f"{options.tpu.path if options.tpu else options.device} is not listed any more")
+    return dataclasses.replace(options, device=f":{index}")
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """libedgetpu and the TFLite runtime as they are now, never raising: for GET /v1/devices."""
+
+    runtime: Runtime | None
+    probe: Probe
+    error: str | None  # why the edgetpu backend cannot be used here
+
+
+def inventory(library: str | None) -> Inventory:
+    try:
+        rt = runtime()
+    except EngineLoadError as e:
+        return Inventory(None, probe(library or default_library_name(), "", ""), str(e))
+    found = probe(library or default_library_name(), rt.name, rt.version)
+    return Inventory(rt, found, found.error)

@@ -1,0 +1,75 @@
+"""`python -m app` on a real socket with EDGETPU_SERVE_BACKENDS=edgetpu, on this machine without a TPU,
+and with the libedgetpu TEST DOUBLE standing for two PCIe TPUs."""
+
+import subprocess
+import sys
+
+import httpx
+
+from tests.conftest import DEFAULT_MODEL, ROOT, Service
+from tests.doubles.edgetpu_models import plain_as_compiled
+from tests.doubles.libedgetpu import DEVICES, libedgetpu_double  # noqa: F401
+
+START_TIMEOUT_S = 60
+
+
+def test_without_a_tpu_policy_fail_exits_with_one_message():
+    env = {"EDGETPU_SERVE_BACKENDS": "edgetpu", "EDGETPU_SERVE_PORT": "0", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "app"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=START_TIMEOUT_S)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.startswith("edgetpu-serve: cannot start: ")]
+    assert len(lines) == 1, done.stderr
+    assert ("libedgetpu not found" in lines[0] or "no Edge TPU found" in lines[0]) and "Fix: " in lines[0]
+
+
+def test_without_a_tpu_policy_fallback_serves_on_cpu_and_says_so(cat_png):
+    service = Service({"EDGETPU_SERVE_BACKENDS": "edgetpu", "EDGETPU_SERVE_EDGETPU_ON_FAILURE": "fallback",
+                       "EDGETPU_SERVE_WORKERS": "1"})
+    try:
+        service.wait_ready()
+        with httpx.Client(base_url=service.url, timeout=30) as client:
+            ready = client.get("/readyz").json()["models"][DEFAULT_MODEL]
+            assert ready["state"] == "ready" and ready["error"].startswith("edgetpu requested, serving on cpu: ")
+            answer = client.post("/v1/classify", files={"image": cat_png.read_bytes()}).json()
+            assert answer["backend"] == "cpu" and answer["predictions"][0]["label"] == "tiger cat"
+            models = client.get("/v1/models").json()
+            assert models["default_backend"] == "cpu"
+            model = models["models"][0]
+            assert list(model["backends"]) == ["cpu"] and "edgetpu requested" in model["error"]
+            refused = client.post("/v1/classify?backend=edgetpu", files={"image": cat_png.read_bytes()})
+            assert refused.status_code == 400 and "instead of 'edgetpu'" in refused.json()["error"]
+            devices = client.get("/v1/devices").json()
+            assert devices["devices"] == [] and devices["error"]
+    finally:
+        service.stop()
+
+
+def test_two_tpus_through_the_test_double(tmp_path, libedgetpu_double, cat_png):
+    nodes = [tmp_path / "apex_0", tmp_path / "apex_1"]
+    for node in nodes:
+        node.write_bytes(b"")
+    service = Service({
+        "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
+        "EDGETPU_SERVE_BACKENDS": "edgetpu,cpu", "EDGETPU_SERVE_WORKERS": "1",
+        "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
+        DEVICES: ",".join(f"pci:{node}" for node in nodes),
+    })
+    try:
+        service.wait_ready()
+        with httpx.Client(base_url=service.url, timeout=30) as client:
+            on_tpu = client.post("/v1/classify?backend=edgetpu", files={"image": cat_png.read_bytes()}).json()
+            on_cpu = client.post("/v1/classify?backend=cpu", files={"image": cat_png.read_bytes()}).json()
+            assert on_tpu["backend"] == "edgetpu" and on_tpu["predictions"] == on_cpu["predictions"]
+            devices = client.get("/v1/devices").json()
+    finally:
+        service.stop()
+    assert [(d["index"], d["type"], d["path"], d["health"]) for d in devices["devices"]] == [
+        (0, "pci", str(nodes[0]), "healthy"), (1, "pci", str(nodes[1]), "healthy")]
+    for device in devices["devices"]:
+        (interpreter,) = device["interpreters"]
+        assert interpreter["model"] == DEFAULT_MODEL and interpreter["first_inference_ms"] > 0
+    assert devices["library"]["runtime_version"] == 14 and devices["library"]["loaded"]
+    assert devices["tflite_runtime"]["name"] == "ai-edge-litert"
+    assert devices["pinned_set"] is None and "not a known-good pair" in devices["error"]
+

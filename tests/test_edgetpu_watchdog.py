@@ -1,0 +1,186 @@
+"""The watchdog: an invoke that hangs (as USB Accelerators do until they reset) takes its
+device out of the pool, a background thread re-creates it, readiness says so meanwhile.
+
+The hanging device is HangingEngineDouble, a TEST DOUBLE engine whose run() blocks until
+the test lets it go; nothing here needs a TPU.
+"""
+
+import asyncio
+import io
+import threading
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from app.engines import ENGINES, TensorSpec
+from app.errors import DeviceHung
+from app.main import create_app
+from app.pool import EnginePool, Member, Watchdog
+from app.registry import Registry
+from app.settings import Settings
+from tests.conftest import DEFAULT_MODEL, MODELS
+
+WATCHDOG_S = 0.3
+RETRY_S = 0.05
+EVENTUALLY_S = 10
+
+
+class HangingEngineDouble:
+    """TEST DOUBLE of an engine on a TPU that can hang: run() blocks while `hang` is set."""
+
+    key = "hanging"
+    model_file = "int8"
+    created: list["HangingEngineDouble"] = []
+    hang_next = threading.Event()  # the next run() of any instance hangs
+    fail_loads = 0                 # that many load() calls fail first (a device still resetting)
+
+    def __init__(self):
+        self.input = TensorSpec("in", (1, 224, 224, 3), np.dtype(np.uint8), 1 / 128, 127)
+        self.output = TensorSpec("out", (1, 1000), np.dtype(np.uint8), 1 / 256, 0)
+        self.released = threading.Event()
+        self.hanging = threading.Event()
+        self.closed = False
+        HangingEngineDouble.created.append(self)
+
+    @classmethod
+    def load(cls, path, options):
+        if cls.fail_loads:
+            cls.fail_loads -= 1
+            raise RuntimeError("device not listed yet")
+        return cls()
+
+    def run(self, x):
+        if HangingEngineDouble.hang_next.is_set():
+            HangingEngineDouble.hang_next.clear()
+            self.hanging.set()
+            self.released.wait(EVENTUALLY_S)
+        return np.zeros(self.output.shape, np.uint8)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture(autouse=True)
+def fresh_double():
+    HangingEngineDouble.created = []
+    HangingEngineDouble.hang_next.clear()
+    HangingEngineDouble.fail_loads = 0
+    yield
+    for engine in HangingEngineDouble.created:
+        engine.released.set()
+
+
+def eventually(condition, what: str):
+    deadline = time.monotonic() + EVENTUALLY_S
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"not within {EVENTUALLY_S} s: {what}")
+
+
+def pool_of(n: int) -> EnginePool:
+    members = [Member(HangingEngineDouble(), 1.0, device=f"tpu{i}") for i in range(n)]
+    watchdog = Watchdog(WATCHDOG_S, lambda old: Member(HangingEngineDouble.load(None, None), 1.0, device=old.device),
+                        RETRY_S)
+    return EnginePool("m/hanging", members, max_waiting=4, wait_timeout_s=5, retry_after_s=1, watchdog=watchdog)
+
+
+def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
+    pool = pool_of(2)
+    first, second = pool.members
+    x = np.zeros((1, 224, 224, 3), np.uint8)
+
+    async def scenario():
+        HangingEngineDouble.hang_next.set()
+        start = time.monotonic()
+        with pytest.raises(DeviceHung, match=r"tpu0 did not finish an invoke within 0.3 s \(watchdog\)") as hung:
+            await pool.run(x)
+        waited = time.monotonic() - start
+        assert hung.value.retry_after_s == 1
+        assert not first.healthy and pool.unhealthy == [first]
+        served = await pool.run(x)  # the other TPU still serves
+        await asyncio.to_thread(eventually, lambda: pool.members[0] is not first, "the hung member is replaced")
+        return waited, served
+
+    waited, served = asyncio.run(scenario())
+    assert WATCHDOG_S <= waited < WATCHDOG_S + 1
+    assert served.output.shape == (1, 1000)
+    fresh = pool.members[0]
+    assert fresh.healthy and fresh.device == "tpu0" and fresh.warm  # re-created and warmed up
+    assert fresh.engine is not first.engine and pool.members[1] is second
+    assert not first.engine.closed  # its invoke still hangs: nothing can close it yet
+    first.engine.released.set()
+    eventually(lambda: first.engine.closed, "the hung engine is closed once its invoke returns")
+
+
+def test_with_every_device_hung_requests_fail_fast_until_one_is_back():
+    pool = pool_of(1)
+    (only,) = pool.members
+    HangingEngineDouble.fail_loads = 3  # the device takes a few attempts to come back
+    x = np.zeros((1, 224, 224, 3), np.uint8)
+
+    async def scenario():
+        HangingEngineDouble.hang_next.set()
+        with pytest.raises(DeviceHung):
+            await pool.run(x)
+        start = time.monotonic()
+        with pytest.raises(DeviceHung, match="every device is unhealthy"):
+            await pool.run(x)
+        assert time.monotonic() - start < WATCHDOG_S  # no waiting on a device that is not there
+        await asyncio.to_thread(eventually, lambda: pool.members[0] is not only, "re-created")
+        return await pool.run(x)
+
+    assert not asyncio.run(scenario()).cold
+    assert "re-creating it failed (attempt 3: device not listed yet)" in only.problem
+
+
+def test_readiness_reflects_the_hung_device(monkeypatch, tmp_path):
+    monkeypatch.setitem(ENGINES, HangingEngineDouble.key, HangingEngineDouble)
+    settings = Settings(model_dir=MODELS, backends=["hanging"], watchdog_backends=["hanging"], workers=1,
+                        watchdog_timeout_s=WATCHDOG_S, watchdog_retry_s=RETRY_S, models=[DEFAULT_MODEL])
+    registry = Registry(settings)
+    registry.configure()
+    registry.load_all()
+    assert registry.ready()
+    pool = registry.get(DEFAULT_MODEL).pool("hanging")
+    HangingEngineDouble.fail_loads = 1000  # stays down until the test says so
+
+    async def hang():
+        HangingEngineDouble.hang_next.set()
+        with pytest.raises(DeviceHung):
+            await pool.run(np.zeros((1, 224, 224, 3), np.uint8))
+
+    try:
+        asyncio.run(hang())
+        status = registry.status(DEFAULT_MODEL)
+        assert not registry.ready() and status.state == "unhealthy"
+        assert "hanging: interpreter" in status.error and "watchdog" in status.error
+        HangingEngineDouble.fail_loads = 0
+        eventually(registry.ready, "ready again once the device is re-created")
+        assert registry.status(DEFAULT_MODEL).error is None
+    finally:
+        registry.close()  # also stops a re-creation still trying
+
+
+def test_readyz_over_http(monkeypatch):
+    monkeypatch.setitem(ENGINES, HangingEngineDouble.key, HangingEngineDouble)
+    settings = Settings(model_dir=MODELS, backends=["hanging"], watchdog_backends=["hanging"], workers=1,
+                        watchdog_timeout_s=WATCHDOG_S, watchdog_retry_s=RETRY_S, models=[DEFAULT_MODEL])
+    with TestClient(create_app(settings)) as client:
+        eventually(lambda: client.get("/readyz").status_code == 200, "ready")
+        HangingEngineDouble.fail_loads = 1000
+        HangingEngineDouble.hang_next.set()
+        buffer = io.BytesIO()
+        Image.new("RGB", (64, 48), (200, 100, 50)).save(buffer, "PNG")
+        hung = client.post("/v1/classify", content=buffer.getvalue(), headers={"Content-Type": "image/png"})
+        assert hung.status_code == 503 and hung.headers["Retry-After"] == "1"
+        assert "watchdog" in hung.json()["error"]
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["models"][DEFAULT_MODEL]["state"] == "unhealthy"
+        HangingEngineDouble.fail_loads = 0
+        eventually(lambda: client.get("/readyz").status_code == 200, "ready again")

@@ -1,0 +1,61 @@
+# edgetpu-serve for the Coral Dev Board (arm64, NXP i.MX 8M): the on-board Edge TPU is a
+# PCIe device, /dev/apex_0, driven by the apex/gasket kernel driver of the board's Mendel
+# Linux; the container brings its own libedgetpu and TFLite runtime.
+#
+#   docker build -f docker/devboard.Dockerfile -t edgetpu-serve:devboard .
+#   docker run --rm -p 8000:8000 --device /dev/apex_0 --group-add "$(stat -c %g /dev/apex_0)" \
+#       -v "$PWD/models:/models:ro" edgetpu-serve:devboard
+#
+# Versions: app/edgetpu/versions.toml is the one place they are pinned; the ARG defaults
+# below must equal its [image] and [image.arm64] (tests/test_docker.py checks).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
+ARG TFLITE_RUNTIME_VERSION=2.17.1
+ARG TFLITE_RUNTIME_WHEEL=https://github.com/feranick/TFlite-builds/releases/download/v2.17.1/tflite_runtime-2.17.1-cp311-cp311-linux_aarch64.whl
+ARG LIBEDGETPU_RELEASE=16.0TF2.17.1-1
+ARG LIBEDGETPU_DEB_VERSION=16.0tf2.17.1-1
+ARG LIBEDGETPU_FLAVOR=std
+ARG DEB_ARCH=arm64
+COPY docker/requirements.txt /build/requirements.txt
+# The venv is copied whole into the final stage (same base image, same Python path).
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir -r /build/requirements.txt "${TFLITE_RUNTIME_WHEEL}" \
+    && /opt/venv/bin/python -c "import importlib.metadata as m, sys; v = m.version('tflite-runtime'); sys.exit(0 if v == '${TFLITE_RUNTIME_VERSION}' else 'tflite-runtime ' + v + ' != ${TFLITE_RUNTIME_VERSION}')"
+# libedgetpu built from the same TF release as that tflite_runtime (community build).
+ADD https://github.com/feranick/libedgetpu/releases/download/${LIBEDGETPU_RELEASE}/libedgetpu1-${LIBEDGETPU_FLAVOR}_${LIBEDGETPU_DEB_VERSION}.bookworm_${DEB_ARCH}.deb /build/libedgetpu.deb
+
+FROM ${BASE_IMAGE}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG LIBEDGETPU_FLAVOR=std
+COPY --from=build /build/libedgetpu.deb /tmp/libedgetpu.deb
+# apt resolves the package's dependency (libusb-1.0-0); the max flavor asks to accept its EULA.
+# /dev/apex_0 belongs to the host's apex group, whose gid differs per board: the run adds it
+# (--group-add "$(stat -c %g /dev/apex_0)"; compose: APEX_GID).
+RUN echo "libedgetpu1-${LIBEDGETPU_FLAVOR} libedgetpu/accepted-eula boolean true" | debconf-set-selections \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends /tmp/libedgetpu.deb \
+    && rm -rf /var/lib/apt/lists/* /tmp/libedgetpu.deb \
+    && groupadd --system --gid 10001 edgetpu \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --groups plugdev edgetpu
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /srv/edgetpu-serve
+COPY app ./app
+# Baked default models; mount your own (with *_int8_edgetpu.tflite files) over /models.
+COPY models /models
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    EDGETPU_SERVE_HOST=0.0.0.0 \
+    EDGETPU_SERVE_PORT=8000 \
+    EDGETPU_SERVE_MODEL_DIR=/models \
+    EDGETPU_SERVE_BACKENDS=edgetpu,cpu \
+    EDGETPU_SERVE_EDGETPU_DEVICES=pci:0 \
+    EDGETPU_SERVE_EDGETPU_ON_FAILURE=fail \
+    EDGETPU_SERVE_WORKERS=2
+# uid 10001 = edgetpu: Docker adds its supplementary groups from /etc/group.
+USER 10001
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ['EDGETPU_SERVE_PORT'], timeout=4)"]
+CMD ["python", "-m", "app"]

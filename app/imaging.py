@@ -22,6 +22,17 @@ from app.model_dir import InputSpec
 # Formats decoded by Pillow's own code. Others (EPS runs Ghostscript, ...) are refused.
 DECODABLE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")
 RESAMPLE = Image.Resampling.BILINEAR
+# Pillow frees every image's pixel memory by default, so each request pays fresh pages for
+# its decoded and resized images (about 1 ms of a 640x427 JPEG's 5 ms here). Keeping a few
+# freed blocks for reuse removes that; bounded: at most this many blocks of this size.
+REUSED_BLOCKS = 16
+BLOCK_BYTES = 4 * 1024 * 1024
+
+
+def reuse_image_buffers(blocks: int = REUSED_BLOCKS, block_bytes: int = BLOCK_BYTES) -> None:
+    """Let Pillow keep up to `blocks` freed pixel blocks for the next images (process-wide)."""
+    Image.core.set_block_size(block_bytes)
+    Image.core.set_blocks_max(blocks)
 
 
 def decode(data: bytes, spec: InputSpec, max_pixels: int) -> Image.Image:
@@ -56,7 +67,8 @@ def decode(data: bytes, spec: InputSpec, max_pixels: int) -> Image.Image:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image.load()
-            image = ImageOps.exif_transpose(image)
+            # in place: without an orientation tag the copying form copies every pixel for nothing
+            ImageOps.exif_transpose(image, in_place=True)
     except Image.DecompressionBombError as e:
         raise ImageTooLarge(str(e)) from None
     except (OSError, ValueError, SyntaxError, EOFError) as e:

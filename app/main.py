@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import classify, devices, errors, health, models
+from app.imaging import reuse_image_buffers
 from app.registry import Registry
 from app.settings import Settings
 
@@ -17,6 +18,7 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    reuse_image_buffers()
     registry = Registry(settings)
     # Model directories are checked now, so a misconfiguration stops the process at
     # once; interpreters load (and warm up) in the background while /healthz answers.

@@ -262,12 +262,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(result.as_dict(), indent=2))
     else:
         print("\n".join(result.lines()))
-    if not args.no_record:
-        figures = result.as_dict()
-        if args.float_model:
-            figures["float_model"] = str(args.float_model)
-        update_manifest(model.path, evaluation=figures)
-        _say(f"recorded in {model.path / 'model.json'} (evaluation)")
+    if args.no_record:
+        return EXIT_OK
+    previous = getattr(model.manifest, "evaluation", None) or {}
+    if "float" in previous and result.float is None:
+        # an int8-only run must not erase the float figures (and agreement) measured before
+        _say(f"not recorded: {model.path / 'model.json'} has float figures from {previous.get('data')!r} that this run "
+             "did not measure; pass --float to replace them, or --no-record")
+        return EXIT_OK
+    figures = result.as_dict()
+    if args.float_model:
+        figures["float_model"] = str(args.float_model)
+    update_manifest(model.path, evaluation=figures)
+    _say(f"recorded in {model.path / 'model.json'} (evaluation)")
     return EXIT_OK
 
 

@@ -185,8 +185,7 @@ def build_fashion_mnist(out_root: Path, seed: int = DEFAULT_SEED, data_dir: Path
     edgetpu = analyze(read_tflite(tflite))
 
     started = time.perf_counter()
-    test_set = from_arrays(x_test, y_test, spec, f"Fashion-MNIST test set ({recipe.TEST_IMAGES} and its labels, "
-                                                  f"{len(x_test)} images)")
+    test_set = from_arrays(x_test, y_test, spec, f"Fashion-MNIST test set ({recipe.TEST_IMAGES} and its labels)")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.tflite"
         path.write_bytes(tflite)

@@ -37,7 +37,10 @@ class DatasetError(Exception):
 
 @dataclass(frozen=True)
 class Labelled:
-    """A labelled dataset, read lazily: `samples()` yields (pixels, label) `count` times."""
+    """A labelled dataset, read lazily: `samples()` yields (pixels, label) `count` times.
+
+    `description` says what the data is (a file, a folder); the count is kept apart.
+    """
 
     description: str
     count: int
@@ -122,7 +125,7 @@ def _npz(path: Path, spec: InputSpec, limit: int | None) -> Labelled:
     if images.ndim not in (3, 4) or labels.ndim != 1 or len(images) != len(labels):
         raise DatasetError(f"{path}: expected (N, H, W[, C]) images and (N,) labels, "
                            f"got {images.shape} and {labels.shape}")
-    return from_arrays(images, labels.astype(np.int64), spec, f"{path.name}: {len(images)} images", limit)
+    return from_arrays(images, labels.astype(np.int64), spec, path.name, limit)
 
 
 def folder_name(label: str) -> str:
@@ -166,7 +169,7 @@ def _folders(root: Path, spec: InputSpec, labels: Sequence[str], limit: int | No
         for path, index in files:
             yield to_pixels(decode(path.read_bytes(), spec, MAX_CALIBRATION_PIXELS), spec), index
 
-    return Labelled(f"{root}: {len(files)} images in {len(classes)} class folders", len(files), samples)
+    return Labelled(f"{root} ({len(classes)} class folders)", len(files), samples)
 
 
 def load_labelled(source: Path, spec: InputSpec, labels: Sequence[str], idx_labels: Path | None = None,
@@ -181,6 +184,6 @@ def load_labelled(source: Path, spec: InputSpec, labels: Sequence[str], idx_labe
         return _npz(source, spec, limit)
     if is_idx(source):
         images, targets = load_idx_pair(source, idx_labels)
-        return from_arrays(images, targets, spec, f"{source.name}: {len(images)} images", limit)
+        return from_arrays(images, targets, spec, source.name, limit)
     raise DatasetError(f"{source}: expected a folder of class folders, an IDX images file "
                        "(*-images-idx3-ubyte[.gz]) or an .npz file")

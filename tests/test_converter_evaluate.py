@@ -50,7 +50,7 @@ def test_class_folders_of_png_files_give_the_same_figures_as_the_arrays(test_ima
     from_npz = run_json(capsys, FASHION, "--data", tmp_path / "first60.npz", "--no-record")
     from_idx = run_json(capsys, FASHION, "--data", TEST_SET, "--limit", 60, "--no-record")
     assert from_folders["int8"] == from_npz["int8"] == from_idx["int8"]
-    assert from_folders["samples"] == 60 and "10 class folders" in from_folders["data"]
+    assert from_folders["samples"] == 60 and from_folders["data"] == f"{data} (10 class folders)"
 
 
 @pytest.mark.slow
@@ -82,6 +82,11 @@ def test_a_float_model_gives_agreement_and_drop_and_the_figures_are_recorded(ker
 
     recorded = read_model_dir(model_dir).manifest.evaluation
     assert recorded["int8"] == figures["int8"] and recorded["float_model"] == str(keras_file)
+
+    # an int8-only run does not erase those float figures
+    assert main(["evaluate", str(model_dir), "--data", str(npz), "--limit", "50"]) == EXIT_OK
+    assert "not recorded" in capsys.readouterr().err
+    assert read_model_dir(model_dir).manifest.evaluation == recorded
 
 
 @pytest.mark.slow

@@ -45,6 +45,13 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text}")
+    return value
+
+
 def _sub(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help, description=help, epilog=f"example:\n  {example}",
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("model", type=Path, help=".keras or .h5 file, or a SavedModel directory")
     q.add_argument("--calibration", type=Path, required=True,
                    help="folder of images (recursive) or .npy/.npz of uint8 pixels (N, H, W, C)")
-    q.add_argument("--samples", type=int, default=300, help="at most this many calibration samples (default 300)")
+    q.add_argument("--samples", type=_positive, default=300, help="at most this many calibration samples (default 300)")
     q.add_argument("--name", required=True, help="model name: models/<name>/")
     q.add_argument("--labels", type=Path, required=True, help="text file, one class name per line")
     q.add_argument("--out", type=Path, default=Path("models"), help="models root (default: models)")
@@ -107,14 +114,14 @@ def _parser() -> argparse.ArgumentParser:
              "python -m converter compile models/fashion_mnist --compiler /usr/bin/edgetpu_compiler")
     c.add_argument("model_dir", type=Path, help="models/<name>: its <name>_int8.tflite is compiled")
     c.add_argument("--compiler", type=Path, default=None, help="edgetpu_compiler to run (default: the one on PATH)")
-    c.add_argument("--num-segments", type=int, default=1,
+    c.add_argument("--num-segments", type=_positive, default=1,
                    help="-n: split into this many segments for pipelining over several TPUs (default 1; the "
                         "service serves single-segment models)")
     c.add_argument("--search-delegate", action="store_true",
                    help="-d: if compilation fails, search for an earlier point to stop mapping ops")
-    c.add_argument("--delegate-search-step", type=int, default=None,
+    c.add_argument("--delegate-search-step", type=_positive, default=None,
                    help="-k: step size of that search (default: the compiler's, 1)")
-    c.add_argument("--timeout", type=int, default=DEFAULT_COMPILER_TIMEOUT_S,
+    c.add_argument("--timeout", type=_positive, default=DEFAULT_COMPILER_TIMEOUT_S,
                    help=f"-t: the compiler's timeout in seconds (default {DEFAULT_COMPILER_TIMEOUT_S})")
     c.add_argument("--intermediate-tensors", default=None,
                    help="-i: comma-separated tensor names to make outputs of the Edge TPU part")
@@ -132,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="IDX labels file (default: the *-labels-idx1-ubyte[.gz] next to the images)")
     e.add_argument("--float", dest="float_model", type=Path, default=None,
                    help="the float source model (.keras, .h5 or SavedModel) for float accuracy, agreement and drop")
-    e.add_argument("--limit", type=int, default=None, help="evaluate at most this many samples")
+    e.add_argument("--limit", type=_positive, default=None, help="evaluate at most this many samples")
     e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.add_argument("--no-record", action="store_true", help="do not write the figures into model.json")
     return parser

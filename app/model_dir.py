@@ -238,3 +238,39 @@ def _swap_into_place(staging: Path, target: Path) -> None:
         os.rename(old, target)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def add_files(model_dir: Path, files: dict[str, tuple[str, bytes]], remove: tuple[str, ...] = (),
+              **fields) -> None:
+    """Add or replace files of an existing model directory and merge manifest fields, atomically.
+
+    Like write_model_dir, the change lands whole (a new directory swapped in) or not at all.
+    `remove` drops file kinds first (their files and entries), e.g. the previous compilation's
+    segments. The directory's name must be its manifest's name, as the service requires.
+    """
+    model_dir = Path(model_dir)
+    manifest = json.loads((model_dir / MANIFEST).read_text(encoding="utf-8"))
+    if manifest.get("name") != model_dir.name:
+        raise ModelDirError(f"{model_dir}: model.json names {manifest.get('name')!r}, the directory {model_dir.name!r}")
+    staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}.", dir=model_dir.parent))
+    try:
+        entries = {}
+        for kind, entry in manifest.get("files", {}).items():
+            if kind in remove or kind in files:
+                continue
+            shutil.copy2(model_dir / entry["path"], staging / entry["path"])
+            entries[kind] = entry
+        for kind, (filename, content) in files.items():
+            (staging / filename).write_bytes(content)
+            entries[kind] = file_entry(staging / filename, staging).model_dump()
+        full = dict(manifest, **fields, files=entries)
+        Manifest.model_validate(full)
+        (staging / MANIFEST).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+        for f in staging.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        os.chmod(staging, 0o755)
+        _swap_into_place(staging, model_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

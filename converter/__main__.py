@@ -1,79 +1,165 @@
-"""python -m converter: trained float model -> full-integer TFLite model directory.
+"""python -m converter: trained float model -> full-integer TFLite model directory -> Edge TPU.
 
 Example usage:
 
-    # rebuild the committed default model (EfficientNet-Lite0, ImageNet) into models/
+    # rebuild the committed default models into models/
     python -m converter build efficientnet_lite0
+    python -m converter build fashion_mnist        # trains a small CNN (apt-get install dataset-fashion-mnist)
 
     # quantize your own Keras model, calibrated on a folder of your images
     python -m converter quantize my_model.keras --calibration photos/ --name flowers \\
         --labels labels.txt --width 224 --height 224 --mean 127.5 --std 127.5 \\
         --source "my flowers classifier, trained 2026-11-01" --licence "CC-BY-4.0"
 
-Exit codes: 0 done, 1 the conversion failed (message on stderr), 2 bad arguments.
+    # which operators would run on the Edge TPU, before (or without) the compiler
+    python -m converter inspect models/flowers/flowers_int8.tflite
+
+    # compile for the Edge TPU (x86-64 Linux, edgetpu_compiler from Coral's apt repository)
+    python -m converter compile models/flowers
+
+    # what quantization cost: float vs int8 on labelled images (one folder per class)
+    python -m converter evaluate models/flowers --data test_photos/ --float my_model.keras
+
+Exit codes (every subcommand):
+    0  done; for inspect and compile: every operator runs (would run) on the Edge TPU
+    1  failed: the message on stderr says what was wrong
+    2  bad arguments (usage on stderr)
+    3  inspect, compile: done, but some operators run (would run) on the CPU
+    4  compile: edgetpu_compiler is not available here; the offline analysis was printed instead
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CPU_OPS, EXIT_NO_COMPILER = 0, 1, 2, 3, 4
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text}")
+    return value
+
+
+def _sub(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=help, epilog=f"example:\n  {example}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def _parser() -> argparse.ArgumentParser:
     from converter.builds import BUILDS
+    from converter.compile import DEFAULT_COMPILER_TIMEOUT_S
 
     parser = argparse.ArgumentParser(prog="python -m converter", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    build = sub.add_parser("build", help="rebuild a default model from its recipe",
-                           formatter_class=argparse.RawDescriptionHelpFormatter,
-                           epilog="example: python -m converter build efficientnet_lite0 --out models")
+    build = _sub(sub, "build", "rebuild a default model from its recipe",
+                 "python -m converter build fashion_mnist --out models")
     build.add_argument("name", choices=sorted(BUILDS), help="which default model")
     build.add_argument("--out", type=Path, default=Path("models"), help="models root (default: models)")
-    build.add_argument("--seed", type=int, default=0, help="calibration sampling seed (default: 0)")
+    build.add_argument("--seed", type=int, default=0,
+                       help="seed of calibration sampling (and of training, for fashion_mnist) (default: 0)")
     build.add_argument("--timm-wheel", type=Path, default=None,
-                       help="timm wheel holding the ImageNet class names (default: pip download it)")
+                       help="efficientnet_lite0: timm wheel holding the ImageNet class names (default: pip download it)")
+    build.add_argument("--data-dir", type=Path, default=None,
+                       help="fashion_mnist: folder with the four *-ubyte.gz files "
+                            "(default: /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist)")
 
-    q = sub.add_parser("quantize", help="full-integer quantize a Keras or SavedModel model",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="example: python -m converter quantize model.keras --calibration photos/ "
-                              "--name flowers --labels labels.txt --width 224 --height 224 "
-                              "--mean 127.5 --std 127.5 --source '...' --licence MIT")
+    q = _sub(sub, "quantize", "full-integer quantize a Keras or SavedModel model into a model directory",
+             "python -m converter quantize model.keras --calibration photos/ --name flowers --labels labels.txt "
+             "--width 224 --height 224 --mean 127.5 --std 127.5 --source '...' --licence MIT")
     q.add_argument("model", type=Path, help=".keras or .h5 file, or a SavedModel directory")
     q.add_argument("--calibration", type=Path, required=True,
                    help="folder of images (recursive) or .npy/.npz of uint8 pixels (N, H, W, C)")
-    q.add_argument("--samples", type=int, default=300, help="at most this many calibration samples (default 300)")
+    q.add_argument("--samples", type=_positive, default=300, help="at most this many calibration samples (default 300)")
     q.add_argument("--name", required=True, help="model name: models/<name>/")
     q.add_argument("--labels", type=Path, required=True, help="text file, one class name per line")
     q.add_argument("--out", type=Path, default=Path("models"), help="models root (default: models)")
     q.add_argument("--width", type=int, required=True, help="model input width")
     q.add_argument("--height", type=int, required=True, help="model input height")
-    q.add_argument("--channels", type=int, choices=(1, 3), default=3)
+    q.add_argument("--channels", type=int, choices=(1, 3), default=3, help="1 (grey) or 3 (RGB) (default 3)")
     q.add_argument("--mean", type=float, nargs="+", default=[0.0],
-                   help="the float model sees (pixel - mean) / std; one value or one per channel")
-    q.add_argument("--std", type=float, nargs="+", default=[1.0])
-    q.add_argument("--resize", choices=("center_crop", "stretch"), default="center_crop")
+                   help="the float model sees (pixel - mean) / std; one value or one per channel (default 0)")
+    q.add_argument("--std", type=float, nargs="+", default=[1.0], help="see --mean (default 1)")
+    q.add_argument("--resize", choices=("center_crop", "stretch"), default="center_crop",
+                   help="how an image of another shape becomes width x height (default center_crop)")
     q.add_argument("--crop-fraction", type=float, default=0.875,
                    help="center_crop: fraction of the shorter side kept (default 0.875)")
     q.add_argument("--io-type", choices=("uint8", "int8"), default="uint8",
                    help="input/output tensor type (default uint8, as the Edge TPU examples)")
     q.add_argument("--scores", choices=("logits", "probabilities"), default="logits",
-                   help="what the model outputs (logits get a softmax in the service)")
+                   help="what the model outputs (logits get a softmax in the service) (default logits)")
     q.add_argument("--source", required=True, help="where the model and its weights come from")
     q.add_argument("--licence", required=True, help="licence of the weights")
-    q.add_argument("--description", default="")
+    q.add_argument("--description", default="", help="one line about the model")
+
+    inspect = _sub(sub, "inspect", "offline Edge TPU analysis of a .tflite: which ops would map, and why not",
+                   "python -m converter inspect models/fashion_mnist/fashion_mnist_int8.tflite --json")
+    inspect.add_argument("model", type=Path, help="a .tflite file (plain int8, or already compiled)")
+    inspect.add_argument("--json", action="store_true", help="print the analysis as JSON instead of a table")
+
+    c = _sub(sub, "compile", "compile a model directory's int8 model with edgetpu_compiler",
+             "python -m converter compile models/fashion_mnist --compiler /usr/bin/edgetpu_compiler")
+    c.add_argument("model_dir", type=Path, help="models/<name>: its <name>_int8.tflite is compiled")
+    c.add_argument("--compiler", type=Path, default=None, help="edgetpu_compiler to run (default: the one on PATH)")
+    c.add_argument("--num-segments", type=_positive, default=1,
+                   help="-n: split into this many segments for pipelining over several TPUs (default 1; the "
+                        "service serves single-segment models)")
+    c.add_argument("--search-delegate", action="store_true",
+                   help="-d: if compilation fails, search for an earlier point to stop mapping ops")
+    c.add_argument("--delegate-search-step", type=_positive, default=None,
+                   help="-k: step size of that search (default: the compiler's, 1)")
+    c.add_argument("--timeout", type=_positive, default=DEFAULT_COMPILER_TIMEOUT_S,
+                   help=f"-t: the compiler's timeout in seconds (default {DEFAULT_COMPILER_TIMEOUT_S})")
+    c.add_argument("--intermediate-tensors", default=None,
+                   help="-i: comma-separated tensor names to make outputs of the Edge TPU part")
+    c.add_argument("--ignore-compiler-version", action="store_true",
+                   help="compile even if edgetpu_compiler -v is not the pinned version (recorded in model.json)")
+
+    e = _sub(sub, "evaluate", "float vs int8 accuracy on a labelled dataset, recorded in model.json",
+             "python -m converter evaluate models/fashion_mnist "
+             "--data /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
+    e.add_argument("model_dir", type=Path, help="models/<name>: its int8 model, labels and input spec")
+    e.add_argument("--data", type=Path, required=True,
+                   help="a folder with one sub-folder per class (named as the labels, or their indices), an IDX "
+                        "images file (*-images-idx3-ubyte[.gz]) or an .npz with x/images and y/labels")
+    e.add_argument("--idx-labels", type=Path, default=None,
+                   help="IDX labels file (default: the *-labels-idx1-ubyte[.gz] next to the images)")
+    e.add_argument("--float", dest="float_model", type=Path, default=None,
+                   help="the float source model (.keras, .h5 or SavedModel) for float accuracy, agreement and drop")
+    e.add_argument("--limit", type=_positive, default=None, help="evaluate at most this many samples")
+    e.add_argument("--json", action="store_true", help="print the figures as JSON")
+    e.add_argument("--no-record", action="store_true", help="do not write the figures into model.json")
     return parser
 
 
+def run_build(args: argparse.Namespace) -> Path:
+    from converter.builds import BUILDS
+
+    options = {"seed": args.seed}
+    if args.name == "efficientnet_lite0":
+        options["timm_wheel"] = args.timm_wheel
+    elif args.name == "fashion_mnist":
+        options["data_dir"] = args.data_dir
+    return BUILDS[args.name](args.out, **options)
+
+
 def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
+    from app.edgetpu.compat import analyze
     from app.model_dir import InputSpec, int8_filename, write_model_dir
+    from app.tflite_file import read_tflite
     from converter import calibration, quantize
     from converter.builds import tool_versions
 
@@ -97,6 +183,7 @@ def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
     outputs = report["output"]["shape"][-1]
     if len(labels) != outputs:
         raise quantize.QuantizeError(f"{args.labels} has {len(labels)} labels, the model has {outputs} outputs")
+    edgetpu = analyze(read_tflite(tflite))
     manifest = {
         "name": args.name,
         "task": "classification",
@@ -106,6 +193,7 @@ def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
         "input": spec.model_dump(),
         "output": {"scores": args.scores},
         "quantization": report,
+        "edgetpu_analysis": edgetpu.summary(),
         "build": {
             "command": shlex.join(["python", "-m", "converter", *argv]),
             "calibration": f"{len(samples)} samples from {args.calibration}",
@@ -113,31 +201,125 @@ def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
             "convert_seconds": round(time.perf_counter() - started, 1),
         },
     }
-    return write_model_dir(args.out, manifest, {
+    target = write_model_dir(args.out, manifest, {
         "int8": (int8_filename(args.name), tflite),
         "labels": ("labels.txt", ("\n".join(labels) + "\n").encode()),
     })
+    _say(f"Edge TPU analysis: {edgetpu.summary()}")
+    return target
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from converter.inspection import inspect_file, render, to_json_dict
+
+    report = inspect_file(args.model)
+    if args.json:
+        print(json.dumps(to_json_dict(report, args.model), indent=2))
+    else:
+        print(render(report, args.model))
+    return EXIT_OK if report.all_mapped and report.total else EXIT_CPU_OPS
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    from converter import compile as edgetpu_compile
+    from converter.inspection import render
+
+    options = edgetpu_compile.CompileOptions(
+        num_segments=args.num_segments, search_delegate=args.search_delegate,
+        delegate_search_step=args.delegate_search_step, timeout_s=args.timeout,
+        intermediate_tensors=tuple(t for t in (args.intermediate_tensors or "").split(",") if t))
+    try:
+        result = edgetpu_compile.compile_model_dir(args.model_dir, args.compiler, options,
+                                                   check_compiler_version=not args.ignore_compiler_version,
+                                                   progress=_say)
+    except edgetpu_compile.CompilerNotFound as e:
+        from app.model_dir import read_model_dir
+        from converter.inspection import inspect_file
+
+        _say(f"converter: {e}")
+        path = read_model_dir(args.model_dir).file("int8")
+        print("offline analysis instead (no compiler needed):")
+        print(render(inspect_file(path), path))
+        return EXIT_NO_COMPILER
+    report = result.report
+    for line in report.operators:
+        print(f"{line.type:<30} {line.count:<10} {line.status}")
+    memory = report.memory
+    if memory:
+        print("parameters: " + ", ".join(f"{key.replace('_', ' ')} {value['text']}" for key, value in memory.items()))
+    print(f"compiled with edgetpu_compiler {result.compiler_version} for Edge TPU runtime {result.min_runtime_version}: "
+          f"{report.operations_on_edgetpu} ops on the Edge TPU, {report.operations_on_cpu} on the CPU")
+    print(f"offline analysis said: {result.offline.summary()}")
+    for kind, name in result.files.items():
+        print(f"placed {result.model_dir / name} ({kind})")
+    return EXIT_OK if report.operations_on_cpu == 0 else EXIT_CPU_OPS
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from app.model_dir import read_model_dir, update_manifest
+    from converter import evaluate
+    from converter.datasets import load_labelled
+
+    model = read_model_dir(args.model_dir)
+    spec = model.manifest.input
+    data = load_labelled(args.data, spec, model.labels, args.idx_labels, args.limit)
+    float_scores = evaluate.float_batch_scorer(args.float_model, spec) if args.float_model else None
+    result = evaluate.evaluate(data, evaluate.int8_batch_scorer(model.file("int8"), spec), float_scores)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print("\n".join(result.lines()))
+    if args.no_record:
+        return EXIT_OK
+    previous = getattr(model.manifest, "evaluation", None) or {}
+    if "float" in previous and result.float is None:
+        # an int8-only run must not erase the float figures (and agreement) measured before
+        _say(f"not recorded: {model.path / 'model.json'} has float figures from {previous.get('data')!r} that this run "
+             "did not measure; pass --float to replace them, or --no-record")
+        return EXIT_OK
+    figures = result.as_dict()
+    if args.float_model:
+        figures["float_model"] = str(args.float_model)
+    update_manifest(model.path, evaluation=figures)
+    _say(f"recorded in {model.path / 'model.json'} (evaluation)")
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    from converter.builds import BUILDS
+    from app.errors import ServeError
+    from converter.builds import BuildBelowBar
     from converter.calibration import CalibrationError
+    from converter.compile import CompileError
+    from converter.compiler_log import CompilerLogError
+    from converter.datasets import DatasetError
+    from converter.evaluate import EvaluateError
+    from converter.fashion_mnist import DataNotInstalled
     from converter.imagenet_labels import LabelsError
     from converter.photos import PhotosNotInstalled
     from converter.quantize import QuantizeError
-    from app.errors import ServeError
 
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     try:
         if args.command == "build":
-            target = BUILDS[args.name](args.out, seed=args.seed, timm_wheel=args.timm_wheel)
-        else:
-            target = run_quantize(args, argv)
-    except (QuantizeError, CalibrationError, LabelsError, PhotosNotInstalled, ServeError, OSError) as e:
-        print(f"converter: {e}", file=sys.stderr)
+            print(run_build(args))
+        elif args.command == "quantize":
+            print(run_quantize(args, argv))
+        elif args.command == "inspect":
+            return run_inspect(args)
+        elif args.command == "compile":
+            return run_compile(args)
+        elif args.command == "evaluate":
+            return run_evaluate(args)
+    except CompileError as e:
+        _say(f"converter: {e}")
+        if e.stderr and e.stderr.strip() not in str(e):
+            _say(f"edgetpu_compiler stderr:\n{e.stderr.rstrip()}")
         return EXIT_FAILED
-    print(target)
+    except (QuantizeError, CalibrationError, LabelsError, PhotosNotInstalled, ServeError, DatasetError,
+            EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, OSError) as e:
+        _say(f"converter: {e}")
+        return EXIT_FAILED
     return EXIT_OK
 
 

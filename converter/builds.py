@@ -147,4 +147,90 @@ def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: 
     return target
 
 
-BUILDS = {"efficientnet_lite0": build_efficientnet_lite0}
+class BuildBelowBar(Exception):
+    """The trained model misses the recipe's accuracy bar: nothing is written."""
+
+
+def build_fashion_mnist(out_root: Path, seed: int = DEFAULT_SEED, data_dir: Path | None = None) -> Path:
+    """Train the small CNN, quantize, evaluate on the 10,000 test images, check the bar, write."""
+    from app.edgetpu.compat import analyze
+    from app.tflite_file import read_tflite
+    from converter import evaluate
+    from converter import fashion_mnist as recipe
+    from converter.datasets import from_arrays
+
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    data_dir = Path(data_dir) if data_dir is not None else recipe.DATA_DIR
+    spec = InputSpec(width=recipe.IMAGE_SIZE, height=recipe.IMAGE_SIZE, channels=1, resize="stretch",
+                     mean=recipe.MEAN, std=recipe.STD)
+    x_train, y_train = recipe.load(recipe.TRAIN_IMAGES, data_dir)
+    x_test, y_test = recipe.load(recipe.TEST_IMAGES, data_dir)
+    started = time.perf_counter()
+    recipe.configure_tensorflow(seed)
+    model = recipe.train(x_train, y_train, say=say)
+    train_seconds = time.perf_counter() - started
+
+    started = time.perf_counter()
+    calibration_set = recipe.calibration_pixels(x_train, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        saved_model = quantize.export_keras(recipe.batch_one_twin(model), Path(tmp))
+
+        def representative():
+            for pixels in calibration.with_progress(calibration_set, len(calibration_set)):
+                yield calibration.normalise(pixels, spec)
+
+        tflite = quantize.quantize(saved_model, representative, io_type="uint8")
+    convert_seconds = time.perf_counter() - started
+    report = quantize.describe(tflite)
+    edgetpu = analyze(read_tflite(tflite))
+
+    started = time.perf_counter()
+    test_set = from_arrays(x_test, y_test, spec, f"Fashion-MNIST test set ({recipe.TEST_IMAGES} and its labels)")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.tflite"
+        path.write_bytes(tflite)
+        result = evaluate.evaluate(test_set, evaluate.int8_batch_scorer(path, spec),
+                                   evaluate.keras_batch_scorer(model, spec))
+    evaluate_seconds = time.perf_counter() - started
+    for line in result.lines():
+        say(line)
+    if result.float.top1 < recipe.MIN_FLOAT_TOP1 or result.top1_drop > recipe.MAX_TOP1_DROP:
+        raise BuildBelowBar(
+            f"float top-1 {result.float.top1:.2%} (bar {recipe.MIN_FLOAT_TOP1:.0%}), int8 top-1 {result.int8.top1:.2%}, "
+            f"drop {100 * result.top1_drop:.2f} points (bar {100 * recipe.MAX_TOP1_DROP:.0f}): nothing written")
+    manifest = {
+        "name": recipe.NAME,
+        "task": "classification",
+        "description": "small CNN (Conv-Pool-Conv-Pool-Dense-Dense) trained on Fashion-MNIST, 10 classes, "
+                       "28x28 grey, full-integer int8, uint8 input and output",
+        "source": recipe.SOURCE,
+        "licence": recipe.LICENCE,
+        "input": spec.model_dump(),
+        "output": {"scores": "logits"},
+        "quantization": report,
+        "edgetpu_analysis": edgetpu.summary(),
+        "evaluation": result.as_dict(),
+        "build": {
+            "command": f"python -m converter build {recipe.NAME}",
+            "seed": seed,
+            "training": f"{recipe.EPOCHS} epochs of Adam (learning rate {recipe.LEARNING_RATE}), batch "
+                        f"{recipe.BATCH_SIZE}, on the {len(x_train)} training images; TensorFlow deterministic ops, "
+                        f"{recipe.INTRA_OP_THREADS} intra-op threads",
+            "calibration": f"{len(calibration_set)} training images (seeded random subset)",
+            "data": f"Debian package dataset-fashion-mnist, {data_dir}",
+            "tools": tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow"),
+            "train_seconds": round(train_seconds, 1),
+            "convert_seconds": round(convert_seconds, 1),
+            "evaluate_seconds": round(evaluate_seconds, 1),
+        },
+    }
+    target = write_model_dir(out_root, manifest, {
+        "int8": (int8_filename(recipe.NAME), tflite),
+        "labels": ("labels.txt", ("\n".join(recipe.LABELS) + "\n").encode()),
+    })
+    say(f"wrote {target}: {len(tflite)} bytes; trained in {train_seconds:.0f} s, converted in {convert_seconds:.0f} s; "
+        f"{edgetpu.summary()}")
+    return target
+
+
+BUILDS = {"efficientnet_lite0": build_efficientnet_lite0, "fashion_mnist": build_fashion_mnist}

@@ -94,19 +94,21 @@ def build_keras(state: dict[str, np.ndarray]):
     import keras
     from keras import layers
 
+    from converter import torch_port
+
     def conv_bn(x, conv_key, bn_key, filters, kernel, stride, relu6, depthwise=False):
         weight = state[f"{conv_key}.weight"]
-        if depthwise:  # (C, 1, kh, kw) -> (kh, kw, C, 1)
+        if depthwise:
             conv = layers.DepthwiseConv2D(kernel, stride, padding="same", use_bias=False, name=_layer_name(conv_key))
-            weight = weight.transpose(2, 3, 0, 1)
-        else:  # (O, I, kh, kw) -> (kh, kw, I, O)
+            weight = torch_port.depthwise_conv2d(weight)
+        else:
             conv = layers.Conv2D(filters, kernel, stride, padding="same", use_bias=False, name=_layer_name(conv_key))
-            weight = weight.transpose(2, 3, 1, 0)
+            weight = torch_port.conv2d(weight)
         x = conv(x)
         conv.set_weights([weight])
         norm = layers.BatchNormalization(epsilon=BN_EPSILON, momentum=0.99, name=_layer_name(bn_key))
         x = norm(x)
-        norm.set_weights([state[f"{bn_key}.{k}"] for k in ("weight", "bias", "running_mean", "running_var")])
+        norm.set_weights(torch_port.batch_norm(state, bn_key))
         if relu6:
             x = layers.ReLU(6.0, name=_layer_name(bn_key) + "_relu6")(x)
         return x
@@ -126,5 +128,5 @@ def build_keras(state: dict[str, np.ndarray]):
     x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
     fc = layers.Dense(NUM_CLASSES, name="fc")
     x = fc(x)
-    fc.set_weights([state["_fc.weight"].T, state["_fc.bias"]])
+    fc.set_weights([torch_port.linear(state["_fc.weight"]), state["_fc.bias"]])
     return keras.Model(inputs, x, name=NAME)

@@ -51,15 +51,30 @@ def saved_model_from(model_path: Path, workdir: Path) -> Path:
 
         return export_keras(keras.models.load_model(model_path, compile=False), workdir)
     if model_path.suffix == ".tflite":
-        raise QuantizeError(
-            f"{model_path} is already a TFLite model. Full-integer quantization needs the float "
-            "source model (Keras .keras/.h5 or a SavedModel): calibration must run the float graph "
-            "to learn each activation's range, which a converted .tflite no longer exposes to the "
-            "TensorFlow converter. Quantize from the model you converted it from."
-        )
+        raise QuantizeError(tflite_explanation(model_path))
     if not model_path.exists():
         raise QuantizeError(f"{model_path} does not exist")
     raise QuantizeError(f"{model_path}: expected a .keras or .h5 file or a SavedModel directory")
+
+
+def tflite_explanation(path: Path) -> str:
+    """Why a .tflite is not quantized here: what it is (float or already integer) and what to do instead."""
+    from app.tflite_file import TfliteFileError, read_tflite
+
+    try:
+        graph = read_tflite(path).graph
+    except TfliteFileError as e:
+        return f"{path} has the .tflite suffix but is not a readable TFLite model ({e})"
+    float_tensors = [t.name for t in graph.tensors if t.type in ("FLOAT32", "FLOAT16")]
+    if not float_tensors:
+        return (f"{path} is already an integer TFLite model: there is nothing left to quantize. Check it with "
+                f"`python -m converter inspect {path}` and compile it, or quantize again from its float source model.")
+    return (
+        f"{path} is a float TFLite model ({len(float_tensors)} float tensors, e.g. {float_tensors[0]!r}). "
+        "Full-integer quantization needs the float source model (Keras .keras/.h5 or a SavedModel): "
+        "calibration runs the float graph over representative images to learn each activation's range, "
+        "and TensorFlow's converter does that only from a TensorFlow graph, not from a converted .tflite. "
+        "Quantize from the model you converted it from.")
 
 
 def export_keras(model, workdir: Path) -> Path:

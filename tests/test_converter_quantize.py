@@ -11,6 +11,7 @@ from app.registry import Registry
 from app.settings import Settings
 from converter.__main__ import EXIT_FAILED, main
 from converter.photos import sample_photos
+from tests.conftest import DEFAULT_MODEL, MODELS
 
 pytestmark = pytest.mark.slow
 
@@ -87,12 +88,34 @@ def test_saved_model_directory(keras_model_file, photo_folder, labels, tmp_path)
     assert read_model_dir(tmp_path / "m" / "tiny").file("int8").stat().st_size > 0
 
 
-def test_float_tflite_is_explained_not_quantized(photo_folder, labels, tmp_path, capsys):
-    fake = tmp_path / "model.tflite"
-    fake.write_bytes(b"TFL3")
-    assert main(quantize_args(fake, photo_folder, tmp_path / "m", labels)) == EXIT_FAILED
-    assert "needs the float source model" in capsys.readouterr().err
+def test_h5_file(keras_model_file, photo_folder, labels, tmp_path):
+    import keras
+
+    h5 = tmp_path / "tiny.h5"
+    keras.models.load_model(keras_model_file).save(h5)
+    assert main(quantize_args(h5, photo_folder, tmp_path / "m", labels)) == 0
+    model_dir = read_model_dir(tmp_path / "m" / "tiny")
+    assert model_dir.manifest.quantization["input"]["dtype"] == "uint8"
+    assert model_dir.manifest.edgetpu_analysis == "all 7 ops would run on the Edge TPU"  # QUANTIZE, CONV, POOL, CONV, MEAN, FC, QUANTIZE
+
+
+def test_float_tflite_is_explained_not_quantized(keras_model_file, photo_folder, labels, tmp_path, capsys):
+    import keras
+    import tensorflow as tf
+
+    from converter.quantize import export_keras
+
+    saved = export_keras(keras.models.load_model(keras_model_file), tmp_path)
+    float_tflite = tmp_path / "model.tflite"
+    float_tflite.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(saved)).convert())
+    assert main(quantize_args(float_tflite, photo_folder, tmp_path / "m", labels)) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "is a float TFLite model" in err and "needs the float source model" in err
     assert not (tmp_path / "m").exists()
+
+    int8 = MODELS / DEFAULT_MODEL / f"{DEFAULT_MODEL}_int8.tflite"
+    assert main(quantize_args(int8, photo_folder, tmp_path / "m", labels)) == EXIT_FAILED
+    assert "is already an integer TFLite model: there is nothing left to quantize" in capsys.readouterr().err
 
 
 def test_calibration_from_an_array_file(keras_model_file, labels, tmp_path):

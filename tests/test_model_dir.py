@@ -4,7 +4,7 @@ import shutil
 import pytest
 
 from app.errors import ModelDirError
-from app.model_dir import discover, read_model_dir, sha256_file, write_model_dir
+from app.model_dir import add_files, discover, read_model_dir, sha256_file, write_model_dir
 from tests.conftest import DEFAULT_MODEL, MODELS
 
 MANIFEST = {
@@ -72,3 +72,24 @@ def test_manifest_errors_name_the_file(tmp_path):
 def test_sha256_file(tmp_path):
     (tmp_path / "f").write_bytes(b"abc")
     assert sha256_file(tmp_path / "f") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_add_files_merges_into_an_existing_directory(tmp_path):
+    target = write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"v1"), "seg": ("seg.tflite", b"s")})
+    add_files(target, {"edgetpu": ("tiny_int8_edgetpu.tflite", b"tpu")}, remove=("seg",), compiled={"by": "test"})
+    model_dir = read_model_dir(target)
+    assert model_dir.file("edgetpu").read_bytes() == b"tpu" and model_dir.file("int8").read_bytes() == b"v1"
+    assert not model_dir.has("seg") and not (target / "seg.tflite").exists()
+    assert model_dir.manifest.compiled == {"by": "test"}
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny"]
+
+
+def test_add_files_keeps_the_old_directory_when_it_fails(tmp_path):
+    target = write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"v1")})
+    with pytest.raises(Exception):
+        add_files(target, {"edgetpu": ("e.tflite", b"tpu")}, input={"width": -1})
+    assert not read_model_dir(target).has("edgetpu") and [p.name for p in tmp_path.iterdir()] == ["tiny"]
+    renamed = tmp_path / "other"
+    target.rename(renamed)
+    with pytest.raises(ModelDirError, match="model.json names 'tiny', the directory 'other'"):
+        add_files(renamed, {"edgetpu": ("e.tflite", b"tpu")})

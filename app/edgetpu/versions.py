@@ -110,6 +110,29 @@ def pins() -> Pins:
     return read_pins()
 
 
+@dataclass(frozen=True)
+class CompilerPin:
+    """The edgetpu_compiler the converter expects ([compiler] of versions.toml)."""
+
+    version: str
+    package: str
+    apt_source: str
+    apt_key: str
+    min_runtime_version: int  # the runtime of the set the images install: compile with -m this
+
+
+def read_compiler_pin(path: Path = VERSIONS_FILE) -> CompilerPin:
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    image_set = read_pins(path).set_named(raw["image"]["set"])
+    return CompilerPin(min_runtime_version=image_set.runtime_version, **raw["compiler"])
+
+
+@cache
+def compiler_pin() -> CompilerPin:
+    return read_compiler_pin()
+
+
 def image_pins() -> ImagePins:
     return pins().image
 

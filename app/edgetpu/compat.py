@@ -1,0 +1,444 @@
+"""Which operators edgetpu_compiler would map to the Edge TPU, decided offline from the .tflite alone.
+
+The compiler is a closed x86-64 Linux binary, and its failure mode is silent: it maps one
+contiguous partition from the start of the graph, and the first operator it cannot take and
+*everything after it* run on the CPU. This module applies Coral's documented requirements
+("TensorFlow models on the Edge TPU": model requirements and the supported-operations table)
+to each operator, in execution order (TFLite stores operators in the order it runs them), and
+says where that partition would end and why.
+
+Model requirements, checked on every operator's tensors:
+  - activations int8/uint8 and quantized; constants int8/uint8, or integer operands such as
+    int32 biases, shapes, axes and paddings (no float anywhere);
+  - static shapes (no -1 in a shape signature), batch 1;
+  - effective rank <= 3: a tensor may have more than 3 dimensions only if every dimension
+    outside the 3 innermost is 1 (shape [1, 224, 224, 3] is fine, [2, 224, 224, 3] is not);
+  - parameters (weights, biases) constant at compile time.
+Per-operator limits come from the same table (OP_LIMITS below).
+
+The verdict is necessary, not sufficient: the compiler may still leave a supported operator on
+the CPU for reasons it documents only loosely ("depending on input/output size",
+"certain reshapes might not be mapped for large tensor sizes"). Its own log says which; this
+analysis is what you can know before you have the compiler. Pure: no compiler, no TensorFlow,
+no interpreter; the service's emulator uses it too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
+from app.tflite_file import Operator, Subgraph, Tensor, TfliteModel, read_tflite, schema
+
+# Coral's table, "Known limitations" column, as numbers.
+MAX_EFFECTIVE_RANK = 3
+MAX_SOFTMAX_ELEMENTS = 16_000
+MEAN_Z_MULTIPLE = 4
+EIGHT_BIT = frozenset({"INT8", "UINT8"})
+# Constant operands the compiler folds or reads at compile time: weights (8-bit), biases (int32),
+# shapes, axes, paddings, strides (int32/int64).
+CONSTANT_TYPES = frozenset({"INT8", "UINT8", "INT32", "INT64"})
+
+# A rule looks at one operator in its graph: None if it holds, else the reason it does not.
+Rule = Callable[[Operator, Subgraph], str | None]
+
+# TFLite builtin -> the name Coral's supported-operations table gives it.
+SUPPORTED_OPS: dict[str, str] = {
+    "ADD": "Add", "AVERAGE_POOL_2D": "AveragePool2d", "CONCATENATION": "Concatenation",
+    "CONV_2D": "Conv2d", "DEPTHWISE_CONV_2D": "DepthwiseConv2d", "EXPAND_DIMS": "ExpandDims",
+    "FULLY_CONNECTED": "FullyConnected", "L2_NORMALIZATION": "L2Normalization", "LOGISTIC": "Logistic",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "LSTM", "MAXIMUM": "Maximum", "MAX_POOL_2D": "MaxPool2d",
+    "MEAN": "Mean", "MINIMUM": "Minimum", "MUL": "Mul", "PACK": "Pack", "PAD": "Pad", "PRELU": "PReLU",
+    "QUANTIZE": "Quantize", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "ReduceMin", "RELU": "ReLU",
+    "RELU6": "ReLU6", "RELU_N1_TO_1": "ReLUN1To1", "RESHAPE": "Reshape", "RESIZE_BILINEAR": "ResizeBilinear",
+    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighbor", "SLICE": "Slice", "SOFTMAX": "Softmax",
+    "SPACE_TO_DEPTH": "SpaceToDepth", "SPLIT": "Split", "SQUEEZE": "Squeeze", "STRIDED_SLICE": "StridedSlice",
+    "SUB": "Sub", "SUM": "Sum", "TANH": "Tanh",
+}
+
+# What to do instead, for operators people often meet in converted models.
+UNSUPPORTED_HINTS: dict[str, str] = {
+    "DEQUANTIZE": "it produces float; give the model integer output (inference_output_type uint8 or int8)",
+    "TRANSPOSE": "keep activations NHWC end to end (transpose weights when porting, not activations)",
+    "FLOOR_MOD": "compute it outside the model or on the CPU after the Edge TPU part",
+    "SHAPE": "a dynamic shape computation; build the Keras model with Input(..., batch_size=1)",
+    "HARD_SWISH": "use ReLU6 (as EfficientNet-Lite does)",
+    "BATCH_MATMUL": "use a Dense/FullyConnected layer with constant weights",
+    "GATHER": "compute it outside the model",
+}
+
+
+@dataclass(frozen=True)
+class OpVerdict:
+    """One operator: can the Edge TPU take it, and if not, which constraint it breaks."""
+
+    index: int
+    opcode: str
+    supported: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class CompatReport:
+    """The analysis of one graph.
+
+    `mapped` is how many operators the single Edge TPU partition would hold: every operator
+    before the first unsupported one. For a model that is already compiled (`compiled`), it is
+    the number of edgetpu-custom-op nodes, and every other operator runs on the CPU.
+    """
+
+    ops: list[OpVerdict]
+    compiled: bool
+    first_unsupported: OpVerdict | None
+    mapped: int
+    total: int
+
+    @property
+    def all_mapped(self) -> bool:
+        return self.mapped == self.total
+
+    def on_edgetpu(self, index: int) -> bool:
+        """Whether operator `index` runs (or would run) on the Edge TPU."""
+        if self.compiled:
+            return self.ops[index].opcode == EDGETPU_CUSTOM_OP
+        return index < self.mapped
+
+    def summary(self) -> str:
+        if self.total == 0:
+            return "the graph has no operators"
+        if self.compiled:
+            cpu = self.total - self.mapped
+            text = (f"already compiled for the Edge TPU: {self.mapped} Edge TPU custom op(s); "
+                    f"{cpu} of {self.total} ops run on the CPU")
+            if self.first_unsupported is not None:
+                text += f" (first unsupported op: {self.first_unsupported.opcode} at index {self.first_unsupported.index})"
+            return text
+        if self.first_unsupported is None:
+            return f"all {self.total} ops would run on the Edge TPU"
+        first = self.first_unsupported
+        return (f"first unsupported op: {first.opcode} at index {first.index}; "
+                f"{self.mapped} of {self.total} ops would run on the Edge TPU")
+
+    def to_dict(self) -> dict:
+        return {
+            "compiled": self.compiled,
+            "total": self.total,
+            "mapped": self.mapped,
+            "first_unsupported": None if self.first_unsupported is None else asdict(self.first_unsupported),
+            "summary": self.summary(),
+            "ops": [dict(asdict(v), on_edgetpu=self.on_edgetpu(v.index)) for v in self.ops],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+def analyze(model: TfliteModel) -> CompatReport:
+    """Verdict per operator of the graph the interpreter runs (subgraph 0), and the partition point."""
+    graph = model.graph
+    verdicts = []
+    for op in graph.operators:
+        reason = None if op.opcode == EDGETPU_CUSTOM_OP else check_operator(op, graph)
+        verdicts.append(OpVerdict(op.index, op.opcode, reason is None, reason))
+    first = next((v for v in verdicts if not v.supported), None)
+    compiled = any(v.opcode == EDGETPU_CUSTOM_OP for v in verdicts)
+    if compiled:
+        mapped = sum(v.opcode == EDGETPU_CUSTOM_OP for v in verdicts)
+    else:
+        mapped = len(verdicts) if first is None else first.index
+    return CompatReport(ops=verdicts, compiled=compiled, first_unsupported=first, mapped=mapped,
+                        total=len(verdicts))
+
+
+def analyze_file(source) -> CompatReport:
+    """analyze() of a .tflite path or bytes (TfliteFileError if it is not one)."""
+    return analyze(read_tflite(source))
+
+
+def check_operator(op: Operator, graph: Subgraph) -> str | None:
+    """None if the Edge TPU can take this operator, else the broken constraint with the actual value."""
+    if op.custom:
+        return f"custom operator {op.opcode!r}: the Edge TPU runs only builtin operators from Coral's table"
+    if op.opcode not in SUPPORTED_OPS:
+        hint = UNSUPPORTED_HINTS.get(op.opcode)
+        return (f"{op.opcode} is not an Edge TPU operation (not in Coral's supported-operations table)"
+                + (f": {hint}" if hint else ""))
+    # the operator's own limit first: it names the cause (a PAD of the batch) rather than its effect (a batch of 2)
+    rules = (*BASIC_RULES, *OP_LIMITS.get(op.opcode, ()), *SHAPE_RULES)
+    for rule in rules:
+        reason = rule(op, graph)
+        if reason is not None:
+            return reason
+    return None
+
+
+# ---- model requirements (every operator) -------------------------------------------------------
+
+def _used(indices) -> list[int]:
+    return [i for i in indices if i >= 0]  # -1: an omitted optional input
+
+
+def _data_operands(op: Operator) -> list[int]:
+    """The tensors that carry activations through the TPU (an LSTM's other inputs are its parameters and state)."""
+    if op.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+        return _used(op.inputs[:1]) + _used(op.outputs)
+    return _used(op.inputs) + _used(op.outputs)
+
+
+def _types(op: Operator, graph: Subgraph) -> str | None:
+    for index in _data_operands(op):
+        tensor = graph.tensors[index]
+        if tensor.is_constant:
+            if tensor.type not in CONSTANT_TYPES:
+                return (f"constant tensor {tensor.name!r} is {tensor.type}: the Edge TPU takes int8/uint8 "
+                        "parameters (int32 biases and shapes); the model is not fully integer-quantized")
+        elif tensor.type not in EIGHT_BIT:
+            return (f"tensor {tensor.name!r} is {tensor.type}: the Edge TPU computes on int8/uint8 tensors only "
+                    "(full-integer quantization)")
+        elif tensor.quantization is None:
+            return f"tensor {tensor.name!r} is {tensor.type} without quantization parameters: not a quantized model"
+    return None
+
+
+def _static_shapes(op: Operator, graph: Subgraph) -> str | None:
+    for index in _used(op.inputs) + _used(op.outputs):
+        tensor = graph.tensors[index]
+        if tensor.is_dynamic:
+            return (f"tensor {tensor.name!r} has a dynamic shape {list(tensor.shape_signature)}: the Edge TPU needs "
+                    "static shapes (export with a fixed batch size of 1)")
+    return None
+
+
+def _effective_rank(op: Operator, graph: Subgraph) -> str | None:
+    for index in _data_operands(op):
+        tensor = graph.tensors[index]
+        if tensor.is_constant:
+            continue  # parameters are laid out by the compiler
+        outer = tensor.shape[:-MAX_EFFECTIVE_RANK]
+        if any(d != 1 for d in outer):
+            batch = f" (batch {tensor.shape[0]}: the Edge TPU runs batch 1 only)" if len(tensor.shape) == 4 else ""
+            return (f"tensor {tensor.name!r} has shape {list(tensor.shape)}: only the {MAX_EFFECTIVE_RANK} innermost "
+                    f"dimensions may be larger than 1 (effective rank <= {MAX_EFFECTIVE_RANK}){batch}")
+    return None
+
+
+def _batch_one(op: Operator, graph: Subgraph) -> str | None:
+    """A [batch, features] model input must have batch 1.
+
+    For 4-D tensors the effective-rank rule is the batch rule; a 3-D tensor is [y, x, z] to the
+    Edge TPU (Coral's Squeeze example), so only the 2-D Keras convention is checked here.
+    """
+    for index in _used(op.inputs):
+        tensor = graph.tensors[index]
+        if index in graph.inputs and len(tensor.shape) == 2 and tensor.shape[0] != 1:
+            return (f"model input {tensor.name!r} has shape {list(tensor.shape)}, batch {tensor.shape[0]}: "
+                    "the Edge TPU runs batch 1 only")
+    return None
+
+
+BASIC_RULES: tuple[Rule, ...] = (_static_shapes, _types)
+SHAPE_RULES: tuple[Rule, ...] = (_batch_one, _effective_rank)
+
+
+# ---- per-operator limits (Coral's table) ---------------------------------------------------------
+
+def _activation_name(code: int) -> str:
+    names = {v: k for k, v in vars(schema().ActivationFunctionType).items() if not k.startswith("_")}
+    return names.get(code, str(code))
+
+
+def _no_fused_activation(op: Operator, graph: Subgraph) -> str | None:
+    code = op.options.get("fusedActivationFunction", 0)
+    if code:
+        return (f"{op.opcode} has a fused {_activation_name(code)} activation: the Edge TPU's "
+                f"{SUPPORTED_OPS[op.opcode]} takes no fused activation function")
+    return None
+
+
+def _same_dilation(op: Operator, graph: Subgraph) -> str | None:
+    w, h = op.options.get("dilationWFactor", 1), op.options.get("dilationHFactor", 1)
+    if w != h:
+        return f"dilation {w} in x and {h} in y: the Edge TPU needs the same dilation in x and y"
+    return None
+
+
+def _constant_parameters(op: Operator, graph: Subgraph) -> str | None:
+    """Weights (input 1) and bias (input 2) must be known at compile time."""
+    for index in _used(op.inputs[1:3]):
+        tensor = graph.tensors[index]
+        if not tensor.is_constant:
+            return (f"parameter tensor {tensor.name!r} of {op.opcode} is computed at run time: the Edge TPU needs "
+                    "weights and biases that are constant at compile time")
+    return None
+
+
+def _innermost_only(shape: tuple[int, ...]) -> bool:
+    """1-D in effect: every dimension but the last is 1."""
+    return all(d == 1 for d in shape[:-1])
+
+
+def _fully_connected(op: Operator, graph: Subgraph) -> str | None:
+    weights_format = op.options.get("weightsFormat", 0)
+    if weights_format:
+        names = {v: k for k, v in vars(schema().FullyConnectedOptionsWeightsFormat).items() if not k.startswith("_")}
+        return (f"FULLY_CONNECTED weights in {names.get(weights_format, weights_format)} format: the Edge TPU "
+                "takes only the default format")
+    output = graph.tensors[op.outputs[0]]
+    if not _innermost_only(output.shape):
+        return (f"FULLY_CONNECTED output {output.name!r} has shape {list(output.shape)}: the Edge TPU needs a "
+                "one-dimensional output (every dimension but the last 1)")
+    return None
+
+
+def _softmax(op: Operator, graph: Subgraph) -> str | None:
+    tensor = graph.tensors[op.inputs[0]]
+    if not _innermost_only(tensor.shape):
+        return (f"SOFTMAX input {tensor.name!r} has shape {list(tensor.shape)}: the Edge TPU's softmax takes a "
+                "one-dimensional input")
+    size = tensor.shape[-1] if tensor.shape else 1
+    if size > MAX_SOFTMAX_ELEMENTS:
+        return f"SOFTMAX over {size} elements: the Edge TPU's softmax takes at most {MAX_SOFTMAX_ELEMENTS}"
+    return None
+
+
+def _constant(op: Operator, graph: Subgraph, position: int, what: str) -> tuple[np.ndarray | None, str | None]:
+    """The constant operand at `position` (axis, paddings, strides), or the reason it cannot be read."""
+    if position >= len(op.inputs) or op.inputs[position] < 0:
+        return None, f"{op.opcode} has no {what} input"
+    tensor: Tensor = graph.tensors[op.inputs[position]]
+    if not tensor.is_constant:
+        return None, f"{op.opcode}'s {what} ({tensor.name!r}) is computed at run time: the Edge TPU needs it constant"
+    return tensor.data, None
+
+
+def _strided_slice(op: Operator, graph: Subgraph) -> str | None:
+    strides, problem = _constant(op, graph, 3, "strides")
+    if problem:
+        return problem
+    if np.any(strides != 1):
+        return f"STRIDED_SLICE strides {strides.tolist()}: the Edge TPU needs all strides equal to 1"
+    for mask in ("ellipsisMask", "newAxisMask"):
+        if op.options.get(mask, 0):
+            return f"STRIDED_SLICE {mask} {op.options[mask]}: the Edge TPU needs it 0"
+    return None
+
+
+def _concatenation(op: Operator, graph: Subgraph) -> str | None:
+    """A constant input is allowed only as zero padding: exactly 2 inputs, the constant all (real) zeros."""
+    inputs = [graph.tensors[i] for i in _used(op.inputs)]
+    constants = [t for t in inputs if t.is_constant]
+    if not constants:
+        return None
+    if len(inputs) != 2:
+        return (f"CONCATENATION of {len(inputs)} inputs with a constant one ({constants[0].name!r}): with a "
+                "constant input the Edge TPU needs exactly 2 inputs (a zero padding)")
+    constant = constants[0]
+    # real = scale * (q - zero_point): the real value is 0 exactly where q == zero_point
+    zero_point = constant.quantization.zero_point if constant.quantization is not None else np.zeros(1, np.int64)
+    if constant.data.size and not np.all(constant.data.astype(np.int64) == zero_point.reshape(-1)[0]):
+        return (f"CONCATENATION with constant input {constant.name!r} that is not all zeros: the Edge TPU takes a "
+                "constant input only as zero padding")
+    return None
+
+
+def _axes(op: Operator, graph: Subgraph, position: int, rank: int) -> tuple[list[int], str | None]:
+    data, problem = _constant(op, graph, position, "axis")
+    if problem:
+        return [], problem
+    return sorted({int(a) % max(rank, 1) for a in np.asarray(data).reshape(-1)}), None
+
+
+def _batch_axes(rank: int) -> range:
+    """Dimensions outside the innermost three: the batch, to the Edge TPU."""
+    return range(max(0, rank - MAX_EFFECTIVE_RANK))
+
+
+def _no_batch_reduction(op: Operator, graph: Subgraph) -> str | None:
+    shape = graph.tensors[op.inputs[0]].shape
+    axes, problem = _axes(op, graph, 1, len(shape))
+    if problem:
+        return problem
+    batch = [a for a in axes if a in _batch_axes(len(shape))]
+    if batch:
+        return (f"{op.opcode} reduces axes {axes} of shape {list(shape)}, including the batch dimension: the "
+                "Edge TPU cannot reduce over the batch")
+    if op.opcode == "MEAN" and len(shape) - 1 in axes and shape[-1] % MEAN_Z_MULTIPLE:
+        return (f"MEAN reduces the innermost (z) dimension of size {shape[-1]}: the Edge TPU needs it a "
+                f"multiple of {MEAN_Z_MULTIPLE}")
+    return None
+
+
+def _no_batch_padding(op: Operator, graph: Subgraph) -> str | None:
+    shape = graph.tensors[op.inputs[0]].shape
+    paddings, problem = _constant(op, graph, 1, "paddings")
+    if problem:
+        return problem
+    paddings = np.asarray(paddings).reshape(-1, 2)
+    for axis in _batch_axes(len(shape)):
+        if axis < len(paddings) and np.any(paddings[axis] != 0):
+            return f"PAD pads the batch dimension by {paddings[axis].tolist()}: the Edge TPU cannot pad the batch"
+    return None
+
+
+def _no_batch_packing(op: Operator, graph: Subgraph) -> str | None:
+    rank = len(graph.tensors[op.outputs[0]].shape)
+    axis = op.options.get("axis", 0) % max(rank, 1)
+    if axis in _batch_axes(rank):
+        return f"PACK along axis {axis} of a rank-{rank} output, the batch dimension: the Edge TPU cannot pack the batch"
+    return None
+
+
+def _no_batch_split(op: Operator, graph: Subgraph) -> str | None:
+    # SPLIT's inputs are (axis, tensor)
+    shape = graph.tensors[op.inputs[1]].shape
+    axes, problem = _axes(op, graph, 0, len(shape))
+    if problem:
+        return problem
+    if any(a in _batch_axes(len(shape)) for a in axes):
+        return f"SPLIT along axis {axes[0]} of shape {list(shape)}, the batch dimension: the Edge TPU cannot split the batch"
+    return None
+
+
+def _prelu_alpha(op: Operator, graph: Subgraph) -> str | None:
+    alpha = graph.tensors[op.inputs[1]]
+    if not _innermost_only(alpha.shape):
+        return (f"PRELU alpha {alpha.name!r} has shape {list(alpha.shape)}: the Edge TPU needs it one-dimensional "
+                "(in Keras, PReLU(shared_axes=[1, 2]))")
+    return None
+
+
+def _squeeze_leading(op: Operator, graph: Subgraph) -> str | None:
+    """Only leading 1s may be squeezed (no relayout): [1, 5, 10] -> [5, 10] is fine, [5, 1, 10] -> [5, 10] is not."""
+    shape = graph.tensors[op.inputs[0]].shape
+    dims = [d % len(shape) for d in op.options.get("squeezeDims") or []] or [i for i, d in enumerate(shape) if d == 1]
+    first_large = next((i for i, d in enumerate(shape) if d != 1), len(shape))
+    late = [d for d in dims if d > first_large]
+    if late:
+        return (f"SQUEEZE removes dimension {late[0]} of shape {list(shape)}, after a dimension larger than 1: "
+                "the Edge TPU squeezes only leading 1s")
+    return None
+
+
+OP_LIMITS: dict[str, tuple[Rule, ...]] = {
+    "AVERAGE_POOL_2D": (_no_fused_activation,),
+    "MAX_POOL_2D": (_no_fused_activation,),
+    "CONV_2D": (_same_dilation, _constant_parameters),
+    "DEPTHWISE_CONV_2D": (_same_dilation, _constant_parameters),
+    "FULLY_CONNECTED": (_fully_connected, _constant_parameters),
+    "SOFTMAX": (_softmax,),
+    "STRIDED_SLICE": (_strided_slice,),
+    "CONCATENATION": (_no_fused_activation, _concatenation),
+    "MEAN": (_no_batch_reduction,),
+    "SUM": (_no_batch_reduction,),
+    "REDUCE_MAX": (_no_batch_reduction,),
+    "REDUCE_MIN": (_no_batch_reduction,),
+    "PAD": (_no_batch_padding,),
+    "PACK": (_no_batch_packing,),
+    "SPLIT": (_no_batch_split,),
+    "PRELU": (_prelu_alpha,),
+    "SQUEEZE": (_squeeze_leading,),
+}

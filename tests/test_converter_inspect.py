@@ -1,0 +1,92 @@
+"""python -m converter inspect: the table, --json, and exit codes scripts can rely on."""
+
+import json
+
+import pytest
+
+from converter.__main__ import EXIT_CPU_OPS, EXIT_FAILED, EXIT_OK, main
+from tests.conftest import DEFAULT_MODEL, MODELS
+from tests.doubles.compiled_model_double import compiled_model_bytes
+from tests.tflite_builder import conv_chain
+
+COMMITTED = sorted(MODELS.glob("*/*_int8.tflite"))
+
+
+@pytest.mark.parametrize("model", COMMITTED, ids=[p.parent.name for p in COMMITTED])
+def test_every_committed_model_maps_whole(model, capsys):
+    assert main(["inspect", str(model)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1].startswith("all ") and out.splitlines()[-1].endswith(" ops would run on the Edge TPU")
+    assert "CPU" not in out.split("\n", 2)[2]  # no operator row says CPU
+
+
+def test_the_default_model_table(capsys):
+    main(["inspect", str(MODELS / DEFAULT_MODEL / f"{DEFAULT_MODEL}_int8.tflite")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("62 operators, not compiled")
+    assert lines[1].split() == ["index", "operator", "runs", "on", "reason"]
+    assert lines[2].split() == ["0", "QUANTIZE", "Edge", "TPU"]
+    assert lines[-1] == "all 62 ops would run on the Edge TPU"
+
+
+def test_an_unsupported_op_in_the_middle_is_named_with_the_partition_point(tmp_path, capsys):
+    path = tmp_path / "chain.tflite"
+    path.write_bytes(conv_chain("TRANSPOSE"))
+    assert main(["inspect", str(path)]) == EXIT_CPU_OPS
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "first unsupported op: TRANSPOSE at index 2; 2 of 5 ops would run on the Edge TPU"
+    transpose, after = lines[4], lines[5]
+    assert transpose.split()[:3] == ["2", "TRANSPOSE", "CPU"] and "not an Edge TPU operation" in transpose
+    assert after.split()[:3] == ["3", "CONV_2D", "CPU"] and "after the first unsupported op" in after
+
+    assert main(["inspect", str(path), "--json"]) == EXIT_CPU_OPS
+    report = json.loads(capsys.readouterr().out)
+    assert report["file"] == str(path) and report["mapped"] == 2 and report["first_unsupported"]["index"] == 2
+
+
+def test_a_compiled_model(tmp_path, capsys):
+    path = tmp_path / "m_edgetpu.tflite"
+    path.write_bytes(compiled_model_bytes())
+    assert main(["inspect", str(path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "1 operators, compiled for the Edge TPU" in out and "edgetpu-custom-op" in out
+
+
+def test_what_is_not_a_model(tmp_path, capsys):
+    path = tmp_path / "photo.tflite"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    assert main(["inspect", str(path)]) == EXIT_FAILED
+    assert "not a TFLite model" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "absent.tflite")]) == EXIT_FAILED
+    with pytest.raises(SystemExit) as usage:
+        main(["inspect"])
+    assert usage.value.code == 2
+
+
+@pytest.mark.slow
+def test_a_real_converted_model_with_a_transpose_in_the_middle(tmp_path, capsys):
+    """Keras Permute between two convolutions: TFLite keeps an int8 TRANSPOSE, which the Edge TPU does not run."""
+    from converter.quantize import export_keras, import_tensorflow, quantize
+
+    import_tensorflow()
+    import keras
+    import numpy as np
+    from keras import layers
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 3), batch_size=1)
+    x = layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    x = layers.Permute((2, 1, 3))(x)
+    x = layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, layers.Dense(4)(x))
+    rng = np.random.default_rng(0)
+    tflite = quantize(export_keras(model, tmp_path), lambda: (rng.random((1, 16, 16, 3), np.float32) for _ in range(8)))
+    path = tmp_path / "permute_int8.tflite"
+    path.write_bytes(tflite)
+
+    assert main(["inspect", str(path)]) == EXIT_CPU_OPS
+    out = capsys.readouterr().out
+    summary = out.splitlines()[-1]
+    assert summary.startswith("first unsupported op: TRANSPOSE at index 2; 2 of ")
+    assert "TRANSPOSE is not an Edge TPU operation" in out

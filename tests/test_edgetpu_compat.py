@@ -1,0 +1,278 @@
+"""The offline Edge TPU analysis: one small graph per documented constraint, and the committed models."""
+
+import json
+
+import numpy as np
+import pytest
+
+from app.edgetpu.compat import MAX_SOFTMAX_ELEMENTS, analyze, analyze_file
+from app.tflite_file import read_tflite
+from tests.conftest import DEFAULT_MODEL, MODELS
+from tests.doubles.compiled_model_double import compiled_model_bytes, custom_options, package_bytes
+from tests.tflite_builder import GraphBuilder, conv_chain
+
+CONV = dict(padding=0, strideW=1, strideH=1, dilationWFactor=1, dilationHFactor=1)
+
+
+def verdict_of(model_bytes: bytes, index: int = -1):
+    report = analyze(read_tflite(model_bytes))
+    return report.ops[index]
+
+
+def unary(opcode: str, in_shape, out_shape, in_type="INT8", out_type="INT8", extra_inputs=(), **options) -> bytes:
+    """One operator between an input and an output: extra_inputs are (name, values, type) constants."""
+    g = GraphBuilder()
+    x = g.activation("x", in_shape, in_type)
+    constants = [g.constant(name, values, type) for name, values, type in extra_inputs]
+    y = g.activation("y", out_shape, out_type)
+    g.op(opcode, [x, *constants], [y], **options)
+    return g.build([x], [y])
+
+
+def assert_refused(model_bytes: bytes, *fragments: str, index: int = -1):
+    verdict = verdict_of(model_bytes, index)
+    assert not verdict.supported, verdict
+    for fragment in fragments:
+        assert fragment in verdict.reason, verdict.reason
+
+
+def assert_accepted(model_bytes: bytes, index: int = -1):
+    verdict = verdict_of(model_bytes, index)
+    assert verdict.supported, verdict.reason
+
+
+# ---- whole graphs -------------------------------------------------------------------------------
+
+def test_the_committed_default_model_maps_whole():
+    report = analyze_file(MODELS / DEFAULT_MODEL / f"{DEFAULT_MODEL}_int8.tflite")
+    assert not report.compiled and report.first_unsupported is None
+    assert report.mapped == report.total == 62
+    assert report.summary() == "all 62 ops would run on the Edge TPU"
+
+
+def test_an_unsupported_op_in_the_middle_ends_the_partition():
+    clean = analyze(read_tflite(conv_chain()))
+    assert clean.all_mapped and clean.total == 4
+    report = analyze(read_tflite(conv_chain("TRANSPOSE")))
+    assert [v.opcode for v in report.ops] == ["QUANTIZE", "CONV_2D", "TRANSPOSE", "CONV_2D", "QUANTIZE"]
+    assert report.first_unsupported.index == 2 and report.mapped == 2 and report.total == 5
+    assert report.summary() == "first unsupported op: TRANSPOSE at index 2; 2 of 5 ops would run on the Edge TPU"
+    # the ops after it are supported in themselves, and still run on the CPU
+    assert report.ops[3].supported and not report.on_edgetpu(3)
+    assert [report.on_edgetpu(i) for i in range(5)] == [True, True, False, False, False]
+    assert "keep activations NHWC" in report.first_unsupported.reason
+
+
+@pytest.mark.parametrize("opcode", ["DEQUANTIZE", "FLOOR_MOD"])
+def test_operations_outside_the_table(opcode):
+    out_type = "FLOAT32" if opcode == "DEQUANTIZE" else "INT8"
+    assert_refused(unary(opcode, [1, 10], [1, 10], out_type=out_type), f"{opcode} is not an Edge TPU operation")
+
+
+def test_a_custom_operator_other_than_the_edgetpu_one():
+    g = GraphBuilder()
+    x, y = g.activation("x", [1, 10]), g.activation("y", [1, 10])
+    g.op("CUSTOM", [x], [y], custom_code="TFLite_Detection_PostProcess")
+    assert_refused(g.build([x], [y]), "custom operator 'TFLite_Detection_PostProcess'")
+
+
+def test_report_as_json():
+    report = analyze(read_tflite(conv_chain("TRANSPOSE")))
+    data = json.loads(report.to_json())
+    assert data["mapped"] == 2 and data["total"] == 5 and data["compiled"] is False
+    assert data["first_unsupported"]["opcode"] == "TRANSPOSE"
+    assert [op["on_edgetpu"] for op in data["ops"]] == [True, True, False, False, False]
+    assert data["summary"] == report.summary()
+
+
+def test_a_graph_without_operators():
+    g = GraphBuilder()
+    x = g.activation("x", [1, 4])
+    report = analyze(read_tflite(g.build([x], [x])))
+    assert report.total == report.mapped == 0 and report.summary() == "the graph has no operators"
+
+
+# ---- compiled models ----------------------------------------------------------------------------
+
+def test_a_compiled_model_is_recognised():
+    report = analyze(read_tflite(compiled_model_bytes()))
+    assert report.compiled and report.mapped == report.total == 1 and report.on_edgetpu(0)
+    assert report.summary().startswith("already compiled for the Edge TPU: 1 Edge TPU custom op(s); 0 of 1")
+
+
+def test_a_compiled_model_with_a_cpu_tail():
+    g = GraphBuilder()
+    x, y = g.activation("x", [1, 10], "UINT8"), g.activation("y", [1, 10], "UINT8")
+    g.op("CUSTOM", [x], [y], custom_code="edgetpu-custom-op")
+    g.operators[-1].customOptions = list(custom_options(package_bytes(14)))
+    z = g.activation("z", [1, 10], "FLOAT32", quantized=False)
+    g.op("DEQUANTIZE", [y], [z])
+    report = analyze(read_tflite(g.build([x], [z])))
+    assert report.compiled and report.mapped == 1 and report.total == 2
+    assert report.first_unsupported.opcode == "DEQUANTIZE" and not report.on_edgetpu(1)
+    assert "1 of 2 ops run on the CPU" in report.summary()
+
+
+# ---- model requirements -------------------------------------------------------------------------
+
+def test_float_activations():
+    assert_refused(unary("ADD", [1, 10], [1, 10], in_type="FLOAT32"), "tensor 'x' is FLOAT32", "int8/uint8")
+
+
+def test_float_weights():
+    g = GraphBuilder()
+    x, y = g.activation("x", [1, 4, 4, 2]), g.activation("y", [1, 4, 4, 2])
+    w = g.constant("w", np.ones((2, 1, 1, 2)), "FLOAT32")
+    b = g.constant("b", np.zeros(2), "INT32")
+    g.op("CONV_2D", [x, w, b], [y], **CONV)
+    assert_refused(g.build([x], [y]), "constant tensor 'w' is FLOAT32")
+
+
+def test_unquantized_eight_bit_tensor():
+    g = GraphBuilder()
+    x, y = g.activation("x", [1, 10]), g.activation("y", [1, 10], quantized=False)
+    g.op("RELU", [x], [y])
+    assert_refused(g.build([x], [y]), "'y' is INT8 without quantization parameters")
+
+
+def test_dynamic_shape():
+    g = GraphBuilder()
+    x = g.activation("x", [1, 10], signature=[-1, 10])
+    y = g.activation("y", [1, 10], signature=[-1, 10])
+    g.op("RELU", [x], [y])
+    assert_refused(g.build([x], [y]), "dynamic shape [-1, 10]", "static shapes")
+
+
+def test_effective_rank_and_batch():
+    assert_accepted(unary("RELU", [1, 28, 28, 8], [1, 28, 28, 8]))
+    assert_accepted(unary("RELU", [1, 1, 28, 28, 8], [1, 1, 28, 28, 8]))  # 5-D, but only 3 dims > 1
+    assert_refused(unary("RELU", [2, 28, 28, 8], [2, 28, 28, 8]),
+                   "shape [2, 28, 28, 8]", "effective rank <= 3", "batch 2")
+    assert_refused(unary("RELU", [1, 3, 28, 28, 8], [1, 3, 28, 28, 8]), "only the 3 innermost dimensions")
+    assert_refused(unary("RELU", [4, 10], [4, 10]), "model input 'x' has shape [4, 10], batch 4")
+
+
+# ---- per-operator limits ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pool", ["MAX_POOL_2D", "AVERAGE_POOL_2D"])
+def test_pooling_without_fused_activation(pool):
+    options = dict(padding=0, strideW=2, strideH=2, filterWidth=2, filterHeight=2)
+    assert_accepted(unary(pool, [1, 8, 8, 4], [1, 4, 4, 4], fusedActivationFunction=0, **options))
+    assert_refused(unary(pool, [1, 8, 8, 4], [1, 4, 4, 4], fusedActivationFunction=3, **options),
+                   "fused RELU6 activation")
+
+
+@pytest.mark.parametrize("conv", ["CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_convolution_dilation_must_match(conv):
+    def graph(w, h):
+        g = GraphBuilder()
+        x, y = g.activation("x", [1, 8, 8, 4]), g.activation("y", [1, 8, 8, 4])
+        weights = g.constant("w", np.ones((4, 3, 3, 4) if conv == "CONV_2D" else (1, 3, 3, 4)), "INT8")
+        bias = g.constant("b", np.zeros(4), "INT32")
+        g.op(conv, [x, weights, bias], [y], **dict(CONV, dilationWFactor=w, dilationHFactor=h))
+        return g.build([x], [y])
+
+    assert_accepted(graph(2, 2))
+    assert_refused(graph(2, 1), "dilation 2 in x and 1 in y")
+
+
+def test_convolution_weights_must_be_constant():
+    g = GraphBuilder()
+    x, w = g.activation("x", [1, 8, 8, 4]), g.activation("w", [4, 1, 1, 4])
+    y = g.activation("y", [1, 8, 8, 4])
+    g.op("CONV_2D", [x, w, -1], [y], **CONV)
+    assert_refused(g.build([x, w], [y]), "parameter tensor 'w'", "constant at compile time")
+
+
+def test_fully_connected_output_is_one_dimensional():
+    def graph(out_shape, weights_format=0):
+        g = GraphBuilder()
+        x = g.activation("x", [1, 2, 16])
+        w = g.constant("w", np.ones((10, 16)), "INT8")
+        y = g.activation("y", out_shape)
+        g.op("FULLY_CONNECTED", [x, w, -1], [y], weightsFormat=weights_format, keepNumDims=len(out_shape) == 3)
+        return g.build([x], [y])
+
+    assert_accepted(graph([1, 10]))
+    assert_refused(graph([1, 2, 10]), "output 'y' has shape [1, 2, 10]", "one-dimensional")
+    assert_refused(graph([1, 10], weights_format=1), "SHUFFLED4x16INT8 format")
+
+
+def test_softmax_is_one_dimensional_and_at_most_16000():
+    assert_accepted(unary("SOFTMAX", [1, MAX_SOFTMAX_ELEMENTS], [1, MAX_SOFTMAX_ELEMENTS], beta=1.0))
+    assert_refused(unary("SOFTMAX", [1, 20000], [1, 20000], beta=1.0), "over 20000 elements", "at most 16000")
+    assert_refused(unary("SOFTMAX", [1, 5, 10], [1, 5, 10], beta=1.0), "shape [1, 5, 10]", "one-dimensional")
+
+
+def test_strided_slice_strides_of_one():
+    def graph(strides, **options):
+        return unary("STRIDED_SLICE", [1, 8, 8, 4], [1, 4, 8, 4], extra_inputs=[
+            ("begin", [0, 0, 0, 0], "INT32"), ("end", [1, 8, 8, 4], "INT32"), ("strides", strides, "INT32")],
+            **options)
+
+    assert_accepted(graph([1, 1, 1, 1]))
+    assert_refused(graph([1, 2, 1, 1]), "strides [1, 2, 1, 1]", "all strides equal to 1")
+    assert_refused(graph([1, 1, 1, 1], ellipsisMask=1), "ellipsisMask 1")
+
+
+def test_concatenation_takes_a_constant_only_as_zero_padding():
+    def graph(constant_value=None, inputs=2, activation=0):
+        g = GraphBuilder()
+        xs = [g.activation(f"x{i}", [1, 4, 4, 2]) for i in range(inputs - (constant_value is not None))]
+        if constant_value is not None:
+            # real = scale * (q - zero_point): q == zero_point is a real zero
+            xs.append(g.constant("pad", np.full((1, 4, 4, 2), constant_value), "INT8", zero_point=-3))
+        y = g.activation("y", [1, 4, 4, 2 * inputs])
+        g.op("CONCATENATION", xs, [y], axis=3, fusedActivationFunction=activation)
+        return g.build(xs[:1], [y])
+
+    assert_accepted(graph())
+    assert_accepted(graph(constant_value=-3))
+    assert_refused(graph(constant_value=5), "constant input 'pad' that is not all zeros")
+    assert_refused(graph(constant_value=-3, inputs=3), "CONCATENATION of 3 inputs with a constant one")
+    assert_refused(graph(activation=1), "fused RELU activation")
+
+
+def test_mean_not_over_the_batch_and_z_in_fours():
+    def graph(axes, channels=8):
+        out = [1 if i in axes else d for i, d in enumerate([1, 6, 6, channels])]
+        return unary("MEAN", [1, 6, 6, channels], out, extra_inputs=[("axes", axes, "INT32")], keepDims=True)
+
+    assert_accepted(graph([1, 2]))
+    assert_accepted(graph([-1]))  # z-reduction over 8 channels
+    assert_refused(graph([3], channels=10), "innermost (z) dimension of size 10", "multiple of 4")
+    assert_refused(graph([0, 1]), "including the batch dimension")
+
+
+def test_sum_not_over_the_batch():
+    assert_refused(unary("SUM", [1, 6, 6, 4], [1, 1, 6, 4], extra_inputs=[("axes", [0, 1], "INT32")], keepDims=True),
+                   "SUM reduces axes [0, 1]", "batch")
+
+
+def test_pad_not_in_the_batch():
+    def graph(paddings):
+        return unary("PAD", [1, 6, 6, 4], [1 + sum(paddings[0]), 8, 8, 4],
+                     extra_inputs=[("paddings", paddings, "INT32")])
+
+    assert_accepted(graph([[0, 0], [1, 1], [1, 1], [0, 0]]))
+    assert_refused(graph([[1, 0], [1, 1], [1, 1], [0, 0]]), "pads the batch dimension by [1, 0]")
+
+
+def test_pack_and_split_not_in_the_batch():
+    g = GraphBuilder()
+    a, b = g.activation("a", [1, 4, 4]), g.activation("b", [1, 4, 4])
+    y = g.activation("y", [2, 1, 4, 4])
+    g.op("PACK", [a, b], [y], valuesCount=2, axis=0)
+    assert_refused(g.build([a, b], [y]), "PACK along axis 0")
+
+    g = GraphBuilder()
+    axis = g.constant("axis", np.array(0, np.int32), "INT32", shape=[])
+    x = g.activation("x", [2, 4, 4, 4])
+    outs = [g.activation(f"y{i}", [1, 4, 4, 4]) for i in range(2)]
+    g.op("SPLIT", [axis, x], outs, numSplits=2)
+    assert_refused(g.build([x], outs), "SPLIT along axis 0")
+
+
+def test_squeeze_only_leading_ones():
+    assert_accepted(unary("SQUEEZE", [1, 5, 10], [5, 10], squeezeDims=[0]))
+    assert_refused(unary("SQUEEZE", [5, 1, 10], [5, 10], squeezeDims=[1]), "removes dimension 1 of shape [5, 1, 10]")

@@ -184,32 +184,14 @@ def write_model_dir(root: Path, manifest: dict, files: dict[str, tuple[str, byte
     Edge TPU model when only the int8 model is rebuilt) along with their entries.
     """
     root = Path(root)
-    name = manifest["name"]
-    target = root / name
+    target = root / manifest["name"]
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
-    try:
-        entries = {}
-        if target.is_dir() and (target / MANIFEST).is_file():
-            previous = json.loads((target / MANIFEST).read_text(encoding="utf-8"))
-            for kind, entry in previous.get("files", {}).items():
-                if kind not in files and (target / entry["path"]).is_file():
-                    shutil.copy2(target / entry["path"], staging / entry["path"])
-                    entries[kind] = entry
-        for kind, (filename, content) in files.items():
-            (staging / filename).write_bytes(content)
-            entries[kind] = file_entry(staging / filename, staging).model_dump()
-        full = dict(manifest, files=entries)
-        Manifest.model_validate(full)  # never write a manifest the service would refuse
-        (staging / MANIFEST).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
-        for f in staging.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        os.chmod(staging, 0o755)
-        _swap_into_place(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    kept = {}
+    if target.is_dir() and (target / MANIFEST).is_file():
+        previous = json.loads((target / MANIFEST).read_text(encoding="utf-8"))
+        kept = {kind: entry for kind, entry in previous.get("files", {}).items()
+                if kind not in files and (target / entry["path"]).is_file()}
+    _replace_whole(target, manifest, kept, files)
     return target
 
 
@@ -252,25 +234,31 @@ def add_files(model_dir: Path, files: dict[str, tuple[str, bytes]], remove: tupl
     manifest = json.loads((model_dir / MANIFEST).read_text(encoding="utf-8"))
     if manifest.get("name") != model_dir.name:
         raise ModelDirError(f"{model_dir}: model.json names {manifest.get('name')!r}, the directory {model_dir.name!r}")
-    staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}.", dir=model_dir.parent))
+    kept = {kind: entry for kind, entry in manifest.get("files", {}).items()
+            if kind not in remove and kind not in files}
+    _replace_whole(model_dir, dict(manifest, **fields), kept, files)
+
+
+def _replace_whole(target: Path, manifest: dict, kept: dict[str, dict], files: dict[str, tuple[str, bytes]]) -> None:
+    """Stage the complete new directory beside target (kept files copied from it, new ones
+    written, the manifest validated and everything fsynced), then swap it in."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         entries = {}
-        for kind, entry in manifest.get("files", {}).items():
-            if kind in remove or kind in files:
-                continue
-            shutil.copy2(model_dir / entry["path"], staging / entry["path"])
+        for kind, entry in kept.items():
+            shutil.copy2(target / entry["path"], staging / entry["path"])
             entries[kind] = entry
         for kind, (filename, content) in files.items():
             (staging / filename).write_bytes(content)
             entries[kind] = file_entry(staging / filename, staging).model_dump()
-        full = dict(manifest, **fields, files=entries)
-        Manifest.model_validate(full)
+        full = dict(manifest, files=entries)
+        Manifest.model_validate(full)  # never write a manifest the service would refuse
         (staging / MANIFEST).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
         for f in staging.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
         os.chmod(staging, 0o755)
-        _swap_into_place(staging, model_dir)
+        _swap_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

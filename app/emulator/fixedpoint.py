@@ -1,0 +1,125 @@
+"""TFLite's fixed-point arithmetic, exactly, as pure vectorised numpy with int64 intermediates.
+
+These are the definitions the fast paths are checked against (tests/test_emulator_fixedpoint.py)
+and what the load-time tables are computed with. C semantics are spelled out where they
+differ from numpy's: integer division truncates toward zero (numpy `//` floors), `>>` on a
+negative int is arithmetic, std::round rounds half away from zero (np.round: half to even).
+
+Rounding mode. MultiplyByQuantizedMultiplier exists in two forms: DOUBLE_ROUNDING (gemmlowp's
+SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT) and SINGLE_ROUNDING (one 64-bit
+product, one rounding shift, as TFLITE_SINGLE_ROUNDING builds have it). They differ by one on
+some values. Measured on the pinned ai-edge-litert 2.3.0 with BUILTIN_REF, the choice is per
+kernel, not per build: CONV_2D and DEPTHWISE_CONV_2D round twice, FULLY_CONNECTED once
+(tests/test_emulator_rounding.py keeps the evidence). So every caller names its mode: there
+is no default.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+
+import numpy as np
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+
+class Rounding(Enum):
+    DOUBLE_ROUNDING = "double"   # SaturatingRoundingDoublingHighMul + RoundingDivideByPOT
+    SINGLE_ROUNDING = "single"   # (x * m + 2^(s-1)) >> s, TFLITE_SINGLE_ROUNDING builds
+
+
+def tflite_round(x: float) -> int:
+    """std::round / TfLiteRound: half away from zero."""
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """std::round over an array (float in, float out): half away from zero."""
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)
+
+
+def quantize_multiplier(double_multiplier: float) -> tuple[int, int]:
+    """QuantizeMultiplier (quantization_util.cc): real multiplier -> (Q0.31 multiplier, shift).
+
+    real = quantized_multiplier * 2^(shift - 31), quantized_multiplier in [2^30, 2^31).
+    """
+    if double_multiplier == 0.0:
+        return 0, 0
+    q, shift = math.frexp(double_multiplier)
+    q_fixed = tflite_round(q * (1 << 31))
+    if q_fixed == 1 << 31:
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:  # every bit would be shifted out: TFLite flushes to zero
+        return 0, 0
+    return int(q_fixed), int(shift)
+
+
+def wrap_int32(x: np.ndarray) -> np.ndarray:
+    """Two's complement wrap to int32, what C++ int32 arithmetic does on overflow in practice."""
+    x = np.asarray(x, dtype=np.int64)
+    return ((x - INT32_MIN) & 0xFFFFFFFF) + INT32_MIN
+
+
+def saturating_rounding_doubling_high_mul(a, b) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul: (a*b*2 + 2^31) / 2^32 in Q0.31, ties toward +inf.
+
+    The only overflow, INT32_MIN * INT32_MIN, saturates to INT32_MAX. The nudge is 2^30 for a
+    non-negative product and 1 - 2^30 otherwise, then the division by 2^31 truncates toward zero.
+    """
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    ab = a * b
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    total = ab + nudge
+    high = np.where(total >= 0, total >> 31, -((-total) >> 31))  # C division: truncate toward zero
+    return np.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, high)
+
+
+def rounding_divide_by_pot(x, exponent) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT: x / 2^exponent, ties away from zero."""
+    x = np.asarray(x, dtype=np.int64)
+    exponent = np.asarray(exponent, dtype=np.int64)
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier(x, quantized_multiplier, shift, rounding: Rounding) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier (common.h): x * quantized_multiplier * 2^(shift - 31), rounded.
+
+    DOUBLE_ROUNDING: RoundingDivideByPOT(SRDHM(x * 2^left_shift, m), right_shift), the left
+    shift in wrapping int32 arithmetic as in C++. SINGLE_ROUNDING: (x * m + 2^(30 - shift)) >> (31 - shift).
+    """
+    x = np.asarray(x, dtype=np.int64)
+    quantized_multiplier = np.asarray(quantized_multiplier, dtype=np.int64)
+    shift = np.asarray(shift, dtype=np.int64)
+    if rounding is Rounding.SINGLE_ROUNDING:
+        total_shift = 31 - shift
+        return (x * quantized_multiplier + (np.int64(1) << (total_shift - 1))) >> total_shift
+    left_shift = np.maximum(shift, 0)
+    right_shift = np.maximum(-shift, 0)
+    return rounding_divide_by_pot(
+        saturating_rounding_doubling_high_mul(wrap_int32(x << left_shift), quantized_multiplier), right_shift)
+
+
+def multiply_by_quantized_multiplier_smaller_than_one_exp(x, quantized_multiplier, left_shift,
+                                                          rounding: Rounding) -> np.ndarray:
+    """MultiplyByQuantizedMultiplierSmallerThanOneExp: the elementwise ops' rescale (left_shift <= 0)."""
+    if rounding is Rounding.SINGLE_ROUNDING:
+        return multiply_by_quantized_multiplier(x, quantized_multiplier, left_shift, rounding)
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x, quantized_multiplier),
+                                  -np.asarray(left_shift, dtype=np.int64))
+
+
+def multiply_by_quantized_multiplier_greater_than_one(x, quantized_multiplier, left_shift,
+                                                      rounding: Rounding) -> np.ndarray:
+    """MultiplyByQuantizedMultiplierGreaterThanOne: SRDHM(x * 2^left_shift, m)."""
+    if rounding is Rounding.SINGLE_ROUNDING:
+        return multiply_by_quantized_multiplier(x, quantized_multiplier, left_shift, rounding)
+    x = np.asarray(x, dtype=np.int64)
+    return saturating_rounding_doubling_high_mul(wrap_int32(x << np.asarray(left_shift, np.int64)),
+                                                 quantized_multiplier)

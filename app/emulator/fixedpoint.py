@@ -72,10 +72,11 @@ def saturating_rounding_doubling_high_mul(a, b) -> np.ndarray:
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     ab = a * b
-    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
-    total = ab + nudge
-    high = np.where(total >= 0, total >> 31, -((-total) >> 31))  # C division: truncate toward zero
-    return np.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, high)
+    negative = ab >> 63  # -1 where ab < 0, else 0
+    total = ab + (1 << 30) + negative * ((1 << 31) - 1)  # nudge: 2^30, or 1 - 2^30 when negative
+    high = (total + (negative & ((1 << 31) - 1))) >> 31  # truncating division: bias negatives up first
+    overflow = (a == INT32_MIN) & (b == INT32_MIN)
+    return np.where(overflow, INT32_MAX, high) if overflow.any() else high
 
 
 def rounding_divide_by_pot(x, exponent) -> np.ndarray:

@@ -130,8 +130,11 @@ class Requantizer:
         p = self.params
         levels = np.arange(p.quantized_activation_min + 1, p.quantized_activation_max + 1, dtype=np.int64)
         real = self._real_multiplier()[:, None]
+        target = (levels - p.output_offset - 0.5)[None, :]  # a * M >= target reaches the level ...
+        if p.rounding is Rounding.DOUBLE_ROUNDING:  # ... less e above zero, plus e below
+            target = target - self._sign_step()[:, None] * np.where(target > 0, 1.0, -1.0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            guess = np.ceil((levels[None, :] - p.output_offset - 0.5) / real) - p.bias[:, None]
+            guess = np.ceil(target / real) - p.bias[:, None]
         low, high = self.acc_low[:, None], self.acc_high[:, None] + 1
         guess = np.nan_to_num(guess, nan=0.0, posinf=2.0**62, neginf=-(2.0**62))
         steps = np.clip(guess, low, high).astype(np.int64)

@@ -6,7 +6,7 @@ These follow TFLite's Prepare functions (kernel_util.cc, padding.h), computed on
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,7 @@ class Step:
     run: Callable[..., np.ndarray]
     inputs: tuple[int, ...]   # tensor indices fed to run, in order (constants are bound at prepare)
     outputs: tuple[int, ...]
+    details: dict = field(default_factory=dict)  # how it runs, for inspection: {"accumulate": "float32", ...}
 
 
 class OpView:
@@ -48,9 +49,9 @@ class OpView:
             raise Unsupported(f"{what} (input {position}) must be a constant tensor")
         return tensor.data
 
-    def step(self, run: Callable[..., np.ndarray], *positions: int) -> Step:
+    def step(self, run: Callable[..., np.ndarray], *positions: int, **details) -> Step:
         inputs = tuple(self.operator.inputs[p] for p in positions)
-        return Step(self.operator, run, inputs, tuple(self.operator.outputs))
+        return Step(self.operator, run, inputs, tuple(self.operator.outputs), details)
 
 
 def quantized_type(tensor: Tensor, what: str) -> np.dtype:

@@ -110,8 +110,12 @@ def fully_connected(input_data: np.ndarray, filter_matrix: np.ndarray, output_sh
 
 # ---- prepare: what TFLite's Prepare computes, once per model ----
 
-def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype):
-    """Centered int64 filter, per-channel multipliers, int64 bias, all checked against TFLite's rules."""
+def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, scalar_path: bool):
+    """Centered int64 filter, per-channel multipliers, int64 bias, all checked against TFLite's rules.
+
+    scalar_path: the kernel takes TFLite's single (per-tensor) multiplier, whose real value is
+    computed with the scale product in float; the per-channel arrays compute it in double.
+    """
     input_tensor, filter_tensor, output = view.input(0), view.input(1), view.output()
     filter_dtype = quantized_type(filter_tensor, "filter")
     if filter_tensor.data is None:
@@ -136,14 +140,20 @@ def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype):
     else:
         filter_scales = np.repeat(filter_scales[:1], channels)
         filter_zero_points = np.repeat(filter_zero_points[:1], channels)
+    float_product = scalar_path and not quantization.per_channel
     centered = filter_tensor.data.astype(np.int64)
     shape = [1] * centered.ndim
     shape[channel_axis] = channels
     centered = centered - filter_zero_points.reshape(shape)  # filter_offset
-    input_scale = np.float64(scale_of(input_tensor))
+    input_scale = np.float32(scale_of(input_tensor))
     output_scale = np.float64(scale_of(output))
-    # effective_output_scale = input_scale * filter_scale / output_scale, in double
-    real = input_scale * filter_scales.astype(np.float32).astype(np.float64) / output_scale
+    filter_scales = filter_scales.astype(np.float32)
+    if float_product:
+        # GetQuantizedConvolutionMultipler: double(input_scale * filter_scale), the product in float
+        real = (input_scale * filter_scales).astype(np.float64) / output_scale
+    else:
+        # the per-channel loop: input_scale * filter_scale / output_scale, all in double
+        real = np.float64(input_scale) * filter_scales.astype(np.float64) / output_scale
     output_multiplier, output_shift = multipliers(real)
     bias_tensor = view.input(2)
     if bias_tensor is None:
@@ -178,6 +188,10 @@ def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias:
     return centered_by_channel.astype(float_type), requantizer
 
 
+def _details(weights: np.ndarray, requantize: Requantizer) -> dict:
+    return {"accumulate": weights.dtype.name, "requantize": requantize.strategy}
+
+
 def _input_type(view: OpView) -> np.dtype:
     input_dtype, _, _ = per_tensor(view.input(0), "input")
     per_tensor(view.output(), "output")
@@ -194,7 +208,8 @@ def prepare_conv_2d(view: OpView) -> Step:
     if filter_depth != input_shape[3]:
         raise Unsupported(f"filter depth {filter_depth} != input depth {input_shape[3]} (grouped convolution)")
     o = view.options
-    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype)
+    # uint8 runs reference_ops::Conv with the scalar multiplier; int8 the per-channel kernel, always
+    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8)
     matrix = centered.reshape(out_channels, -1).T  # [(i, j, c), out]
     filter_matrix, requantize = _matrix_and_requantizer(view, matrix, bias, output_multiplier, output_shift,
                                                         input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
@@ -208,7 +223,7 @@ def prepare_conv_2d(view: OpView) -> Step:
         return conv_2d(x, filter_matrix, zero_point, padding, filter_height, filter_width, stride_h, stride_w,
                        dilation_h, dilation_w, requantize)
 
-    return view.step(run, 0)
+    return view.step(run, 0, **_details(filter_matrix, requantize))
 
 
 def prepare_depthwise_conv_2d(view: OpView) -> Step:
@@ -222,7 +237,7 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
     depth_multiplier = out_channels // input_shape[3]
     if depth_multiplier * input_shape[3] != out_channels:
         raise Unsupported(f"filter has {out_channels} channels for an input of {input_shape[3]}")
-    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 3, input_dtype)
+    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 3, input_dtype, input_dtype == np.uint8)
     taps = centered.reshape(filter_height * filter_width, out_channels)
     filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
                                                       input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
@@ -236,7 +251,7 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
         return depthwise_conv_2d(x, filter_taps, zero_point, padding, depth_multiplier, filter_height,
                                  filter_width, stride_h, stride_w, dilation_h, dilation_w, requantize)
 
-    return view.step(run, 0)
+    return view.step(run, 0, **_details(filter_taps, requantize))
 
 
 def prepare_fully_connected(view: OpView) -> Step:
@@ -251,7 +266,8 @@ def prepare_fully_connected(view: OpView) -> Step:
     input_shape = view.input(0).shape
     if int(np.prod(input_shape)) % depth:
         raise Unsupported(f"input {input_shape} does not split into rows of {depth}")
-    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype)
+    # measured: FULLY_CONNECTED's multiplier has the scale product in double, per tensor too
+    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, False)
     filter_matrix, requantize = _matrix_and_requantizer(view, centered.T, bias, output_multiplier, output_shift,
                                                         input_dtype, o.get("fusedActivationFunction", 0),
                                                         FULLY_CONNECTED_ROUNDING)
@@ -260,7 +276,7 @@ def prepare_fully_connected(view: OpView) -> Step:
     def run(x: np.ndarray) -> np.ndarray:
         return fully_connected(x, filter_matrix, output_shape, requantize)
 
-    return view.step(run, 0)
+    return view.step(run, 0, **_details(filter_matrix, requantize))
 
 
 PREPARE = {

@@ -8,17 +8,21 @@ discards it (assume), and a test whose examples are mostly discarded fails its h
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, settings
+from hypothesis import HealthCheck, assume, note, settings
 from hypothesis import strategies as st
 
 from app.emulator import Interpreter
 from tests.reference_worker import Aborted, ReferenceWorker, Refused
 
 DTYPES = {"INT8": np.int8, "UINT8": np.uint8}
-# Deterministic in CI (derandomize) and sized so all emulator tests stay within a few minutes on 2 cores.
-OP_SETTINGS = settings(max_examples=60, derandomize=True, deadline=None, print_blob=True,
+# Deterministic in CI (derandomize) and sized so all emulator tests stay within a few minutes on 2 cores;
+# EMULATOR_EXAMPLES=1000 (and EMULATOR_RANDOM=1 for new examples each run) searches deeper by hand.
+OP_SETTINGS = settings(max_examples=int(os.environ.get("EMULATOR_EXAMPLES", "60")),
+                       derandomize=not os.environ.get("EMULATOR_RANDOM"), deadline=None, print_blob=True,
                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -38,9 +42,6 @@ class Case:
     def __repr__(self) -> str:
         return self.description
 
-    def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis pretty-prints with this
-        printer.text(self.description)
-
 
 def case(model: bytes, inputs: list, **parameters) -> Case:
     return Case(model, inputs, ", ".join(f"{k}={v!r}" for k, v in parameters.items()))
@@ -57,6 +58,7 @@ def run_emulator(model: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 def assert_matches_reference(reference: ReferenceWorker, model: bytes | Case, inputs: list | None = None) -> None:
     if isinstance(model, Case):
+        note(model.description)
         model, inputs = model.model, model.inputs
     expected = reference.run(model, inputs)
     assume(not isinstance(expected, (Aborted, Refused)))
@@ -92,3 +94,33 @@ def random_values(seed: int, shape, type_name: str) -> np.ndarray:
 
 seeds = st.integers(0, 2**31 - 1)
 activations = st.sampled_from(["NONE", "RELU", "RELU6", "RELU_N1_TO_1"])
+
+
+def every_byte(seed: int, shape, type_name: str) -> np.ndarray:
+    """Random values of an 8-bit type that include all 256 of them when the shape has room."""
+    values = random_values(seed, shape, type_name).reshape(-1)
+    count = min(values.size, 256)
+    values[:count] = np.random.default_rng(seed).permutation(np.arange(256, dtype=np.uint8))[:count].view(
+        DTYPES[type_name])
+    return np.random.default_rng(seed + 1).permutation(values).reshape(shape)
+
+
+@st.composite
+def shapes(draw, min_rank: int = 1, max_rank: int = 4, max_side: int = 9) -> tuple[int, ...]:
+    rank = draw(st.integers(min_rank, max_rank))
+    return tuple(draw(st.integers(1, max_side)) for _ in range(rank))
+
+
+def unary_model(opcode: str, shape, type_name: str, input_q, output_q, options: str | None = None,
+                output_type: str | None = None, version: int = 1, **fields) -> bytes:
+    from tests.tflite_builder import GraphBuilder
+
+    g = GraphBuilder()
+    x = g.tensor("input", shape, type_name, scale=input_q[0], zero_point=input_q[1])
+    out_type = output_type or type_name
+    if out_type == "FLOAT32":
+        y = g.tensor("output", shape, out_type)
+    else:
+        y = g.tensor("output", shape, out_type, scale=output_q[0], zero_point=output_q[1])
+    g.op(opcode, [x], [y], options, version=version, **fields)
+    return g.build([x], [y])

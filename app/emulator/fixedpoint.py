@@ -124,3 +124,97 @@ def multiply_by_quantized_multiplier_greater_than_one(x, quantized_multiplier, l
     x = np.asarray(x, dtype=np.int64)
     return saturating_rounding_doubling_high_mul(wrap_int32(x << np.asarray(left_shift, np.int64)),
                                                  quantized_multiplier)
+
+
+# ---- gemmlowp FixedPoint<int32, I>: raw int32 values with I integer bits (softmax, L2 norm) ----
+
+def saturating_rounding_multiply_by_pot(x, exponent: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingMultiplyByPOT: x * 2^exponent, saturating up, rounding down."""
+    x = np.asarray(x, dtype=np.int64)
+    if exponent <= 0:
+        return rounding_divide_by_pot(x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    result = np.where(x > threshold, INT32_MAX, x << exponent)
+    return np.where(x < -threshold, INT32_MIN, result)
+
+
+def rescale(x, integer_bits_from: int, integer_bits_to: int) -> np.ndarray:
+    """gemmlowp Rescale<to>(FixedPoint<from>): a saturating, rounding power-of-two multiply."""
+    return saturating_rounding_multiply_by_pot(x, integer_bits_from - integer_bits_to)
+
+
+def rounding_half_sum(a, b) -> np.ndarray:
+    """gemmlowp RoundingHalfSum on int32: (a + b +- 1) / 2 in C."""
+    total = np.asarray(a, np.int64) + np.asarray(b, np.int64)
+    biased = total + np.where(total >= 0, 1, -1)
+    return np.where(biased >= 0, biased >> 1, -((-biased) >> 1))
+
+
+def _fixed_mul(a, b) -> np.ndarray:
+    """FixedPoint<I1> * FixedPoint<I2> -> FixedPoint<I1 + I2>: the raw product is SRDHM."""
+    return saturating_rounding_doubling_high_mul(a, b)
+
+
+def exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> np.ndarray:
+    """gemmlowp: exp(a) for a in [-1/4, 0) in Q0.31, a Taylor expansion around -1/8."""
+    constant_term = 1895147668        # exp(-1/8)
+    constant_1_over_3 = 715827883
+    x = np.asarray(a, np.int64) + (1 << 28)  # a + 1/8
+    x2 = _fixed_mul(x, x)
+    x3 = _fixed_mul(x2, x)
+    x4 = _fixed_mul(x2, x2)
+    x4_over_4 = saturating_rounding_multiply_by_pot(x4, -2)
+    poly = saturating_rounding_multiply_by_pot(_fixed_mul(x4_over_4 + x3, constant_1_over_3) + x2, -1)
+    return constant_term + _fixed_mul(constant_term, x + poly)
+
+
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535), (3, 720401),
+               (4, 242))  # exp(-2^k) in Q0.31
+
+
+def exp_on_negative_values(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp exp_on_negative_values: FixedPoint<integer_bits> a <= 0 -> exp(a) in Q0.31."""
+    a = np.asarray(a, np.int64)
+    fractional_bits = 31 - integer_bits
+    one_quarter = 1 << (fractional_bits - 2)
+    a_mod_quarter_minus_one_quarter = (a & (one_quarter - 1)) - one_quarter
+    result = exp_on_interval_between_negative_one_quarter_and_0_excl(
+        rescale(a_mod_quarter_minus_one_quarter, integer_bits, 0))
+    remainder = a_mod_quarter_minus_one_quarter - a
+    for exponent, multiplier in _EXP_BARREL:
+        if integer_bits > exponent:
+            bit = (remainder >> (fractional_bits + exponent)) & 1
+            result = np.where(bit != 0, _fixed_mul(result, multiplier), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (36 - integer_bits)), 0, result)
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def one_over_one_plus_x_for_x_in_0_1(a) -> np.ndarray:
+    """gemmlowp: 1 / (1 + a) for a in [0, 1) in Q0.31, three Newton-Raphson steps in Q2.29."""
+    half_denominator = rounding_half_sum(a, INT32_MAX)
+    constant_48_over_17 = 1515870810
+    constant_neg_32_over_17 = -1010580540
+    x = constant_48_over_17 + _fixed_mul(half_denominator, constant_neg_32_over_17)
+    one_q2 = 1 << 29
+    for _ in range(3):
+        half_denominator_times_x = _fixed_mul(half_denominator, x)
+        one_minus_half_denominator_times_x = one_q2 - half_denominator_times_x
+        x = x + rescale(_fixed_mul(x, one_minus_half_denominator_times_x), 4, 2)
+    return rescale(x, 1, 0)  # ExactMulByPot<-1> reinterprets Q2 as Q1, then Rescale<0>
+
+
+def count_leading_zeros_32(x) -> np.ndarray:
+    x = np.asarray(x, np.int64) & 0xFFFFFFFF
+    bits = np.where(x > 0, np.frexp(x.astype(np.float64))[1], 0)  # exact: x < 2^32 fits a double
+    return 32 - bits
+
+
+def get_reciprocal(x, x_integer_digits: int) -> tuple[np.ndarray, np.ndarray]:
+    """GetReciprocal (common.h): 1/x for a positive FixedPoint<x_integer_digits> as (Q0.31 raw, num_bits_over_unit)."""
+    x = np.asarray(x, np.int64)
+    headroom_plus_one = count_leading_zeros_32(x)
+    num_bits_over_unit = x_integer_digits - headroom_plus_one
+    shifted = ((x << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
+    shifted_sum_minus_one = wrap_int32(shifted)
+    return one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.emulator.kernels import conv, elementwise, quantize, reduce
+from app.emulator.kernels import activations, conv, elementwise, pooling, quantize, reduce, resize, shape
 
 PREPARE = {}
-for _module in (conv, elementwise, quantize, reduce):
+for _module in (conv, elementwise, activations, pooling, reduce, shape, resize, quantize):
     PREPARE.update(_module.PREPARE)

@@ -83,7 +83,7 @@ class PairTable:
         return self.table[index]
 
 
-def _binary_step(view: OpView, kernel, output_dtype) -> Step:
+def binary_step(view: OpView, kernel, output_dtype) -> Step:
     dtype1 = per_tensor(view.input(0), "input1")[0]
     dtype2 = per_tensor(view.input(1), "input2")[0]
     table = PairTable(kernel, dtype1, dtype2, output_dtype)
@@ -133,7 +133,7 @@ def prepare_add(view: OpView, subtract: bool = False) -> Step:
         return add(x1, x2, -z1, -z2, ADD_LEFT_SHIFT, m1, sh1, m2, sh2, mo, sho, z_out, act_min, act_max,
                    ADD_ROUNDING, subtract=subtract)
 
-    return _binary_step(view, kernel, dtype)
+    return binary_step(view, kernel, dtype)
 
 
 def prepare_sub(view: OpView) -> Step:
@@ -152,13 +152,13 @@ def prepare_mul(view: OpView) -> Step:
     def kernel(x1, x2):
         return mul(x1, x2, -z1, -z2, multiplier, shift, z_out, act_min, act_max, MUL_ROUNDING)
 
-    return _binary_step(view, kernel, dtype)
+    return binary_step(view, kernel, dtype)
 
 
 def _prepare_extremum(view: OpView, kernel) -> Step:
     """TFLite compares the raw quantized values: scales are not reconciled, so neither are they here."""
     dtype = _same_types(view)
-    return _binary_step(view, kernel, dtype)
+    return binary_step(view, kernel, dtype)
 
 
 def prepare_maximum(view: OpView) -> Step:

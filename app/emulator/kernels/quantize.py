@@ -37,9 +37,9 @@ def requantize(input_data, effective_scale_multiplier: int, effective_scale_shif
 
 def affine_quantize(input_data: np.ndarray, scale: float, zero_point: int, output_min: int,
                     output_max: int) -> np.ndarray:
-    """reference_ops::AffineQuantize: round(x / scale) + zero_point in double, half away from zero."""
-    value = np.asarray(input_data, np.float32).astype(np.float64) / scale
-    value = np.clip(round_half_away(value), -(2.0**31), 2.0**31 - 1)
+    """reference_ops::AffineQuantize: TfLiteRound(x / scale) + zero_point; the division in float (measured)."""
+    value = (np.asarray(input_data, np.float32) / np.float32(scale)).astype(np.float32)
+    value = np.clip(round_half_away(value).astype(np.float64), -(2.0**31), 2.0**31 - 1)
     return np.clip(value.astype(np.int64) + zero_point, output_min, output_max)
 
 

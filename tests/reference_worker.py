@@ -64,11 +64,12 @@ class ReferenceWorker:
         return subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
 
-    def run(self, model: bytes, inputs: list[np.ndarray]):
+    def run(self, model: bytes, inputs: list[np.ndarray], all_tensors: bool = False):
+        """Outputs in order; with all_tensors, {tensor index: array} of every tensor the runtime kept."""
         if self._process is None or self._process.poll() is not None:
             self._process = self._start()
         try:
-            _send(self._process.stdin, (model, [np.asarray(x) for x in inputs], self.resolver))
+            _send(self._process.stdin, (model, [np.asarray(x) for x in inputs], self.resolver, all_tensors))
             status, value = _receive(self._process.stdout)
         except (EOFError, BrokenPipeError):
             returncode = self._process.wait()
@@ -89,17 +90,22 @@ def _serve() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            model, inputs, resolver = _receive(stdin)
+            model, inputs, resolver, all_tensors = _receive(stdin)
         except EOFError:
             return
         try:
             interpreter = Interpreter(model_content=model, num_threads=1,
-                                      experimental_op_resolver_type=getattr(OpResolverType, resolver))
+                                      experimental_op_resolver_type=getattr(OpResolverType, resolver),
+                                      experimental_preserve_all_tensors=all_tensors)
             interpreter.allocate_tensors()
             for detail, x in zip(interpreter.get_input_details(), inputs, strict=True):
                 interpreter.set_tensor(detail["index"], x)
             interpreter.invoke()
-            outputs = [interpreter.get_tensor(d["index"]).copy() for d in interpreter.get_output_details()]
+            if all_tensors:
+                outputs = {d["index"]: interpreter.get_tensor(d["index"]).copy()
+                           for d in interpreter.get_tensor_details() if d["dtype"] != np.bytes_}
+            else:
+                outputs = [interpreter.get_tensor(d["index"]).copy() for d in interpreter.get_output_details()]
             _send(stdout, ("ok", outputs))
         except (ValueError, RuntimeError) as e:
             _send(stdout, ("refused", f"{type(e).__name__}: {e}"))

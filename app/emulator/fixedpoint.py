@@ -9,9 +9,9 @@ Rounding mode. MultiplyByQuantizedMultiplier exists in two forms: DOUBLE_ROUNDIN
 SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT) and SINGLE_ROUNDING (one 64-bit
 product, one rounding shift, as TFLITE_SINGLE_ROUNDING builds have it). They differ by one on
 some values. Measured on the pinned ai-edge-litert 2.3.0 with BUILTIN_REF, the choice is per
-kernel, not per build: CONV_2D and DEPTHWISE_CONV_2D round twice, FULLY_CONNECTED once
-(tests/test_emulator_rounding.py keeps the evidence). So every caller names its mode: there
-is no default.
+kernel, not per build: FULLY_CONNECTED rounds once; CONV_2D, DEPTHWISE_CONV_2D, MUL,
+QUANTIZE, RELU and MEAN round twice (tests/test_emulator_rounding.py keeps the evidence). So
+every caller names its mode: there is no default.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.emulator import accel
 from app.emulator.blas import limit_blas_threads
 from app.emulator.errors import InvalidTensor
 from app.emulator.plan import Plan, prepare
@@ -28,14 +29,19 @@ from app.tflite_file import Tensor, TfliteModel, read_tflite
 
 class Interpreter:
     def __init__(self, model_path: str | Path | None = None, model_content: bytes | None = None,
-                 num_threads: int | None = 1):
-        """num_threads: BLAS threads, set for the whole process (see app/emulator/blas.py); None leaves them."""
+                 num_threads: int | None = 1, accelerate: bool | None = None):
+        """num_threads: BLAS threads, set for the whole process (see app/emulator/blas.py); None leaves them.
+
+        accelerate: use the numba kernels (app/emulator/accel.py); None = when numba is installed.
+        Results are the same bytes either way.
+        """
         if (model_path is None) == (model_content is None):
             raise ValueError("give exactly one of model_path and model_content")
         if num_threads is not None:
             limit_blas_threads(num_threads)
         self.model: TfliteModel = read_tflite(model_path if model_path is not None else model_content)
-        self.plan: Plan = prepare(self.model)
+        self.accelerated = accel.available() if accelerate is None else bool(accelerate and accel.available())
+        self.plan: Plan = prepare(self.model, self.accelerated)
         self._tensors = self.model.graph.tensors
         self._values: list[np.ndarray | None] | None = None
 

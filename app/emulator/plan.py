@@ -30,7 +30,7 @@ def supported_opcodes() -> list[str]:
     return sorted(PREPARE)
 
 
-def prepare(model: TfliteModel) -> Plan:
+def prepare(model: TfliteModel, accelerate: bool = False) -> Plan:
     if not model.subgraphs:
         raise UnsupportedModel("the model has no subgraph")
     graph = model.graph
@@ -46,7 +46,7 @@ def prepare(model: TfliteModel) -> Plan:
                                                 f"{kind} not emulated; emulated: {', '.join(supported_opcodes())}"))
             continue
         try:
-            steps.append(preparer(OpView(operator, graph)))
+            steps.append(preparer(OpView(operator, graph, accelerate)))
         except Unsupported as e:
             problems.append(UnsupportedOperator(operator.index, operator.opcode, str(e)))
     if problems:

@@ -14,6 +14,8 @@ requantizes per output channel, adds the output offset and clamps. Here:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from app.emulator.errors import Unsupported
@@ -21,6 +23,7 @@ from app.emulator.kernels.common import (
     OpView,
     Padding,
     Step,
+    Workspace,
     activation_range,
     compute_padding,
     multipliers,
@@ -45,56 +48,120 @@ INT32_TYPES = ("INT32",)
 
 def conv_2d(input_data: np.ndarray, filter_matrix: np.ndarray, input_zero_point: int, padding: Padding,
             filter_height: int, filter_width: int, stride_height: int, stride_width: int,
-            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer) -> np.ndarray:
+            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer,
+            workspace: Workspace) -> np.ndarray:
     """reference_integer_ops::ConvPerChannel (int8) and reference_ops::Conv (uint8), NHWC.
 
     filter_matrix: [filter_height * filter_width * input_depth, output_depth], filter offset applied.
     """
     batches, _, _, depth = input_data.shape
-    padded = pad_spatial(input_data, padding, input_zero_point, filter_matrix.dtype)
+    padded = pad_spatial(input_data, padding, input_zero_point, filter_matrix.dtype, workspace)
     rows = batches * padding.output_height * padding.output_width
     taps = filter_height * filter_width
     if taps == 1 and stride_height == stride_width == 1:
         patches = padded.reshape(rows, depth)
     else:  # im2col: one column block per filter tap
-        patches = np.empty((batches, padding.output_height, padding.output_width, taps, depth), padded.dtype)
+        patches = workspace.get("patches", (batches, padding.output_height, padding.output_width, taps, depth),
+                                padded.dtype)
         for i in range(filter_height):
             for j in range(filter_width):
                 patches[:, :, :, i * filter_width + j, :] = tap_view(
                     padded, i, j, padding, stride_height, stride_width, dilation_height_factor,
                     dilation_width_factor)
         patches = patches.reshape(rows, taps * depth)
-    acc = patches @ filter_matrix  # accumulate (input offset folded into the bias)
+    acc = workspace.get("acc", (rows, filter_matrix.shape[1]), filter_matrix.dtype)
+    np.matmul(patches, filter_matrix, out=acc)  # accumulate (input offset folded into the bias)
     out = requantize(acc)  # +bias, requantize, +output offset, clamp
     return out.reshape(batches, padding.output_height, padding.output_width, -1)
 
 
-def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, input_zero_point: int, padding: Padding,
-                      depth_multiplier: int, filter_height: int, filter_width: int, stride_height: int,
-                      stride_width: int, dilation_height_factor: int, dilation_width_factor: int,
-                      requantize: Requantizer) -> np.ndarray:
+@dataclass(frozen=True)
+class PhaseGrid:
+    """Where a strided, dilated depthwise filter reads, as stride-1 offsets into stride-phase arrays.
+
+    Phase (a, b) holds the padded input's rows a, a + s, ... and columns b, b + s, ...; tap (i, j)
+    reads phase (i*d % s, j*d % s) shifted by (i*d // s, j*d // s). Each phase is kept flat, with
+    `columns` per row: a tap is then one contiguous slice, and a pass over it runs along whole rows
+    (output columns past the real width are computed and dropped).
+    """
+
+    rows: int                  # rows allocated per phase (slack for the last taps' slices)
+    columns: int               # columns per phase row
+    phases: tuple[tuple[int, int], ...]  # (row phase, column phase) of each phase array
+    phase_of_tap: np.ndarray   # int64 [taps]: which phase array each tap reads
+    offset_of_tap: np.ndarray  # int64 [taps]: its flat offset there, in pixels
+
+    @classmethod
+    def of(cls, padding: Padding, padded_height: int, padded_width: int, filter_height: int, filter_width: int,
+           stride_height: int, stride_width: int, dilation_height: int, dilation_width: int) -> PhaseGrid:
+        columns = -(-padded_width // stride_width)
+        phases, phase_of_tap, offset_of_tap, deepest = [], [], [], 0
+        for i in range(filter_height):
+            for j in range(filter_width):
+                y, x = i * dilation_height, j * dilation_width
+                phase = (y % stride_height, x % stride_width)
+                if phase not in phases:
+                    phases.append(phase)
+                phase_of_tap.append(phases.index(phase))
+                offset_of_tap.append((y // stride_height) * columns + x // stride_width)
+                deepest = max(deepest, y // stride_height)
+        rows = max(-(-padded_height // stride_height), deepest + padding.output_height + 1)
+        return cls(rows, columns, tuple(phases), np.array(phase_of_tap, np.int64), np.array(offset_of_tap, np.int64))
+
+
+def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, filter_taps_by_channel: np.ndarray,
+                      input_zero_point: int, padding: Padding, depth_multiplier: int, stride_height: int,
+                      stride_width: int, grid: PhaseGrid, requantize: Requantizer, workspace: Workspace) -> np.ndarray:
     """reference_integer_ops::DepthwiseConvPerChannel (int8) and reference_ops::DepthwiseConv (uint8).
 
-    filter_taps: [filter_height * filter_width, output_depth]; output channel ic * depth_multiplier + m
-    reads input channel ic. One vectorised pass per filter tap (9 or 25), none per pixel or channel.
+    filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row
+    (filter_taps_by_channel: [taps, output_depth], for the numba kernel); output channel ic * depth_multiplier + m reads input channel ic. One vectorised pass per filter
+    tap (9 or 25) over whole rows, none per pixel or channel.
     """
-    padded = pad_spatial(input_data, padding, input_zero_point, filter_taps.dtype)
-    if depth_multiplier > 1:
-        padded = np.repeat(padded, depth_multiplier, axis=3)
-    acc = None
-    scratch = None
-    for i in range(filter_height):
-        for j in range(filter_width):
-            view = tap_view(padded, i, j, padding, stride_height, stride_width, dilation_height_factor,
-                            dilation_width_factor)
-            weights = filter_taps[i * filter_width + j]
-            if acc is None:
-                acc = np.multiply(view, weights)
-                scratch = np.empty_like(acc)
-            else:
-                np.multiply(view, weights, out=scratch)
-                np.add(acc, scratch, out=acc)
-    return requantize(acc)  # +bias, requantize, +output offset, clamp
+    source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
+    batches, _, _, channels = source.shape
+    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype,
+                          workspace)
+    if requantize.accelerated:  # one numba pass: taps and requantization per output pixel
+        from app.emulator import accel
+
+        row = grid.columns * channels
+        out = workspace.get("out", (batches, padding.output_height, row), np.uint8)
+        accel.depthwise_requantize(phases, grid.phase_of_tap, grid.offset_of_tap * channels, filter_taps,
+                                   padding.output_height, row, *requantize.kernel_arguments(row), out)
+        out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
+        return np.ascontiguousarray(out).view(requantize.params.output_dtype)
+    row = grid.columns * channels
+    length = padding.output_height * row
+    acc = workspace.get("acc", (batches, padding.output_height, row), filter_taps.dtype)
+    scratch = workspace.get("scratch", acc.shape, filter_taps.dtype)
+    for t, (phase, offset) in enumerate(zip(grid.phase_of_tap, grid.offset_of_tap, strict=True)):
+        start = offset * channels
+        view = phases[phase][:, start:start + length].reshape(acc.shape)
+        if t == 0:
+            np.multiply(view, filter_taps[t], out=acc)
+        else:
+            np.multiply(view, filter_taps[t], out=scratch)
+            np.add(acc, scratch, out=acc)
+    out = requantize(acc)  # +bias, requantize, +output offset, clamp
+    out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
+    return np.ascontiguousarray(out)
+
+
+def _phase_stack(source: np.ndarray, input_zero_point: int, padding: Padding, stride_height: int, stride_width: int,
+                 grid: PhaseGrid, dtype, workspace: Workspace) -> np.ndarray:
+    """The padded input split by stride phase: [phases, batches, grid.rows * grid.columns * channels]."""
+    batches, height, width, channels = source.shape
+    stack = workspace.get("phases", (len(grid.phases), batches, grid.rows, grid.columns, channels), dtype,
+                          fill=input_zero_point)
+    if stride_height == stride_width == 1:  # one phase: the padded input itself
+        np.copyto(stack[0, :, padding.top:padding.top + height, padding.left:padding.left + width, :], source)
+    else:
+        padded = pad_spatial(source, padding, input_zero_point, dtype, workspace)
+        for p, (a, b) in enumerate(grid.phases):
+            part = padded[:, a::stride_height, b::stride_width, :]
+            np.copyto(stack[p, :, :part.shape[1], :part.shape[2], :], part)
+    return stack.reshape(len(grid.phases), batches, -1)
 
 
 def fully_connected(input_data: np.ndarray, filter_matrix: np.ndarray, output_shape: tuple[int, ...],
@@ -170,7 +237,7 @@ def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, sca
 
 def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias: np.ndarray,
                             output_multiplier, output_shift, input_dtype: np.dtype, activation,
-                            rounding: Rounding) -> tuple:
+                            rounding: Rounding, period: int | None = None) -> tuple:
     """Float filter [K, channels] in the cheapest exact type, and the requantizer of the output."""
     input_zero_point = zero_point_of(view.input(0))
     output = view.output()
@@ -184,12 +251,13 @@ def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias:
     params = RequantParams(bias=folded_bias, output_multiplier=output_multiplier, output_shift=output_shift,
                            output_offset=zero_point_of(output), quantized_activation_min=act_min,
                            quantized_activation_max=act_max, output_dtype=input_dtype, rounding=rounding)
-    requantizer = Requantizer(params, acc_bound, np.dtype(float_type))
+    requantizer = Requantizer(params, acc_bound, np.dtype(float_type), period, view.accelerate)
     return centered_by_channel.astype(float_type), requantizer
 
 
 def _details(weights: np.ndarray, requantize: Requantizer) -> dict:
-    return {"accumulate": weights.dtype.name, "requantize": requantize.strategy}
+    return {"accumulate": weights.dtype.name, "requantize": requantize.strategy,
+            "accelerated": requantize.accelerated}
 
 
 def _input_type(view: OpView) -> np.dtype:
@@ -211,17 +279,20 @@ def prepare_conv_2d(view: OpView) -> Step:
     # uint8 runs reference_ops::Conv with the scalar multiplier; int8 the per-channel kernel, always
     centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8)
     matrix = centered.reshape(out_channels, -1).T  # [(i, j, c), out]
+    output_width = view.output().shape[2]
     filter_matrix, requantize = _matrix_and_requantizer(view, matrix, bias, output_multiplier, output_shift,
-                                                        input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
+                                                        input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
+                                                        output_width * out_channels)
     stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
     dilation_h, dilation_w = o.get("dilationHFactor", 1), o.get("dilationWFactor", 1)
     padding = compute_padding(o.get("padding", 0), input_shape[1], input_shape[2], filter_height, filter_width,
                               stride_h, stride_w, dilation_h, dilation_w)
     zero_point = zero_point_of(view.input(0))
+    workspace = Workspace()
 
     def run(x: np.ndarray) -> np.ndarray:
         return conv_2d(x, filter_matrix, zero_point, padding, filter_height, filter_width, stride_h, stride_w,
-                       dilation_h, dilation_w, requantize)
+                       dilation_h, dilation_w, requantize, workspace)
 
     return view.step(run, 0, **_details(filter_matrix, requantize))
 
@@ -238,18 +309,25 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
     if depth_multiplier * input_shape[3] != out_channels:
         raise Unsupported(f"filter has {out_channels} channels for an input of {input_shape[3]}")
     centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 3, input_dtype, input_dtype == np.uint8)
-    taps = centered.reshape(filter_height * filter_width, out_channels)
-    filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
-                                                      input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
     stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
     dilation_h, dilation_w = o.get("dilationHFactor", 1), o.get("dilationWFactor", 1)
     padding = compute_padding(o.get("padding", 0), input_shape[1], input_shape[2], filter_height, filter_width,
                               stride_h, stride_w, dilation_h, dilation_w)
+    grid = PhaseGrid.of(padding, input_shape[1] + padding.top + padding.bottom,
+                        input_shape[2] + padding.left + padding.right, filter_height, filter_width, stride_h, stride_w,
+                        dilation_h, dilation_w)
+    taps = centered.reshape(filter_height * filter_width, out_channels)
+    filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
+                                                      input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
+                                                      grid.columns * out_channels)
+    by_channel = filter_taps
+    filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row
     zero_point = zero_point_of(view.input(0))
+    workspace = Workspace()
 
     def run(x: np.ndarray) -> np.ndarray:
-        return depthwise_conv_2d(x, filter_taps, zero_point, padding, depth_multiplier, filter_height,
-                                 filter_width, stride_h, stride_w, dilation_h, dilation_w, requantize)
+        return depthwise_conv_2d(x, filter_taps, by_channel, zero_point, padding, depth_multiplier, stride_h,
+                                 stride_w, grid, requantize, workspace)
 
     return view.step(run, 0, **_details(filter_taps, requantize))
 

@@ -1,7 +1,8 @@
 """The numpy emulator against TFLite's own kernels, on the default model and a real photo, 1 thread.
 
 In one process and one run, interleaved (each round runs every engine once, so drift on a noisy
-machine hits all alike): the emulator (app/emulator), and ai-edge-litert's interpreter with
+machine hits all alike): the emulator (app/emulator) with its numba kernels when installed and on
+numpy alone, and ai-edge-litert's interpreter with
 the reference kernels (BUILTIN_REF, what the emulator is bit-exact with), the optimized builtin
 kernels (BUILTIN_WITHOUT_DEFAULT_DELEGATES) and the default (XNNPACK). Prints median and p90
 invoke times, the ratios, whether the emulator's output equals BUILTIN_REF's byte for byte, and
@@ -125,15 +126,22 @@ def main() -> int:
     def litert(resolver):
         return lambda: LiteRt(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver)
 
+    from app.emulator import accel
+
     engines = [
-        Engine("emulator", lambda: Emulator(model_path=path, num_threads=1), x),
+        Engine("emulator" + (" (numba kernels)" if accel.available() else " (numpy)"),
+               lambda: Emulator(model_path=path, num_threads=1), x),
         Engine("reference (BUILTIN_REF)", litert(OpResolverType.BUILTIN_REF), x),
         Engine("optimized (BUILTIN_WITHOUT_DEFAULT_DELEGATES)", litert(OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES),
                x),
         Engine("XNNPACK (AUTO)", litert(OpResolverType.AUTO), x),
     ]
-    emulator, reference, optimized, xnnpack = engines
-    identical = emulator.first_output.tobytes() == reference.first_output.tobytes()
+    if accel.available():
+        engines.append(Engine("emulator (numpy only)", lambda: Emulator(model_path=path, num_threads=1,
+                                                                        accelerate=False), x))
+    emulator, reference, optimized, xnnpack = engines[:4]
+    identical = all(e.first_output.tobytes() == reference.first_output.tobytes() for e in engines
+                    if e.name.startswith("emulator"))
     prepared, invoke_peak = emulator_peak_bytes(emulator, x)
 
     for _ in range(args.warmup):
@@ -150,6 +158,7 @@ def main() -> int:
         "byte_identical_to_builtin_ref": identical,
         "engines": {e.name: {"p50_ms": medians[e.name], "p90_ms": percentile(e.times_ms, 90), "load_ms": e.load_ms,
                              "rss_growth_mib": e.rss_growth / MIB} for e in engines},
+        "emulator": emulator.name,
         "emulator_speedup_vs_reference": medians[reference.name] / emulator_ms,
         "emulator_over_optimized": emulator_ms / medians[optimized.name],
         "emulator_over_xnnpack": emulator_ms / medians[xnnpack.name],
@@ -161,11 +170,13 @@ def main() -> int:
         return 0 if identical else 1
     print(f"{MODEL}, photo {photo.name}, {args.rounds} interleaved rounds, 1 thread, {figures['machine']}")
     print(f"{'engine':<48} {'p50 ms':>8} {'p90 ms':>8} {'load ms':>8} {'RSS +MiB':>9}")
+    print("(load: create + allocate; the emulator reads, checks and prepares the whole graph there)")
     for e in engines:
         row = figures["engines"][e.name]
         print(f"{e.name:<48} {row['p50_ms']:8.2f} {row['p90_ms']:8.2f} {row['load_ms']:8.1f} "
               f"{row['rss_growth_mib']:9.1f}")
     print(f"emulator output byte-identical to BUILTIN_REF: {identical}")
+    print(f"ratios for {emulator.name}:")
     print(f"emulator speed-up vs reference kernels: {figures['emulator_speedup_vs_reference']:.2f}x (target >= 5x)")
     print(f"emulator time / optimized kernels: {figures['emulator_over_optimized']:.2f}x (target <= 2x)")
     print(f"emulator time / XNNPACK: {figures['emulator_over_xnnpack']:.2f}x")

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from app.emulator.kernels.common import compute_padding
 from tests.emulator_cases import (
-    DTYPES,
     OP_SETTINGS,
     activations,
     assert_matches_reference,

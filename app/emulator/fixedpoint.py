@@ -57,6 +57,13 @@ def quantize_multiplier(double_multiplier: float) -> tuple[int, int]:
     return int(q_fixed), int(shift)
 
 
+def c_divide(numerator, denominator) -> np.ndarray:
+    """C integer division: truncates toward zero (numpy's // floors)."""
+    numerator = np.asarray(numerator, dtype=np.int64)
+    quotient = np.abs(numerator) // denominator
+    return np.where(numerator < 0, -quotient, quotient)
+
+
 def wrap_int32(x: np.ndarray) -> np.ndarray:
     """Two's complement wrap to int32, what C++ int32 arithmetic does on overflow in practice."""
     x = np.asarray(x, dtype=np.int64)

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.emulator.fixedpoint import Rounding, multiply_by_quantized_multiplier
-from app.emulator.kernels.common import Workspace
 
 # Offsets an int8 result into [0, 255] so a truncating cast to uint8 is a floor; xor 0x80 undoes it.
 _INT8_BIAS = 128
@@ -101,7 +100,6 @@ class Requantizer:
                 break
         self.period = channels if period is None or period % channels else period
         self._tiled = None
-        self._workspace = Workspace()
         # the numba kernel repeats the float64 evaluation; other evaluations stay in numpy
         self.accelerated = bool(accelerate and self.evaluation is not None
                                 and self.evaluation.float_type is np.float64)
@@ -217,10 +215,7 @@ class Requantizer:
         return raw.view(self.params.output_dtype)
 
     def __call__(self, acc: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """acc: float accumulators (exact integers), channels last -> int8/uint8 array (acc is overwritten).
-
-        Without `out`, the result lives in a buffer this requantizer reuses on its next call.
-        """
+        """acc: float accumulators (exact integers), channels last -> int8/uint8 array (acc is overwritten)."""
         if self.evaluation is None:
             return requantize_exact(acc.astype(np.int64), self.params).astype(self.params.output_dtype)
         shape = acc.shape
@@ -228,19 +223,16 @@ class Requantizer:
             from app.emulator import accel
 
             if out is None:
-                out = self._workspace.get("out", shape, np.uint8)
+                out = np.empty(shape, np.uint8)
             raw = out.view(np.uint8)
             width = self.period if acc.size % self.period == 0 else shape[-1]
             accel.requantize_rows(acc.reshape(-1, width), *self.kernel_arguments(width), raw.reshape(-1, width))
             return raw.view(self.params.output_dtype)
         if acc.dtype != self.evaluation.float_type:  # float32 products, float64 requantization
-            widened = self._workspace.get("widened", shape, self.evaluation.float_type)
-            np.copyto(widened, acc)
-            acc = widened
+            acc = acc.astype(self.evaluation.float_type)
         if out is None:
-            out = self._workspace.get("out", shape, np.uint8)
+            out = np.empty(shape, np.uint8)
         if acc.size % self.period == 0 and acc.flags.c_contiguous:
-            flat_out = None if out is None else out.reshape(-1, self.period)
             return self._evaluate(acc.reshape(-1, self.period), self._tiled, self.low, self.high,
-                                  flat_out).reshape(shape)
+                                  out.reshape(-1, self.period)).reshape(shape)
         return self._evaluate(acc, self.evaluation, self.low, self.high, out)

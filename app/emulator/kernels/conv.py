@@ -23,7 +23,6 @@ from app.emulator.kernels.common import (
     OpView,
     Padding,
     Step,
-    Workspace,
     activation_range,
     compute_padding,
     multipliers,
@@ -48,29 +47,26 @@ INT32_TYPES = ("INT32",)
 
 def conv_2d(input_data: np.ndarray, filter_matrix: np.ndarray, input_zero_point: int, padding: Padding,
             filter_height: int, filter_width: int, stride_height: int, stride_width: int,
-            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer,
-            workspace: Workspace) -> np.ndarray:
+            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer) -> np.ndarray:
     """reference_integer_ops::ConvPerChannel (int8) and reference_ops::Conv (uint8), NHWC.
 
     filter_matrix: [filter_height * filter_width * input_depth, output_depth], filter offset applied.
     """
     batches, _, _, depth = input_data.shape
-    padded = pad_spatial(input_data, padding, input_zero_point, filter_matrix.dtype, workspace)
+    padded = pad_spatial(input_data, padding, input_zero_point, filter_matrix.dtype)
     rows = batches * padding.output_height * padding.output_width
     taps = filter_height * filter_width
     if taps == 1 and stride_height == stride_width == 1:
         patches = padded.reshape(rows, depth)
     else:  # im2col: one column block per filter tap
-        patches = workspace.get("patches", (batches, padding.output_height, padding.output_width, taps, depth),
-                                padded.dtype)
+        patches = np.empty((batches, padding.output_height, padding.output_width, taps, depth), padded.dtype)
         for i in range(filter_height):
             for j in range(filter_width):
                 patches[:, :, :, i * filter_width + j, :] = tap_view(
                     padded, i, j, padding, stride_height, stride_width, dilation_height_factor,
                     dilation_width_factor)
         patches = patches.reshape(rows, taps * depth)
-    acc = workspace.get("acc", (rows, filter_matrix.shape[1]), filter_matrix.dtype)
-    np.matmul(patches, filter_matrix, out=acc)  # accumulate (input offset folded into the bias)
+    acc = patches @ filter_matrix  # accumulate (input offset folded into the bias)
     out = requantize(acc)  # +bias, requantize, +output offset, clamp
     return out.reshape(batches, padding.output_height, padding.output_width, -1)
 
@@ -111,7 +107,7 @@ class PhaseGrid:
 
 def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, filter_taps_by_channel: np.ndarray,
                       input_zero_point: int, padding: Padding, depth_multiplier: int, stride_height: int,
-                      stride_width: int, grid: PhaseGrid, requantize: Requantizer, workspace: Workspace) -> np.ndarray:
+                      stride_width: int, grid: PhaseGrid, requantize: Requantizer) -> np.ndarray:
     """reference_integer_ops::DepthwiseConvPerChannel (int8) and reference_ops::DepthwiseConv (uint8).
 
     filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row
@@ -120,21 +116,20 @@ def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, filter_ta
     """
     source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
     batches, _, _, channels = source.shape
-    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype,
-                          workspace)
+    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype)
     if requantize.accelerated:  # one numba pass: taps and requantization per output pixel
         from app.emulator import accel
 
         row = grid.columns * channels
-        out = workspace.get("out", (batches, padding.output_height, row), np.uint8)
+        out = np.empty((batches, padding.output_height, row), np.uint8)
         accel.depthwise_requantize(phases, grid.phase_of_tap, grid.offset_of_tap * channels, filter_taps,
                                    padding.output_height, row, *requantize.kernel_arguments(row), out)
         out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
         return np.ascontiguousarray(out).view(requantize.params.output_dtype)
     row = grid.columns * channels
     length = padding.output_height * row
-    acc = workspace.get("acc", (batches, padding.output_height, row), filter_taps.dtype)
-    scratch = workspace.get("scratch", acc.shape, filter_taps.dtype)
+    acc = np.empty((batches, padding.output_height, row), filter_taps.dtype)
+    scratch = np.empty(acc.shape, filter_taps.dtype)
     for t, (phase, offset) in enumerate(zip(grid.phase_of_tap, grid.offset_of_tap, strict=True)):
         start = offset * channels
         view = phases[phase][:, start:start + length].reshape(acc.shape)
@@ -149,15 +144,14 @@ def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, filter_ta
 
 
 def _phase_stack(source: np.ndarray, input_zero_point: int, padding: Padding, stride_height: int, stride_width: int,
-                 grid: PhaseGrid, dtype, workspace: Workspace) -> np.ndarray:
+                 grid: PhaseGrid, dtype) -> np.ndarray:
     """The padded input split by stride phase: [phases, batches, grid.rows * grid.columns * channels]."""
     batches, height, width, channels = source.shape
-    stack = workspace.get("phases", (len(grid.phases), batches, grid.rows, grid.columns, channels), dtype,
-                          fill=input_zero_point)
+    stack = np.full((len(grid.phases), batches, grid.rows, grid.columns, channels), input_zero_point, dtype)
     if stride_height == stride_width == 1:  # one phase: the padded input itself
         np.copyto(stack[0, :, padding.top:padding.top + height, padding.left:padding.left + width, :], source)
     else:
-        padded = pad_spatial(source, padding, input_zero_point, dtype, workspace)
+        padded = pad_spatial(source, padding, input_zero_point, dtype)
         for p, (a, b) in enumerate(grid.phases):
             part = padded[:, a::stride_height, b::stride_width, :]
             np.copyto(stack[p, :, :part.shape[1], :part.shape[2], :], part)
@@ -288,11 +282,10 @@ def prepare_conv_2d(view: OpView) -> Step:
     padding = compute_padding(o.get("padding", 0), input_shape[1], input_shape[2], filter_height, filter_width,
                               stride_h, stride_w, dilation_h, dilation_w)
     zero_point = zero_point_of(view.input(0))
-    workspace = Workspace()
 
     def run(x: np.ndarray) -> np.ndarray:
         return conv_2d(x, filter_matrix, zero_point, padding, filter_height, filter_width, stride_h, stride_w,
-                       dilation_h, dilation_w, requantize, workspace)
+                       dilation_h, dilation_w, requantize)
 
     return view.step(run, 0, **_details(filter_matrix, requantize))
 
@@ -323,11 +316,10 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
     by_channel = filter_taps
     filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row
     zero_point = zero_point_of(view.input(0))
-    workspace = Workspace()
 
     def run(x: np.ndarray) -> np.ndarray:
         return depthwise_conv_2d(x, filter_taps, by_channel, zero_point, padding, depth_multiplier, stride_h,
-                                 stride_w, grid, requantize, workspace)
+                                 stride_w, grid, requantize)
 
     return view.step(run, 0, **_details(filter_taps, requantize))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.emulator.errors import Unsupported
+from app.emulator.fixedpoint import c_divide
 from app.emulator.kernels.common import (
     OpView,
     Padding,
@@ -20,12 +21,6 @@ from app.emulator.kernels.common import (
     per_tensor,
     tap_view,
 )
-
-
-def _c_divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """C integer division (truncating toward zero)."""
-    quotient = np.abs(numerator) // denominator
-    return np.where(numerator < 0, -quotient, quotient)
 
 
 def max_pool(input_data: np.ndarray, padding: Padding, filter_height: int, filter_width: int, stride_height: int,
@@ -60,7 +55,7 @@ def average_pool(input_data: np.ndarray, padding: Padding, filter_height: int, f
     acc = acc.astype(np.int64)
     count = count.astype(np.int64)
     half = count // 2
-    acc = np.where(acc > 0, _c_divide(acc + half, count), _c_divide(acc - half, count))
+    acc = np.where(acc > 0, c_divide(acc + half, count), c_divide(acc - half, count))
     return np.clip(acc, quantized_activation_min, quantized_activation_max).astype(input_data.dtype)
 
 

@@ -18,12 +18,6 @@ from app.emulator.kernels.common import OpView, Step, per_tensor, type_range
 MEAN_ROUNDING = Rounding.DOUBLE_ROUNDING
 
 
-def _c_divide(numerator: np.ndarray, denominator: int) -> np.ndarray:
-    """C integer division: truncates toward zero (numpy // floors)."""
-    quotient = np.abs(numerator) // denominator
-    return np.where(numerator < 0, -quotient, quotient)
-
-
 def quantized_mean_or_sum(input_data: np.ndarray, input_zero_point: int, output_multiplier: int, output_shift: int,
                           output_zero_point: int, axes: tuple[int, ...], keep_dims: bool, compute_sum: bool,
                           output_dtype: np.dtype) -> np.ndarray:

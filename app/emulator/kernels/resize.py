@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.emulator.errors import Unsupported
-from app.emulator.fixedpoint import Rounding
+from app.emulator.fixedpoint import Rounding, c_divide
 from app.emulator.kernels.common import QUANTIZED_TYPES, OpView, Step, per_tensor
 
 f32 = np.float32
@@ -16,24 +16,18 @@ f32 = np.float32
 RESIZE_BILINEAR_ROUNDING = Rounding.DOUBLE_ROUNDING
 
 
-def _c_divide(numerator, denominator):
-    numerator = np.asarray(numerator, np.int64)
-    quotient = np.abs(numerator) // denominator
-    return np.where(numerator < 0, -quotient, quotient)
-
-
 def interpolation_values_integer(size_out: int, size_in: int, align_corners: bool, half_pixel_centers: bool):
     """ComputeInterpolationValuesInteger: positions in 1/1024 of a pixel, and the two source indices."""
-    scale_10 = _c_divide((1 << 10) * size_in + size_out // 2, size_out)
+    scale_10 = c_divide((1 << 10) * size_in + size_out // 2, size_out)
     if align_corners and size_out > 1:
-        scale_10 = _c_divide((1 << 10) * (size_in - 1) + (size_out - 1) // 2, size_out - 1)
+        scale_10 = c_divide((1 << 10) * (size_in - 1) + (size_out - 1) // 2, size_out - 1)
     value = np.arange(size_out, dtype=np.int64)
     if half_pixel_centers:
         scaled = value * scale_10 + scale_10 // 2 - (1 << 9)
     else:
         scaled = value * scale_10
-    lower = np.maximum(_c_divide(scaled, 1 << 10), 0)
-    upper = np.minimum(_c_divide(scaled + (1 << 10) - 1, 1 << 10), size_in - 1)
+    lower = np.maximum(c_divide(scaled, 1 << 10), 0)
+    upper = np.minimum(c_divide(scaled + (1 << 10) - 1, 1 << 10), size_in - 1)
     return scaled, lower, upper
 
 
@@ -55,7 +49,7 @@ def resize_bilinear_integer(input_data: np.ndarray, output_height: int, output_w
         interpolation = (output_20 + (1 << 19)) >> 20
     else:
         rounded = output_20 + np.where(output_20 > 0, 1 << 19, -(1 << 19))
-        interpolation = _c_divide(rounded, 1 << 20)
+        interpolation = c_divide(rounded, 1 << 20)
     return interpolation.astype(input_data.dtype)
 
 

@@ -124,3 +124,17 @@ def test_most_layers_get_the_fast_path():
         bound = rng.integers(2**10, 2**23, channels)
         strategies.append(Requantizer(params, bound, np.dtype(np.float32)).strategy)
     assert strategies.count("int64") <= 5, strategies
+
+
+def test_a_left_shift_that_can_wrap_keeps_the_int64_definition():
+    """Multipliers above one shift acc left in int32 first (C++ wraps): not monotone, so no float path."""
+    multiplier, shift = quantize_multiplier(8.5)
+    params = RequantParams(bias=np.array([0]), output_multiplier=np.array([multiplier]),
+                           output_shift=np.array([shift]), output_offset=0, quantized_activation_min=-128,
+                           quantized_activation_max=127, output_dtype=np.dtype(np.int8),
+                           rounding=Rounding.DOUBLE_ROUNDING)
+    wrapping = Requantizer(params, np.array([2**29]), np.dtype(np.float64))
+    assert wrapping.strategy == "int64"
+    acc = np.array([[2**28 + 3], [-(2**28) - 5], [3], [-14]])
+    np.testing.assert_array_equal(wrapping(acc.astype(np.float64)), requantize_exact(acc, params).astype(np.int8))
+    assert Requantizer(params, np.array([1000]), np.dtype(np.float32)).strategy != "int64"

@@ -91,6 +91,8 @@ class Requantizer:
         self.evaluation: _Evaluation | None = None
         points, exact = self._proof_points()
         types = ([np.float32] if np.dtype(acc_dtype) == np.float32 else []) + [np.float64]
+        if not self._monotone():
+            types = []  # the proof needs a monotone definition: keep the int64 one
         for float_type in types:
             for evaluation in self._candidates(float_type):
                 if self._agrees(evaluation, points, exact):
@@ -128,6 +130,14 @@ class Requantizer:
         sign_step = e.sign_step if e.sign_step is not None else np.zeros_like(e.scale)
         return (e.scale, e.constant, sign_step, float(e.tail or 0.0), e.form == "signed", float(self.low),
                 float(self.high), np.uint8(_INT8_BIAS if self.signed else 0))
+
+    def _monotone(self) -> bool:
+        """The definition is non-decreasing in acc unless int32 arithmetic wraps: acc + bias, or the
+        left shift DOUBLE_ROUNDING applies to it for multipliers above one (x * (1 << shift) in C++)."""
+        p = self.params
+        largest = self.acc_high + np.abs(p.bias)
+        shifted = largest * np.exp2(np.maximum(p.output_shift, 0))
+        return bool((largest < 2**31).all() and (shifted < 2**31).all())
 
     def _real_multiplier(self) -> np.ndarray:
         p = self.params

@@ -7,8 +7,11 @@ requantizes per output channel, adds the output offset and clamps. Here:
 - accumulate: out-of-image taps are skipped in TFLite, which equals padding the input with its
   zero point; so the input is padded with its zero point and the input offset is folded into
   the bias once at load (sum over taps of (x - zp) * w = sum x * w - zp * sum w). Products of
-  8-bit values go through float BLAS: float32 where every partial sum is provably below 2^24
-  (|sum| <= sum |w| * max |x|, per output channel, decided at load), float64 otherwise.
+  8-bit values are float: float32 where every partial sum is provably below 2^24 (|sum| <=
+  sum |w| * max |x|, per output channel, decided at load), float64 otherwise. CONV_2D and
+  FULLY_CONNECTED are BLAS matrix products (im2col for filters larger than 1x1);
+  DEPTHWISE_CONV_2D is one pass per filter tap over whole rows (PhaseGrid), or one numba pass
+  (app/emulator/accel.py) when installed.
 - +bias, requantize, +output offset, clamp: one Requantizer, exact by construction (requantize.py).
 """
 

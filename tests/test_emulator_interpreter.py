@@ -155,3 +155,47 @@ def test_the_issue_op_list_is_covered():
               "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "STRIDED_SLICE", "SLICE", "SPACE_TO_DEPTH",
               "L2_NORMALIZATION", "LEAKY_RELU", "PRELU"}
     assert wanted <= set(supported_opcodes())
+
+
+def _small_cnn() -> bytes:
+    """A Fashion-MNIST-shaped classifier: CONV_2D, MAX_POOL_2D, RESHAPE, FULLY_CONNECTED, SOFTMAX, in one graph."""
+    rng = np.random.default_rng(28)
+    g = GraphBuilder()
+    x = g.tensor("image", (1, 28, 28, 1), "INT8", scale=1 / 255, zero_point=-128)
+    filter_scales = rng.uniform(0.005, 0.01, 8).astype(np.float32)
+    w1 = g.tensor("conv/w", (8, 3, 3, 1), "INT8", scale=filter_scales, zero_point=[0] * 8,
+                  data=rng.integers(-127, 128, (8, 3, 3, 1)))
+    b1 = g.tensor("conv/b", (8,), "INT32", scale=np.float32(1 / 255) * filter_scales, zero_point=[0] * 8,
+                  data=rng.integers(-500, 500, 8))
+    c1 = g.tensor("conv", (1, 28, 28, 8), "INT8", scale=0.02, zero_point=-128)
+    g.op("CONV_2D", [x, w1, b1], [c1], "Conv2DOptions", padding="SAME", strideH=1, strideW=1,
+         fusedActivationFunction="RELU")
+    p1 = g.tensor("pool", (1, 14, 14, 8), "INT8", scale=0.02, zero_point=-128)
+    g.op("MAX_POOL_2D", [c1], [p1], "Pool2DOptions", padding="VALID", strideH=2, strideW=2, filterHeight=2,
+         filterWidth=2)
+    flat = g.tensor("flat", (1, 14 * 14 * 8), "INT8", scale=0.02, zero_point=-128)
+    g.op("RESHAPE", [p1, g.constant("shape", [1, 14 * 14 * 8])], [flat], "ReshapeOptions", newShape=[1, 1568])
+    w2 = g.tensor("dense/w", (10, 1568), "INT8", scale=0.004, zero_point=0, data=rng.integers(-127, 128, (10, 1568)))
+    b2 = g.tensor("dense/b", (10,), "INT32", scale=float(np.float32(0.02 * 0.004)), zero_point=0,
+                  data=rng.integers(-2000, 2000, 10))
+    logits = g.tensor("logits", (1, 10), "INT8", scale=0.25, zero_point=3)
+    g.op("FULLY_CONNECTED", [flat, w2, b2], [logits], "FullyConnectedOptions")
+    probabilities = g.tensor("probabilities", (1, 10), "INT8", scale=1 / 256, zero_point=-128)
+    g.op("SOFTMAX", [logits], [probabilities], "SoftmaxOptions", beta=1.0)
+    return g.build([x], [probabilities])
+
+
+def test_a_small_cnn_graph_chains_ops_exactly(reference):
+    model = _small_cnn()
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        x = rng.integers(-128, 128, (1, 28, 28, 1)).astype(np.int8)
+        expected = reference.run(model, [x], all_tensors=True)
+        interpreter = Interpreter(model_content=model)
+        interpreter.allocate_tensors()
+        run(interpreter, x)
+        assert interpreter.plan.opcodes == ["CONV_2D", "MAX_POOL_2D", "RESHAPE", "FULLY_CONNECTED", "SOFTMAX"]
+        for step in interpreter.plan.steps:
+            index = step.outputs[0]
+            assert interpreter.get_tensor(index).tobytes() == expected[index].tobytes(), step.operator.opcode
+        assert len(np.unique(expected[interpreter.model.graph.outputs[0]])) > 1

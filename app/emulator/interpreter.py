@@ -116,8 +116,11 @@ class Interpreter:
                 raise RuntimeError(f"input tensor {self._tensors[index].name!r} was not set")
         for step in self.plan.steps:
             result = step.run(*(values[i] for i in step.inputs))
-            if len(step.outputs) == 1:
-                values[step.outputs[0]] = result
-            else:
-                for index, array in zip(step.outputs, result, strict=True):
-                    values[index] = array
+            results = (result,) if len(step.outputs) == 1 else result
+            for index, array in zip(step.outputs, results, strict=True):
+                tensor = self._tensors[index]
+                if array.shape != tensor.shape or array.dtype != tensor.dtype:  # a kernel bug, never the model's
+                    raise AssertionError(f"operator #{step.operator.index} {step.operator.opcode} produced "
+                                         f"{array.dtype}{list(array.shape)} for tensor {tensor.name!r}, "
+                                         f"declared {tensor.dtype}{list(tensor.shape)}")
+                values[index] = array

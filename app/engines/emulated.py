@@ -6,6 +6,7 @@ reference integer kernels compute, byte for byte, on any machine.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ from app.emulator import Interpreter
 from app.engines.base import Engine, EngineOptions, TensorSpec
 from app.errors import EngineLoadError
 from app.model_dir import INT8
+
+log = logging.getLogger(__name__)
 
 
 class EmulatedEngine(Engine):
@@ -37,6 +40,8 @@ class EmulatedEngine(Engine):
         interpreter.allocate_tensors()
         if len(interpreter.get_input_details()) != 1 or len(interpreter.get_output_details()) != 1:
             raise EngineLoadError(f"emulated: {path} must have exactly one input and one output tensor")
+        log.info("emulated: %s, %d operators, numba kernels %s", path.name, len(interpreter.plan.steps),
+                 "on" if interpreter.accelerated else "off (numpy only: pip install -e '.[accel]')")
         return cls(interpreter)
 
     @property

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from app.emulator.errors import Unsupported
 from app.emulator.kernels.common import (
@@ -75,13 +76,28 @@ def conv_2d(input_data: np.ndarray, filter_matrix: np.ndarray, input_zero_point:
 
 
 @dataclass(frozen=True)
+class PhaseWindow:
+    """The taps that read one phase array: a regular grid of offsets there (rows x columns of taps)."""
+
+    phase: int
+    row: int           # first tap's offset, in phase rows
+    row_step: int
+    rows: int
+    column: int        # first tap's offset, in phase columns
+    column_step: int
+    columns: int
+    taps: tuple[int, ...]  # tap indices (i * filter_width + j), row-major over this grid
+
+
+@dataclass(frozen=True)
 class PhaseGrid:
     """Where a strided, dilated depthwise filter reads, as stride-1 offsets into stride-phase arrays.
 
     Phase (a, b) holds the padded input's rows a, a + s, ... and columns b, b + s, ...; tap (i, j)
     reads phase (i*d % s, j*d % s) shifted by (i*d // s, j*d // s). Each phase is kept flat, with
     `columns` per row: a tap is then one contiguous slice, and a pass over it runs along whole rows
-    (output columns past the real width are computed and dropped).
+    (output columns past the real width are computed and dropped). The taps of one phase form a
+    regular grid (a PhaseWindow), so all of them are one strided view of that phase.
     """
 
     rows: int                  # rows allocated per phase (slack for the last taps' slices)
@@ -89,6 +105,7 @@ class PhaseGrid:
     phases: tuple[tuple[int, int], ...]  # (row phase, column phase) of each phase array
     phase_of_tap: np.ndarray   # int64 [taps]: which phase array each tap reads
     offset_of_tap: np.ndarray  # int64 [taps]: its flat offset there, in pixels
+    windows: tuple[PhaseWindow, ...]
 
     @classmethod
     def of(cls, padding: Padding, padded_height: int, padded_width: int, filter_height: int, filter_width: int,
@@ -105,17 +122,29 @@ class PhaseGrid:
                 offset_of_tap.append((y // stride_height) * columns + x // stride_width)
                 deepest = max(deepest, y // stride_height)
         rows = max(-(-padded_height // stride_height), deepest + padding.output_height + 1)
-        return cls(rows, columns, tuple(phases), np.array(phase_of_tap, np.int64), np.array(offset_of_tap, np.int64))
+        windows = []
+        for p, (a, b) in enumerate(phases):
+            tap_rows = [i for i in range(filter_height) if i * dilation_height % stride_height == a]
+            tap_columns = [j for j in range(filter_width) if j * dilation_width % stride_width == b]
+            row_offsets = [i * dilation_height // stride_height for i in tap_rows]
+            column_offsets = [j * dilation_width // stride_width for j in tap_columns]
+            windows.append(PhaseWindow(
+                p, row_offsets[0], row_offsets[1] - row_offsets[0] if len(row_offsets) > 1 else 1, len(row_offsets),
+                column_offsets[0], column_offsets[1] - column_offsets[0] if len(column_offsets) > 1 else 1,
+                len(column_offsets), tuple(i * filter_width + j for i in tap_rows for j in tap_columns)))
+        return cls(rows, columns, tuple(phases), np.array(phase_of_tap, np.int64), np.array(offset_of_tap, np.int64),
+                   tuple(windows))
 
 
-def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, filter_taps_by_channel: np.ndarray,
-                      input_zero_point: int, padding: Padding, depth_multiplier: int, stride_height: int,
-                      stride_width: int, grid: PhaseGrid, requantize: Requantizer) -> np.ndarray:
+def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, input_zero_point: int, padding: Padding,
+                      depth_multiplier: int, stride_height: int, stride_width: int, grid: PhaseGrid,
+                      requantize: Requantizer) -> np.ndarray:
     """reference_integer_ops::DepthwiseConvPerChannel (int8) and reference_ops::DepthwiseConv (uint8).
 
-    filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row
-    (filter_taps_by_channel: [taps, output_depth], for the numba kernel); output channel ic * depth_multiplier + m reads input channel ic. One vectorised pass per filter
-    tap (9 or 25) over whole rows, none per pixel or channel.
+    filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row.
+    Output channel ic * depth_multiplier + m reads input channel ic. numpy: per stride phase, one
+    einsum over a strided view of all its taps (products summed in the loop, no temporaries);
+    numba: one pass per output row. None per pixel or channel.
     """
     source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
     batches, _, _, channels = source.shape
@@ -130,17 +159,17 @@ def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, filter_ta
         out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
         return np.ascontiguousarray(out).view(requantize.params.output_dtype)
     row = grid.columns * channels
-    length = padding.output_height * row
-    acc = np.empty((batches, padding.output_height, row), filter_taps.dtype)
-    scratch = np.empty(acc.shape, filter_taps.dtype)
-    for t, (phase, offset) in enumerate(zip(grid.phase_of_tap, grid.offset_of_tap, strict=True)):
-        start = offset * channels
-        view = phases[phase][:, start:start + length].reshape(acc.shape)
-        if t == 0:
-            np.multiply(view, filter_taps[t], out=acc)
-        else:
-            np.multiply(view, filter_taps[t], out=scratch)
-            np.add(acc, scratch, out=acc)
+    acc = None
+    for window in grid.windows:  # per phase: every tap at once, as one strided view and one einsum
+        source = phases[window.phase]
+        item = source.itemsize
+        start = (window.row * grid.columns + window.column) * channels
+        taps = as_strided(source[:, start:], shape=(batches, padding.output_height, window.rows, window.columns, row),
+                          strides=(source.strides[0], row * item, window.row_step * row * item,
+                                   window.column_step * channels * item, item), writeable=False)
+        weights = filter_taps[list(window.taps)].reshape(window.rows, window.columns, row)
+        part = np.einsum("nyijk,ijk->nyk", taps, weights)  # exact: every partial sum is an integer below 2^24
+        acc = part if acc is None else np.add(acc, part, out=acc)
     out = requantize(acc)  # +bias, requantize, +output offset, clamp
     out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
     return np.ascontiguousarray(out)
@@ -316,13 +345,12 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
     filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
                                                       input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
                                                       grid.columns * out_channels)
-    by_channel = filter_taps
     filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row
     zero_point = zero_point_of(view.input(0))
 
     def run(x: np.ndarray) -> np.ndarray:
-        return depthwise_conv_2d(x, filter_taps, by_channel, zero_point, padding, depth_multiplier, stride_h,
-                                 stride_w, grid, requantize)
+        return depthwise_conv_2d(x, filter_taps, zero_point, padding, depth_multiplier, stride_h, stride_w, grid,
+                                 requantize)
 
     return view.step(run, 0, **_details(filter_taps, requantize))
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from app.emulator import Interpreter, accel
 from app.emulator.fixedpoint import Rounding, quantize_multiplier
 from app.emulator.requantize import Requantizer, RequantParams
-from tests.emulator_cases import OP_SETTINGS, run_emulator
+from tests.emulator_cases import OP_SETTINGS, reference, run_emulator  # noqa: F401 (fixture)
 from tests.test_emulator_conv import conv_models, depthwise_models
 from tests.test_emulator_interpreter import MODEL, PHOTOS, photo_tensor, run
 
@@ -68,3 +68,27 @@ def test_requantize_rows_signed_and_linear_forms():
         assert fast.accelerated and not plain.accelerated and fast.strategy == plain.strategy
         acc = rng.integers(-60_000, 60_001, (5, 7, 24)).astype(np.float32)
         np.testing.assert_array_equal(fast(acc.copy()), plain(acc.copy()))
+
+
+def test_a_depthwise_layer_needing_float64_sums_stays_exact_on_both_paths(reference):
+    """289 taps of 255 * 255: partial sums past 2^24 take float64, never the float32 numba kernel."""
+    from tests.emulator_cases import assert_matches_reference
+    from tests.tflite_builder import GraphBuilder
+
+    g = GraphBuilder()
+    x = g.tensor("x", (1, 17, 17, 2), "UINT8", scale=0.02, zero_point=0)
+    weights = np.zeros((1, 17, 17, 2), np.uint8)
+    weights[..., 1] = np.random.default_rng(3).integers(0, 256, (17, 17))
+    w = g.tensor("w", (1, 17, 17, 2), "UINT8", scale=0.004, zero_point=255, data=weights)
+    b = g.tensor("b", (2,), "INT32", scale=float(np.float32(0.02) * np.float32(0.004)), zero_point=0,
+                 data=np.array([0, 1000]))
+    y = g.tensor("y", (1, 1, 1, 2), "UINT8", scale=10.0, zero_point=200)
+    g.op("DEPTHWISE_CONV_2D", [x, w, b], [y], "DepthwiseConv2DOptions", padding="VALID", strideH=1, strideW=1,
+         depthMultiplier=1)
+    model = g.build([x], [y])
+    fast = Interpreter(model_content=model, accelerate=True)
+    assert fast.plan.steps[0].details["accumulate"] == "float64"
+    for inputs in ([np.full((1, 17, 17, 2), 255, np.uint8)],
+                   [np.random.default_rng(4).integers(0, 256, (1, 17, 17, 2)).astype(np.uint8)]):
+        assert run_emulator(model, inputs, True)[0].tobytes() == run_emulator(model, inputs, False)[0].tobytes()
+        assert_matches_reference(reference, model, inputs)

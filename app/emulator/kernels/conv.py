@@ -149,7 +149,7 @@ def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, input_zer
     source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
     batches, _, _, channels = source.shape
     phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype)
-    if requantize.accelerated:  # one numba pass: taps and requantization per output pixel
+    if requantize.accelerated and filter_taps.dtype == np.float32:  # one numba pass per output row (float32 sums)
         from app.emulator import accel
 
         row = grid.columns * channels

@@ -1,104 +1,145 @@
-"""Small .tflite graphs written directly with TFLite's flatbuffer schema, for tests that need one
-operator in one configuration (a fused activation on a pooling op, a dilation, a float tensor)
-without a TensorFlow conversion. The files are real TFLite flatbuffers that app.tflite_file reads;
-their weights are placeholders, so they are for graph analysis, not for running.
+"""Small .tflite models built directly as flatbuffers: one or a few ops, any shapes and quantization.
+
+No TensorFlow: the object API of the schema that ships in ai-edge-litert packs ModelT into the
+same bytes the converter writes, so the real interpreter, the emulator and the Edge TPU analysis
+read identical files. The emulator's per-op tests reach shapes, strides and quantization
+parameters a converter would never produce on purpose; the compatibility tests put one
+operator in one configuration (a fused activation on a pooling op, a dilation, a float tensor).
+
+    g = GraphBuilder()
+    x = g.tensor("x", (1, 8, 8, 3), "INT8", scale=0.05, zero_point=-3)
+    w = g.tensor("w", (4, 3, 3, 3), "INT8", scale=[0.01] * 4, zero_point=[0] * 4, data=weights)
+    ...
+    g.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", padding="SAME", strideW=1, strideH=1)
+    model_bytes = g.build(inputs=[x], outputs=[y])
+
+For graphs that are analysed and never run, `activation()` gives a quantized tensor with a
+placeholder scale, and `op()` finds the options table from the opcode (OPTIONS).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-# opcode -> (BuiltinOptions member, options class) for the operators the tests build
-OPTIONS = {
-    "CONV_2D": ("Conv2DOptions", schema.Conv2DOptionsT),
-    "DEPTHWISE_CONV_2D": ("DepthwiseConv2DOptions", schema.DepthwiseConv2DOptionsT),
-    "MAX_POOL_2D": ("Pool2DOptions", schema.Pool2DOptionsT),
-    "AVERAGE_POOL_2D": ("Pool2DOptions", schema.Pool2DOptionsT),
-    "FULLY_CONNECTED": ("FullyConnectedOptions", schema.FullyConnectedOptionsT),
-    "SOFTMAX": ("SoftmaxOptions", schema.SoftmaxOptionsT),
-    "STRIDED_SLICE": ("StridedSliceOptions", schema.StridedSliceOptionsT),
-    "CONCATENATION": ("ConcatenationOptions", schema.ConcatenationOptionsT),
-    "MEAN": ("ReducerOptions", schema.ReducerOptionsT),
-    "SUM": ("ReducerOptions", schema.ReducerOptionsT),
-    "PAD": ("PadOptions", schema.PadOptionsT),
-    "PACK": ("PackOptions", schema.PackOptionsT),
-    "SPLIT": ("SplitOptions", schema.SplitOptionsT),
-    "SQUEEZE": ("SqueezeOptions", schema.SqueezeOptionsT),
-    "RESHAPE": ("ReshapeOptions", schema.ReshapeOptionsT),
-    "TRANSPOSE": ("TransposeOptions", schema.TransposeOptionsT),
-    "ADD": ("AddOptions", schema.AddOptionsT),
-    "QUANTIZE": ("QuantizeOptions", schema.QuantizeOptionsT),
-    "DEQUANTIZE": ("DequantizeOptions", schema.DequantizeOptionsT),
-    "FLOOR_MOD": ("FloorModOptions", schema.FloorModOptionsT),
+_TYPES = {name: value for name, value in vars(schema.TensorType).items() if not name.startswith("_")}
+_NUMPY = {"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+          "FLOAT32": np.float32}
+_ENUMS = {
+    "padding": schema.Padding,
+    "fusedActivationFunction": schema.ActivationFunctionType,
+    "mode": schema.MirrorPadMode,
 }
-TYPES = {"INT8": np.int8, "UINT8": np.uint8, "INT32": np.int32, "INT64": np.int64, "FLOAT32": np.float32}
+EIGHT_BIT = ("INT8", "UINT8")
+PLACEHOLDER_SCALE = 0.05  # for graphs that are analysed, never run
+
+# opcode -> its options table, where op() is given fields without naming the table
+OPTIONS = {
+    "CONV_2D": "Conv2DOptions", "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions",
+    "MAX_POOL_2D": "Pool2DOptions", "AVERAGE_POOL_2D": "Pool2DOptions",
+    "FULLY_CONNECTED": "FullyConnectedOptions", "SOFTMAX": "SoftmaxOptions",
+    "STRIDED_SLICE": "StridedSliceOptions", "CONCATENATION": "ConcatenationOptions",
+    "MEAN": "ReducerOptions", "SUM": "ReducerOptions", "PAD": "PadOptions", "PACK": "PackOptions",
+    "SPLIT": "SplitOptions", "SQUEEZE": "SqueezeOptions", "RESHAPE": "ReshapeOptions",
+    "TRANSPOSE": "TransposeOptions", "ADD": "AddOptions", "QUANTIZE": "QuantizeOptions",
+    "DEQUANTIZE": "DequantizeOptions", "FLOOR_MOD": "FloorModOptions",
+}
 
 
 class GraphBuilder:
-    """Tensors and operators in execution order -> .tflite bytes."""
-
-    def __init__(self):
+    def __init__(self) -> None:
         self.tensors: list[schema.TensorT] = []
         self.buffers: list[schema.BufferT] = [schema.BufferT()]  # buffer 0: the empty one, by convention
-        self.operators: list[schema.OperatorT] = []
+        self.opcodes: dict[tuple[int, int, str | None], int] = {}
         self.codes: list[schema.OperatorCodeT] = []
+        self.operators: list[schema.OperatorT] = []
 
-    def tensor(self, name: str, shape, type: str = "INT8", data=None, signature=None,
-               quantized: bool = True, zero_point: int = 0) -> int:
+    def tensor(self, name: str, shape: Sequence[int], type: str = "INT8", *, scale=None, zero_point=None,
+               axis: int = 0, data: np.ndarray | None = None, signature: Sequence[int] | None = None) -> int:
+        """Add a tensor; scale/zero_point scalars for per-tensor, sequences for per-channel along axis."""
         t = schema.TensorT()
-        t.name, t.shape, t.type = name, list(shape), getattr(schema.TensorType, type)
+        t.name, t.shape, t.type = name, [int(d) for d in shape], _TYPES[type]
         if signature is not None:
-            t.shapeSignature = list(signature)
-        if quantized and type in ("INT8", "UINT8"):
-            q = schema.QuantizationParametersT()
-            q.scale, q.zeroPoint = [0.05], [zero_point]
-            t.quantization = q
+            t.shapeSignature = [int(d) for d in signature]
         t.buffer = 0
         if data is not None:
+            array = np.ascontiguousarray(np.asarray(data, dtype=_NUMPY[type]).reshape(shape))
             buffer = schema.BufferT()
-            buffer.data = list(np.asarray(data, dtype=TYPES[type]).reshape(shape).tobytes())
+            buffer.data = list(array.tobytes()) or None
             self.buffers.append(buffer)
             t.buffer = len(self.buffers) - 1
+        if scale is not None:
+            q = schema.QuantizationParametersT()
+            q.scale = [float(s) for s in np.atleast_1d(scale)]
+            zero_points = np.atleast_1d(zero_point if zero_point is not None else 0)
+            if zero_points.size == 1 and len(q.scale) > 1:
+                zero_points = np.repeat(zero_points, len(q.scale))
+            q.zeroPoint = [int(z) for z in zero_points]
+            q.quantizedDimension = axis
+            t.quantization = q
         self.tensors.append(t)
         return len(self.tensors) - 1
 
-    def activation(self, name: str, shape, type: str = "INT8", **kw) -> int:
-        return self.tensor(name, shape, type, **kw)
+    def activation(self, name: str, shape: Sequence[int], type: str = "INT8", *, zero_point: int = 0,
+                   quantized: bool = True, signature: Sequence[int] | None = None) -> int:
+        """A non-constant tensor; 8-bit ones quantized with a placeholder scale unless quantized=False."""
+        scale = PLACEHOLDER_SCALE if quantized and type in EIGHT_BIT else None
+        return self.tensor(name, shape, type, scale=scale, zero_point=zero_point, signature=signature)
 
-    def constant(self, name: str, values, type: str = "INT32", shape=None, **kw) -> int:
-        values = np.asarray(values)
-        return self.tensor(name, values.shape if shape is None else shape, type, data=values, **kw)
+    def constant(self, name: str, values, type: str = "INT32", *, shape: Sequence[int] | None = None,
+                 zero_point: int | None = None) -> int:
+        """A constant: unquantized for integer operands (axes, paddings, shapes, biases); 8-bit
+        weights get the placeholder scale (with their own scales, use tensor(..., data=))."""
+        array = np.asarray(values, dtype=_NUMPY[type])
+        scale = PLACEHOLDER_SCALE if type in EIGHT_BIT else None
+        return self.tensor(name, array.shape if shape is None else shape, type, scale=scale,
+                           zero_point=zero_point, data=array)
 
-    def op(self, opcode: str, inputs, outputs, custom_code: str | None = None, **options) -> None:
-        code = schema.OperatorCodeT()
-        builtin = schema.BuiltinOperator.CUSTOM if custom_code else getattr(schema.BuiltinOperator, opcode)
-        code.builtinCode = builtin
-        code.deprecatedBuiltinCode = min(builtin, 127)
-        code.version = 1
-        if custom_code:
-            code.customCode = custom_code
-        self.codes.append(code)
-        o = schema.OperatorT()
-        o.opcodeIndex, o.inputs, o.outputs = len(self.codes) - 1, list(inputs), list(outputs)
-        if opcode in OPTIONS:
-            member, cls = OPTIONS[opcode]
-            values = cls()
-            for key, value in options.items():
-                setattr(values, key, value)
-            o.builtinOptionsType = getattr(schema.BuiltinOptions, member)
-            o.builtinOptions = values
-        self.operators.append(o)
+    def op(self, opcode: str, inputs: Sequence[int], outputs: Sequence[int], options: str | None = None,
+           version: int = 1, custom_code: str | None = None, **fields) -> None:
+        """Add an operator; options names the schema's options table (default: OPTIONS[opcode] when
+        fields are given), fields its fields by schema name. opcode "CUSTOM" takes custom_code."""
+        builtin = getattr(schema.BuiltinOperator, opcode)
+        key = (builtin, version, custom_code)
+        if key not in self.opcodes:
+            code = schema.OperatorCodeT()
+            code.builtinCode = builtin
+            code.deprecatedBuiltinCode = min(builtin, 127)
+            code.version = version
+            if custom_code is not None:
+                code.customCode = custom_code
+            self.codes.append(code)
+            self.opcodes[key] = len(self.codes) - 1
+        operator = schema.OperatorT()
+        operator.opcodeIndex = self.opcodes[key]
+        operator.inputs, operator.outputs = list(inputs), list(outputs)
+        if options is None and opcode in OPTIONS:
+            options = OPTIONS[opcode]
+        if options is not None:
+            table = getattr(schema, f"{options}T")()
+            for name, value in fields.items():
+                if not hasattr(table, name):
+                    raise AttributeError(f"{options} has no field {name!r}")
+                if name in _ENUMS and isinstance(value, str):
+                    value = getattr(_ENUMS[name], value)
+                setattr(table, name, value)
+            operator.builtinOptionsType = getattr(schema.BuiltinOptions, options)
+            operator.builtinOptions = table
+        elif fields:
+            raise ValueError(f"fields {sorted(fields)} given without an options table")
+        self.operators.append(operator)
 
-    def build(self, inputs, outputs) -> bytes:
+    def build(self, inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
         subgraph = schema.SubGraphT()
         subgraph.tensors, subgraph.operators = self.tensors, self.operators
         subgraph.inputs, subgraph.outputs, subgraph.name = list(inputs), list(outputs), "main"
         model = schema.ModelT()
         model.version, model.description = 3, "built by tests/tflite_builder.py"
         model.operatorCodes, model.subgraphs, model.buffers = self.codes, [subgraph], self.buffers
-        builder = flatbuffers.Builder(1024)
+        builder = flatbuffers.Builder(4096)
         builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
         return bytes(builder.Output())
 

@@ -12,6 +12,13 @@ log = logging.getLogger(__name__)
 ENGINES: dict[str, type[Engine]] = {CpuEngine.key: CpuEngine}
 
 try:
+    from app.engines.emulated import EmulatedEngine
+
+    ENGINES[EmulatedEngine.key] = EmulatedEngine
+except ImportError as e:  # e.g. no flatbuffers schema: the other backends still serve
+    log.warning("emulated backend left out: %s", e)
+
+try:
     from app.engines.edgetpu import EdgeTpuEngine
 
     ENGINES[EdgeTpuEngine.key] = EdgeTpuEngine

@@ -1,0 +1,9 @@
+"""One module per family of TFLite kernels; each exports PREPARE: opcode -> prepare(OpView) -> Step."""
+
+from __future__ import annotations
+
+from app.emulator.kernels import activations, conv, elementwise, pooling, quantize, reduce, resize, shape
+
+PREPARE = {}
+for _module in (conv, elementwise, activations, pooling, reduce, shape, resize, quantize):
+    PREPARE.update(_module.PREPARE)

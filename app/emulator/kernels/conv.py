@@ -1,0 +1,387 @@
+"""CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: the matrix kernels.
+
+TFLite (reference/integer_ops/conv.h, depthwise_conv.h, fully_connected.h; reference/conv.h for
+uint8) accumulates filter * (input + input_offset) over in-image taps only, adds the bias,
+requantizes per output channel, adds the output offset and clamps. Here:
+
+- accumulate: out-of-image taps are skipped in TFLite, which equals padding the input with its
+  zero point; so the input is padded with its zero point and the input offset is folded into
+  the bias once at load (sum over taps of (x - zp) * w = sum x * w - zp * sum w). Products of
+  8-bit values are float: float32 where every partial sum is provably below 2^24 (|sum| <=
+  sum |w| * max |x|, per output channel, decided at load), float64 otherwise. CONV_2D and
+  FULLY_CONNECTED are BLAS matrix products (im2col for filters larger than 1x1);
+  DEPTHWISE_CONV_2D is one pass per filter tap over whole rows (PhaseGrid), or one numba pass
+  (app/emulator/accel.py) when installed.
+- +bias, requantize, +output offset, clamp: one Requantizer, exact by construction (requantize.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from app.emulator.errors import Unsupported
+from app.emulator.kernels.common import (
+    OpView,
+    Padding,
+    Step,
+    activation_range,
+    compute_padding,
+    multipliers,
+    pad_spatial,
+    per_tensor,
+    quantized_type,
+    scale_of,
+    tap_view,
+    type_range,
+    zero_point_of,
+)
+from app.emulator.fixedpoint import Rounding
+from app.emulator.requantize import FLOAT32_EXACT_INTEGERS, Requantizer, RequantParams
+
+# Measured on the pinned runtime (tests/test_emulator_rounding.py): the convolutions round twice,
+# FULLY_CONNECTED once.
+CONV_ROUNDING = Rounding.DOUBLE_ROUNDING
+FULLY_CONNECTED_ROUNDING = Rounding.SINGLE_ROUNDING
+
+INT32_TYPES = ("INT32",)
+
+
+def conv_2d(input_data: np.ndarray, filter_matrix: np.ndarray, input_zero_point: int, padding: Padding,
+            filter_height: int, filter_width: int, stride_height: int, stride_width: int,
+            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer) -> np.ndarray:
+    """reference_integer_ops::ConvPerChannel (int8) and reference_ops::Conv (uint8), NHWC.
+
+    filter_matrix: [filter_height * filter_width * input_depth, output_depth], filter offset applied.
+    """
+    batches, _, _, depth = input_data.shape
+    padded = pad_spatial(input_data, padding, input_zero_point, filter_matrix.dtype)
+    rows = batches * padding.output_height * padding.output_width
+    taps = filter_height * filter_width
+    if taps == 1 and stride_height == stride_width == 1:
+        patches = padded.reshape(rows, depth)
+    else:  # im2col: one column block per filter tap
+        patches = np.empty((batches, padding.output_height, padding.output_width, taps, depth), padded.dtype)
+        for i in range(filter_height):
+            for j in range(filter_width):
+                patches[:, :, :, i * filter_width + j, :] = tap_view(
+                    padded, i, j, padding, stride_height, stride_width, dilation_height_factor,
+                    dilation_width_factor)
+        patches = patches.reshape(rows, taps * depth)
+    acc = patches @ filter_matrix  # accumulate (input offset folded into the bias)
+    out = requantize(acc)  # +bias, requantize, +output offset, clamp
+    return out.reshape(batches, padding.output_height, padding.output_width, -1)
+
+
+@dataclass(frozen=True)
+class PhaseWindow:
+    """The taps that read one phase array: a regular grid of offsets there (rows x columns of taps)."""
+
+    phase: int
+    row: int           # first tap's offset, in phase rows
+    row_step: int
+    rows: int
+    column: int        # first tap's offset, in phase columns
+    column_step: int
+    columns: int
+    taps: tuple[int, ...]  # tap indices (i * filter_width + j), row-major over this grid
+
+
+@dataclass(frozen=True)
+class PhaseGrid:
+    """Where a strided, dilated depthwise filter reads, as stride-1 offsets into stride-phase arrays.
+
+    Phase (a, b) holds the padded input's rows a, a + s, ... and columns b, b + s, ...; tap (i, j)
+    reads phase (i*d % s, j*d % s) shifted by (i*d // s, j*d // s). Each phase is kept flat, with
+    `columns` per row: a tap is then one contiguous slice, and a pass over it runs along whole rows
+    (output columns past the real width are computed and dropped). The taps of one phase form a
+    regular grid (a PhaseWindow), so all of them are one strided view of that phase.
+    """
+
+    rows: int                  # rows allocated per phase (slack for the last taps' slices)
+    columns: int               # columns per phase row
+    phases: tuple[tuple[int, int], ...]  # (row phase, column phase) of each phase array
+    phase_of_tap: np.ndarray   # int64 [taps]: which phase array each tap reads
+    offset_of_tap: np.ndarray  # int64 [taps]: its flat offset there, in pixels
+    windows: tuple[PhaseWindow, ...]
+
+    @classmethod
+    def of(cls, padding: Padding, padded_height: int, padded_width: int, filter_height: int, filter_width: int,
+           stride_height: int, stride_width: int, dilation_height: int, dilation_width: int) -> PhaseGrid:
+        columns = -(-padded_width // stride_width)
+        phases, phase_of_tap, offset_of_tap, deepest = [], [], [], 0
+        for i in range(filter_height):
+            for j in range(filter_width):
+                y, x = i * dilation_height, j * dilation_width
+                phase = (y % stride_height, x % stride_width)
+                if phase not in phases:
+                    phases.append(phase)
+                phase_of_tap.append(phases.index(phase))
+                offset_of_tap.append((y // stride_height) * columns + x // stride_width)
+                deepest = max(deepest, y // stride_height)
+        rows = max(-(-padded_height // stride_height), deepest + padding.output_height + 1)
+        windows = []
+        for p, (a, b) in enumerate(phases):
+            tap_rows = [i for i in range(filter_height) if i * dilation_height % stride_height == a]
+            tap_columns = [j for j in range(filter_width) if j * dilation_width % stride_width == b]
+            row_offsets = [i * dilation_height // stride_height for i in tap_rows]
+            column_offsets = [j * dilation_width // stride_width for j in tap_columns]
+            windows.append(PhaseWindow(
+                p, row_offsets[0], row_offsets[1] - row_offsets[0] if len(row_offsets) > 1 else 1, len(row_offsets),
+                column_offsets[0], column_offsets[1] - column_offsets[0] if len(column_offsets) > 1 else 1,
+                len(column_offsets), tuple(i * filter_width + j for i in tap_rows for j in tap_columns)))
+        return cls(rows, columns, tuple(phases), np.array(phase_of_tap, np.int64), np.array(offset_of_tap, np.int64),
+                   tuple(windows))
+
+
+def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, input_zero_point: int, padding: Padding,
+                      depth_multiplier: int, stride_height: int, stride_width: int, grid: PhaseGrid,
+                      requantize: Requantizer) -> np.ndarray:
+    """reference_integer_ops::DepthwiseConvPerChannel (int8) and reference_ops::DepthwiseConv (uint8).
+
+    filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row.
+    Output channel ic * depth_multiplier + m reads input channel ic. numpy: per stride phase, one
+    einsum over a strided view of all its taps (products summed in the loop, no temporaries);
+    numba: one pass per output row. None per pixel or channel.
+    """
+    source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
+    batches, _, _, channels = source.shape
+    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype)
+    if requantize.accelerated and filter_taps.dtype == np.float32:  # one numba pass per output row (float32 sums)
+        from app.emulator import accel
+
+        row = grid.columns * channels
+        out = np.empty((batches, padding.output_height, row), np.uint8)
+        accel.depthwise_requantize(phases, grid.phase_of_tap, grid.offset_of_tap * channels, filter_taps,
+                                   padding.output_height, row, *requantize.kernel_arguments(row), out)
+        out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
+        return np.ascontiguousarray(out).view(requantize.params.output_dtype)
+    row = grid.columns * channels
+    acc = None
+    for window in grid.windows:  # per phase: every tap at once, as one strided view and one einsum
+        source = phases[window.phase]
+        item = source.itemsize
+        start = (window.row * grid.columns + window.column) * channels
+        taps = as_strided(source[:, start:], shape=(batches, padding.output_height, window.rows, window.columns, row),
+                          strides=(source.strides[0], row * item, window.row_step * row * item,
+                                   window.column_step * channels * item, item), writeable=False)
+        weights = filter_taps[list(window.taps)].reshape(window.rows, window.columns, row)
+        part = np.einsum("nyijk,ijk->nyk", taps, weights)  # exact: every partial sum is an integer below 2^24
+        acc = part if acc is None else np.add(acc, part, out=acc)
+    out = requantize(acc)  # +bias, requantize, +output offset, clamp
+    out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
+    return np.ascontiguousarray(out)
+
+
+def _phase_stack(source: np.ndarray, input_zero_point: int, padding: Padding, stride_height: int, stride_width: int,
+                 grid: PhaseGrid, dtype) -> np.ndarray:
+    """The padded input split by stride phase: [phases, batches, grid.rows * grid.columns * channels]."""
+    batches, height, width, channels = source.shape
+    stack = np.full((len(grid.phases), batches, grid.rows, grid.columns, channels), input_zero_point, dtype)
+    if stride_height == stride_width == 1:  # one phase: the padded input itself
+        np.copyto(stack[0, :, padding.top:padding.top + height, padding.left:padding.left + width, :], source)
+    else:
+        padded = pad_spatial(source, padding, input_zero_point, dtype)
+        for p, (a, b) in enumerate(grid.phases):
+            part = padded[:, a::stride_height, b::stride_width, :]
+            np.copyto(stack[p, :, :part.shape[1], :part.shape[2], :], part)
+    return stack.reshape(len(grid.phases), batches, -1)
+
+
+def fully_connected(input_data: np.ndarray, filter_matrix: np.ndarray, output_shape: tuple[int, ...],
+                    requantize: Requantizer) -> np.ndarray:
+    """reference_integer_ops::FullyConnected (int8, per tensor or per channel), reference_ops::FullyConnected (uint8).
+
+    The input offset is folded into the bias (no padding here, so it is exact).
+    """
+    depth = filter_matrix.shape[0]
+    acc = input_data.reshape(-1, depth).astype(filter_matrix.dtype) @ filter_matrix  # accumulate
+    return requantize(acc).reshape(output_shape)  # +bias, requantize, +output offset, clamp
+
+
+# ---- prepare: what TFLite's Prepare computes, once per model ----
+
+def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, scalar_path: bool):
+    """Centered int64 filter, per-channel multipliers, int64 bias, all checked against TFLite's rules.
+
+    scalar_path: the kernel takes TFLite's single (per-tensor) multiplier, whose real value is
+    computed with the scale product in float; the per-channel arrays compute it in double.
+    """
+    input_tensor, filter_tensor, output = view.input(0), view.input(1), view.output()
+    filter_dtype = quantized_type(filter_tensor, "filter")
+    if filter_tensor.data is None:
+        raise Unsupported("the filter must be a constant tensor")
+    if filter_dtype != input_dtype:
+        raise Unsupported(f"filter is {filter_tensor.type}, input {input_tensor.type}; hybrid kernels are not emulated")
+    output_dtype = quantized_type(output, "output")
+    if output_dtype != input_dtype:
+        raise Unsupported(f"output is {output.type}, input {input_tensor.type}; expected the same type")
+    quantization = filter_tensor.quantization
+    channels = filter_tensor.shape[channel_axis]
+    filter_scales = quantization.scale.astype(np.float64)
+    filter_zero_points = quantization.zero_point
+    if quantization.per_channel:
+        if input_dtype == np.uint8:
+            raise Unsupported("uint8 filters quantized per channel are not supported by TFLite")
+        if quantization.axis != channel_axis or filter_scales.size != channels:
+            raise Unsupported(f"per-channel filter quantization along axis {quantization.axis} with "
+                              f"{filter_scales.size} scales; expected axis {channel_axis} with {channels}")
+        if np.any(filter_zero_points != 0):
+            raise Unsupported("per-channel filter zero points must be 0")
+    else:
+        filter_scales = np.repeat(filter_scales[:1], channels)
+        filter_zero_points = np.repeat(filter_zero_points[:1], channels)
+    float_product = scalar_path and not quantization.per_channel
+    centered = filter_tensor.data.astype(np.int64)
+    shape = [1] * centered.ndim
+    shape[channel_axis] = channels
+    centered = centered - filter_zero_points.reshape(shape)  # filter_offset
+    input_scale = np.float32(scale_of(input_tensor))
+    output_scale = np.float64(scale_of(output))
+    filter_scales = filter_scales.astype(np.float32)
+    if float_product:
+        # GetQuantizedConvolutionMultipler: double(input_scale * filter_scale), the product in float
+        real = (input_scale * filter_scales).astype(np.float64) / output_scale
+    else:
+        # the per-channel loop: input_scale * filter_scale / output_scale, all in double
+        real = np.float64(input_scale) * filter_scales.astype(np.float64) / output_scale
+    output_multiplier, output_shift = multipliers(real)
+    bias_tensor = view.input(2)
+    if bias_tensor is None:
+        bias = np.zeros(channels, np.int64)
+    else:
+        if bias_tensor.type not in INT32_TYPES or bias_tensor.data is None:
+            raise Unsupported(f"bias is {bias_tensor.type}{'' if bias_tensor.data is not None else ', not constant'}; "
+                              "expected a constant INT32 tensor")
+        bias = bias_tensor.data.astype(np.int64).reshape(-1)
+        if bias.size != channels:
+            raise Unsupported(f"bias has {bias.size} values for {channels} output channels")
+    return centered, bias, output_multiplier, output_shift
+
+
+def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias: np.ndarray,
+                            output_multiplier, output_shift, input_dtype: np.dtype, activation,
+                            rounding: Rounding, period: int | None = None) -> tuple:
+    """Float filter [K, channels] in the cheapest exact type, and the requantizer of the output."""
+    input_zero_point = zero_point_of(view.input(0))
+    output = view.output()
+    qmin, qmax = type_range(input_dtype)
+    largest_input = max(abs(qmin), abs(qmax))
+    magnitude = np.abs(centered_by_channel).sum(axis=0)
+    acc_bound = magnitude * largest_input
+    float_type = np.float32 if acc_bound.max(initial=0) < FLOAT32_EXACT_INTEGERS else np.float64
+    folded_bias = bias - input_zero_point * centered_by_channel.sum(axis=0)  # input_offset * sum(filter)
+    act_min, act_max = activation_range(activation, output)
+    params = RequantParams(bias=folded_bias, output_multiplier=output_multiplier, output_shift=output_shift,
+                           output_offset=zero_point_of(output), quantized_activation_min=act_min,
+                           quantized_activation_max=act_max, output_dtype=input_dtype, rounding=rounding)
+    requantizer = Requantizer(params, acc_bound, np.dtype(float_type), period, view.accelerate)
+    return centered_by_channel.astype(float_type), requantizer
+
+
+def _details(weights: np.ndarray, requantize: Requantizer) -> dict:
+    return {"accumulate": weights.dtype.name, "requantize": requantize.strategy,
+            "accelerated": requantize.accelerated}
+
+
+def _input_type(view: OpView) -> np.dtype:
+    input_dtype, _, _ = per_tensor(view.input(0), "input")
+    per_tensor(view.output(), "output")
+    return input_dtype
+
+
+def prepare_conv_2d(view: OpView) -> Step:
+    input_dtype = _input_type(view)
+    input_shape = view.input(0).shape
+    filter_shape = view.input(1).shape
+    if len(input_shape) != 4 or len(filter_shape) != 4:
+        raise Unsupported(f"input {input_shape} and filter {filter_shape} must both be 4-D")
+    out_channels, filter_height, filter_width, filter_depth = filter_shape
+    if filter_depth != input_shape[3]:
+        raise Unsupported(f"filter depth {filter_depth} != input depth {input_shape[3]} (grouped convolution)")
+    o = view.options
+    # uint8 runs reference_ops::Conv with the scalar multiplier; int8 the per-channel kernel, always
+    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8)
+    matrix = centered.reshape(out_channels, -1).T  # [(i, j, c), out]
+    output_width = view.output().shape[2]
+    filter_matrix, requantize = _matrix_and_requantizer(view, matrix, bias, output_multiplier, output_shift,
+                                                        input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
+                                                        output_width * out_channels)
+    stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
+    dilation_h, dilation_w = o.get("dilationHFactor", 1), o.get("dilationWFactor", 1)
+    padding = compute_padding(o.get("padding", 0), input_shape[1], input_shape[2], filter_height, filter_width,
+                              stride_h, stride_w, dilation_h, dilation_w)
+    zero_point = zero_point_of(view.input(0))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return conv_2d(x, filter_matrix, zero_point, padding, filter_height, filter_width, stride_h, stride_w,
+                       dilation_h, dilation_w, requantize)
+
+    return view.step(run, 0, **_details(filter_matrix, requantize))
+
+
+def prepare_depthwise_conv_2d(view: OpView) -> Step:
+    input_dtype = _input_type(view)
+    input_shape = view.input(0).shape
+    filter_shape = view.input(1).shape
+    if len(input_shape) != 4 or len(filter_shape) != 4 or filter_shape[0] != 1:
+        raise Unsupported(f"input {input_shape} and filter {filter_shape}: expected 4-D, filter [1, h, w, c]")
+    _, filter_height, filter_width, out_channels = filter_shape
+    o = view.options
+    depth_multiplier = out_channels // input_shape[3]
+    if depth_multiplier * input_shape[3] != out_channels:
+        raise Unsupported(f"filter has {out_channels} channels for an input of {input_shape[3]}")
+    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 3, input_dtype, input_dtype == np.uint8)
+    stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
+    dilation_h, dilation_w = o.get("dilationHFactor", 1), o.get("dilationWFactor", 1)
+    padding = compute_padding(o.get("padding", 0), input_shape[1], input_shape[2], filter_height, filter_width,
+                              stride_h, stride_w, dilation_h, dilation_w)
+    grid = PhaseGrid.of(padding, input_shape[1] + padding.top + padding.bottom,
+                        input_shape[2] + padding.left + padding.right, filter_height, filter_width, stride_h, stride_w,
+                        dilation_h, dilation_w)
+    taps = centered.reshape(filter_height * filter_width, out_channels)
+    filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
+                                                      input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
+                                                      grid.columns * out_channels)
+    filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row
+    zero_point = zero_point_of(view.input(0))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return depthwise_conv_2d(x, filter_taps, zero_point, padding, depth_multiplier, stride_h, stride_w, grid,
+                                 requantize)
+
+    return view.step(run, 0, **_details(filter_taps, requantize))
+
+
+def prepare_fully_connected(view: OpView) -> Step:
+    input_dtype = _input_type(view)
+    o = view.options
+    if o.get("weightsFormat", 0) != 0:
+        raise Unsupported("shuffled weights are not emulated; expected weightsFormat DEFAULT")
+    filter_shape = view.input(1).shape
+    if len(filter_shape) != 2:
+        raise Unsupported(f"filter {filter_shape}: expected 2-D [units, depth]")
+    units, depth = filter_shape
+    input_shape = view.input(0).shape
+    if int(np.prod(input_shape)) % depth:
+        raise Unsupported(f"input {input_shape} does not split into rows of {depth}")
+    # measured: FULLY_CONNECTED's multiplier has the scale product in double, per tensor too
+    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, False)
+    filter_matrix, requantize = _matrix_and_requantizer(view, centered.T, bias, output_multiplier, output_shift,
+                                                        input_dtype, o.get("fusedActivationFunction", 0),
+                                                        FULLY_CONNECTED_ROUNDING)
+    output_shape = view.output().shape
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return fully_connected(x, filter_matrix, output_shape, requantize)
+
+    return view.step(run, 0, **_details(filter_matrix, requantize))
+
+
+PREPARE = {
+    "CONV_2D": prepare_conv_2d,
+    "DEPTHWISE_CONV_2D": prepare_depthwise_conv_2d,
+    "FULLY_CONNECTED": prepare_fully_connected,
+}

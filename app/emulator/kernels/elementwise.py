@@ -1,0 +1,179 @@
+"""ADD, SUB, MUL, MAXIMUM, MINIMUM on int8/uint8 tensors, with numpy (= TFLite) broadcasting.
+
+The arithmetic kernels below are TFLite's, vectorised in int64 (reference/integer_ops/add.h,
+mul.h, reference/sub.h). An 8-bit binary op is a function of two bytes, so at load each one is
+evaluated once on all 65536 pairs and run as a table look-up: exact by construction, and one
+gather per element instead of three requantizations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.emulator.errors import Unsupported
+from app.emulator.fixedpoint import (
+    Rounding,
+    multiply_by_quantized_multiplier,
+    multiply_by_quantized_multiplier_smaller_than_one_exp,
+    quantize_multiplier,
+)
+from app.emulator.kernels.common import OpView, Step, activation_range, per_tensor
+
+ADD_LEFT_SHIFT = 20  # 8-bit ADD/SUB: inputs go to Q(31-20) before rescaling
+# tests/test_emulator_rounding.py: MUL measured to round twice; for ADD/SUB the two modes give the
+# same result on every input tried (a tie needs odds of ~2^-21), so gemmlowp's is kept, like MUL.
+ADD_ROUNDING = Rounding.DOUBLE_ROUNDING
+MUL_ROUNDING = Rounding.DOUBLE_ROUNDING
+
+
+def add(input1_data, input2_data, input1_offset: int, input2_offset: int, left_shift: int,
+        input1_multiplier: int, input1_shift: int, input2_multiplier: int, input2_shift: int,
+        output_multiplier: int, output_shift: int, output_offset: int,
+        quantized_activation_min: int, quantized_activation_max: int, rounding: Rounding,
+        subtract: bool = False) -> np.ndarray:
+    """reference_integer_ops::AddElementwise (and SubElementwise with subtract=True), int64 throughout."""
+    input1_val = np.asarray(input1_data, np.int64) + input1_offset
+    input2_val = np.asarray(input2_data, np.int64) + input2_offset
+    scaled_input1_val = multiply_by_quantized_multiplier_smaller_than_one_exp(
+        input1_val << left_shift, input1_multiplier, input1_shift, rounding)
+    scaled_input2_val = multiply_by_quantized_multiplier_smaller_than_one_exp(
+        input2_val << left_shift, input2_multiplier, input2_shift, rounding)
+    raw = scaled_input1_val - scaled_input2_val if subtract else scaled_input1_val + scaled_input2_val
+    raw_output = multiply_by_quantized_multiplier_smaller_than_one_exp(raw, output_multiplier, output_shift, rounding)
+    return np.clip(raw_output + output_offset, quantized_activation_min, quantized_activation_max)
+
+
+def mul(input1_data, input2_data, input1_offset: int, input2_offset: int, output_multiplier: int,
+        output_shift: int, output_offset: int, quantized_activation_min: int,
+        quantized_activation_max: int, rounding: Rounding) -> np.ndarray:
+    """reference_integer_ops::MulElementwise."""
+    input1_val = np.asarray(input1_data, np.int64) + input1_offset
+    input2_val = np.asarray(input2_data, np.int64) + input2_offset
+    unclamped = multiply_by_quantized_multiplier(input1_val * input2_val, output_multiplier, output_shift,
+                                                 rounding)
+    return np.clip(unclamped + output_offset, quantized_activation_min, quantized_activation_max)
+
+
+def maximum(input1_data: np.ndarray, input2_data: np.ndarray) -> np.ndarray:
+    """reference_ops::MaximumMinimumBroadcastSlow with max: on the quantized values, no rescaling."""
+    return np.maximum(input1_data, input2_data)
+
+
+def minimum(input1_data: np.ndarray, input2_data: np.ndarray) -> np.ndarray:
+    """reference_ops::MaximumMinimumBroadcastSlow with min."""
+    return np.minimum(input1_data, input2_data)
+
+
+# ---- tables and prepare ----
+
+def byte_values(dtype: np.dtype) -> np.ndarray:
+    """Every value of an 8-bit type, ordered by its byte (so table[x.view(uint8)] looks x up)."""
+    return np.arange(256, dtype=np.uint8).view(dtype)
+
+
+class PairTable:
+    """out = table[x1, x2] for two 8-bit tensors, broadcast like numpy."""
+
+    def __init__(self, kernel, dtype1: np.dtype, dtype2: np.dtype, output_dtype: np.dtype):
+        grid1, grid2 = np.meshgrid(byte_values(dtype1), byte_values(dtype2), indexing="ij")
+        self.table = kernel(grid1, grid2).astype(output_dtype).reshape(-1)
+
+    def __call__(self, x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
+        index = x1.view(np.uint8).astype(np.intp) << 8
+        index = index | x2.view(np.uint8)
+        return self.table[index]
+
+
+def binary_step(view: OpView, kernel, output_dtype) -> Step:
+    dtype1 = per_tensor(view.input(0), "input1")[0]
+    dtype2 = per_tensor(view.input(1), "input2")[0]
+    table = PairTable(kernel, dtype1, dtype2, output_dtype)
+    shape1, shape2 = view.input(0).shape, view.input(1).shape
+    try:
+        expected = np.broadcast_shapes(shape1, shape2)
+    except ValueError:
+        raise Unsupported(f"shapes {shape1} and {shape2} do not broadcast") from None
+    if tuple(expected) != tuple(view.output().shape):
+        raise Unsupported(f"output shape {view.output().shape}; the inputs broadcast to {expected}")
+    constants = {p: view.input(p).data for p in (0, 1) if view.input(p).data is not None}
+    runtime = [p for p in (0, 1) if p not in constants]
+
+    def run(*arrays):
+        values = dict(zip(runtime, arrays, strict=True)) | constants
+        return table(np.asarray(values[0]), np.asarray(values[1]))
+
+    return view.step(run, *runtime)
+
+
+def _same_types(view: OpView) -> np.dtype:
+    dtype, _, _ = per_tensor(view.output(), "output")
+    for position in (0, 1):
+        if per_tensor(view.input(position), f"input{position + 1}")[0] != dtype:
+            raise Unsupported(f"input{position + 1} is {view.input(position).type}, output {view.output().type}")
+    return dtype
+
+
+def prepare_add(view: OpView, subtract: bool = False) -> Step:
+    dtype = _same_types(view)
+    (_, s1, z1), (_, s2, z2) = per_tensor(view.input(0), "input1"), per_tensor(view.input(1), "input2")
+    _, s_out, z_out = per_tensor(view.output(), "output")
+    # 2 * max(float, float) is a float in C++; the divisions are in double.
+    twice_max_input_scale = float(np.float32(2) * max(np.float32(s1), np.float32(s2)))
+    real_input1_multiplier = s1 / twice_max_input_scale
+    real_input2_multiplier = s2 / twice_max_input_scale
+    real_output_multiplier = twice_max_input_scale / float(np.float32(1 << ADD_LEFT_SHIFT) * np.float32(s_out))
+    m1, sh1 = quantize_multiplier(real_input1_multiplier)
+    m2, sh2 = quantize_multiplier(real_input2_multiplier)
+    mo, sho = quantize_multiplier(real_output_multiplier)
+    for shift in (sh1, sh2, sho):
+        if shift > 0:
+            raise Unsupported("a rescale multiplier is not below one (TFLite's QuantizeMultiplierSmallerThanOneExp)")
+    act_min, act_max = activation_range(view.options.get("fusedActivationFunction", 0), view.output())
+
+    def kernel(x1, x2):
+        return add(x1, x2, -z1, -z2, ADD_LEFT_SHIFT, m1, sh1, m2, sh2, mo, sho, z_out, act_min, act_max,
+                   ADD_ROUNDING, subtract=subtract)
+
+    return binary_step(view, kernel, dtype)
+
+
+def prepare_sub(view: OpView) -> Step:
+    return prepare_add(view, subtract=True)
+
+
+def prepare_mul(view: OpView) -> Step:
+    dtype = _same_types(view)
+    (_, s1, z1), (_, s2, z2) = per_tensor(view.input(0), "input1"), per_tensor(view.input(1), "input2")
+    _, s_out, z_out = per_tensor(view.output(), "output")
+    # input1_scale * input2_scale / output_scale, all float in C++, then widened to double
+    real_multiplier = float(np.float32(np.float32(s1) * np.float32(s2)) / np.float32(s_out))
+    multiplier, shift = quantize_multiplier(real_multiplier)
+    act_min, act_max = activation_range(view.options.get("fusedActivationFunction", 0), view.output())
+
+    def kernel(x1, x2):
+        return mul(x1, x2, -z1, -z2, multiplier, shift, z_out, act_min, act_max, MUL_ROUNDING)
+
+    return binary_step(view, kernel, dtype)
+
+
+def _prepare_extremum(view: OpView, kernel) -> Step:
+    """TFLite compares the raw quantized values: scales are not reconciled, so neither are they here."""
+    dtype = _same_types(view)
+    return binary_step(view, kernel, dtype)
+
+
+def prepare_maximum(view: OpView) -> Step:
+    return _prepare_extremum(view, maximum)
+
+
+def prepare_minimum(view: OpView) -> Step:
+    return _prepare_extremum(view, minimum)
+
+
+PREPARE = {
+    "ADD": prepare_add,
+    "SUB": prepare_sub,
+    "MUL": prepare_mul,
+    "MAXIMUM": prepare_maximum,
+    "MINIMUM": prepare_minimum,
+}

@@ -1,0 +1,156 @@
+"""RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR on int8/uint8 NHWC (reference/resize_bilinear.h,
+resize_nearest_neighbor.h). Source rows and columns are computed once at load; the run is two
+gathers (nearest) or four gathers and a weighted sum (bilinear) over the whole tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.emulator.errors import Unsupported
+from app.emulator.fixedpoint import Rounding, c_divide
+from app.emulator.kernels.common import QUANTIZED_TYPES, OpView, Step, per_tensor
+
+f32 = np.float32
+# Measured on the pinned runtime (tests/test_emulator_resize.py).
+RESIZE_BILINEAR_ROUNDING = Rounding.DOUBLE_ROUNDING
+
+
+def interpolation_values_integer(size_out: int, size_in: int, align_corners: bool, half_pixel_centers: bool):
+    """ComputeInterpolationValuesInteger: positions in 1/1024 of a pixel, and the two source indices."""
+    scale_10 = c_divide((1 << 10) * size_in + size_out // 2, size_out)
+    if align_corners and size_out > 1:
+        scale_10 = c_divide((1 << 10) * (size_in - 1) + (size_out - 1) // 2, size_out - 1)
+    value = np.arange(size_out, dtype=np.int64)
+    if half_pixel_centers:
+        scaled = value * scale_10 + scale_10 // 2 - (1 << 9)
+    else:
+        scaled = value * scale_10
+    lower = np.maximum(c_divide(scaled, 1 << 10), 0)
+    upper = np.minimum(c_divide(scaled + (1 << 10) - 1, 1 << 10), size_in - 1)
+    return scaled, lower, upper
+
+
+def resize_bilinear_integer(input_data: np.ndarray, output_height: int, output_width: int, align_corners: bool,
+                            half_pixel_centers: bool) -> np.ndarray:
+    """reference_ops::ResizeBilinearInteger: 10-bit fixed-point weights, a 20-bit product, one rounding."""
+    _, in_h, in_w, _ = input_data.shape
+    input_y, y0, y1 = interpolation_values_integer(output_height, in_h, align_corners, half_pixel_centers)
+    input_x, x0, x1 = interpolation_values_integer(output_width, in_w, align_corners, half_pixel_centers)
+    dy = (input_y - (1 << 10) * y0)[None, :, None, None]
+    dx = (input_x - (1 << 10) * x0)[None, None, :, None]
+    x = input_data.astype(np.int64)
+    rows0, rows1 = x[:, y0], x[:, y1]
+    output_20 = (rows0[:, :, x0] * ((1 << 10) - dy) * ((1 << 10) - dx)
+                 + rows1[:, :, x0] * dy * ((1 << 10) - dx)
+                 + rows0[:, :, x1] * ((1 << 10) - dy) * dx
+                 + rows1[:, :, x1] * dy * dx)
+    if RESIZE_BILINEAR_ROUNDING is Rounding.SINGLE_ROUNDING:
+        interpolation = (output_20 + (1 << 19)) >> 20
+    else:
+        rounded = output_20 + np.where(output_20 > 0, 1 << 19, -(1 << 19))
+        interpolation = c_divide(rounded, 1 << 20)
+    return interpolation.astype(input_data.dtype)
+
+
+def interpolation_values(size_out: int, size_in: int, align_corners: bool, half_pixel_centers: bool):
+    """ComputeInterpolationValues (float32): source position, floor and ceil, clamped to the image."""
+    scale = f32(size_in) / f32(size_out)
+    if align_corners and size_out > 1:
+        scale = f32(size_in - 1) / f32(size_out - 1)
+    value = np.arange(size_out, dtype=f32)
+    if half_pixel_centers:
+        scaled = ((value + f32(0.5)) * scale).astype(f32) - f32(0.5)
+    else:
+        scaled = (value * scale).astype(f32)
+    lower = np.maximum(np.floor(scaled).astype(np.int64), 0)
+    upper = np.minimum(np.ceil(scaled).astype(np.int64), size_in - 1)
+    return scaled.astype(f32), lower, upper
+
+
+def resize_bilinear_float(input_data: np.ndarray, output_height: int, output_width: int, align_corners: bool,
+                          half_pixel_centers: bool) -> np.ndarray:
+    """reference_ops::ResizeBilinear<uint8_t>: float32 weights, the four terms summed left to right,
+    + 0.5f and a truncating cast."""
+    _, in_h, in_w, _ = input_data.shape
+    input_y, y0, y1 = interpolation_values(output_height, in_h, align_corners, half_pixel_centers)
+    input_x, x0, x1 = interpolation_values(output_width, in_w, align_corners, half_pixel_centers)
+    dy = (input_y - y0.astype(f32)).astype(f32)[None, :, None, None]
+    dx = (input_x - x0.astype(f32)).astype(f32)[None, None, :, None]
+    x = input_data.astype(f32)
+    rows0, rows1 = x[:, y0], x[:, y1]
+    one = f32(1)
+    total = (rows0[:, :, x0] * (one - dy)).astype(f32) * (one - dx)
+    total = total + (rows1[:, :, x0] * dy).astype(f32) * (one - dx)
+    total = total + (rows0[:, :, x1] * (one - dy)).astype(f32) * dx
+    total = total + (rows1[:, :, x1] * dy).astype(f32) * dx
+    return (total + f32(0.5)).astype(f32).astype(input_data.dtype)
+
+
+def prepare_resize_bilinear(view: OpView) -> Step:
+    dtype, _, _ = per_tensor(view.input(0), "input")
+    output = view.output()
+    if output.type != view.input(0).type:
+        raise Unsupported(f"input {view.input(0).type}, output {output.type}; expected the same type")
+    shape = view.input(0).shape
+    if len(shape) != 4:
+        raise Unsupported(f"input {shape}: expected 4-D NHWC")
+    size = np.asarray(view.constant(1, "size")).reshape(-1).tolist()
+    if size != list(output.shape[1:3]):
+        raise Unsupported(f"size {size} differs from the output shape {output.shape}")
+    align_corners = bool(view.options.get("alignCorners", False))
+    half_pixel_centers = bool(view.options.get("halfPixelCenters", False))
+    if align_corners and half_pixel_centers:
+        raise Unsupported("align_corners and half_pixel_centers together (TFLite refuses it)")
+    out_h, out_w = size
+
+    # measured: int8 takes ResizeBilinearInteger, uint8 the float template
+    kernel = resize_bilinear_integer if dtype == np.int8 else resize_bilinear_float
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return kernel(x, out_h, out_w, align_corners, half_pixel_centers)
+
+    return view.step(run, 0)
+
+
+def nearest_neighbor_indices(size_out: int, size_in: int, align_corners: bool, half_pixel_centers: bool):
+    """GetNearestNeighbor: (i + offset) * scale in float32, floored (or rounded with align_corners)."""
+    if align_corners and size_out > 1:
+        scale = f32(size_in - 1) / f32(size_out - 1)
+    else:
+        scale = f32(size_in) / f32(size_out)
+    offset = f32(0.5) if half_pixel_centers else f32(0.0)
+    position = ((np.arange(size_out, dtype=f32) + offset) * f32(scale)).astype(f32)
+    if align_corners:
+        index = np.copysign(np.floor(np.abs(position) + f32(0.5)), position).astype(np.int64)
+    else:
+        index = np.floor(position).astype(np.int64)
+    index = np.minimum(index, size_in - 1)
+    if half_pixel_centers:
+        index = np.maximum(index, 0)
+    return index
+
+
+def prepare_resize_nearest_neighbor(view: OpView) -> Step:
+    output = view.output()
+    if view.input(0).type not in QUANTIZED_TYPES or output.type != view.input(0).type:
+        raise Unsupported(f"input {view.input(0).type}, output {output.type}; expected the same 8-bit type")
+    shape = view.input(0).shape
+    if len(shape) != 4:
+        raise Unsupported(f"input {shape}: expected 4-D NHWC")
+    size = np.asarray(view.constant(1, "size")).reshape(-1).tolist()
+    if size != list(output.shape[1:3]):
+        raise Unsupported(f"size {size} differs from the output shape {output.shape}")
+    align_corners = bool(view.options.get("alignCorners", False))
+    half_pixel_centers = bool(view.options.get("halfPixelCenters", False))
+    rows = nearest_neighbor_indices(size[0], shape[1], align_corners, half_pixel_centers)
+    columns = nearest_neighbor_indices(size[1], shape[2], align_corners, half_pixel_centers)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        """reference_ops::ResizeNearestNeighbor."""
+        return x[:, rows][:, :, columns]
+
+    return view.step(run, 0)
+
+
+PREPARE = {"RESIZE_BILINEAR": prepare_resize_bilinear, "RESIZE_NEAREST_NEIGHBOR": prepare_resize_nearest_neighbor}

@@ -1,0 +1,204 @@
+"""Ops that move values without arithmetic, or nearly: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD,
+SLICE, STRIDED_SLICE, SPACE_TO_DEPTH.
+
+The only arithmetic is CONCATENATION's rescaling of a uint8 input whose quantization differs
+from the output's (reference_ops::ConcatenationWithScaling, in float): a table per input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.emulator.errors import Unsupported
+from app.emulator.kernels.common import QUANTIZED_TYPES, OpView, Step, per_tensor
+from app.emulator.kernels.quantize import ByteTable
+
+f32 = np.float32
+
+
+def _check_types(view: OpView, positions=(0,)) -> np.dtype:
+    output = view.output()
+    if output.type not in QUANTIZED_TYPES:
+        raise Unsupported(f"output is {output.type}; expected INT8 or UINT8")
+    for position in positions:
+        if view.input(position).type != output.type:
+            raise Unsupported(f"input {position} is {view.input(position).type}, output {output.type}")
+    return np.dtype(QUANTIZED_TYPES[output.type])
+
+
+def prepare_reshape(view: OpView) -> Step:
+    """RESHAPE, SQUEEZE, EXPAND_DIMS: the same bytes under the output's (static) shape."""
+    _check_types(view)
+    shape = view.output().shape
+    if int(np.prod(shape)) != int(np.prod(view.input(0).shape)):
+        raise Unsupported(f"cannot reshape {view.input(0).shape} to {shape}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return x.reshape(shape)
+
+    return view.step(run, 0)
+
+
+def concatenation_with_scaling_table(input_scale: float, input_zero_point: int, output_scale: float,
+                                     output_zero_point: int) -> ByteTable:
+    """reference_ops::ConcatenationWithScaling for one uint8 input: round(x * scale + bias) + zero point, clamped."""
+    inverse_output_scale = f32(1) / f32(output_scale)
+    scale = f32(f32(input_scale) * inverse_output_scale)
+    bias = f32(f32(-input_zero_point) * scale)
+
+    def kernel(q):
+        value = (q.astype(f32) * scale).astype(f32) + bias
+        rounded = np.copysign(np.floor(np.abs(value) + f32(0.5)), value).astype(np.int64) + output_zero_point
+        return np.clip(rounded, 0, 255)
+
+    return ByteTable(kernel, np.dtype(np.uint8), np.dtype(np.uint8))
+
+
+def prepare_concatenation(view: OpView) -> Step:
+    positions = tuple(range(len(view.operator.inputs)))
+    dtype = _check_types(view, positions)
+    if view.options.get("fusedActivationFunction", 0) not in (0, "NONE"):
+        raise Unsupported("a fused activation on a quantized CONCATENATION is not supported by TFLite")
+    rank = len(view.output().shape)
+    axis = view.options.get("axis", 0)
+    axis = axis + rank if axis < 0 else axis
+    _, output_scale, output_zero_point = per_tensor(view.output(), "output")
+    rescale = {}
+    for position in positions:
+        _, scale, zero_point = per_tensor(view.input(position), f"input {position}")
+        if (scale, zero_point) != (output_scale, output_zero_point):
+            if dtype == np.int8:
+                raise Unsupported("int8 inputs must share the output's scale and zero point (TFLite's check)")
+            rescale[position] = concatenation_with_scaling_table(scale, zero_point, output_scale, output_zero_point)
+    constants = {p: view.input(p).data for p in positions if view.input(p).data is not None}
+    runtime = [p for p in positions if p not in constants]
+
+    def run(*arrays):
+        values = dict(zip(runtime, arrays, strict=True)) | constants
+        parts = [rescale[p](values[p]) if p in rescale else values[p] for p in positions]
+        return np.concatenate(parts, axis=axis)
+
+    return view.step(run, *runtime)
+
+
+def prepare_pad(view: OpView) -> Step:
+    """PAD (and PADV2 with a constant value): the padding value is the output zero point by default."""
+    dtype = _check_types(view)
+    paddings = np.asarray(view.constant(1, "paddings"), np.int64).reshape(-1, 2)
+    if (paddings < 0).any():
+        raise Unsupported("negative paddings")
+    _, input_scale, input_zero_point = per_tensor(view.input(0), "input")
+    _, output_scale, output_zero_point = per_tensor(view.output(), "output")
+    if (input_scale, input_zero_point) != (output_scale, output_zero_point):
+        raise Unsupported("input and output quantization must be equal (TFLite's check)")
+    value = output_zero_point
+    if view.input(2) is not None:
+        value = int(np.asarray(view.constant(2, "constant value")).reshape(-1)[0])
+    pad_width = [tuple(p) for p in paddings.tolist()]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return np.pad(x, pad_width, constant_values=np.asarray(value, dtype))
+
+    return view.step(run, 0)
+
+
+def prepare_slice(view: OpView) -> Step:
+    _check_types(view)
+    shape = view.input(0).shape
+    begin = np.asarray(view.constant(1, "begin"), np.int64).reshape(-1)
+    size = np.asarray(view.constant(2, "size"), np.int64).reshape(-1)
+    if begin.size != len(shape) or size.size != len(shape):
+        raise Unsupported(f"begin {begin.tolist()} and size {size.tolist()} must have one entry per dimension")
+    index = []
+    for dim, (start, length) in enumerate(zip(begin.tolist(), size.tolist(), strict=True)):
+        stop = shape[dim] if length == -1 else start + length
+        if not 0 <= start <= stop <= shape[dim]:
+            raise Unsupported(f"slice {start}:{stop} is outside dimension {dim} of size {shape[dim]}")
+        index.append(slice(start, stop))
+    index = tuple(index)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return x[index].copy()
+
+    return view.step(run, 0)
+
+
+def strided_slice_indices(shape, begin, end, strides, begin_mask: int, end_mask: int, shrink_axis_mask: int,
+                          offset: bool) -> list[np.ndarray]:
+    """StartForAxis / StopForAxis (strided_slice_logic.h): the indices taken along each axis."""
+    indices = []
+    for axis, size in enumerate(shape):
+        stride = int(strides[axis])
+        if stride == 0:
+            raise Unsupported("a stride of 0")
+        start = int(begin[axis])
+        stop = int(end[axis])
+        if offset:
+            stop = start + stop
+        if begin_mask & (1 << axis):
+            start = 0 if stride > 0 else size - 1
+        else:
+            start = start + size if start < 0 else start
+            start = min(max(start, 0), size) if stride > 0 else min(max(start, -1), size - 1)
+        if shrink_axis_mask & (1 << axis):
+            stop = start + 1
+            stride = 1
+        elif end_mask & (1 << axis):
+            stop = size if stride > 0 else -1
+        else:
+            stop = stop + size if stop < 0 else stop
+            stop = min(max(stop, 0), size) if stride > 0 else min(max(stop, -1), size - 1)
+        indices.append(np.arange(start, stop, stride, dtype=np.int64))
+    return indices
+
+
+def prepare_strided_slice(view: OpView) -> Step:
+    _check_types(view)
+    o = view.options
+    if o.get("ellipsisMask", 0) or o.get("newAxisMask", 0):
+        raise Unsupported("ellipsis_mask and new_axis_mask are not emulated")
+    shape = view.input(0).shape
+    begin = np.asarray(view.constant(1, "begin")).reshape(-1)
+    end = np.asarray(view.constant(2, "end")).reshape(-1)
+    strides = np.asarray(view.constant(3, "strides")).reshape(-1)
+    if not begin.size == end.size == strides.size == len(shape):
+        raise Unsupported("begin, end and strides must have one entry per dimension")
+    indices = strided_slice_indices(shape, begin, end, strides, o.get("beginMask", 0), o.get("endMask", 0),
+                                    o.get("shrinkAxisMask", 0), bool(o.get("offset", False)))
+    output_shape = view.output().shape
+    grid = np.ix_(*indices)
+    if int(np.prod([i.size for i in indices])) != int(np.prod(output_shape)):
+        raise Unsupported(f"the slice has {[i.size for i in indices]} elements per axis; output {output_shape}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return x[grid].reshape(output_shape)
+
+    return view.step(run, 0)
+
+
+def prepare_space_to_depth(view: OpView) -> Step:
+    _check_types(view)
+    block = view.options.get("blockSize", 0)
+    n, h, w, c = view.input(0).shape
+    if block < 1 or h % block or w % block:
+        raise Unsupported(f"block size {block} does not divide {h}x{w}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        """out[n, y, x, (by * block + bx) * c + k] = in[n, y * block + by, x * block + bx, k]."""
+        blocks = x.reshape(n, h // block, block, w // block, block, c)
+        return blocks.transpose(0, 1, 3, 2, 4, 5).reshape(n, h // block, w // block, block * block * c)
+
+    return view.step(run, 0)
+
+
+PREPARE = {
+    "RESHAPE": prepare_reshape,
+    "SQUEEZE": prepare_reshape,
+    "EXPAND_DIMS": prepare_reshape,
+    "CONCATENATION": prepare_concatenation,
+    "PAD": prepare_pad,
+    "PADV2": prepare_pad,
+    "SLICE": prepare_slice,
+    "STRIDED_SLICE": prepare_strided_slice,
+    "SPACE_TO_DEPTH": prepare_space_to_depth,
+}

@@ -1,0 +1,51 @@
+"""The C library's float functions (expf, tanhf), called exactly as TFLite's kernels call them.
+
+TFLite builds its 8-bit LOGISTIC, TANH and SOFTMAX tables with std::exp / std::tanh on floats,
+and the runtime links the system's libm. numpy's float32 exp is a different implementation
+(its own SIMD code) that can differ in the last bit, and one bit in a table entry can move a
+rounded output. So the tables call the same libm function through ctypes; they hold at most
+256 entries, so the per-call cost does not matter. Without a loadable libm (not a glibc
+system), the float64 result rounded to float32 is used: correct to the last bit in all but
+rare cases, which is what a correctly rounded libm would give.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from functools import cache
+
+import numpy as np
+
+
+@cache
+def _libm():
+    name = ctypes.util.find_library("m")
+    if name is None:
+        return None
+    try:
+        library = ctypes.CDLL(name)
+    except OSError:
+        return None
+    for function in ("expf", "tanhf"):
+        getattr(library, function).restype = ctypes.c_float
+        getattr(library, function).argtypes = [ctypes.c_float]
+    return library
+
+
+def _apply(name: str, fallback, values) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float32)
+    library = _libm()
+    if library is None:
+        return fallback(values.astype(np.float64)).astype(np.float32)
+    function = getattr(library, name)
+    flat = [function(float(v)) for v in values.reshape(-1)]
+    return np.asarray(flat, dtype=np.float32).reshape(values.shape)
+
+
+def expf(values) -> np.ndarray:
+    return _apply("expf", np.exp, values)
+
+
+def tanhf(values) -> np.ndarray:
+    return _apply("tanhf", np.tanh, values)

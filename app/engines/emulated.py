@@ -1,0 +1,58 @@
+"""`emulated`: the int8 model on the numpy emulator, bit-exact with TFLite's reference kernels.
+
+No TFLite runtime and no hardware needed; slower than `cpu`, but its outputs are what the
+reference integer kernels compute, byte for byte, on any machine.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from app.emulator import Interpreter
+from app.engines.base import Engine, EngineOptions, TensorSpec
+from app.errors import EngineLoadError
+from app.model_dir import INT8
+
+log = logging.getLogger(__name__)
+
+
+class EmulatedEngine(Engine):
+    key = "emulated"
+    model_file = INT8
+
+    def __init__(self, interpreter: Interpreter):
+        self._interpreter = interpreter
+        inp = interpreter.get_input_details()[0]
+        out = interpreter.get_output_details()[0]
+        self.input = TensorSpec.from_detail(inp)
+        self.output = TensorSpec.from_detail(out)
+        self._input_index = inp["index"]
+        self._output_index = out["index"]
+
+    @classmethod
+    def load(cls, path: Path, options: EngineOptions) -> EmulatedEngine:
+        """The emulator prepares the whole graph here: an unsupported operator fails the load, listed."""
+        # EngineLoadError subclasses for unreadable or unsupported models; cpu_threads = BLAS threads
+        interpreter = Interpreter(model_path=path, num_threads=options.cpu_threads)
+        interpreter.allocate_tensors()
+        if len(interpreter.get_input_details()) != 1 or len(interpreter.get_output_details()) != 1:
+            raise EngineLoadError(f"emulated: {path} must have exactly one input and one output tensor")
+        log.info("emulated: %s, %d operators, numba kernels %s", path.name, len(interpreter.plan.steps),
+                 "on" if interpreter.accelerated else "off (numpy only: pip install -e '.[accel]')")
+        return cls(interpreter)
+
+    @property
+    def interpreter(self) -> Interpreter:
+        """The emulator itself: its parsed graph (`.model`) is there for analyses of the model."""
+        return self._interpreter
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        self._interpreter.set_tensor(self._input_index, x)
+        self._interpreter.invoke()
+        return self._interpreter.get_tensor(self._output_index)
+
+    def close(self) -> None:
+        self._interpreter = None

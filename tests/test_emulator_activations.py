@@ -1,0 +1,152 @@
+"""RELU family, LEAKY_RELU, PRELU, LOGISTIC, TANH, HARD_SWISH, SOFTMAX, L2_NORMALIZATION against BUILTIN_REF.
+
+Element-wise inputs hold every one of the 256 byte values, so a table entry cannot hide.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.emulator_cases import (
+    OP_SETTINGS,
+    assert_matches_reference,
+    case,
+    every_byte,
+    quantization,
+    reference,  # noqa: F401 (fixture)
+    seeds,
+    shapes,
+    unary_model,
+)
+from tests.tflite_builder import GraphBuilder
+
+types = st.sampled_from(["INT8", "UINT8"])
+
+
+@st.composite
+def unary_examples(draw, opcode: str, options: str | None = None, output_q=None, min_size: int = 256, **fields):
+    type_name = draw(types)
+    shape = draw(shapes(max_side=12))
+    if int(np.prod(shape)) < min_size:
+        shape = shape[:-1] + (shape[-1] * -(-min_size // int(np.prod(shape))),)
+    input_q = draw(quantization(type_name, 1e-3, 0.2))
+    if output_q is None:
+        out_q = draw(quantization(type_name, 1e-3, 0.2))
+    else:
+        out_q = output_q(type_name) if callable(output_q) else output_q
+    values = {k: draw(v) if isinstance(v, st.SearchStrategy) else v for k, v in fields.items()}
+    seed = draw(seeds)
+    model = unary_model(opcode, shape, type_name, input_q, out_q, options, **values)
+    return case(model, [every_byte(seed, shape, type_name)], opcode=opcode, type=type_name, shape=shape,
+                input_q=input_q, output_q=out_q, seed=seed, **values)
+
+
+def _fixed_output(type_name: str, scale: float, int8_zero_point: int, uint8_zero_point: int):
+    return (scale, int8_zero_point if type_name == "INT8" else uint8_zero_point)
+
+
+@OP_SETTINGS
+@given(unary_examples("RELU"))
+def test_relu(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(unary_examples("RELU6"))
+def test_relu6(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(unary_examples("RELU_N1_TO_1"))
+def test_relu_n1_to_1(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(unary_examples("LEAKY_RELU", "LeakyReluOptions", alpha=st.floats(0.0, 0.875, width=32)))
+def test_leaky_relu(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(unary_examples("LOGISTIC", output_q=lambda t: _fixed_output(t, 1 / 256, -128, 0)))
+def test_logistic(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(unary_examples("TANH", output_q=lambda t: _fixed_output(t, 1 / 128, 0, 128)))
+def test_tanh(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(unary_examples("HARD_SWISH"))
+def test_hard_swish(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def prelu_examples(draw):
+    type_name = draw(types)
+    shape = draw(shapes(min_rank=2, max_rank=4, max_side=8))
+    alpha_shape = tuple(1 if draw(st.booleans()) else d for d in shape[1:])  # shared axes, as the converter writes
+    input_q, alpha_q = draw(quantization(type_name, 1e-3, 0.2)), draw(quantization(type_name, 1e-3, 0.05))
+    output_q = draw(quantization(type_name, 1e-3, 0.2))
+    seed = draw(seeds)
+    g = GraphBuilder()
+    x = g.tensor("input", shape, type_name, scale=input_q[0], zero_point=input_q[1])
+    alpha = g.tensor("alpha", alpha_shape, type_name, scale=alpha_q[0], zero_point=alpha_q[1],
+                     data=every_byte(seed + 1, alpha_shape, type_name))
+    y = g.tensor("output", shape, type_name, scale=output_q[0], zero_point=output_q[1])
+    g.op("PRELU", [x, alpha], [y])
+    return case(g.build([x], [y]), [every_byte(seed, shape, type_name)], type=type_name, shape=shape,
+                alpha_shape=alpha_shape, q=(input_q, alpha_q, output_q), seed=seed)
+
+
+@OP_SETTINGS
+@given(prelu_examples())
+def test_prelu(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def softmax_examples(draw):
+    type_name = draw(types)
+    shape = draw(shapes(min_rank=1, max_rank=4, max_side=40))
+    input_q = draw(quantization(type_name, 1e-3, 0.5))
+    output_q = _fixed_output(type_name, 1 / 256, -128, 0)
+    beta = draw(st.sampled_from([1.0, 0.5, 2.0]))
+    seed = draw(seeds)
+    model = unary_model("SOFTMAX", shape, type_name, input_q, output_q, "SoftmaxOptions", beta=beta)
+    return case(model, [every_byte(seed, shape, type_name)], type=type_name, shape=shape, input_q=input_q,
+                beta=beta, seed=seed)
+
+
+@OP_SETTINGS
+@given(softmax_examples())
+def test_softmax(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def l2_normalization_examples(draw):
+    type_name = draw(types)
+    shape = draw(shapes(min_rank=1, max_rank=4, max_side=30))
+    input_q = draw(quantization(type_name, 1e-3, 0.5))
+    output_q = _fixed_output(type_name, 1 / 128, 0, 128)
+    seed = draw(seeds)
+    values = every_byte(seed, shape, type_name)
+    if draw(st.booleans()):  # rows at the zero point: the kernel's special case for a zero norm
+        values.reshape(-1, shape[-1])[0] = input_q[1]
+    model = unary_model("L2_NORMALIZATION", shape, type_name, input_q, output_q, "L2NormOptions")
+    return case(model, [values], type=type_name, shape=shape, input_q=input_q, seed=seed)
+
+
+@OP_SETTINGS
+@given(l2_normalization_examples())
+def test_l2_normalization(reference, example):
+    assert_matches_reference(reference, example)

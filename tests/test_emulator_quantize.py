@@ -1,0 +1,80 @@
+"""QUANTIZE (requantize, int8 <-> uint8, from float) and DEQUANTIZE against BUILTIN_REF."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.emulator_cases import (
+    OP_SETTINGS,
+    assert_matches_reference,
+    case,
+    every_byte,
+    quantization,
+    reference,  # noqa: F401 (fixture)
+    seeds,
+    shapes,
+    unary_model,
+)
+from tests.tflite_builder import GraphBuilder
+
+
+@st.composite
+def requantize_models(draw):
+    source, target = draw(st.sampled_from(["INT8", "UINT8"])), draw(st.sampled_from(["INT8", "UINT8"]))
+    shape = draw(shapes())
+    input_q = draw(quantization(source, 1e-3, 1.0))
+    output_q = draw(quantization(target, 1e-3, 1.0))
+    if draw(st.booleans()):  # the converter's case: same scale, zero point moved by 128
+        output_q = (input_q[0], input_q[1] + (128 if source == "INT8" else -128))
+        target = "UINT8" if source == "INT8" else "INT8"
+    seed = draw(seeds)
+    model = unary_model("QUANTIZE", shape, source, input_q, output_q, output_type=target, version=2)
+    return case(model, [every_byte(seed, shape, source)], source=source, target=target, shape=shape,
+                input_q=input_q, output_q=output_q)
+
+
+@st.composite
+def float_quantize_models(draw):
+    target = draw(st.sampled_from(["INT8", "UINT8"]))
+    shape = draw(shapes())
+    output_q = draw(quantization(target, 1e-3, 1.0))
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    span = output_q[0] * 300
+    x = rng.uniform(-span, span, shape).astype(np.float32)
+    x.reshape(-1)[: min(x.size, 8)] = (np.arange(min(x.size, 8)) - 4 + 0.5).astype(np.float32) * output_q[0]  # ties
+    g = GraphBuilder()
+    xi = g.tensor("input", shape, "FLOAT32")
+    y = g.tensor("output", shape, target, scale=output_q[0], zero_point=output_q[1])
+    g.op("QUANTIZE", [xi], [y])
+    return case(g.build([xi], [y]), [x], target=target, shape=shape, output_q=output_q, seed=seed)
+
+
+@st.composite
+def dequantize_models(draw):
+    source = draw(st.sampled_from(["INT8", "UINT8"]))
+    shape = draw(shapes())
+    input_q = draw(quantization(source, 1e-3, 10.0))
+    seed = draw(seeds)
+    model = unary_model("DEQUANTIZE", shape, source, input_q, None, output_type="FLOAT32", version=2)
+    return case(model, [every_byte(seed, shape, source)], source=source, shape=shape, input_q=input_q)
+
+
+@OP_SETTINGS
+@given(requantize_models())
+def test_quantize_requantizes_8_bit(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(float_quantize_models())
+def test_quantize_from_float(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(dequantize_models())
+def test_dequantize(reference, example):
+    assert_matches_reference(reference, example)

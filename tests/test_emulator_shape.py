@@ -1,0 +1,189 @@
+"""RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD, PADV2, SLICE, STRIDED_SLICE, SPACE_TO_DEPTH against BUILTIN_REF."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.emulator_cases import (
+    OP_SETTINGS,
+    assert_matches_reference,
+    case,
+    every_byte,
+    quantization,
+    reference,  # noqa: F401 (fixture)
+    seeds,
+    shapes,
+)
+from tests.tflite_builder import GraphBuilder
+
+types = st.sampled_from(["INT8", "UINT8"])
+
+
+def _single(opcode, type_name, q, input_shape, output_shape, constants=(), options=None, version=1, **fields):
+    g = GraphBuilder()
+    x = g.tensor("input", input_shape, type_name, scale=q[0], zero_point=q[1])
+    extra = [g.constant(f"c{i}", np.asarray(c, np.int32)) for i, c in enumerate(constants)]
+    y = g.tensor("output", output_shape, type_name, scale=q[0], zero_point=q[1])
+    g.op(opcode, [x, *extra], [y], options, version=version, **fields)
+    return g.build([x], [y])
+
+
+@st.composite
+def reshape_like(draw):
+    type_name, q, seed = draw(types), draw(quantization(draw(types))), draw(seeds)
+    q = (q[0], int(np.clip(q[1], 0, 127)))
+    shape = draw(shapes(max_side=6))
+    opcode = draw(st.sampled_from(["RESHAPE", "SQUEEZE", "EXPAND_DIMS"]))
+    if opcode == "RESHAPE":
+        size = int(np.prod(shape))
+        output = (size,) if draw(st.booleans()) else (1, size)
+        model = _single("RESHAPE", type_name, q, shape, output, [list(output)], "ReshapeOptions", newShape=list(output))
+    elif opcode == "SQUEEZE":
+        shape = shape + (1,)
+        output = tuple(d for d in shape if d != 1)
+        model = _single("SQUEEZE", type_name, q, shape, output, (), "SqueezeOptions", squeezeDims=[])
+    else:
+        axis = draw(st.integers(0, len(shape)))
+        output = shape[:axis] + (1,) + shape[axis:]
+        model = _single("EXPAND_DIMS", type_name, q, shape, output, [[axis]])
+    return case(model, [every_byte(seed, shape, type_name)], opcode=opcode, type=type_name, shape=shape)
+
+
+@OP_SETTINGS
+@given(reshape_like())
+def test_reshape_squeeze_expand_dims(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def concatenation_models(draw):
+    type_name = draw(types)
+    base = draw(shapes(max_side=5))
+    axis = draw(st.integers(0, len(base) - 1))
+    count = draw(st.integers(1, 4))
+    output_q = draw(quantization(type_name))
+    parts, qs = [], []
+    for _ in range(count):
+        parts.append(base[:axis] + (draw(st.integers(1, 4)),) + base[axis + 1:])
+        same = type_name == "INT8" or draw(st.booleans())  # int8 inputs must share the output's quantization
+        qs.append(output_q if same else draw(quantization(type_name)))
+    output_shape = base[:axis] + (sum(p[axis] for p in parts),) + base[axis + 1:]
+    seed = draw(seeds)
+    g = GraphBuilder()
+    xs = [g.tensor(f"input{i}", p, type_name, scale=q[0], zero_point=q[1]) for i, (p, q) in enumerate(zip(parts, qs))]
+    y = g.tensor("output", output_shape, type_name, scale=output_q[0], zero_point=output_q[1])
+    negative_axis = draw(st.booleans())
+    g.op("CONCATENATION", xs, [y], "ConcatenationOptions", axis=axis - len(base) if negative_axis else axis)
+    inputs = [every_byte(seed + i, p, type_name) for i, p in enumerate(parts)]
+    return case(g.build(xs, [y]), inputs, type=type_name, parts=parts, axis=axis, qs=qs, output_q=output_q)
+
+
+@OP_SETTINGS
+@given(concatenation_models())
+def test_concatenation(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def pad_models(draw):
+    type_name, seed = draw(types), draw(seeds)
+    q = draw(quantization(type_name))
+    shape = draw(shapes(max_side=6))
+    paddings = [[draw(st.integers(0, 3)), draw(st.integers(0, 3))] for _ in shape]
+    output = tuple(d + a + b for d, (a, b) in zip(shape, paddings, strict=True))
+    if draw(st.booleans()):
+        model = _single("PAD", type_name, q, shape, output, [paddings], "PadOptions")
+        value = None
+    else:
+        value = int(every_byte(seed + 1, (1,), type_name)[0])
+        g = GraphBuilder()
+        x = g.tensor("input", shape, type_name, scale=q[0], zero_point=q[1])
+        p = g.constant("paddings", np.asarray(paddings, np.int32))
+        v = g.tensor("value", (1,), type_name, scale=q[0], zero_point=q[1], data=[value])
+        y = g.tensor("output", output, type_name, scale=q[0], zero_point=q[1])
+        g.op("PADV2", [x, p, v], [y], "PadV2Options")
+        model = g.build([x], [y])
+    return case(model, [every_byte(seed, shape, type_name)], type=type_name, shape=shape, paddings=paddings,
+                value=value)
+
+
+@OP_SETTINGS
+@given(pad_models())
+def test_pad(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def slice_models(draw):
+    type_name, seed = draw(types), draw(seeds)
+    q = draw(quantization(type_name))
+    shape = draw(shapes(max_side=7))
+    begin = [draw(st.integers(0, d - 1)) for d in shape]
+    size = [draw(st.sampled_from([-1, draw(st.integers(1, d - b))])) for d, b in zip(shape, begin, strict=True)]
+    output = tuple(d - b if s == -1 else s for d, b, s in zip(shape, begin, size, strict=True))
+    model = _single("SLICE", type_name, q, shape, output, [begin, size], "SliceOptions")
+    return case(model, [every_byte(seed, shape, type_name)], type=type_name, shape=shape, begin=begin, size=size)
+
+
+@OP_SETTINGS
+@given(slice_models())
+def test_slice(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def strided_slice_models(draw):
+    from app.emulator.kernels.shape import strided_slice_indices
+
+    type_name, seed = draw(types), draw(seeds)
+    q = draw(quantization(type_name))
+    shape = draw(shapes(max_side=7))
+    rank = len(shape)
+    begin = [draw(st.integers(-d, d)) for d in shape]
+    end = [draw(st.integers(-d, d)) for d in shape]
+    strides = [draw(st.sampled_from([1, 1, 2, 3, -1, -2])) for _ in shape]
+    begin_mask, end_mask = draw(st.integers(0, 2**rank - 1)), draw(st.integers(0, 2**rank - 1))
+    shrink = draw(st.integers(0, 2**rank - 1)) if draw(st.booleans()) else 0
+    for axis in range(rank):  # a shrunk axis takes one valid index, as TFLite requires
+        if shrink & (1 << axis):
+            begin[axis] = draw(st.integers(-shape[axis], shape[axis] - 1))
+            strides[axis] = 1
+            begin_mask &= ~(1 << axis)
+    indices = strided_slice_indices(shape, begin, end, strides, begin_mask, end_mask, shrink, False)
+    kept = [i.size for axis, i in enumerate(indices) if not shrink & (1 << axis)]
+    if 0 in kept or 0 in [i.size for i in indices]:
+        kept = None
+    output = tuple(kept) if kept is not None else None
+    from hypothesis import assume
+
+    assume(output is not None)
+    model = _single("STRIDED_SLICE", type_name, q, shape, output, [begin, end, strides], "StridedSliceOptions",
+                    beginMask=begin_mask, endMask=end_mask, shrinkAxisMask=shrink)
+    return case(model, [every_byte(seed, shape, type_name)], type=type_name, shape=shape, begin=begin, end=end,
+                strides=strides, begin_mask=begin_mask, end_mask=end_mask, shrink=shrink)
+
+
+@OP_SETTINGS
+@given(strided_slice_models())
+def test_strided_slice(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def space_to_depth_models(draw):
+    type_name, seed = draw(types), draw(seeds)
+    q = draw(quantization(type_name))
+    block = draw(st.integers(1, 3))
+    shape = (draw(st.integers(1, 2)), block * draw(st.integers(1, 4)), block * draw(st.integers(1, 4)),
+             draw(st.integers(1, 5)))
+    output = (shape[0], shape[1] // block, shape[2] // block, shape[3] * block * block)
+    model = _single("SPACE_TO_DEPTH", type_name, q, shape, output, (), "SpaceToDepthOptions", blockSize=block)
+    return case(model, [every_byte(seed, shape, type_name)], type=type_name, shape=shape, block=block)
+
+
+@OP_SETTINGS
+@given(space_to_depth_models())
+def test_space_to_depth(reference, example):
+    assert_matches_reference(reference, example)

@@ -54,6 +54,20 @@ def test_a_model_it_cannot_run_fails_the_load_with_the_operators(tmp_path):
     assert isinstance(raised.value, UnsupportedOperators)
 
 
+def test_load_reports_which_ops_the_edgetpu_would_run(tmp_path):
+    g = GraphBuilder()
+    x, a, b, y = (g.tensor(n, (1, 8), "INT8", scale=0.05, zero_point=0) for n in ("x", "a", "b", "y"))
+    g.op("RELU", [x], [a])
+    g.op("HARD_SWISH", [a], [b])  # the emulator runs it; the Edge TPU's table has no HARD_SWISH
+    g.op("RELU", [b], [y])
+    path = tmp_path / "hard_swish.tflite"
+    path.write_bytes(g.build([x], [y]))
+    view = EmulatedEngine.load(path, EngineOptions()).edgetpu_view
+    assert view.summary() == "first unsupported op: HARD_SWISH at index 1; 1 of 3 ops would run on the Edge TPU"
+    assert [view.on_edgetpu(i) for i in range(3)] == [True, False, False]  # the RELU after it too
+    assert EmulatedEngine.load(MODEL, EngineOptions()).edgetpu_view.all_mapped
+
+
 def test_registry_serves_cpu_and_emulated_side_by_side(tmp_path):
     import shutil
 
@@ -102,5 +116,10 @@ def test_service_classifies_on_the_emulator_over_http(emulated_service, referenc
         detail = client.get(f"/v1/models/{DEFAULT_MODEL}").json()
         emulated = detail["backends"]["emulated"]
         assert emulated["warm"] is True and emulated["input"] == detail["backends"]["cpu"]["input"]
+        view = emulated["edgetpu_view"]
+        assert view["mapped"] == view["total"] == 62 and view["first_unsupported"] is None
+        assert view["summary"] == "all 62 ops would run on the Edge TPU"
+        assert all(op["on_edgetpu"] and op["supported"] for op in view["ops"])
+        assert detail["backends"]["cpu"]["edgetpu_view"] is None
         default = client.post("/v1/classify", files={"image": ("chelsea.png", cat_png.read_bytes(), "image/png")})
         assert default.json()["backend"] == "cpu"  # the first configured backend stays the default

@@ -7,7 +7,17 @@ import asyncio
 from fastapi import APIRouter
 
 from app.api.deps import RegistryDep, SettingsDep
-from app.api.schemas import BackendOut, ErrorResponse, FileOut, ModelOut, ModelsOut, TensorOut
+from app.api.schemas import (
+    BackendOut,
+    EdgeTpuViewOut,
+    ErrorResponse,
+    FileOut,
+    ModelOut,
+    ModelsOut,
+    OpViewOut,
+    TensorOut,
+)
+from app.edgetpu.compat import CompatReport
 from app.engines import TensorSpec
 from app.errors import NotReady
 from app.model_dir import read_model_dir
@@ -22,6 +32,16 @@ def _tensor(spec: TensorSpec) -> TensorOut:
                      scale=spec.scale, zero_point=spec.zero_point)
 
 
+def _edgetpu_view(report: CompatReport | None) -> EdgeTpuViewOut | None:
+    if report is None:
+        return None
+    ops = [OpViewOut(index=v.index, opcode=v.opcode, on_edgetpu=report.on_edgetpu(v.index), supported=v.supported,
+                     reason=v.reason) for v in report.ops]
+    first = report.first_unsupported
+    return EdgeTpuViewOut(summary=report.summary(), mapped=report.mapped, total=report.total,
+                          first_unsupported=None if first is None else ops[first.index], ops=ops)
+
+
 def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
     status = registry.status(name)
     try:
@@ -33,7 +53,8 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
     backends = {
         key: BackendOut(interpreters=len(pool.members), warm=pool.warm, load_ms=pool.load_ms,
                         first_inference_ms=pool.first_inference_ms,
-                        input=_tensor(pool.engine.input), output=_tensor(pool.engine.output))
+                        input=_tensor(pool.engine.input), output=_tensor(pool.engine.output),
+                        edgetpu_view=_edgetpu_view(pool.engine.edgetpu_view))
         for key, pool in pools.items()
     }
     return ModelOut(

@@ -45,6 +45,22 @@ class TensorOut(BaseModel):
     zero_point: int
 
 
+class OpViewOut(BaseModel):
+    index: int
+    opcode: str
+    on_edgetpu: bool = Field(description="inside the single partition edgetpu_compiler would map")
+    supported: bool = Field(description="the operator itself meets the Edge TPU's constraints")
+    reason: str | None = Field(description="the constraint it breaks, when it does not")
+
+
+class EdgeTpuViewOut(BaseModel):
+    summary: str
+    mapped: int = Field(description="operators the Edge TPU would run: all before the first unsupported one")
+    total: int
+    first_unsupported: OpViewOut | None
+    ops: list[OpViewOut]
+
+
 class BackendOut(BaseModel):
     interpreters: int
     warm: bool
@@ -52,6 +68,8 @@ class BackendOut(BaseModel):
     first_inference_ms: float | None
     input: TensorOut
     output: TensorOut
+    edgetpu_view: EdgeTpuViewOut | None = Field(
+        default=None, description="emulated backend: which ops the Edge TPU would run (offline analysis)")
 
 
 class FileOut(BaseModel):

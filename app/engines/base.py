@@ -9,9 +9,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from app.edgetpu.compat import CompatReport
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Engine(ABC):
 
     input: TensorSpec
     output: TensorSpec
+    # What edgetpu_compiler would do with the model, for backends that parse the graph (emulated).
+    edgetpu_view: CompatReport | None = None
 
     @classmethod
     @abstractmethod

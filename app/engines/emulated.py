@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.edgetpu.compat import CompatReport, analyze
 from app.emulator import Interpreter
 from app.engines.base import Engine, EngineOptions, TensorSpec
 from app.errors import EngineLoadError
@@ -25,6 +26,9 @@ class EmulatedEngine(Engine):
 
     def __init__(self, interpreter: Interpreter):
         self._interpreter = interpreter
+        # What edgetpu_compiler would do with this graph, from the same parsed model: which ops
+        # the Edge TPU would run and where its single partition would end (GET /v1/models/{name}).
+        self.edgetpu_view: CompatReport = analyze(interpreter.model)
         inp = interpreter.get_input_details()[0]
         out = interpreter.get_output_details()[0]
         self.input = TensorSpec.from_detail(inp)
@@ -40,9 +44,12 @@ class EmulatedEngine(Engine):
         interpreter.allocate_tensors()
         if len(interpreter.get_input_details()) != 1 or len(interpreter.get_output_details()) != 1:
             raise EngineLoadError(f"emulated: {path} must have exactly one input and one output tensor")
-        log.info("emulated: %s, %d operators, numba kernels %s", path.name, len(interpreter.plan.steps),
-                 "on" if interpreter.accelerated else "off (numpy only: pip install -e '.[accel]')")
-        return cls(interpreter)
+        engine = cls(interpreter)
+        log.info("emulated: %s, %d operators, numba kernels %s; Edge TPU view: %s", path.name,
+                 len(interpreter.plan.steps),
+                 "on" if interpreter.accelerated else "off (numpy only: pip install -e '.[accel]')",
+                 engine.edgetpu_view.summary())
+        return engine
 
     @property
     def interpreter(self) -> Interpreter:

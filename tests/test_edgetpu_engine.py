@@ -11,7 +11,7 @@ from app.errors import EdgeTpuUnavailable
 from app.model_dir import read_model_dir
 from tests.conftest import DEFAULT_MODEL
 from tests.doubles.edgetpu_models import plain_as_compiled
-from tests.doubles.libedgetpu import DEVICES, LOG, OPEN, libedgetpu_double  # noqa: F401
+from tests.doubles.libedgetpu import DEVICES, OPEN, libedgetpu_double, log_delegates  # noqa: F401
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def model_dir(tmp_path):
 def two_tpus(monkeypatch, tmp_path):
     log = tmp_path / "delegate.log"
     monkeypatch.setenv(DEVICES, "usb:/sys/bus/usb/devices/2-1,pci:/dev/apex_0")
-    monkeypatch.setenv(LOG, str(log))
+    log_delegates(monkeypatch, log)
     return log
 
 

@@ -18,7 +18,7 @@ from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.compiled_model_double import compiled_model_bytes
 from tests.doubles.edgetpu_models import plain_as_compiled, with_edgetpu_file
-from tests.doubles.libedgetpu import DEVICES, LOG, OPEN, VERSION, libedgetpu_double  # noqa: F401
+from tests.doubles.libedgetpu import DEVICES, OPEN, VERSION, libedgetpu_double, log_delegates  # noqa: F401
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def assert_fell_back(reg: Registry, reason: str) -> None:
 
 def test_every_tpu_gets_an_interpreter_warmed_up_on_its_own(tmp_path, libedgetpu_double, monkeypatch, pci_nodes):
     monkeypatch.setenv(DEVICES, ",".join(f"pci:{n}" for n in pci_nodes))
-    monkeypatch.setenv(LOG, str(tmp_path / "log"))
+    log_delegates(monkeypatch, tmp_path / "log")
     reg = registry(plain_as_compiled(tmp_path / "models"), libedgetpu_double, backends=("edgetpu", "cpu"))
     reg.load_all()
     assert reg.ready() and reg.status(DEFAULT_MODEL).error is None

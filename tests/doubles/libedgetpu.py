@@ -6,6 +6,7 @@ it lists the devices the tests choose and its delegate claims no node. See the C
 
 from __future__ import annotations
 
+import gc
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +19,14 @@ VERSION = "EDGETPU_TEST_DOUBLE_VERSION"
 OPEN = "EDGETPU_TEST_DOUBLE_OPEN"
 LOG = "EDGETPU_TEST_DOUBLE_LOG"
 RUNTIME_14 = "BuildLabel(COMPILER=test double,DATE=redacted,TIME=redacted), RuntimeVersion(14)"
+
+
+def log_delegates(monkeypatch, path: Path) -> Path:
+    """From now on the double logs each delegate created and destroyed to `path`. Delegates left by
+    earlier tests are collected first: their "destroyed" lines would otherwise land in this log."""
+    gc.collect()
+    monkeypatch.setenv(LOG, str(path))
+    return path
 
 
 def build(directory: Path) -> Path:

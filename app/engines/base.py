@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from app.errors import EngineLoadError
+
 if TYPE_CHECKING:
     from app.edgetpu.compat import CompatReport
 
@@ -58,3 +60,30 @@ class Engine(ABC):
 
     def close(self) -> None:
         """Release the interpreter (and its device) now rather than at garbage collection."""
+
+
+class InterpreterEngine(Engine):
+    """An engine around an object with TFLite's Python Interpreter interface (TFLite's own, or the
+    emulator's): one input tensor in, one output tensor out."""
+
+    def __init__(self, interpreter):
+        self._interpreter = interpreter
+        inp = interpreter.get_input_details()[0]
+        out = interpreter.get_output_details()[0]
+        self.input = TensorSpec.from_detail(inp)
+        self.output = TensorSpec.from_detail(out)
+        self._input_index = inp["index"]
+        self._output_index = out["index"]
+
+    @staticmethod
+    def check_single_io(interpreter, key: str, path: Path) -> None:
+        if len(interpreter.get_input_details()) != 1 or len(interpreter.get_output_details()) != 1:
+            raise EngineLoadError(f"{key}: {path} must have exactly one input and one output tensor")
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        self._interpreter.set_tensor(self._input_index, x)
+        self._interpreter.invoke()
+        return self._interpreter.get_tensor(self._output_index)
+
+    def close(self) -> None:
+        self._interpreter = None

@@ -70,8 +70,7 @@ class EdgeTpuEngine(CpuEngine):
                     f"{installed}. Fix: recompile with `edgetpu_compiler -m {installed}`, or install a "
                     f"libedgetpu with runtime {required} or newer") from None
             raise EngineLoadError(f"edgetpu: cannot load {path} on {where}: {e}") from None
-        if len(interpreter.get_input_details()) != 1 or len(interpreter.get_output_details()) != 1:
-            raise EngineLoadError(f"edgetpu: {path} must have exactly one input and one output tensor")
+        cls.check_single_io(interpreter, cls.key, path)
         return cls(interpreter)
 
 

@@ -9,32 +9,23 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
-
 from app.edgetpu.compat import CompatReport, analyze
 from app.emulator import Interpreter
-from app.engines.base import Engine, EngineOptions, TensorSpec
-from app.errors import EngineLoadError
+from app.engines.base import EngineOptions, InterpreterEngine
 from app.model_dir import INT8
 
 log = logging.getLogger(__name__)
 
 
-class EmulatedEngine(Engine):
+class EmulatedEngine(InterpreterEngine):
     key = "emulated"
     model_file = INT8
 
     def __init__(self, interpreter: Interpreter):
-        self._interpreter = interpreter
+        super().__init__(interpreter)
         # What edgetpu_compiler would do with this graph, from the same parsed model: which ops
         # the Edge TPU would run and where its single partition would end (GET /v1/models/{name}).
         self.edgetpu_view: CompatReport = analyze(interpreter.model)
-        inp = interpreter.get_input_details()[0]
-        out = interpreter.get_output_details()[0]
-        self.input = TensorSpec.from_detail(inp)
-        self.output = TensorSpec.from_detail(out)
-        self._input_index = inp["index"]
-        self._output_index = out["index"]
 
     @classmethod
     def load(cls, path: Path, options: EngineOptions) -> EmulatedEngine:
@@ -42,8 +33,7 @@ class EmulatedEngine(Engine):
         # EngineLoadError subclasses for unreadable or unsupported models; cpu_threads = BLAS threads
         interpreter = Interpreter(model_path=path, num_threads=options.cpu_threads)
         interpreter.allocate_tensors()
-        if len(interpreter.get_input_details()) != 1 or len(interpreter.get_output_details()) != 1:
-            raise EngineLoadError(f"emulated: {path} must have exactly one input and one output tensor")
+        cls.check_single_io(interpreter, cls.key, path)
         engine = cls(interpreter)
         log.info("emulated: %s, %d operators, numba kernels %s; Edge TPU view: %s", path.name,
                  len(interpreter.plan.steps),
@@ -56,10 +46,3 @@ class EmulatedEngine(Engine):
         """The emulator itself: its parsed graph (`.model`) is there for analyses of the model."""
         return self._interpreter
 
-    def run(self, x: np.ndarray) -> np.ndarray:
-        self._interpreter.set_tensor(self._input_index, x)
-        self._interpreter.invoke()
-        return self._interpreter.get_tensor(self._output_index)
-
-    def close(self) -> None:
-        self._interpreter = None

@@ -5,7 +5,8 @@
 # warm ones with a real photo, then print one table from the service's own timing fields.
 #
 # Example usage:
-#   EDGETPU_SERVE_BACKENDS=cpu,emulated make serve &        # or a board: --url http://coral:8000
+#   bench/curl_bench.sh --start --backends cpu,emulated --markdown   # starts a local service itself
+#   EDGETPU_SERVE_BACKENDS=cpu,emulated make serve &                 # or against one already running
 #   bench/curl_bench.sh --backends cpu,emulated -n 50
 #   bench/curl_bench.sh --url http://coral.local:8000 --backends cpu,edgetpu --markdown
 set -euo pipefail
@@ -15,9 +16,10 @@ model="efficientnet_lite0"
 backends="cpu"
 requests=50
 photo=""
+start=""
 format_args=()
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --url URL --model NAME --backends a,b -n N --photo FILE --markdown"; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --url URL | --start, --model NAME --backends a,b -n N --photo FILE --markdown"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,6 +29,7 @@ while [ $# -gt 0 ]; do
     -n|--requests) requests="$2"; shift 2 ;;
     --photo) photo="$2"; shift 2 ;;
     --markdown) format_args+=(--markdown); shift ;;
+    --start) start=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -44,12 +47,32 @@ if [ ! -f "$photo" ]; then
 fi
 case "$photo" in *.png|*.PNG) content_type="image/png" ;; *) content_type="image/jpeg" ;; esac
 
+results="$(mktemp)"
+service_log="$(mktemp)"
+service_pid=""
+cleanup() { [ -n "$service_pid" ] && kill "$service_pid" 2> /dev/null; rm -f "$results" "$service_log"; }
+trap cleanup EXIT
+
+if [ -n "$start" ]; then
+  # this checkout's service on a free local port, loaded on exactly the backends measured
+  port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  url="http://127.0.0.1:$port"
+  (cd "$here/.." && env $(env | grep -o '^EDGETPU_SERVE_[A-Z_]*' | sed 's/^/-u /') \
+    EDGETPU_SERVE_HOST=127.0.0.1 EDGETPU_SERVE_PORT="$port" EDGETPU_SERVE_BACKENDS="$backends" \
+    EDGETPU_SERVE_LOG_LEVEL=warning "$python" -m app > "$service_log" 2>&1) &
+  service_pid=$!
+  echo "starting the service on $url with backends $backends..." >&2
+  for _ in $(seq 1200); do
+    curl -sf "$url/readyz" > /dev/null && break
+    if ! kill -0 "$service_pid" 2> /dev/null; then echo "the service exited:" >&2; cat "$service_log" >&2; exit 1; fi
+    sleep 0.1
+  done
+  curl -sf "$url/readyz" > /dev/null || { echo "the service did not become ready:" >&2; cat "$service_log" >&2; exit 1; }
+fi
+
 if ! curl -sf "$url/healthz" > /dev/null; then
   echo "no service answering at $url (start one: make serve, or pass --url)" >&2; exit 1
 fi
-
-results="$(mktemp)"
-trap 'rm -f "$results"' EXIT
 
 classify() {  # backend -> one line: backend <TAB> client seconds <TAB> response JSON
   local out

@@ -43,6 +43,19 @@ def test_curl_bench_prints_cold_and_warm_per_backend(bench_service):
     assert cells["infer speed-up vs cpu"] == "1.00x"
 
 
+def test_curl_bench_starts_its_own_service_for_cpu_and_emulated():
+    done = run("bash", str(BENCH / "curl_bench.sh"), "--start", "--backends", "cpu,emulated", "-n", "3", "--markdown")
+    assert done.returncode == 0, done.stderr
+    header, _, *rows = [line for line in done.stdout.splitlines() if line.startswith("|")]
+    titles = [c.strip() for c in header.strip("|").split("|")]
+    table = {cells[0]: dict(zip(titles, cells)) for cells in
+             ([c.strip() for c in row.strip("|").split("|")] for row in rows)}
+    assert set(table) == {"cpu", "emulated"}
+    assert all(row["errors"] == "0" and float(row["cold infer ms"]) > 0 for row in table.values())
+    assert table["emulated"]["infer speed-up vs cpu"].endswith("x")
+    assert "served by" not in done.stdout  # each backend ran as asked, no fallback
+
+
 def test_curl_bench_refuses_a_service_that_is_not_there():
     done = run("bash", str(BENCH / "curl_bench.sh"), "--url", "http://127.0.0.1:9", "-n", "1")
     assert done.returncode == 1 and "no service answering" in done.stderr

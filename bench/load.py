@@ -1,12 +1,13 @@
 """Service throughput and latency under concurrency, against the raw interpreter in the same run.
 
-For each concurrency level (default 1, 2, 4, 8) three measurements, one after another:
+For each concurrency level (default 1, 2, 4, 8) three measurements, in alternating rounds (so
+drift on a noisy machine falls on all three alike), each round after a short warm-up:
   service   c keep-alive HTTP connections POSTing a real photo as fast as answers come
   pipeline  the same work without HTTP: c threads decode + preprocess (app.imaging) and
             invoke on a pool of W interpreters (W = the service's workers)
   invoke    min(c, W) threads each invoking its own interpreter on a ready tensor
 and prints throughput, latency percentiles, errors, and the ratios between them:
-service / invoke is what the issue asks; service / pipeline isolates what HTTP costs,
+service / invoke is the headline ratio; service / pipeline isolates what HTTP costs,
 since image work (decode, resize) is real work the invoke baseline does not do.
 The load generator runs on the same cores as the service: on 2 cores it takes a share.
 
@@ -36,6 +37,7 @@ from bench.common import ServiceProcess, default_photo, repo_root  # noqa: E402
 
 DEFAULT_CONCURRENCY = "1,2,4,8"
 DEFAULT_DURATION_S = 8.0
+DEFAULT_ROUNDS = 4
 WARMUP_S = 1.0
 MODEL = "efficientnet_lite0"
 MAX_PIXELS = 50_000_000
@@ -66,7 +68,7 @@ async def _one_connection(host, port, request: bytes, stop_at: float, warm_at: f
         writer.close()
 
 
-def measure_service(url: str, photo: bytes, backend: str, concurrency: int, duration_s: float) -> dict:
+def measure_service(url: str, photo: bytes, backend: str, concurrency: int, duration_s: float):
     host, port = url.removeprefix("http://").split(":")
     head = (f"POST /v1/models/{MODEL}/classify?top_k=1&backend={backend} HTTP/1.1\r\nHost: {host}\r\n"
             f"Content-Type: image/jpeg\r\nContent-Length: {len(photo)}\r\n\r\n").encode()
@@ -80,7 +82,7 @@ def measure_service(url: str, photo: bytes, backend: str, concurrency: int, dura
                                for _ in range(concurrency)))
 
     asyncio.run(run())
-    return _summary(latencies, duration_s, errors=len(errors))
+    return latencies, len(errors)
 
 
 # ---- the same work without HTTP ----
@@ -134,7 +136,7 @@ class Engines:
             self.idle.put(engine)
 
 
-def measure_pipeline(interpreters: Engines, photo: bytes, concurrency: int, duration_s: float) -> dict:
+def measure_pipeline(interpreters: Engines, photo: bytes, concurrency: int, duration_s: float):
     from app.imaging import prepare
 
     spec = interpreters.model_dir.manifest.input
@@ -142,11 +144,24 @@ def measure_pipeline(interpreters: Engines, photo: bytes, concurrency: int, dura
     def work():
         interpreters.invoke(interpreters.quantizer(prepare(photo, spec, MAX_PIXELS)))
 
-    return _summary(_threads(concurrency, work, duration_s), duration_s)
+    return _threads(concurrency, work, duration_s), 0
 
 
-def measure_invoke(interpreters: Engines, tensor: np.ndarray, threads: int, duration_s: float) -> dict:
-    return _summary(_threads(threads, lambda: interpreters.invoke(tensor), duration_s), duration_s)
+def measure_invoke(interpreters: Engines, tensor: np.ndarray, threads: int, duration_s: float):
+    return _threads(threads, lambda: interpreters.invoke(tensor), duration_s), 0
+
+
+def interleaved(measurements: dict, rounds: int, duration_s: float) -> dict:
+    """Each measurement (name -> f(seconds) -> (latencies, errors)) in `rounds` alternating turns of
+    duration_s / rounds, so drift on a noisy machine falls on all of them alike; summaries per name."""
+    latencies = {name: [] for name in measurements}
+    errors = dict.fromkeys(measurements, 0)
+    for _ in range(rounds):
+        for name, measure in measurements.items():
+            got, failed = measure(duration_s / rounds)
+            latencies[name] += got
+            errors[name] += failed
+    return {name: _summary(latencies[name], duration_s, errors[name]) for name in measurements}
 
 
 def _summary(latencies: list[float], duration_s: float, errors: int = 0) -> dict:
@@ -180,6 +195,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, help=f"levels (default {DEFAULT_CONCURRENCY})")
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                        help=f"alternating turns per level the duration is split into (default {DEFAULT_ROUNDS})")
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="interpreters (service and baseline)")
     parser.add_argument("--backend", default="cpu", help="service backend to load and use (cpu, emulated, ...)")
     parser.add_argument("--photo", type=Path, default=None, help="JPEG to send (default: scikit-learn's china.jpg)")
@@ -197,12 +214,11 @@ def main() -> int:
     rows = []
     with ServiceProcess(workers=args.workers, backends=args.backend) as service:
         for c in levels:
-            rows.append({
-                "concurrency": c,
-                "service": measure_service(service.url, photo, args.backend, c, args.duration),
-                "pipeline": measure_pipeline(interpreters, photo, c, args.duration),
-                "invoke": measure_invoke(interpreters, tensor, min(c, args.workers), args.duration),
-            })
+            rows.append({"concurrency": c} | interleaved({
+                "service": lambda s, c=c: measure_service(service.url, photo, args.backend, c, s),
+                "pipeline": lambda s, c=c: measure_pipeline(interpreters, photo, c, s),
+                "invoke": lambda s, c=c: measure_invoke(interpreters, tensor, min(c, args.workers), s),
+            }, args.rounds, args.duration))
     if args.json:
         print(json.dumps({"workers": args.workers, "backend": args.backend, "rows": rows}, indent=2))
     else:

@@ -72,7 +72,7 @@ def test_service_overhead_measures_both_sides():
 
 
 def test_load_sweep_reports_service_and_raw_throughput():
-    done = run(sys.executable, str(BENCH / "load.py"), "--concurrency", "1,2", "--duration", "0.5",
+    done = run(sys.executable, str(BENCH / "load.py"), "--concurrency", "1,2", "--duration", "1", "--rounds", "2",
                "--workers", "1", "--json")
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["rows"]

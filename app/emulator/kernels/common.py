@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.emulator.errors import Unsupported
+from app.emulator.scratch import Scratch
 from app.tflite_file import Operator, Subgraph, Tensor
 
 QUANTIZED_TYPES = {"INT8": np.int8, "UINT8": np.uint8}
@@ -30,11 +31,12 @@ class Step:
 class OpView:
     """An operator with its tensors at hand, for prepare functions."""
 
-    def __init__(self, operator: Operator, graph: Subgraph, accelerate: bool = False):
+    def __init__(self, operator: Operator, graph: Subgraph, accelerate: bool = False, scratch: Scratch | None = None):
         self.operator = operator
         self.graph = graph
         self.options = operator.options
         self.accelerate = accelerate  # numba kernels may replace numpy passes (app/emulator/accel.py)
+        self.scratch = scratch if scratch is not None else Scratch()  # temporaries shared by the plan's steps
 
     def input(self, position: int) -> Tensor | None:
         if position >= len(self.operator.inputs) or self.operator.inputs[position] < 0:

@@ -277,7 +277,7 @@ def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias:
     params = RequantParams(bias=folded_bias, output_multiplier=output_multiplier, output_shift=output_shift,
                            output_offset=zero_point_of(output), quantized_activation_min=act_min,
                            quantized_activation_max=act_max, output_dtype=input_dtype, rounding=rounding)
-    requantizer = Requantizer(params, acc_bound, np.dtype(float_type), period, view.accelerate)
+    requantizer = Requantizer(params, acc_bound, np.dtype(float_type), period, view.accelerate, view.scratch)
     return centered_by_channel.astype(float_type), requantizer
 
 

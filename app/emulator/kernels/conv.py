@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from app.emulator.errors import Unsupported
 from app.emulator.kernels.common import (
@@ -40,6 +39,7 @@ from app.emulator.kernels.common import (
 )
 from app.emulator.fixedpoint import Rounding
 from app.emulator.requantize import FLOAT32_EXACT_INTEGERS, Requantizer, RequantParams
+from app.emulator.scratch import Scratch
 
 # Measured on the pinned runtime (tests/test_emulator_rounding.py): the convolutions round twice,
 # FULLY_CONNECTED once.
@@ -47,32 +47,47 @@ CONV_ROUNDING = Rounding.DOUBLE_ROUNDING
 FULLY_CONNECTED_ROUNDING = Rounding.SINGLE_ROUNDING
 
 INT32_TYPES = ("INT32",)
+# Values per block of output rows in the matrix kernels: the block's accumulators, their float64
+# and integer copies in requantization (~1.5 MB at 2^17) stay in the cache between passes, where
+# whole layers (up to 1.2 M values here) went through memory at each pass.
+BLOCK_VALUES = 2**17
 
 
 def conv_2d(input_data: np.ndarray, filter_matrix: np.ndarray, input_zero_point: int, padding: Padding,
             filter_height: int, filter_width: int, stride_height: int, stride_width: int,
-            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer) -> np.ndarray:
+            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer,
+            scratch: Scratch) -> np.ndarray:
     """reference_integer_ops::ConvPerChannel (int8) and reference_ops::Conv (uint8), NHWC.
 
     filter_matrix: [filter_height * filter_width * input_depth, output_depth], filter offset applied.
+    A block of output rows at a time: its patches (im2col, one column block per filter tap), one
+    BLAS product, its requantization, all within the cache.
     """
     batches, _, _, depth = input_data.shape
-    padded = pad_spatial(input_data, padding, input_zero_point, filter_matrix.dtype)
-    rows = batches * padding.output_height * padding.output_width
+    output_height, output_width, output_depth = padding.output_height, padding.output_width, filter_matrix.shape[1]
     taps = filter_height * filter_width
-    if taps == 1 and stride_height == stride_width == 1:
-        patches = padded.reshape(rows, depth)
-    else:  # im2col: one column block per filter tap
-        patches = np.empty((batches, padding.output_height, padding.output_width, taps, depth), padded.dtype)
-        for i in range(filter_height):
-            for j in range(filter_width):
-                patches[:, :, :, i * filter_width + j, :] = tap_view(
-                    padded, i, j, padding, stride_height, stride_width, dilation_height_factor,
-                    dilation_width_factor)
-        patches = patches.reshape(rows, taps * depth)
-    acc = patches @ filter_matrix  # accumulate (input offset folded into the bias)
-    out = requantize(acc)  # +bias, requantize, +output offset, clamp
-    return out.reshape(batches, padding.output_height, padding.output_width, -1)
+    pointwise = taps == 1 and stride_height == stride_width == 1  # no padding either: the input is the patches
+    padded = input_data if pointwise else pad_spatial(input_data, padding, input_zero_point, filter_matrix.dtype)
+    output = np.empty((batches, output_height, output_width, output_depth), requantize.params.output_dtype)
+    for n in range(batches):
+        for y0, y1 in row_blocks(output_height, output_width * output_depth):
+            rows = (y1 - y0) * output_width
+            patches = scratch.array("conv.patches", (y1 - y0, output_width, taps, depth), filter_matrix.dtype)
+            for i in range(filter_height):
+                for j in range(filter_width):
+                    view = tap_view(padded, i, j, padding, stride_height, stride_width, dilation_height_factor,
+                                    dilation_width_factor)
+                    np.copyto(patches[:, :, i * filter_width + j, :], view[n, y0:y1])
+            acc = scratch.array("conv.acc", (rows, output_depth), filter_matrix.dtype)
+            np.matmul(patches.reshape(rows, taps * depth), filter_matrix, out=acc)  # accumulate (offset in the bias)
+            requantize(acc, output[n, y0:y1].reshape(rows, output_depth))  # +bias, requantize, +output offset, clamp
+    return output
+
+
+def row_blocks(height: int, row_size: int) -> list[tuple[int, int]]:
+    """Output rows [y0, y1) in blocks of about BLOCK_VALUES values (at least one row each)."""
+    step = max(1, BLOCK_VALUES // row_size)
+    return [(y0, min(y0 + step, height)) for y0 in range(0, height, step)]
 
 
 @dataclass(frozen=True)
@@ -136,57 +151,84 @@ class PhaseGrid:
                    tuple(windows))
 
 
-def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, input_zero_point: int, padding: Padding,
-                      depth_multiplier: int, stride_height: int, stride_width: int, grid: PhaseGrid,
-                      requantize: Requantizer) -> np.ndarray:
+def depthwise_conv_2d(input_data: np.ndarray, window_weights: tuple[np.ndarray, ...], input_zero_point: int,
+                      padding: Padding, depth_multiplier: int, stride_height: int, stride_width: int, grid: PhaseGrid,
+                      requantize: Requantizer, scratch: Scratch) -> np.ndarray:
     """reference_integer_ops::DepthwiseConvPerChannel (int8) and reference_ops::DepthwiseConv (uint8).
 
-    filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row.
-    Output channel ic * depth_multiplier + m reads input channel ic. numpy: per stride phase, one
-    einsum over a strided view of all its taps (products summed in the loop, no temporaries);
-    numba: one pass per output row. None per pixel or channel.
+    Output channel ic * depth_multiplier + m reads input channel ic. Per block of output rows and
+    per stride phase, one einsum over a strided view of all that phase's taps (products summed in
+    the loop, no temporaries, only the output's own columns), then the block's requantization,
+    within the cache. None per pixel or channel.
+    window_weights: per PhaseWindow, [rows, columns, output_width * output_depth], each tap's
+    weights repeated along an output row.
     """
     source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
     batches, _, _, channels = source.shape
-    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype)
-    if requantize.accelerated and filter_taps.dtype == np.float32:  # one numba pass per output row (float32 sums)
-        from app.emulator import accel
+    sums = window_weights[0].dtype
+    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, sums, scratch)
+    output_height, output_width = padding.output_height, padding.output_width
+    row = grid.columns * channels  # a phase row
+    width = output_width * channels  # an output row: what each tap's view spans of a phase row
+    item = phases.itemsize
+    output = np.empty((batches, output_height, width), requantize.params.output_dtype)
+    for n in range(batches):
+        # every tap of a phase at once: [output rows, tap rows, tap columns, width], no copy
+        views = [np.ndarray((output_height, window.rows, window.columns, width), sums, phases,
+                            (window.phase * batches + n) * phases.shape[2] * item
+                            + (window.row * grid.columns + window.column) * channels * item,
+                            (row * item, window.row_step * row * item, window.column_step * channels * item, item))
+                 for window in grid.windows]
+        for y0, y1 in row_blocks(output_height, width):
+            acc = scratch.array("depthwise.acc", (y1 - y0, width), sums)
+            for w, (view, weights) in enumerate(zip(views, window_weights, strict=True)):
+                if w == 0:
+                    np.einsum("yijk,ijk->yk", view[y0:y1], weights, out=acc)  # exact: integer sums below 2^24
+                else:
+                    part = scratch.array("depthwise.part", (y1 - y0, width), sums)
+                    np.add(acc, np.einsum("yijk,ijk->yk", view[y0:y1], weights, out=part), out=acc)
+            requantize(acc, output[n, y0:y1])  # +bias, requantize, +output offset, clamp
+    return output.reshape(batches, output_height, output_width, channels)
 
-        row = grid.columns * channels
-        out = np.empty((batches, padding.output_height, row), np.uint8)
-        accel.depthwise_requantize(phases, grid.phase_of_tap, grid.offset_of_tap * channels, filter_taps,
-                                   padding.output_height, row, *requantize.kernel_arguments(row), out)
-        out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
-        return np.ascontiguousarray(out).view(requantize.params.output_dtype)
+
+def depthwise_conv_2d_rows(input_data: np.ndarray, filter_taps: np.ndarray, input_zero_point: int, padding: Padding,
+                           depth_multiplier: int, stride_height: int, stride_width: int, grid: PhaseGrid,
+                           requantize: Requantizer, scratch: Scratch) -> np.ndarray:
+    """depthwise_conv_2d as app.emulator.accel's numba kernel: one pass per output row, float32 sums.
+
+    filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row.
+    """
+    from app.emulator import accel
+
+    source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
+    batches, _, _, channels = source.shape
+    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype,
+                          scratch)
     row = grid.columns * channels
-    acc = None
-    for window in grid.windows:  # per phase: every tap at once, as one strided view and one einsum
-        source = phases[window.phase]
-        item = source.itemsize
-        start = (window.row * grid.columns + window.column) * channels
-        taps = as_strided(source[:, start:], shape=(batches, padding.output_height, window.rows, window.columns, row),
-                          strides=(source.strides[0], row * item, window.row_step * row * item,
-                                   window.column_step * channels * item, item), writeable=False)
-        weights = filter_taps[list(window.taps)].reshape(window.rows, window.columns, row)
-        part = np.einsum("nyijk,ijk->nyk", taps, weights)  # exact: every partial sum is an integer below 2^24
-        acc = part if acc is None else np.add(acc, part, out=acc)
-    out = requantize(acc)  # +bias, requantize, +output offset, clamp
+    out = np.empty((batches, padding.output_height, row), np.uint8)
+    accel.depthwise_requantize(phases, grid.phase_of_tap, grid.offset_of_tap * channels, filter_taps,
+                               padding.output_height, row, *requantize.kernel_arguments(row), out)
     out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
-    return np.ascontiguousarray(out)
+    return np.ascontiguousarray(out).view(requantize.params.output_dtype)
 
 
 def _phase_stack(source: np.ndarray, input_zero_point: int, padding: Padding, stride_height: int, stride_width: int,
-                 grid: PhaseGrid, dtype) -> np.ndarray:
-    """The padded input split by stride phase: [phases, batches, grid.rows * grid.columns * channels]."""
+                 grid: PhaseGrid, dtype, scratch: Scratch) -> np.ndarray:
+    """The padded input split by stride phase: [phases, batches, grid.rows * grid.columns * channels].
+
+    Phase (a, b) holds padded rows a, a + s, ..., i.e. input rows a - top, a - top + s, ...: each
+    phase is copied from the input directly, onto the zero point where the rows fall outside.
+    """
     batches, height, width, channels = source.shape
-    stack = np.full((len(grid.phases), batches, grid.rows, grid.columns, channels), input_zero_point, dtype)
-    if stride_height == stride_width == 1:  # one phase: the padded input itself
-        np.copyto(stack[0, :, padding.top:padding.top + height, padding.left:padding.left + width, :], source)
-    else:
-        padded = pad_spatial(source, padding, input_zero_point, dtype)
-        for p, (a, b) in enumerate(grid.phases):
-            part = padded[:, a::stride_height, b::stride_width, :]
-            np.copyto(stack[p, :, :part.shape[1], :part.shape[2], :], part)
+    stack = scratch.array("depthwise.phases", (len(grid.phases), batches, grid.rows, grid.columns, channels), dtype)
+    stack.fill(input_zero_point)
+    for p, (a, b) in enumerate(grid.phases):
+        first_row = -(-(padding.top - a) // stride_height)  # first phase row inside the input
+        first_column = -(-(padding.left - b) // stride_width)
+        part = source[:, a + first_row * stride_height - padding.top::stride_height,
+                      b + first_column * stride_width - padding.left::stride_width, :]
+        np.copyto(stack[p, :, first_row:first_row + part.shape[1], first_column:first_column + part.shape[2], :],
+                  part)
     return stack.reshape(len(grid.phases), batches, -1)
 
 
@@ -317,7 +359,7 @@ def prepare_conv_2d(view: OpView) -> Step:
 
     def run(x: np.ndarray) -> np.ndarray:
         return conv_2d(x, filter_matrix, zero_point, padding, filter_height, filter_width, stride_h, stride_w,
-                       dilation_h, dilation_w, requantize)
+                       dilation_h, dilation_w, requantize, view.scratch)
 
     return view.step(run, 0, **_details(filter_matrix, requantize))
 
@@ -344,13 +386,22 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
     taps = centered.reshape(filter_height * filter_width, out_channels)
     filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
                                                       input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
-                                                      grid.columns * out_channels)
-    filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row
+                                                      padding.output_width * out_channels)
     zero_point = zero_point_of(view.input(0))
+    if requantize.accelerated and filter_taps.dtype == np.float32:  # the numba kernel (float32 sums only)
+        filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row
+
+        def run(x: np.ndarray) -> np.ndarray:
+            return depthwise_conv_2d_rows(x, filter_taps, zero_point, padding, depth_multiplier, stride_h, stride_w,
+                                          grid, requantize, view.scratch)
+
+        return view.step(run, 0, **_details(filter_taps, requantize))
+    window_weights = tuple(np.tile(filter_taps[list(window.taps)], (1, padding.output_width))
+                           .reshape(window.rows, window.columns, -1) for window in grid.windows)
 
     def run(x: np.ndarray) -> np.ndarray:
-        return depthwise_conv_2d(x, filter_taps, zero_point, padding, depth_multiplier, stride_h, stride_w, grid,
-                                 requantize)
+        return depthwise_conv_2d(x, window_weights, zero_point, padding, depth_multiplier, stride_h, stride_w, grid,
+                                 requantize, view.scratch)
 
     return view.step(run, 0, **_details(filter_taps, requantize))
 

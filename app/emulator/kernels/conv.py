@@ -222,18 +222,22 @@ def _phase_stack(source: np.ndarray, input_zero_point: int, padding: Padding, st
     """The padded input split by stride phase: [phases, batches, grid.rows * grid.columns * channels].
 
     Phase (a, b) holds padded rows a, a + s, ..., i.e. input rows a - top, a - top + s, ...: each
-    phase is copied from the input directly, onto the zero point where the rows fall outside.
+    phase is copied from the input directly, and only the frame around it is set to the zero point.
     """
     batches, height, width, channels = source.shape
     stack = scratch.array("depthwise.phases", (len(grid.phases), batches, grid.rows, grid.columns, channels), dtype)
-    stack.fill(input_zero_point)
     for p, (a, b) in enumerate(grid.phases):
-        first_row = -(-(padding.top - a) // stride_height)  # first phase row inside the input
-        first_column = -(-(padding.left - b) // stride_width)
-        part = source[:, a + first_row * stride_height - padding.top::stride_height,
-                      b + first_column * stride_width - padding.left::stride_width, :]
-        np.copyto(stack[p, :, first_row:first_row + part.shape[1], first_column:first_column + part.shape[2], :],
-                  part)
+        top = -(-(padding.top - a) // stride_height)  # first phase row inside the input
+        left = -(-(padding.left - b) // stride_width)
+        part = source[:, a + top * stride_height - padding.top::stride_height,
+                      b + left * stride_width - padding.left::stride_width, :]
+        bottom, right = top + part.shape[1], left + part.shape[2]
+        phase = stack[p]
+        phase[:, :top].fill(input_zero_point)
+        phase[:, bottom:].fill(input_zero_point)
+        phase[:, top:bottom, :left].fill(input_zero_point)
+        phase[:, top:bottom, right:].fill(input_zero_point)
+        np.copyto(phase[:, top:bottom, left:right], part)
     return stack.reshape(len(grid.phases), batches, -1)
 
 
@@ -310,7 +314,7 @@ def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, sca
 
 def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias: np.ndarray,
                             output_multiplier, output_shift, input_dtype: np.dtype, activation,
-                            rounding: Rounding, period: int | None = None) -> tuple:
+                            rounding: Rounding) -> tuple:
     """Float filter [K, channels] in the cheapest exact type, and the requantizer of the output."""
     input_zero_point = zero_point_of(view.input(0))
     output = view.output()
@@ -324,7 +328,7 @@ def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias:
     params = RequantParams(bias=folded_bias, output_multiplier=output_multiplier, output_shift=output_shift,
                            output_offset=zero_point_of(output), quantized_activation_min=act_min,
                            quantized_activation_max=act_max, output_dtype=input_dtype, rounding=rounding)
-    requantizer = Requantizer(params, acc_bound, np.dtype(float_type), period, view.accelerate, view.scratch)
+    requantizer = Requantizer(params, acc_bound, np.dtype(float_type), view.accelerate, view.scratch)
     return centered_by_channel.astype(float_type), requantizer
 
 
@@ -352,10 +356,8 @@ def prepare_conv_2d(view: OpView) -> Step:
     # uint8 runs reference_ops::Conv with the scalar multiplier; int8 the per-channel kernel, always
     centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8)
     matrix = centered.reshape(out_channels, -1).T  # [(i, j, c), out]
-    output_width = view.output().shape[2]
     filter_matrix, requantize = _matrix_and_requantizer(view, matrix, bias, output_multiplier, output_shift,
-                                                        input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
-                                                        output_width * out_channels)
+                                                        input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
     stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
     dilation_h, dilation_w = o.get("dilationHFactor", 1), o.get("dilationWFactor", 1)
     padding = compute_padding(o.get("padding", 0), input_shape[1], input_shape[2], filter_height, filter_width,
@@ -390,8 +392,7 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
                         dilation_h, dilation_w)
     taps = centered.reshape(filter_height * filter_width, out_channels)
     filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
-                                                      input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
-                                                      padding.output_width * out_channels)
+                                                      input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
     zero_point = zero_point_of(view.input(0))
     if requantize.accelerated and filter_taps.dtype == np.float32:  # the numba kernel (float32 sums only)
         filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row

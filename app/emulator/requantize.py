@@ -265,7 +265,8 @@ class Requantizer:
         self._unrounded(u, e)
         truncated = self.scratch.array("requantize.int", u.shape, e.int_type)
         np.copyto(truncated, u, casting="unsafe")
-        np.clip(truncated, self.low, self.high, out=truncated)
+        # the method with bounds of the array's type: np.clip's wrapper costs ~3 us more per call
+        truncated.clip(e.int_type(self.low), e.int_type(self.high), out=truncated)
         if out is None:
             out = np.empty(u.shape, self.params.output_dtype)
         np.copyto(out.view(np.uint8), truncated, casting="unsafe")  # the low byte (C casts to unsigned wrap)

@@ -16,13 +16,13 @@ steps. The float evaluations used at run time,
     signed:  v = fl(fl(acc * M') + B'),      u = fl(fl(v + fl(e * sign(v))) + (1/2 + output_offset + 256))
     then     y = the low byte of clip(trunc(u), act_min + 256, act_max + 256)
 
-are non-decreasing in acc too (rounding to nearest, truncation and clamping are monotone). Two non-decreasing integer
-step functions that agree at both sides of every step of one of them, and at the ends of the
-accumulator's range, agree on the whole range. So at load, per channel, the exact step
-positions are found with int64 arithmetic, each candidate evaluation is run at those points,
-and the cheapest one that agrees everywhere is used: float32 before float64, linear before
-signed. A layer where none holds keeps the int64 definition (always exact, slow). The
-accumulator's range comes from the weights: |acc| <= sum |w| * max |x|.
+are non-decreasing in acc too (rounding to nearest, truncation and clamping are monotone).
+Two non-decreasing integer step functions that agree at both sides of every step of one of
+them, and at the ends of the accumulator's range, agree on the whole range. So at load, per
+channel, the exact step positions are found with int64 arithmetic, each candidate evaluation
+is run at those points, and the cheapest one that agrees everywhere is used: float32 before
+float64, linear before signed. A layer where none holds keeps the int64 definition (always
+exact, slow). The accumulator's range comes from the weights: |acc| <= sum |w| * max |x|.
 
 trunc(u) is a cast to the narrowest integer type that holds u over the whole range (u's
 values at the range's ends bound it, u being monotone), int16 for most layers: the clamp then
@@ -42,8 +42,9 @@ from app.emulator.scratch import Scratch
 
 # Added to every result before truncating (see above): y + 256 is positive and has y's low byte.
 _BYTE_OFFSET = 256
-# Requantization runs over rows of at least this many values (see Requantizer._row_width): numpy's
-# passes with per-channel constants were ~1.8x slower per value on rows below ~4.5K values (measured).
+# Requantization runs over rows of at least this many values (see Requantizer._row_width). Measured
+# with numpy 2.4: a pass with a row of per-channel constants broadcast over rows of up to 4096
+# values (half numpy's 8192-value buffer) ran ~1.7x slower per value than over rows of 4097.
 ROW_VALUES = 5000
 # float32 holds every integer up to 2^24 exactly.
 FLOAT32_EXACT_INTEGERS = 2**24

@@ -10,9 +10,12 @@ requantizes per output channel, adds the output offset and clamps. Here:
   8-bit values are float: float32 where every partial sum is provably below 2^24 (|sum| <=
   sum |w| * max |x|, per output channel, decided at load), float64 otherwise. CONV_2D and
   FULLY_CONNECTED are BLAS matrix products (im2col for filters larger than 1x1);
-  DEPTHWISE_CONV_2D is one pass per filter tap over whole rows (PhaseGrid), or one numba pass
-  (app/emulator/accel.py) when installed.
+  DEPTHWISE_CONV_2D is one einsum per stride phase over strided views of the input (PhaseGrid),
+  or one numba pass (app/emulator/accel.py) when installed.
 - +bias, requantize, +output offset, clamp: one Requantizer, exact by construction (requantize.py).
+
+The numpy kernels run block by block of output rows (BLOCK_VALUES), accumulating and then
+requantizing each block while its temporaries (in the interpreter's Scratch) are in cache.
 """
 
 from __future__ import annotations

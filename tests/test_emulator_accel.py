@@ -63,8 +63,8 @@ def test_requantize_rows_signed_and_linear_forms():
                                quantized_activation_min=low, quantized_activation_max=127,
                                output_dtype=np.dtype(np.int8), rounding=rounding)
         bound = np.full(24, 60_000)
-        fast = Requantizer(params, bound, np.dtype(np.float32), period=24 * 7, accelerate=True)
-        plain = Requantizer(params, bound, np.dtype(np.float32), period=24 * 7, accelerate=False)
+        fast = Requantizer(params, bound, np.dtype(np.float32), accelerate=True)
+        plain = Requantizer(params, bound, np.dtype(np.float32), accelerate=False)
         assert fast.accelerated and not plain.accelerated and fast.strategy == plain.strategy
         acc = rng.integers(-60_000, 60_001, (5, 7, 24)).astype(np.float32)
         np.testing.assert_array_equal(fast(acc.copy()), plain(acc.copy()))

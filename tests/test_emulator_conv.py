@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.emulator.kernels import conv
 from app.emulator.kernels.common import compute_padding
 from tests.emulator_cases import (
     OP_SETTINGS,
@@ -15,6 +17,7 @@ from tests.emulator_cases import (
     quantization,
     random_values,
     reference,  # noqa: F401 (fixture)
+    run_emulator,
     seeds,
 )
 from tests.tflite_builder import GraphBuilder
@@ -158,6 +161,17 @@ def test_depthwise_conv_2d(reference, example):
 @given(fully_connected_models())
 def test_fully_connected(reference, example):
     assert_matches_reference(reference, example)
+
+
+@settings(OP_SETTINGS, max_examples=30)
+@given(st.one_of(conv_models(), depthwise_models()))
+def test_one_output_row_per_block_gives_the_same_bytes(example):
+    """Large layers run in blocks of output rows (conv.BLOCK_VALUES); here every row is a block, numpy path."""
+    whole = run_emulator(example.model, example.inputs, accelerate=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv, "BLOCK_VALUES", 1)
+        rows = run_emulator(example.model, example.inputs, accelerate=False)
+    assert [a.tobytes() for a in rows] == [a.tobytes() for a in whole]
 
 
 def test_large_depth_takes_the_float64_path(reference):

@@ -34,8 +34,8 @@ def _kernels():
     njit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
     @njit
-    def requantize_row(acc, scale, constant, sign_step, tail, signed_form, low, high, flip, out):
-        """out[k] = the proven float64 evaluation of acc[k]; the constants are tiled to the row."""
+    def requantize_row(acc, scale, constant, sign_step, tail, signed_form, low, high, out):
+        """out[k] = the proven float64 evaluation of acc[k] (its low byte); the constants are tiled to the row."""
         if signed_form:
             for k in range(acc.shape[0]):
                 u = np.float64(acc[k]) * scale[k]
@@ -43,22 +43,22 @@ def _kernels():
                 u = u + np.sign(u) * sign_step[k]
                 u = u + tail
                 u = min(max(u, low), high)
-                out[k] = np.uint8(np.int32(u)) ^ flip
+                out[k] = np.uint8(np.int32(u))
         else:
             for k in range(acc.shape[0]):
                 u = np.float64(acc[k]) * scale[k]
                 u = u + constant[k]
                 u = min(max(u, low), high)
-                out[k] = np.uint8(np.int32(u)) ^ flip
+                out[k] = np.uint8(np.int32(u))
 
     @njit
-    def requantize_rows(acc, scale, constant, sign_step, tail, signed_form, low, high, flip, out):
+    def requantize_rows(acc, scale, constant, sign_step, tail, signed_form, low, high, out):
         for r in range(acc.shape[0]):
-            requantize_row(acc[r], scale, constant, sign_step, tail, signed_form, low, high, flip, out[r])
+            requantize_row(acc[r], scale, constant, sign_step, tail, signed_form, low, high, out[r])
 
     @njit
     def depthwise_requantize(phases, tap_phase, tap_offset, weights, output_height, width, scale, constant,
-                             sign_step, tail, signed_form, low, high, flip, out):
+                             sign_step, tail, signed_form, low, high, out):
         """Depthwise taps over one output row at a time (float32, exact), then that row's requantization.
 
         phases: [phases, batches, flat]; a row of the phase grid has `width` = columns * channels values;
@@ -76,7 +76,7 @@ def _kernels():
                     weight = weights[t]
                     for k in range(width):
                         acc[k] += source[k] * weight[k]
-                requantize_row(acc, scale, constant, sign_step, tail, signed_form, low, high, flip, out[n, y])
+                requantize_row(acc, scale, constant, sign_step, tail, signed_form, low, high, out[n, y])
 
     return requantize_rows, depthwise_requantize
 

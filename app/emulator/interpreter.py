@@ -44,6 +44,9 @@ class Interpreter:
         self.plan: Plan = prepare(self.model, self.accelerated)
         self._tensors = self.model.graph.tensors
         self._values: list[np.ndarray | None] | None = None
+        # per step, (index, shape, dtype) of each output: what invoke checks the kernels' results against
+        self._declared = [tuple((i, self._tensors[i].shape, self._tensors[i].dtype) for i in step.outputs)
+                          for step in self.plan.steps]
 
     # ---- tensors ----
 
@@ -114,13 +117,12 @@ class Interpreter:
         for index in self.model.graph.inputs:
             if values[index] is None:
                 raise RuntimeError(f"input tensor {self._tensors[index].name!r} was not set")
-        for step in self.plan.steps:
-            result = step.run(*(values[i] for i in step.inputs))
-            results = (result,) if len(step.outputs) == 1 else result
-            for index, array in zip(step.outputs, results, strict=True):
-                tensor = self._tensors[index]
-                if array.shape != tensor.shape or array.dtype != tensor.dtype:  # a kernel bug, never the model's
+        for step, declared in zip(self.plan.steps, self._declared):
+            result = step.run(*[values[i] for i in step.inputs])
+            results = (result,) if len(declared) == 1 else result
+            for (index, shape, dtype), array in zip(declared, results, strict=True):
+                if array.shape != shape or array.dtype != dtype:  # a kernel bug, never the model's
                     raise AssertionError(f"operator #{step.operator.index} {step.operator.opcode} produced "
-                                         f"{array.dtype}{list(array.shape)} for tensor {tensor.name!r}, "
-                                         f"declared {tensor.dtype}{list(tensor.shape)}")
+                                         f"{array.dtype}{list(array.shape)} for tensor "
+                                         f"{self._tensors[index].name!r}, declared {dtype}{list(shape)}")
                 values[index] = array

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from app.emulator.errors import Unsupported, UnsupportedModel, UnsupportedOperator, UnsupportedOperators
 from app.emulator.kernels import PREPARE
 from app.emulator.kernels.common import OpView, Step
+from app.emulator.scratch import Scratch
 from app.tflite_file import Subgraph, TfliteModel
 
 
@@ -38,6 +39,7 @@ def prepare(model: TfliteModel, accelerate: bool = False) -> Plan:
     if dynamic:
         raise UnsupportedModel(f"tensors {dynamic[:5]} have dynamic shapes; the emulator needs static shapes")
     steps, problems = [], []
+    scratch = Scratch()  # one set of temporaries for the whole plan: its steps run one at a time
     for operator in graph.operators:
         preparer = PREPARE.get(operator.opcode)
         if preparer is None:
@@ -46,7 +48,7 @@ def prepare(model: TfliteModel, accelerate: bool = False) -> Plan:
                                                 f"{kind} not emulated; emulated: {', '.join(supported_opcodes())}"))
             continue
         try:
-            steps.append(preparer(OpView(operator, graph, accelerate)))
+            steps.append(preparer(OpView(operator, graph, accelerate, scratch)))
         except Unsupported as e:
             problems.append(UnsupportedOperator(operator.index, operator.opcode, str(e)))
     if problems:

@@ -12,29 +12,40 @@ Why it can be fast and exact. With M = m * 2^(s-31) (exact) and a = acc + bias:
 Either way y is a non-decreasing step function of the integer accumulator with at most 256
 steps. The float evaluations used at run time,
 
-    linear:  u = fl(fl(acc * M') + C'),      C' = fl(bias * M + 1/2 [+ e] + output_offset + 128)
-    signed:  v = fl(fl(acc * M') + B'),      u = fl(fl(v + fl(e * sign(v))) + (1/2 + output_offset + 128))
-    then     y = uint8(clip(u, act_min + 128, act_max + 128.5)) ^ 0x80   (int8; uint8 adds no 128)
+    linear:  u = fl(fl(acc * M') + C'),      C' = fl(bias * M + 1/2 [+ e] + output_offset + 256)
+    signed:  v = fl(fl(acc * M') + B'),      u = fl(fl(v + fl(e * sign(v))) + (1/2 + output_offset + 256))
+    then     y = the low byte of clip(trunc(u), act_min + 256, act_max + 256)
 
-are non-decreasing in acc too (rounding to nearest is monotone). Two non-decreasing integer
-step functions that agree at both sides of every step of one of them, and at the ends of the
-accumulator's range, agree on the whole range. So at load, per channel, the exact step
-positions are found with int64 arithmetic, each candidate evaluation is run at those points,
-and the cheapest one that agrees everywhere is used: float32 before float64, linear before
-signed. A layer where none holds keeps the int64 definition (always exact, slow). The
-accumulator's range comes from the weights: |acc| <= sum |w| * max |x|.
+are non-decreasing in acc too (rounding to nearest, truncation and clamping are monotone).
+Two non-decreasing integer step functions that agree at both sides of every step of one of
+them, and at the ends of the accumulator's range, agree on the whole range. So at load, per
+channel, the exact step positions are found with int64 arithmetic, each candidate evaluation
+is run at those points, and the cheapest one that agrees everywhere is used: float32 before
+float64, linear before signed. A layer where none holds keeps the int64 definition (always
+exact, slow). The accumulator's range comes from the weights: |acc| <= sum |w| * max |x|.
+
+trunc(u) is a cast to the narrowest integer type that holds u over the whole range (u's
+values at the range's ends bound it, u being monotone), int16 for most layers: the clamp then
+runs on 2-byte integers, about a sixth of a float64 clip's time. The offset 256 makes the rest
+free: truncation is the floor because nothing below act_min + 256 > 0 survives the clamp, and
+the low byte of y + 256 is y's own byte, int8 or uint8, which a cast to uint8 keeps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from app.emulator.fixedpoint import Rounding, multiply_by_quantized_multiplier
+from app.emulator.scratch import Scratch
 
-# Offsets an int8 result into [0, 255] so a truncating cast to uint8 is a floor; xor 0x80 undoes it.
-_INT8_BIAS = 128
+# Added to every result before truncating (see above): y + 256 is positive and has y's low byte.
+_BYTE_OFFSET = 256
+# Requantization runs over rows of at least this many values (see Requantizer._row_width). Measured
+# with numpy 2.4: a pass with a row of per-channel constants broadcast over rows of up to 4096
+# values (half numpy's 8192-value buffer) ran ~1.7x slower per value than over rows of 4097.
+ROW_VALUES = 5000
 # float32 holds every integer up to 2^24 exactly.
 FLOAT32_EXACT_INTEGERS = 2**24
 
@@ -69,25 +80,30 @@ class _Evaluation:
     scale: np.ndarray         # M'
     constant: np.ndarray      # C' (linear) or B' (signed)
     sign_step: np.ndarray | None = None  # e' (signed)
-    tail: float | None = None            # 1/2 + output_offset + 128 (signed)
+    tail: float | None = None            # 1/2 + output_offset + 256 (signed)
+    int_type: type = np.int64            # holds trunc(u) over the accumulator's range
+
+    def tiled(self, tiles: int) -> _Evaluation:
+        """The same evaluation with its per-channel constants repeated `tiles` times along a row."""
+        return replace(self, scale=np.tile(self.scale, tiles), constant=np.tile(self.constant, tiles),
+                       sign_step=None if self.sign_step is None else np.tile(self.sign_step, tiles))
 
 
 class Requantizer:
     """requantize(acc) for accumulators of a known range; evaluation chosen and proven at load."""
 
-    def __init__(self, params: RequantParams, acc_bound: np.ndarray, acc_dtype: np.dtype, period: int | None = None,
-                 accelerate: bool = False):
-        """period: a multiple of the channel count that divides the accumulators' size (e.g. width * channels).
-
-        The per-channel constants are tiled to it, so each numpy pass runs over rows of `period`
-        values instead of one row per pixel: the same arithmetic per element, far fewer inner loops.
-        """
+    def __init__(self, params: RequantParams, acc_bound: np.ndarray, acc_dtype: np.dtype, accelerate: bool = False,
+                 scratch: Scratch | None = None):
+        """scratch: where the float and integer temporaries live (the interpreter's; else one of its own)."""
         self.params = params
-        self.signed = np.dtype(params.output_dtype) == np.int8
-        self.offset = _INT8_BIAS if self.signed else 0
+        self.offset = _BYTE_OFFSET
+        self.scratch = scratch if scratch is not None else Scratch()
         channels = params.output_multiplier.size
         self.acc_high = np.broadcast_to(np.asarray(acc_bound, np.int64), (channels,)).copy()
         self.acc_low = -self.acc_high
+        # the clamp, after the offset
+        self.low = params.quantized_activation_min + self.offset
+        self.high = params.quantized_activation_max + self.offset
         self.evaluation: _Evaluation | None = None
         points, exact = self._proof_points()
         types = ([np.float32] if np.dtype(acc_dtype) == np.float32 else []) + [np.float64]
@@ -95,23 +111,17 @@ class Requantizer:
             types = []  # the proof needs a monotone definition: keep the int64 one
         for float_type in types:
             for evaluation in self._candidates(float_type):
-                if self._agrees(evaluation, points, exact):
+                evaluation = self._with_int_type(evaluation)
+                if evaluation is not None and self._agrees(evaluation, points, exact):
                     self.evaluation = evaluation
                     break
             if self.evaluation is not None:
                 break
-        self.period = channels if period is None or period % channels else period
-        self._tiled = None
+        self._tiles: dict[int, _Evaluation] = {}
+        self._row_widths: dict[int, int] = {}
         # the numba kernel repeats the float64 evaluation; other evaluations stay in numpy
         self.accelerated = bool(accelerate and self.evaluation is not None
                                 and self.evaluation.float_type is np.float64)
-        if self.evaluation is not None:
-            float_type = self.evaluation.float_type
-            self.low = float_type(params.quantized_activation_min + self.offset)
-            self.high = float_type(params.quantized_activation_max + self.offset + 0.5)
-            e, tiles = self.evaluation, self.period // channels
-            self._tiled = _Evaluation(e.float_type, e.form, np.tile(e.scale, tiles), np.tile(e.constant, tiles),
-                                      None if e.sign_step is None else np.tile(e.sign_step, tiles), e.tail)
 
     @property
     def strategy(self) -> str:
@@ -119,17 +129,38 @@ class Requantizer:
         e = self.evaluation
         return "int64" if e is None else f"{np.dtype(e.float_type).name}-{e.form}"
 
+    def _row_width(self, size: int) -> int:
+        """The row (a whole number of pixels) that `size` accumulators are requantized in, cached per size.
+
+        The per-channel constants are tiled to it, so each numpy pass runs over rows of several
+        pixels instead of one row per pixel: the same arithmetic per value, far fewer inner loops.
+        The shortest row of at least ROW_VALUES values that divides the size.
+        """
+        width = self._row_widths.get(size)
+        if width is None:
+            channels = self.params.output_multiplier.size
+            pixels = size // channels
+            per_row = next((d for d in range(1, pixels) if pixels % d == 0 and d * channels >= ROW_VALUES), pixels)
+            width = self._row_widths[size] = per_row * channels
+        return width
+
+    def _tiled(self, width: int) -> _Evaluation:
+        """The evaluation with its constants along a row of `width` values (a multiple of the channels)."""
+        e = self._tiles.get(width)
+        if e is None:
+            e = self._tiles[width] = self.evaluation.tiled(width // self.evaluation.scale.size)
+        return e
+
     def kernel_arguments(self, width: int) -> tuple:
-        """The proven float64 evaluation as arguments for app.emulator.accel's kernels, tiled to a row of width."""
-        e = self.evaluation if width == self.evaluation.scale.size else self._tiled
-        if e.scale.size != width:
-            tiles = width // self.evaluation.scale.size
-            base = self.evaluation
-            e = _Evaluation(base.float_type, base.form, np.tile(base.scale, tiles), np.tile(base.constant, tiles),
-                            None if base.sign_step is None else np.tile(base.sign_step, tiles), base.tail)
+        """The proven float64 evaluation as arguments for app.emulator.accel's kernels, tiled to a row of width.
+
+        The kernel clamps u in float to [low, high + 1/2] and then truncates: the same integers
+        as truncating first and clamping to [low, high] (low > 0), as the numpy path does.
+        """
+        e = self._tiled(width)
         sign_step = e.sign_step if e.sign_step is not None else np.zeros_like(e.scale)
         return (e.scale, e.constant, sign_step, float(e.tail or 0.0), e.form == "signed", float(self.low),
-                float(self.high), np.uint8(_INT8_BIAS if self.signed else 0))
+                float(self.high) + 0.5)
 
     def _monotone(self) -> bool:
         """The definition is non-decreasing in acc unless int32 arithmetic wraps: acc + bias, or the
@@ -160,6 +191,22 @@ class Requantizer:
             if double:
                 yield _Evaluation(float_type, "signed", scale, (p.bias.astype(np.float64) * real).astype(float_type),
                                   self._sign_step().astype(float_type), float_type(tail))
+
+    def _with_int_type(self, evaluation: _Evaluation) -> _Evaluation | None:
+        """The evaluation with the narrowest integer type holding trunc(u) on the whole accumulator range.
+
+        u is monotone in acc, so its values at the range's ends bound it; None if they are not finite.
+        """
+        ends = np.stack([self.acc_low, self.acc_high]).astype(evaluation.float_type)
+        with np.errstate(over="ignore", invalid="ignore"):
+            u = self._unrounded(ends, evaluation)
+        if not np.isfinite(u).all():
+            return None
+        for int_type in (np.int16, np.int32, np.int64):
+            info = np.iinfo(int_type)
+            if info.min - 1.0 < u.min() and u.max() < info.max + 1.0:  # trunc(u) in [min, max]
+                return replace(evaluation, int_type=int_type)
+        return None
 
     def _steps(self) -> np.ndarray:
         """Per channel, the smallest accumulator reaching each output level: int64 [channels, levels]."""
@@ -199,50 +246,60 @@ class Requantizer:
         limit = FLOAT32_EXACT_INTEGERS if evaluation.float_type is np.float32 else 2**53
         if np.abs(points).max(initial=0) >= limit:
             return False
-        float_type = evaluation.float_type
-        low = float_type(self.params.quantized_activation_min + self.offset)
-        high = float_type(self.params.quantized_activation_max + self.offset + 0.5)
         with np.errstate(over="ignore", invalid="ignore"):
-            ours = self._evaluate(points.T.astype(float_type), evaluation, low, high)
+            ours = self._evaluate(points.T.astype(evaluation.float_type), evaluation)
         return bool(np.array_equal(ours.astype(np.int64), exact))
 
-    def _evaluate(self, acc: np.ndarray, e: _Evaluation, low, high, out: np.ndarray | None = None) -> np.ndarray:
-        """The run-time evaluation, in place on acc (a float array of e.float_type, channels last)."""
-        np.multiply(acc, e.scale, out=acc)
-        np.add(acc, e.constant, out=acc)
+    def _unrounded(self, u: np.ndarray, e: _Evaluation) -> np.ndarray:
+        """u from the accumulators, in place (a float array of e.float_type, channels last)."""
+        np.multiply(u, e.scale, out=u)
+        np.add(u, e.constant, out=u)
         if e.form == "signed":
-            sign = np.sign(acc)
+            sign = np.sign(u, out=self.scratch.array("requantize.sign", u.shape, u.dtype))
             np.multiply(sign, e.sign_step, out=sign)
-            np.add(acc, sign, out=acc)
-            np.add(acc, e.tail, out=acc)
-        np.clip(acc, low, high, out=acc)
+            np.add(u, sign, out=u)
+            np.add(u, e.tail, out=u)
+        return u
+
+    def _evaluate(self, u: np.ndarray, e: _Evaluation, out: np.ndarray | None = None) -> np.ndarray:
+        """The run-time evaluation on accumulators u (float, e.float_type, channels last; overwritten)."""
+        self._unrounded(u, e)
+        truncated = self.scratch.array("requantize.int", u.shape, e.int_type)
+        np.copyto(truncated, u, casting="unsafe")
+        # the method with bounds of the array's type: np.clip's wrapper costs ~3 us more per call
+        truncated.clip(e.int_type(self.low), e.int_type(self.high), out=truncated)
         if out is None:
-            out = np.empty(acc.shape, np.uint8)
-        raw = out.view(np.uint8)
-        np.copyto(raw, acc, casting="unsafe")
-        if self.signed:
-            np.bitwise_xor(raw, _INT8_BIAS, out=raw)
-        return raw.view(self.params.output_dtype)
+            out = np.empty(u.shape, self.params.output_dtype)
+        np.copyto(out.view(np.uint8), truncated, casting="unsafe")  # the low byte (C casts to unsigned wrap)
+        return out
 
     def __call__(self, acc: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """acc: float accumulators (exact integers), channels last -> int8/uint8 array (acc is overwritten)."""
+        """acc: float accumulators (exact integers), channels last -> int8/uint8 array (into out if given).
+
+        acc is overwritten when it is already of the evaluation's float type; a float32 acc for a
+        float64 evaluation is converted into scratch instead (float32 products, float64 requantization).
+        """
         if self.evaluation is None:
-            return requantize_exact(acc.astype(np.int64), self.params).astype(self.params.output_dtype)
-        shape = acc.shape
-        if self.accelerated and acc.flags.c_contiguous:
+            result = requantize_exact(acc.astype(np.int64), self.params).astype(self.params.output_dtype)
+            if out is None:
+                return result
+            np.copyto(out, result)
+            return out
+        if out is None:
+            out = np.empty(acc.shape, self.params.output_dtype)
+        e, rows, out_rows = self.evaluation, acc, out
+        if acc.size and acc.flags.c_contiguous and out.flags.c_contiguous:
+            width = self._row_width(acc.size)
+            e, rows, out_rows = self._tiled(width), acc.reshape(-1, width), out.reshape(-1, width)
+        if self.accelerated and acc.flags.c_contiguous and out.flags.c_contiguous:
             from app.emulator import accel
 
-            if out is None:
-                out = np.empty(shape, np.uint8)
-            raw = out.view(np.uint8)
-            width = self.period if acc.size % self.period == 0 else shape[-1]
-            accel.requantize_rows(acc.reshape(-1, width), *self.kernel_arguments(width), raw.reshape(-1, width))
-            return raw.view(self.params.output_dtype)
-        if acc.dtype != self.evaluation.float_type:  # float32 products, float64 requantization
-            acc = acc.astype(self.evaluation.float_type)
-        if out is None:
-            out = np.empty(shape, np.uint8)
-        if acc.size % self.period == 0 and acc.flags.c_contiguous:
-            return self._evaluate(acc.reshape(-1, self.period), self._tiled, self.low, self.high,
-                                  out.reshape(-1, self.period)).reshape(shape)
-        return self._evaluate(acc, self.evaluation, self.low, self.high, out)
+            width = rows.shape[-1]
+            accel.requantize_rows(rows, *self.kernel_arguments(width), out_rows.view(np.uint8))
+            return out
+        if rows.dtype != e.float_type:
+            converted = self.scratch.array("requantize.float", rows.shape, e.float_type)
+            np.copyto(converted, rows)
+            rows = converted
+        self._evaluate(rows, e, out_rows)
+        return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.emulator.errors import Unsupported
+from app.emulator.scratch import Scratch
 from app.tflite_file import Operator, Subgraph, Tensor
 
 QUANTIZED_TYPES = {"INT8": np.int8, "UINT8": np.uint8}
@@ -30,11 +31,12 @@ class Step:
 class OpView:
     """An operator with its tensors at hand, for prepare functions."""
 
-    def __init__(self, operator: Operator, graph: Subgraph, accelerate: bool = False):
+    def __init__(self, operator: Operator, graph: Subgraph, accelerate: bool = False, scratch: Scratch | None = None):
         self.operator = operator
         self.graph = graph
         self.options = operator.options
         self.accelerate = accelerate  # numba kernels may replace numpy passes (app/emulator/accel.py)
+        self.scratch = scratch if scratch is not None else Scratch()  # temporaries shared by the plan's steps
 
     def input(self, position: int) -> Tensor | None:
         if position >= len(self.operator.inputs) or self.operator.inputs[position] < 0:
@@ -169,13 +171,15 @@ def compute_padding(padding, height: int, width: int, filter_height: int, filter
 def pad_spatial(input_data: np.ndarray, padding: Padding, value, dtype=np.float32) -> np.ndarray:
     """NHWC input converted to dtype, with `value` around it (the input zero point for convolutions).
 
+    Without padding and already of dtype, the input itself: callers only read it.
+
     Buffers are allocated per call, not kept per step: measured as fast (freed memory comes back
     warm from the allocator) and it keeps the emulator's resident memory near TFLite's arena size.
     """
     n, h, w, c = input_data.shape
     shape = (n, h + padding.top + padding.bottom, w + padding.left + padding.right, c)
     if shape == input_data.shape:
-        return input_data.astype(dtype)
+        return input_data.astype(dtype, copy=False)
     out = np.full(shape, value, dtype)
     np.copyto(out[:, padding.top:padding.top + h, padding.left:padding.left + w, :], input_data)
     return out

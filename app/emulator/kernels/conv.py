@@ -10,9 +10,12 @@ requantizes per output channel, adds the output offset and clamps. Here:
   8-bit values are float: float32 where every partial sum is provably below 2^24 (|sum| <=
   sum |w| * max |x|, per output channel, decided at load), float64 otherwise. CONV_2D and
   FULLY_CONNECTED are BLAS matrix products (im2col for filters larger than 1x1);
-  DEPTHWISE_CONV_2D is one pass per filter tap over whole rows (PhaseGrid), or one numba pass
-  (app/emulator/accel.py) when installed.
+  DEPTHWISE_CONV_2D is one einsum per stride phase over strided views of the input (PhaseGrid),
+  or one numba pass (app/emulator/accel.py) when installed.
 - +bias, requantize, +output offset, clamp: one Requantizer, exact by construction (requantize.py).
+
+The numpy kernels run block by block of output rows (BLOCK_VALUES), accumulating and then
+requantizing each block while its temporaries (in the interpreter's Scratch) are in cache.
 """
 
 from __future__ import annotations
@@ -34,12 +37,12 @@ from app.emulator.kernels.common import (
     per_tensor,
     quantized_type,
     scale_of,
-    tap_view,
     type_range,
     zero_point_of,
 )
 from app.emulator.fixedpoint import Rounding
 from app.emulator.requantize import FLOAT32_EXACT_INTEGERS, Requantizer, RequantParams
+from app.emulator.scratch import Scratch
 
 # Measured on the pinned runtime (tests/test_emulator_rounding.py): the convolutions round twice,
 # FULLY_CONNECTED once.
@@ -47,32 +50,52 @@ CONV_ROUNDING = Rounding.DOUBLE_ROUNDING
 FULLY_CONNECTED_ROUNDING = Rounding.SINGLE_ROUNDING
 
 INT32_TYPES = ("INT32",)
+# Values per block of output rows in the matrix kernels: the block's patches, accumulators and
+# their float64 and integer copies in requantization stay in the (L2 + L3) cache between passes,
+# where whole layers (up to 1.2 M values here) went through memory at each pass. Smaller blocks
+# pay more in per-call overhead than they gain: 2^18 measured best on EfficientNet-Lite0.
+BLOCK_VALUES = 2**18
 
 
 def conv_2d(input_data: np.ndarray, filter_matrix: np.ndarray, input_zero_point: int, padding: Padding,
             filter_height: int, filter_width: int, stride_height: int, stride_width: int,
-            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer) -> np.ndarray:
+            dilation_height_factor: int, dilation_width_factor: int, requantize: Requantizer,
+            scratch: Scratch) -> np.ndarray:
     """reference_integer_ops::ConvPerChannel (int8) and reference_ops::Conv (uint8), NHWC.
 
     filter_matrix: [filter_height * filter_width * input_depth, output_depth], filter offset applied.
+    A block of output rows at a time: its patches (im2col: one copy from a strided view of the
+    padded input, 8-bit values to float), one BLAS product, its requantization, all within the cache.
     """
     batches, _, _, depth = input_data.shape
-    padded = pad_spatial(input_data, padding, input_zero_point, filter_matrix.dtype)
-    rows = batches * padding.output_height * padding.output_width
+    output_height, output_width, output_depth = padding.output_height, padding.output_width, filter_matrix.shape[1]
     taps = filter_height * filter_width
-    if taps == 1 and stride_height == stride_width == 1:
-        patches = padded.reshape(rows, depth)
-    else:  # im2col: one column block per filter tap
-        patches = np.empty((batches, padding.output_height, padding.output_width, taps, depth), padded.dtype)
-        for i in range(filter_height):
-            for j in range(filter_width):
-                patches[:, :, :, i * filter_width + j, :] = tap_view(
-                    padded, i, j, padding, stride_height, stride_width, dilation_height_factor,
-                    dilation_width_factor)
-        patches = patches.reshape(rows, taps * depth)
-    acc = patches @ filter_matrix  # accumulate (input offset folded into the bias)
-    out = requantize(acc)  # +bias, requantize, +output offset, clamp
-    return out.reshape(batches, padding.output_height, padding.output_width, -1)
+    if taps == 1 and stride_height == stride_width == 1:  # pointwise, never padded: the input is the patches
+        windows = input_data.reshape(batches, output_height, output_width, 1, 1, depth)
+    else:
+        padded = pad_spatial(input_data, padding, input_zero_point, input_data.dtype)
+        n_stride, y_stride, x_stride, c_stride = padded.strides
+        windows = as_strided(padded, (batches, output_height, output_width, filter_height, filter_width, depth),
+                             (n_stride, stride_height * y_stride, stride_width * x_stride,
+                              dilation_height_factor * y_stride, dilation_width_factor * x_stride, c_stride),
+                             writeable=False)  # [n, y, x, i, j, c]
+    output = np.empty((batches, output_height, output_width, output_depth), requantize.params.output_dtype)
+    for n in range(batches):
+        for y0, y1 in row_blocks(output_height, output_width * output_depth):
+            rows = (y1 - y0) * output_width
+            patches = scratch.array("conv.patches", (y1 - y0, output_width, filter_height, filter_width, depth),
+                                    filter_matrix.dtype)
+            np.copyto(patches, windows[n, y0:y1])
+            acc = scratch.array("conv.acc", (rows, output_depth), filter_matrix.dtype)
+            np.matmul(patches.reshape(rows, taps * depth), filter_matrix, out=acc)  # accumulate (offset in the bias)
+            requantize(acc, output[n, y0:y1].reshape(rows, output_depth))  # +bias, requantize, +output offset, clamp
+    return output
+
+
+def row_blocks(height: int, row_size: int) -> list[tuple[int, int]]:
+    """Output rows [y0, y1) in blocks of at most about BLOCK_VALUES values (at least one row), evenly split."""
+    blocks = min(height, -(-height * row_size // BLOCK_VALUES))
+    return [(k * height // blocks, (k + 1) * height // blocks) for k in range(blocks)]
 
 
 @dataclass(frozen=True)
@@ -136,57 +159,88 @@ class PhaseGrid:
                    tuple(windows))
 
 
-def depthwise_conv_2d(input_data: np.ndarray, filter_taps: np.ndarray, input_zero_point: int, padding: Padding,
-                      depth_multiplier: int, stride_height: int, stride_width: int, grid: PhaseGrid,
-                      requantize: Requantizer) -> np.ndarray:
+def depthwise_conv_2d(input_data: np.ndarray, window_weights: tuple[np.ndarray, ...], input_zero_point: int,
+                      padding: Padding, depth_multiplier: int, stride_height: int, stride_width: int, grid: PhaseGrid,
+                      requantize: Requantizer, scratch: Scratch) -> np.ndarray:
     """reference_integer_ops::DepthwiseConvPerChannel (int8) and reference_ops::DepthwiseConv (uint8).
 
-    filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row.
-    Output channel ic * depth_multiplier + m reads input channel ic. numpy: per stride phase, one
-    einsum over a strided view of all its taps (products summed in the loop, no temporaries);
-    numba: one pass per output row. None per pixel or channel.
+    Output channel ic * depth_multiplier + m reads input channel ic. Per block of output rows and
+    per stride phase, one einsum over a strided view of all that phase's taps (products summed in
+    the loop, no temporaries, only the output's own columns), then the block's requantization,
+    within the cache. None per pixel or channel.
+    window_weights: per PhaseWindow, [rows, columns, output_width * output_depth], each tap's
+    weights repeated along an output row.
     """
     source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
     batches, _, _, channels = source.shape
-    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype)
-    if requantize.accelerated and filter_taps.dtype == np.float32:  # one numba pass per output row (float32 sums)
-        from app.emulator import accel
+    sums = window_weights[0].dtype
+    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, sums, scratch)
+    output_height, output_width = padding.output_height, padding.output_width
+    row = grid.columns * channels  # a phase row
+    width = output_width * channels  # an output row: what each tap's view spans of a phase row
+    item = phases.itemsize
+    output = np.empty((batches, output_height, width), requantize.params.output_dtype)
+    for n in range(batches):
+        # every tap of a phase at once: [output rows, tap rows, tap columns, width], no copy
+        views = [np.ndarray((output_height, window.rows, window.columns, width), sums, phases,
+                            (window.phase * batches + n) * phases.shape[2] * item
+                            + (window.row * grid.columns + window.column) * channels * item,
+                            (row * item, window.row_step * row * item, window.column_step * channels * item, item))
+                 for window in grid.windows]
+        for y0, y1 in row_blocks(output_height, width):
+            acc = scratch.array("depthwise.acc", (y1 - y0, width), sums)
+            for w, (view, weights) in enumerate(zip(views, window_weights, strict=True)):
+                if w == 0:
+                    np.einsum("yijk,ijk->yk", view[y0:y1], weights, out=acc)  # exact: integer sums below 2^24
+                else:
+                    part = scratch.array("depthwise.part", (y1 - y0, width), sums)
+                    np.add(acc, np.einsum("yijk,ijk->yk", view[y0:y1], weights, out=part), out=acc)
+            requantize(acc, output[n, y0:y1])  # +bias, requantize, +output offset, clamp
+    return output.reshape(batches, output_height, output_width, channels)
 
-        row = grid.columns * channels
-        out = np.empty((batches, padding.output_height, row), np.uint8)
-        accel.depthwise_requantize(phases, grid.phase_of_tap, grid.offset_of_tap * channels, filter_taps,
-                                   padding.output_height, row, *requantize.kernel_arguments(row), out)
-        out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
-        return np.ascontiguousarray(out).view(requantize.params.output_dtype)
+
+def depthwise_conv_2d_rows(input_data: np.ndarray, filter_taps: np.ndarray, input_zero_point: int, padding: Padding,
+                           depth_multiplier: int, stride_height: int, stride_width: int, grid: PhaseGrid,
+                           requantize: Requantizer, scratch: Scratch) -> np.ndarray:
+    """depthwise_conv_2d as app.emulator.accel's numba kernel: one pass per output row, float32 sums.
+
+    filter_taps: [taps, grid.columns * output_depth], each tap's weights repeated along a phase row.
+    """
+    from app.emulator import accel
+
+    source = input_data if depth_multiplier == 1 else np.repeat(input_data, depth_multiplier, axis=3)
+    batches, _, _, channels = source.shape
+    phases = _phase_stack(source, input_zero_point, padding, stride_height, stride_width, grid, filter_taps.dtype,
+                          scratch)
     row = grid.columns * channels
-    acc = None
-    for window in grid.windows:  # per phase: every tap at once, as one strided view and one einsum
-        source = phases[window.phase]
-        item = source.itemsize
-        start = (window.row * grid.columns + window.column) * channels
-        taps = as_strided(source[:, start:], shape=(batches, padding.output_height, window.rows, window.columns, row),
-                          strides=(source.strides[0], row * item, window.row_step * row * item,
-                                   window.column_step * channels * item, item), writeable=False)
-        weights = filter_taps[list(window.taps)].reshape(window.rows, window.columns, row)
-        part = np.einsum("nyijk,ijk->nyk", taps, weights)  # exact: every partial sum is an integer below 2^24
-        acc = part if acc is None else np.add(acc, part, out=acc)
-    out = requantize(acc)  # +bias, requantize, +output offset, clamp
+    out = np.empty((batches, padding.output_height, row), np.uint8)
+    accel.depthwise_requantize(phases, grid.phase_of_tap, grid.offset_of_tap * channels, filter_taps,
+                               padding.output_height, row, *requantize.kernel_arguments(row), out)
     out = out.reshape(batches, padding.output_height, grid.columns, channels)[:, :, :padding.output_width, :]
-    return np.ascontiguousarray(out)
+    return np.ascontiguousarray(out).view(requantize.params.output_dtype)
 
 
 def _phase_stack(source: np.ndarray, input_zero_point: int, padding: Padding, stride_height: int, stride_width: int,
-                 grid: PhaseGrid, dtype) -> np.ndarray:
-    """The padded input split by stride phase: [phases, batches, grid.rows * grid.columns * channels]."""
+                 grid: PhaseGrid, dtype, scratch: Scratch) -> np.ndarray:
+    """The padded input split by stride phase: [phases, batches, grid.rows * grid.columns * channels].
+
+    Phase (a, b) holds padded rows a, a + s, ..., i.e. input rows a - top, a - top + s, ...: each
+    phase is copied from the input directly, and only the frame around it is set to the zero point.
+    """
     batches, height, width, channels = source.shape
-    stack = np.full((len(grid.phases), batches, grid.rows, grid.columns, channels), input_zero_point, dtype)
-    if stride_height == stride_width == 1:  # one phase: the padded input itself
-        np.copyto(stack[0, :, padding.top:padding.top + height, padding.left:padding.left + width, :], source)
-    else:
-        padded = pad_spatial(source, padding, input_zero_point, dtype)
-        for p, (a, b) in enumerate(grid.phases):
-            part = padded[:, a::stride_height, b::stride_width, :]
-            np.copyto(stack[p, :, :part.shape[1], :part.shape[2], :], part)
+    stack = scratch.array("depthwise.phases", (len(grid.phases), batches, grid.rows, grid.columns, channels), dtype)
+    for p, (a, b) in enumerate(grid.phases):
+        top = -(-(padding.top - a) // stride_height)  # first phase row inside the input
+        left = -(-(padding.left - b) // stride_width)
+        part = source[:, a + top * stride_height - padding.top::stride_height,
+                      b + left * stride_width - padding.left::stride_width, :]
+        bottom, right = top + part.shape[1], left + part.shape[2]
+        phase = stack[p]
+        phase[:, :top].fill(input_zero_point)
+        phase[:, bottom:].fill(input_zero_point)
+        phase[:, top:bottom, :left].fill(input_zero_point)
+        phase[:, top:bottom, right:].fill(input_zero_point)
+        np.copyto(phase[:, top:bottom, left:right], part)
     return stack.reshape(len(grid.phases), batches, -1)
 
 
@@ -263,7 +317,7 @@ def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, sca
 
 def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias: np.ndarray,
                             output_multiplier, output_shift, input_dtype: np.dtype, activation,
-                            rounding: Rounding, period: int | None = None) -> tuple:
+                            rounding: Rounding) -> tuple:
     """Float filter [K, channels] in the cheapest exact type, and the requantizer of the output."""
     input_zero_point = zero_point_of(view.input(0))
     output = view.output()
@@ -277,7 +331,7 @@ def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias:
     params = RequantParams(bias=folded_bias, output_multiplier=output_multiplier, output_shift=output_shift,
                            output_offset=zero_point_of(output), quantized_activation_min=act_min,
                            quantized_activation_max=act_max, output_dtype=input_dtype, rounding=rounding)
-    requantizer = Requantizer(params, acc_bound, np.dtype(float_type), period, view.accelerate)
+    requantizer = Requantizer(params, acc_bound, np.dtype(float_type), view.accelerate, view.scratch)
     return centered_by_channel.astype(float_type), requantizer
 
 
@@ -305,10 +359,8 @@ def prepare_conv_2d(view: OpView) -> Step:
     # uint8 runs reference_ops::Conv with the scalar multiplier; int8 the per-channel kernel, always
     centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8)
     matrix = centered.reshape(out_channels, -1).T  # [(i, j, c), out]
-    output_width = view.output().shape[2]
     filter_matrix, requantize = _matrix_and_requantizer(view, matrix, bias, output_multiplier, output_shift,
-                                                        input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
-                                                        output_width * out_channels)
+                                                        input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
     stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
     dilation_h, dilation_w = o.get("dilationHFactor", 1), o.get("dilationWFactor", 1)
     padding = compute_padding(o.get("padding", 0), input_shape[1], input_shape[2], filter_height, filter_width,
@@ -317,7 +369,7 @@ def prepare_conv_2d(view: OpView) -> Step:
 
     def run(x: np.ndarray) -> np.ndarray:
         return conv_2d(x, filter_matrix, zero_point, padding, filter_height, filter_width, stride_h, stride_w,
-                       dilation_h, dilation_w, requantize)
+                       dilation_h, dilation_w, requantize, view.scratch)
 
     return view.step(run, 0, **_details(filter_matrix, requantize))
 
@@ -343,14 +395,22 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
                         dilation_h, dilation_w)
     taps = centered.reshape(filter_height * filter_width, out_channels)
     filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
-                                                      input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING,
-                                                      grid.columns * out_channels)
-    filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row
+                                                      input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
     zero_point = zero_point_of(view.input(0))
+    if requantize.accelerated and filter_taps.dtype == np.float32:  # the numba kernel (float32 sums only)
+        filter_taps = np.tile(filter_taps, (1, grid.columns))  # each tap's weights along a whole phase row
+
+        def run(x: np.ndarray) -> np.ndarray:
+            return depthwise_conv_2d_rows(x, filter_taps, zero_point, padding, depth_multiplier, stride_h, stride_w,
+                                          grid, requantize, view.scratch)
+
+        return view.step(run, 0, **_details(filter_taps, requantize))
+    window_weights = tuple(np.tile(filter_taps[list(window.taps)], (1, padding.output_width))
+                           .reshape(window.rows, window.columns, -1) for window in grid.windows)
 
     def run(x: np.ndarray) -> np.ndarray:
-        return depthwise_conv_2d(x, filter_taps, zero_point, padding, depth_multiplier, stride_h, stride_w, grid,
-                                 requantize)
+        return depthwise_conv_2d(x, window_weights, zero_point, padding, depth_multiplier, stride_h, stride_w, grid,
+                                 requantize, view.scratch)
 
     return view.step(run, 0, **_details(filter_taps, requantize))
 

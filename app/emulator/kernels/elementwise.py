@@ -79,9 +79,12 @@ class PairTable:
         self.table = kernel(grid1, grid2).astype(output_dtype).reshape(-1)
 
     def __call__(self, x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
-        index = x1.view(np.uint8).astype(np.intp) << 8
-        index = index | x2.view(np.uint8)
-        return self.table[index]
+        """table.take over uint16 indices x1 << 8 | x2: a quarter of the memory of intp indices, and take
+        is several times faster than table[index] (measured, numpy 2.4)."""
+        index = np.empty(np.broadcast_shapes(x1.shape, x2.shape), np.uint16)
+        np.left_shift(x1.view(np.uint8), 8, out=index, dtype=np.uint16)
+        np.bitwise_or(index, x2.view(np.uint8), out=index)
+        return self.table.take(index)
 
 
 def binary_step(view: OpView, kernel, output_dtype) -> Step:

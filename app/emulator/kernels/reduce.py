@@ -16,6 +16,9 @@ from app.emulator.kernels.common import OpView, Step, per_tensor, type_range
 
 # Measured on the pinned runtime (tests/test_emulator_reduce.py).
 MEAN_ROUNDING = Rounding.DOUBLE_ROUNDING
+# A MEAN over at most this many possible sums runs as a look-up table built at load (a 7x7 global
+# average pool of 8-bit values has 12496); larger reductions requantize their sums at run time.
+SUM_TABLE_LIMIT = 2**20
 
 
 def quantized_mean_or_sum(input_data: np.ndarray, input_zero_point: int, output_multiplier: int, output_shift: int,
@@ -28,6 +31,13 @@ def quantized_mean_or_sum(input_data: np.ndarray, input_zero_point: int, output_
     """
     count = int(np.prod([input_data.shape[a] for a in axes]))
     temp_sum = input_data.astype(np.int64).sum(axis=axes, keepdims=keep_dims)
+    return requantize_sum(temp_sum, count, input_zero_point, output_multiplier, output_shift, output_zero_point,
+                          compute_sum, output_dtype)
+
+
+def requantize_sum(temp_sum: np.ndarray, count: int, input_zero_point: int, output_multiplier: int,
+                   output_shift: int, output_zero_point: int, compute_sum: bool, output_dtype: np.dtype) -> np.ndarray:
+    """The second half of QuantizedMeanOrSum: the integer sums of `count` values -> output values."""
     if not compute_sum:
         shift = min(count.bit_length() - 1, 32, 31 + output_shift)
         output_multiplier = (output_multiplier << shift) // count
@@ -59,6 +69,19 @@ def prepare_mean(view: OpView) -> Step:
     axes, keep_dims = _axes(view)
     output_shape = view.output().shape
     multiplier, shift = quantize_multiplier(np.float64(input_scale) / np.float64(output_scale))
+    count = int(np.prod([view.input(0).shape[a] for a in axes]))
+    low, high = type_range(input_dtype)
+    if count * (high - low) < SUM_TABLE_LIMIT:
+        # every sum the input can have, requantized once at load: the run is a sum and a look-up
+        sums = np.arange(count * low, count * high + 1, dtype=np.int64)
+        table = requantize_sum(sums, count, input_zero_point, multiplier, shift, output_zero_point, False,
+                               output_dtype).astype(output_dtype)
+
+        def run_table(x):
+            total = x.sum(axis=axes, keepdims=keep_dims, dtype=np.int64)
+            return table.take(total - count * low).reshape(output_shape)
+
+        return view.step(run_table, 0)
 
     def run(x):
         return quantized_mean_or_sum(x, input_zero_point, multiplier, shift, output_zero_point, axes, keep_dims,

@@ -19,6 +19,7 @@ TIMEOUT_S = 180
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EDGETPU_SERVE_")}
+    env["PYTHON"] = sys.executable  # curl_bench.sh's Python: the one running the tests, wherever its venv is
     return subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
 
 

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     wait_timeout_s: float = Field(default=10.0, gt=0, description="longest wait for an interpreter before 503")
     retry_after_s: int = Field(default=1, ge=0)
     warmup_at_start: bool = True
+    # Threads that decode and resize images: more than the cores the interpreters leave free
+    # only preempt them, and each holds a decoded image (app/inference.py ImageWork).
+    image_threads: int = Field(default=max(1, (os.cpu_count() or 1) // 2), ge=1, le=64)
 
     # The edgetpu backend: one interpreter per TPU (`workers` does not apply to it).
     # The platform's libedgetpu (libedgetpu.so.1, libedgetpu.1.dylib, edgetpu.dll) unless a path is given.

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
-from app.api.deps import RegistryDep, SettingsDep
+from app.api.deps import ImagesDep, RegistryDep, SettingsDep
 from app.api.schemas import ClassifyResponse, ErrorResponse
 from app.inference import classify
 
@@ -19,12 +19,12 @@ Threshold = Annotated[float, Query(ge=0.0, le=1.0, description="drop classes sco
 Backend = Annotated[str | None, Query(max_length=32, description="cpu, edgetpu, emulated; default: the first configured")]
 
 
-async def _classify(request: Request, name: str, registry, settings, top_k, threshold, backend):
+async def _classify(request: Request, name: str, registry, settings, images, top_k, threshold, backend):
     model = registry.get(name)
     backend = backend or registry.default_backend
     model.pool(backend)  # unknown backend: refuse before reading the body
     data = await image_bytes(request, settings.max_body_bytes)
-    result = await classify(model, backend, data, top_k, threshold, settings.max_image_pixels)
+    result = await classify(model, backend, data, top_k, threshold, images)
     # Serialized once here: returning a Response skips FastAPI's second validation pass
     # against response_model (which still documents the schema).
     body = ClassifyResponse.model_validate(result, from_attributes=True).model_dump_json()
@@ -33,13 +33,13 @@ async def _classify(request: Request, name: str, registry, settings, top_k, thre
 
 @router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, openapi_extra=OPENAPI_REQUEST_BODY,
              summary="Classify an image with the default model")
-async def classify_default(request: Request, registry: RegistryDep, settings: SettingsDep,
+async def classify_default(request: Request, registry: RegistryDep, settings: SettingsDep, images: ImagesDep,
                            top_k: TopK = 5, threshold: Threshold = 0.0, backend: Backend = None):
-    return await _classify(request, settings.default_model, registry, settings, top_k, threshold, backend)
+    return await _classify(request, settings.default_model, registry, settings, images, top_k, threshold, backend)
 
 
 @router.post("/models/{name}/classify", response_model=ClassifyResponse, responses=ERRORS,
              openapi_extra=OPENAPI_REQUEST_BODY, summary="Classify an image with a named model")
 async def classify_named(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-                         top_k: TopK = 5, threshold: Threshold = 0.0, backend: Backend = None):
-    return await _classify(request, name, registry, settings, top_k, threshold, backend)
+                         images: ImagesDep, top_k: TopK = 5, threshold: Threshold = 0.0, backend: Backend = None):
+    return await _classify(request, name, registry, settings, images, top_k, threshold, backend)

@@ -87,22 +87,26 @@ def resize_bilinear_float(input_data: np.ndarray, output_height: int, output_wid
     return (total + f32(0.5)).astype(f32).astype(input_data.dtype)
 
 
-def prepare_resize_bilinear(view: OpView) -> Step:
-    dtype, _, _ = per_tensor(view.input(0), "input")
-    output = view.output()
-    if output.type != view.input(0).type:
-        raise Unsupported(f"input {view.input(0).type}, output {output.type}; expected the same type")
-    shape = view.input(0).shape
+def _geometry(view: OpView):
+    """Both resizes: the 4-D input shape, the constant output size (out_h, out_w), and the options."""
+    shape, output = view.input(0).shape, view.output()
     if len(shape) != 4:
         raise Unsupported(f"input {shape}: expected 4-D NHWC")
     size = np.asarray(view.constant(1, "size")).reshape(-1).tolist()
     if size != list(output.shape[1:3]):
         raise Unsupported(f"size {size} differs from the output shape {output.shape}")
-    align_corners = bool(view.options.get("alignCorners", False))
-    half_pixel_centers = bool(view.options.get("halfPixelCenters", False))
+    return (shape, tuple(size), bool(view.options.get("alignCorners", False)),
+            bool(view.options.get("halfPixelCenters", False)))
+
+
+def prepare_resize_bilinear(view: OpView) -> Step:
+    dtype, _, _ = per_tensor(view.input(0), "input")
+    output = view.output()
+    if output.type != view.input(0).type:
+        raise Unsupported(f"input {view.input(0).type}, output {output.type}; expected the same type")
+    shape, (out_h, out_w), align_corners, half_pixel_centers = _geometry(view)
     if align_corners and half_pixel_centers:
         raise Unsupported("align_corners and half_pixel_centers together (TFLite refuses it)")
-    out_h, out_w = size
 
     # measured: int8 takes ResizeBilinearInteger, uint8 the float template
     kernel = resize_bilinear_integer if dtype == np.int8 else resize_bilinear_float
@@ -135,14 +139,7 @@ def prepare_resize_nearest_neighbor(view: OpView) -> Step:
     output = view.output()
     if view.input(0).type not in QUANTIZED_TYPES or output.type != view.input(0).type:
         raise Unsupported(f"input {view.input(0).type}, output {output.type}; expected the same 8-bit type")
-    shape = view.input(0).shape
-    if len(shape) != 4:
-        raise Unsupported(f"input {shape}: expected 4-D NHWC")
-    size = np.asarray(view.constant(1, "size")).reshape(-1).tolist()
-    if size != list(output.shape[1:3]):
-        raise Unsupported(f"size {size} differs from the output shape {output.shape}")
-    align_corners = bool(view.options.get("alignCorners", False))
-    half_pixel_centers = bool(view.options.get("halfPixelCenters", False))
+    shape, size, align_corners, half_pixel_centers = _geometry(view)
     rows = nearest_neighbor_indices(size[0], shape[1], align_corners, half_pixel_centers)
     columns = nearest_neighbor_indices(size[1], shape[2], align_corners, half_pixel_centers)
 

@@ -210,9 +210,10 @@ def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from converter.inspection import inspect_file, render, to_json_dict
+    from app.edgetpu.compat import analyze_file
+    from converter.inspection import render, to_json_dict
 
-    report = inspect_file(args.model)
+    report = analyze_file(args.model)
     if args.json:
         print(json.dumps(to_json_dict(report, args.model), indent=2))
     else:
@@ -233,13 +234,13 @@ def run_compile(args: argparse.Namespace) -> int:
                                                    check_compiler_version=not args.ignore_compiler_version,
                                                    progress=_say)
     except edgetpu_compile.CompilerNotFound as e:
+        from app.edgetpu.compat import analyze_file
         from app.model_dir import read_model_dir
-        from converter.inspection import inspect_file
 
         _say(f"converter: {e}")
         path = read_model_dir(args.model_dir).file("int8")
         print("offline analysis instead (no compiler needed):")
-        print(render(inspect_file(path), path))
+        print(render(analyze_file(path), path))
         return EXIT_NO_COMPILER
     report = result.report
     for line in report.operators:

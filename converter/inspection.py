@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.edgetpu.compat import CompatReport, analyze
-from app.tflite_file import read_tflite
+from app.edgetpu.compat import CompatReport
 
 AFTER_PARTITION = "after the first unsupported op: runs on the CPU"
 COMPILED_ELSEWHERE = "not part of the compiled Edge TPU op: runs on the CPU"
-
-
-def inspect_file(path: Path) -> CompatReport:
-    return analyze(read_tflite(Path(path)))
 
 
 def table(report: CompatReport) -> str:

@@ -43,7 +43,3 @@ class Scratch:
         start = -buffer.ctypes.data % _ALIGNMENT
         array = self._arrays[key] = buffer[start:start + size].view(dtype).reshape(shape)
         return array
-
-    @property
-    def nbytes(self) -> int:
-        return sum(buffer.size for buffer in self._buffers.values())

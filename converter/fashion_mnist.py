@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converter.datasets import load_idx_pair
+from converter.datasets import idx_labels_path, load_idx_pair
 
 NAME = "fashion_mnist"
 DATA_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -70,7 +70,7 @@ def data_file(name: str, data_dir: Path = DATA_DIR) -> Path:
 def load(split_images: str, data_dir: Path = DATA_DIR) -> tuple[np.ndarray, np.ndarray]:
     """(N, 28, 28, 1) uint8 pixels and (N,) labels of one split."""
     images = data_file(split_images, data_dir)
-    data_file(images.name.replace("images-idx3", "labels-idx1"), data_dir)
+    data_file(idx_labels_path(images).name, data_dir)  # missing: say how to install it
     x, y = load_idx_pair(images)
     return x[..., None], y
 

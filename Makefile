@@ -1,17 +1,27 @@
-# Two entry points: `make serve` (service, default model, no hardware) and `make test`.
+# Two entry points: `make serve` (service, default model, no hardware) and `make test` (every test;
+# `make test-fast` leaves out the `slow` ones, for local iteration). Both set up what they need.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: serve test bench
+.PHONY: serve test test-fast debian-packages bench
 
 serve: $(VENV)/.serve-installed
 	EDGETPU_SERVE_HOST=$(HOST) EDGETPU_SERVE_PORT=$(PORT) $(BIN)/python -m app
 
-test: $(VENV)/.test-installed
+test: $(VENV)/.test-installed debian-packages
 	$(BIN)/python -m pytest
+
+# Without the `slow` tests (model conversions and rebuilds, the benchmark scripts): minutes less.
+test-fast: $(VENV)/.test-installed debian-packages
+	$(BIN)/python -m pytest -m 'not slow and not edgetpu'
+
+# The Debian packages the tests need, listed once in tests/debian-packages.txt; installs the missing
+# ones (as root, or with sudo), does nothing when all are there.
+debian-packages:
+	bash tests/install-debian-packages.sh tests/debian-packages.txt
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python bench/service_overhead.py

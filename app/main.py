@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import classify, devices, errors, health, models
+from app.api import classify, devices, errors, health, models, openapi
 from app.imaging import reuse_image_buffers
 from app.inference import ImageWork
 from app.registry import Registry
@@ -47,4 +47,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(classify.router)
     app.include_router(devices.router)
+    openapi.install(app, registry)
     return app

@@ -50,16 +50,28 @@ case "$photo" in *.png|*.PNG) content_type="image/png" ;; *) content_type="image
 results="$(mktemp)"
 service_log="$(mktemp)"
 service_pid=""
-cleanup() { [ -n "$service_pid" ] && kill "$service_pid" 2> /dev/null; rm -f "$results" "$service_log"; }
+stop_service() {  # SIGTERM, then SIGKILL after STOP_TIMEOUT_S: the service drains, but not forever
+  [ -n "$service_pid" ] || return 0
+  kill "$service_pid" 2> /dev/null || true
+  for _ in $(seq $((STOP_TIMEOUT_S * 10))); do kill -0 "$service_pid" 2> /dev/null || break; sleep 0.1; done
+  kill -9 "$service_pid" 2> /dev/null || true
+  wait "$service_pid" 2> /dev/null || true
+  service_pid=""
+}
+STOP_TIMEOUT_S=15
+cleanup() { stop_service; rm -f "$results" "$service_log"; }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 if [ -n "$start" ]; then
   # this checkout's service on a free local port, loaded on exactly the backends measured
   port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   url="http://127.0.0.1:$port"
-  (cd "$here/.." && env $(env | grep -o '^EDGETPU_SERVE_[A-Z_]*' | sed 's/^/-u /') \
+  # `exec`: the subshell becomes the service, so $! is the service's own PID (the one to stop)
+  (cd "$here/.." && exec env $(env | grep -o '^EDGETPU_SERVE_[A-Z_]*' | sed 's/^/-u /') \
     EDGETPU_SERVE_HOST=127.0.0.1 EDGETPU_SERVE_PORT="$port" EDGETPU_SERVE_BACKENDS="$backends" \
-    EDGETPU_SERVE_LOG_LEVEL=warning "$python" -m app > "$service_log" 2>&1) &
+    EDGETPU_SERVE_LOG_LEVEL=warning "$python" -m app > "$service_log" 2>&1 < /dev/null) &
   service_pid=$!
   echo "starting the service on $url with backends $backends..." >&2
   for _ in $(seq 1200); do
@@ -90,3 +102,4 @@ for backend in "${backend_list[@]}"; do
 done
 
 "$python" "$here/curl_table.py" --photo "$(basename "$photo")" --url "$url" "${format_args[@]}" < "$results"
+stop_service

@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ServiceProcess, default_photo, repo_root  # noqa: E402
+from bench.common import bench_service, default_photo, repo_root  # noqa: E402
 
 DEFAULT_CONCURRENCY = "1,2,4,8"
 DEFAULT_DURATION_S = 8.0
@@ -212,7 +212,7 @@ def main() -> int:
     interpreters = Engines(args.backend, args.workers)
     tensor = interpreters.quantizer(prepare(photo, interpreters.model_dir.manifest.input, MAX_PIXELS))
     rows = []
-    with ServiceProcess(workers=args.workers, backends=args.backend) as service:
+    with bench_service(workers=args.workers, backends=args.backend) as service:
         for c in levels:
             rows.append({"concurrency": c} | interleaved({
                 "service": lambda s, c=c: measure_service(service.url, photo, args.backend, c, s),

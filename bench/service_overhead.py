@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ServiceProcess, default_photo, repo_root  # noqa: E402
+from bench.common import bench_service, default_photo, repo_root  # noqa: E402
 
 MODEL = "efficientnet_lite0"
 PERCENTILES = (50, 90, 99)
@@ -112,7 +112,7 @@ def main() -> int:
     photo = photo_path.read_bytes()
 
     raw_engine = RawEngine(args.backend, photo)
-    with ServiceProcess(workers=1, backends=args.backend) as service:
+    with bench_service(workers=1, backends=args.backend) as service:
         raw, client, stages, errors = measure(raw_engine, HttpClient(service.port, args.backend, photo),
                                               args.requests, args.warmup)
 

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from bench.service import ServiceProcess as Service  # the one launcher, shared with bench/
 from converter.photos import photo
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
 DEFAULT_MODEL = "efficientnet_lite0"
-READY_TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="session")
@@ -33,46 +28,6 @@ def coffee_png() -> Path:
 @pytest.fixture(scope="session")
 def china_jpg() -> Path:
     return photo("scikit-learn", "sklearn/datasets/images/china.jpg")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Service:
-    """`python -m app` in a subprocess, on a free port, with settings from env."""
-
-    def __init__(self, env: dict[str, str]):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        full_env = {**os.environ, "EDGETPU_SERVE_PORT": str(self.port), "EDGETPU_SERVE_HOST": "127.0.0.1", **env}
-        self.process = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=full_env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"service exited {self.process.returncode}: {self.process.stdout.read()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"service not ready within {READY_TIMEOUT_S} s")
-
-    def stop(self) -> str:
-        self.process.terminate()
-        try:
-            out, _ = self.process.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            out, _ = self.process.communicate()
-        return out
 
 
 @pytest.fixture(scope="session")

@@ -185,7 +185,7 @@ def test_service_survives_a_client_that_hangs_up(service, cat_png):
 def test_start_fails_clearly_on_a_missing_model(tmp_path):
     svc = Service({"EDGETPU_SERVE_MODEL_DIR": str(tmp_path)})
     assert svc.process.wait(30) == 2
-    assert "no model directories" in svc.process.stdout.read()
+    assert "no model directories" in svc.output()
 
 
 def test_full_pool_answers_503_with_retry_after(cat_png):

@@ -14,7 +14,6 @@ from app.api.schemas import (
     FileOut,
     ModelOut,
     ModelsOut,
-    OpViewOut,
     TensorOut,
 )
 from app.edgetpu.compat import CompatReport
@@ -33,13 +32,7 @@ def _tensor(spec: TensorSpec) -> TensorOut:
 
 
 def _edgetpu_view(report: CompatReport | None) -> EdgeTpuViewOut | None:
-    if report is None:
-        return None
-    ops = [OpViewOut(index=v.index, opcode=v.opcode, on_edgetpu=report.on_edgetpu(v.index), supported=v.supported,
-                     reason=v.reason) for v in report.ops]
-    first = report.first_unsupported
-    return EdgeTpuViewOut(summary=report.summary(), mapped=report.mapped, total=report.total,
-                          first_unsupported=None if first is None else ops[first.index], ops=ops)
+    return None if report is None else EdgeTpuViewOut.model_validate(report.to_dict())
 
 
 def describe(registry: Registry, default_model: str, name: str) -> ModelOut:

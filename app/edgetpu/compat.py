@@ -72,6 +72,10 @@ UNSUPPORTED_HINTS: dict[str, str] = {
 }
 
 
+AFTER_PARTITION = "after the first unsupported op: runs on the CPU"
+COMPILED_ELSEWHERE = "not part of the compiled Edge TPU op: runs on the CPU"
+
+
 @dataclass(frozen=True)
 class OpVerdict:
     """One operator: can the Edge TPU take it, and if not, which constraint it breaks."""
@@ -123,14 +127,28 @@ class CompatReport:
         return (f"first unsupported op: {first.opcode} at index {first.index}; "
                 f"{self.mapped} of {self.total} ops would run on the Edge TPU")
 
+    def placement(self, index: int) -> str | None:
+        """Why operator `index` runs on the CPU (its own constraint, or where the partition ends); None on the TPU."""
+        if self.on_edgetpu(index):
+            return None
+        verdict = self.ops[index]
+        if not verdict.supported:
+            return verdict.reason
+        return COMPILED_ELSEWHERE if self.compiled else AFTER_PARTITION
+
+    def op_dict(self, index: int) -> dict:
+        return dict(asdict(self.ops[index]), on_edgetpu=self.on_edgetpu(index))
+
     def to_dict(self) -> dict:
+        """The report as plain values: the one rendering that `converter inspect --json` and the API serve."""
+        first = self.first_unsupported
         return {
             "compiled": self.compiled,
             "total": self.total,
             "mapped": self.mapped,
-            "first_unsupported": None if self.first_unsupported is None else asdict(self.first_unsupported),
+            "first_unsupported": None if first is None else self.op_dict(first.index),
             "summary": self.summary(),
-            "ops": [dict(asdict(v), on_edgetpu=self.on_edgetpu(v.index)) for v in self.ops],
+            "ops": [self.op_dict(v.index) for v in self.ops],
         }
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -17,7 +17,9 @@
  *   EDGETPU_TEST_DOUBLE_LOG      file that gets one line per delegate created/destroyed,
  *                                with the options received, for tests to assert on.
  *
- * Its delegate claims no node: the model runs on the runtime's CPU kernels. Device
+ * Its delegate claims no node: the model runs on the runtime's CPU kernels, so tests through
+ * it check routing, options and device bookkeeping, never the TPU's arithmetic (its outputs
+ * equal the CPU's by construction). Device
  * selection follows libedgetpu's rules for the "device" option ("", ":N", "usb",
  * "usb:N", "pci", "pci:N"): a spec that names no listed device gives no delegate.
  */

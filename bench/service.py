@@ -1,0 +1,94 @@
+"""`python -m app` in a subprocess: the one launcher the tests and the benchmarks share.
+
+Start it on a free local port with settings from env, wait until /readyz answers 200, stop it
+with SIGTERM and then SIGKILL after a bound. The child's output goes to a temporary file, not
+a pipe: nobody reads a pipe while the service runs, and a full one would stall a chatty child.
+`output()` gives what it wrote so far, for failure messages.
+
+Example usage:
+    with ServiceProcess({"EDGETPU_SERVE_BACKENDS": "cpu,emulated"}) as service:
+        urllib.request.urlopen(f"{service.url}/v1/models")
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+READY_TIMEOUT_S = 120  # a loaded 2-core machine can take tens of seconds to import and warm up
+STOP_TIMEOUT_S = 15    # SIGTERM, then SIGKILL: shutdown drains, but never forever
+POLL_S = 0.1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServiceProcess:
+    """The service of this checkout on 127.0.0.1:<free port>, started at construction.
+
+    `env` is added to the environment; with `inherit_settings=False` the caller's own
+    EDGETPU_SERVE_* variables are dropped first, so only `env` configures the service.
+    """
+
+    def __init__(self, env: dict[str, str] | None = None, inherit_settings: bool = True):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        inherited = {k: v for k, v in os.environ.items() if inherit_settings or not k.startswith("EDGETPU_SERVE_")}
+        self.env = {**inherited, "EDGETPU_SERVE_HOST": "127.0.0.1", "EDGETPU_SERVE_PORT": str(self.port),
+                    **(env or {})}
+        self._log = tempfile.TemporaryFile(mode="w+b")
+        self.process = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=self.env,
+                                        stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        """Everything the service has written to stdout and stderr so far."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> ServiceProcess:
+        """Return once /readyz is 200; raise with the service's output if it exits or times out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"service exited with {self.process.returncode}:\n{self.output()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:  # refused while starting, or 503 until loaded
+                pass
+            time.sleep(POLL_S)
+        self.stop()
+        raise RuntimeError(f"service not ready within {timeout_s} s:\n{self.output()}")
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> str:
+        """SIGTERM, SIGKILL if it has not exited within timeout_s; returns its output. Idempotent."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.output()
+
+    def __enter__(self) -> ServiceProcess:
+        try:
+            return self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

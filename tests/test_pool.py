@@ -93,7 +93,11 @@ def test_waiting_request_gets_the_interpreter_when_freed():
         first = asyncio.create_task(pool.run(x))
         await asyncio.to_thread(engine.started.wait, 5)
         second = asyncio.create_task(pool.run(x))
-        await asyncio.sleep(0.05)
+        for _ in range(100):  # let the second request take its place in line
+            if pool.admitted == 2:
+                break
+            await asyncio.sleep(0)
+        assert pool.admitted == 2
         engine.gate.set()
         return await first, await second
 

@@ -33,11 +33,19 @@ def unregister(key: str) -> None:
     ENGINES.pop(key, None)
 
 
-for _module in PRODUCT:
-    try:
-        register(importlib.import_module(_module).PLUGIN)
-    except ImportError as e:  # e.g. no TFLite runtime, no flatbuffers: the other backends still serve
-        log.warning("backend %s left out: %s", _module.rsplit(".", 1)[1], e)
+def load_plugins(modules: tuple[str, ...]) -> dict[str, str]:
+    """Import and register each module's PLUGIN; return the modules left out, with why."""
+    left_out = {}
+    for module in modules:
+        try:
+            register(importlib.import_module(module).PLUGIN)
+        except ImportError as e:  # e.g. no TFLite runtime, no flatbuffers: the other backends still serve
+            log.warning("backend %s left out: %s", module.rsplit(".", 1)[-1], e)
+            left_out[module] = str(e)
+    return left_out
 
-__all__ = ["BACKENDS", "ENGINES", "Backend", "Engine", "EngineOptions", "Fallback", "TensorSpec", "register",
-           "unregister"]
+
+load_plugins(PRODUCT)
+
+__all__ = ["BACKENDS", "ENGINES", "Backend", "Engine", "EngineOptions", "Fallback", "TensorSpec", "load_plugins",
+           "register", "unregister"]

@@ -47,8 +47,20 @@ class DeviceHung(Busy):
     """An invoke outlived the watchdog: its device is out of the pool until it is re-created."""
 
 
+class InvokeTimeout(Busy):
+    """An invoke outlived its deadline on a backend without a watchdog: the request is answered."""
+
+
+class ShuttingDown(NotReady):
+    """The service is draining for shutdown: requests already admitted finish, new ones are refused."""
+
+
 class RequestError(ServeError):
     """Something about the request itself is wrong."""
+
+
+class InvalidParameter(RequestError):
+    """A query parameter outside what the service's settings allow (as a schema violation: 422)."""
 
 
 class EmptyBody(RequestError):

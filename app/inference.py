@@ -1,4 +1,9 @@
-"""One classification: bytes -> pixels -> tensor -> engine -> top-k, timed stage by stage."""
+"""The classification core: bytes -> pixels -> tensor -> engine -> top-k, timed stage by stage.
+
+Every front door (the native REST API, the Open Inference Protocol) calls it the same way,
+after admission: `async with registry.lease(model, backend) as lease:` first (a place in
+line, or a 503 at once), then read the body, then `await classify(lease, data, ...)`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import numpy as np
 
 from app.imaging import decode, to_pixels
 from app.model_dir import ModelDir
-from app.registry import LoadedModel
+from app.registry import Lease
 
 
 @dataclass(frozen=True)
@@ -45,38 +50,36 @@ class ImageWork:
         self.max_pixels = max_pixels
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="image")
 
-    async def prepare(self, data: bytes, model: LoadedModel, backend: str) -> tuple[np.ndarray, float, float]:
+    async def prepare(self, data: bytes, lease: Lease) -> tuple[np.ndarray, float, float]:
         """The input tensor, decode ms, preprocess ms."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._prepare, data, model, backend)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._prepare, data, lease)
 
-    def _prepare(self, data: bytes, model: LoadedModel, backend: str):
-        spec = model.model_dir.manifest.input
+    def _prepare(self, data: bytes, lease: Lease):
+        spec = lease.model_dir.manifest.input
         start = time.perf_counter()
         image = decode(data, spec, self.max_pixels)
         decoded = time.perf_counter()
-        tensor = model.quantizers[backend](to_pixels(image, spec))
+        tensor = lease.quantizer(to_pixels(image, spec))
         return tensor, (decoded - start) * 1000, (time.perf_counter() - decoded) * 1000
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)
 
 
-async def classify(model: LoadedModel, backend: str, data: bytes, top_k: int, threshold: float,
-                   images: ImageWork) -> Classification:
+async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, images: ImageWork) -> Classification:
+    """One image through the leased model version; the lease's place in line was taken at admission."""
     start = time.perf_counter()
-    pool = model.pool(backend)
-    tensor, decode_ms, preprocess_ms = await images.prepare(data, model, backend)
-    result = await pool.run(tensor)
+    pool, model_dir = lease.pool, lease.model_dir
+    tensor, decode_ms, preprocess_ms = await images.prepare(data, lease)
+    result = await lease.run(tensor)
     post_start = time.perf_counter()
     output = pool.engine.output
     predictions = top_predictions(
-        scores(result.output, output.scale, output.zero_point, model.model_dir),
-        model.model_dir.labels, top_k, threshold)
+        scores(result.output, output.scale, output.zero_point, model_dir), model_dir.labels, top_k, threshold)
     end = time.perf_counter()
     return Classification(
-        model=model.name,
-        backend=backend,
+        model=model_dir.name,
+        backend=lease.backend,
         predictions=predictions,
         timing_ms={
             "decode": decode_ms,

@@ -28,12 +28,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
-        app.state.loading = loading
         try:
             yield
         finally:
-            await asyncio.shield(loading)
-            registry.close()
+            # Shutdown: admitted requests finish (bounded), then every interpreter is closed.
+            if not await registry.drain(settings.drain_timeout_s):
+                log.warning("drain: %d request(s) still in flight after %.1f s; closing anyway",
+                            registry.active, settings.drain_timeout_s)
+            # a load still under way drops what it loads once draining; wait for it, bounded
+            await asyncio.wait({loading}, timeout=settings.drain_timeout_s)
+            await asyncio.to_thread(registry.close)
             images.close()
 
     app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan,

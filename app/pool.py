@@ -1,15 +1,21 @@
 """A pool of interpreters for one (model, backend): one request per interpreter at a time.
 
-Interpreters are not thread-safe, so each request borrows one. Requests that find none
-free wait in a bounded line: past `max_waiting` waiters, or after `wait_timeout_s`, the
-request is refused with Busy (503 + Retry-After) instead of queueing without limit.
-Invokes run on the pool's own threads (one per interpreter), off the event loop.
+Admission first: a request takes a place (`admit()`) before it does any work; past
+`max_waiting` beyond the healthy interpreters it is refused at once with Busy (503 +
+Retry-After) instead of queueing without limit.
 
-With a watchdog, an invoke that outlives `timeout_s` (a USB Accelerator that hangs until it
-resets) fails its request, takes that interpreter out of the pool (unhealthy), and a
-background thread re-creates it (a new interpreter and delegate for the same device)
-until that succeeds. The hung invoke cannot be killed: its thread is a daemon, so it
-never holds up the process's exit, and its interpreter is closed if it ever returns.
+Hand-off: each interpreter has its own thread, which takes the next job straight from the
+pool's thread-safe queue and completes the request's future through the event loop
+(`call_soon_threadsafe`), so a device never waits for the loop between requests. Every wait
+of a request has a deadline: `wait_timeout_s` to be taken by an interpreter (then Busy),
+and for the invoke itself the watchdog's timeout (then DeviceHung) or `invoke_timeout_s`
+(then InvokeTimeout, 504).
+
+With a watchdog, an invoke that outlives its timeout (a USB Accelerator that hangs until
+it resets) fails its request, takes that interpreter out of the pool (unhealthy), and a
+background thread re-creates it (a new interpreter and delegate for the same device) until
+that succeeds. The hung invoke cannot be killed: its thread is a daemon, so it never holds
+up the process's exit; it closes its interpreter and ends if the invoke ever returns.
 """
 
 from __future__ import annotations
@@ -20,51 +26,16 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from app.engines import Engine, EngineOptions
-from app.errors import Busy, DeviceHung
+from app.errors import Busy, DeviceHung, InvokeTimeout
 
 log = logging.getLogger(__name__)
 
-
-class _DaemonThread(Executor):
-    """One daemon thread running one interpreter's invokes in order.
-
-    Not a ThreadPoolExecutor: its threads are joined at interpreter exit, and an invoke
-    stuck in a hung device would then keep the process from ever exiting.
-    """
-
-    def __init__(self, name: str):
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._work, name=name, daemon=True).start()
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        future: Future = Future()
-        self._jobs.put((future, fn, args, kwargs))
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        done = threading.Event()
-        self._jobs.put((None, done.set, (), {}))
-        if wait:
-            done.wait()
-
-    def _work(self) -> None:
-        while True:
-            future, fn, args, kwargs = self._jobs.get()
-            if future is None:
-                fn()
-                return
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # handed to whoever awaits the future
-                future.set_exception(e)
+_STOP = object()  # one per interpreter thread: end after the jobs queued before it
 
 
 @dataclass
@@ -75,9 +46,8 @@ class Member:
     device: str | None = None      # the TPU this interpreter is bound to, for health reports
     healthy: bool = True
     problem: str | None = None     # why it is unhealthy
-    retired: bool = False          # replaced after a hang: close its engine once its invoke returns
     options: EngineOptions | None = None  # how it was loaded, so the watchdog can load it again
-    thread: Executor | None = field(default=None, repr=False, compare=False)
+    thread: threading.Thread | None = field(default=None, repr=False, compare=False)
 
     @property
     def warm(self) -> bool:
@@ -99,27 +69,85 @@ class RunResult:
     cold: bool
 
 
+class _Job:
+    """One input on its way to an interpreter. Taken by exactly one side: an interpreter
+    thread (`take`) or the request giving up its wait (`cancel`), whichever comes first."""
+
+    __slots__ = ("x", "loop", "taken", "done", "member", "_token")
+
+    def __init__(self, x: np.ndarray, loop: asyncio.AbstractEventLoop):
+        self.x = x
+        self.loop = loop
+        self.taken = loop.create_future()
+        self.done = loop.create_future()
+        self.member: Member | None = None
+        self._token = threading.Lock()
+
+    def claim(self) -> bool:
+        return self._token.acquire(blocking=False)
+
+
+def _settle(future: asyncio.Future, result=None, error: BaseException | None = None) -> None:
+    if future.done():  # the request stopped waiting (deadline, client gone)
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+def _notify(job: _Job, future: asyncio.Future, result=None, error: BaseException | None = None) -> None:
+    try:
+        job.loop.call_soon_threadsafe(_settle, future, result, error)
+    except RuntimeError:  # that event loop has ended: nobody is waiting any more
+        pass
+
+
+class Place:
+    """A place in a pool's bounded line, taken at admission and given back when the request ends."""
+
+    __slots__ = ("pool", "_held")
+
+    def __init__(self, pool: EnginePool):
+        self.pool = pool
+        self._held = True
+
+    async def run(self, x: np.ndarray) -> RunResult:
+        return await self.pool._run(x)
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.pool._leave()
+
+
 class EnginePool:
     def __init__(self, label: str, members: list[Member], max_waiting: int, wait_timeout_s: float,
-                 retry_after_s: float, watchdog: Watchdog | None = None):
+                 retry_after_s: float, watchdog: Watchdog | None = None, invoke_timeout_s: float = 30.0):
         if not members:
             raise ValueError("a pool needs at least one engine")
         self.label = label
         self.members = members
         self.max_waiting = max_waiting
         self.wait_timeout_s = wait_timeout_s
+        self.invoke_timeout_s = invoke_timeout_s
         self.retry_after_s = retry_after_s
         self.watchdog = watchdog
-        self._idle: asyncio.Queue[Member] = asyncio.Queue()
+        self._lock = threading.Lock()
+        # notified whenever a member's health changes: tests and shutdown wait on it, no polling
+        self.changed = threading.Condition(self._lock)
+        self._admitted = 0
+        self._closed = threading.Event()
+        # Bounded: admission keeps it far below this; twice the line leaves room for jobs whose
+        # requests gave up waiting and which no interpreter has skipped yet.
+        self._jobs: queue.Queue = queue.Queue(maxsize=2 * (len(members) + max_waiting))
         for member in members:
             self._start(member)
-            self._idle.put_nowait(member)
-        self._waiting = 0
-        self._closed = threading.Event()
 
     def _start(self, member: Member) -> None:
-        if member.thread is None:
-            member.thread = _DaemonThread(f"pool-{self.label}-{member.device or len(self.members)}")
+        member.thread = threading.Thread(target=self._serve, args=(member,), daemon=True,
+                                         name=f"pool-{self.label}-{member.device or self.members.index(member)}")
+        member.thread.start()
 
     @property
     def engine(self) -> Engine:
@@ -143,6 +171,95 @@ class EnginePool:
     def unhealthy(self) -> list[Member]:
         return [m for m in self.members if not m.healthy]
 
+    @property
+    def admitted(self) -> int:
+        """Requests holding a place: running or waiting."""
+        return self._admitted
+
+    # -- admission -------------------------------------------------------------------------
+
+    def admit(self) -> Place:
+        """A place in line, or an error at once: every device unhealthy, or the line full."""
+        with self._lock:
+            healthy = sum(m.healthy for m in self.members)
+            if healthy == 0:
+                raise DeviceHung(f"{self.label}: every device is unhealthy ("
+                                 + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in self.members)
+                                 + ")", self.retry_after_s)
+            if self._closed.is_set() or self._admitted >= healthy + self.max_waiting:
+                waiting = max(0, self._admitted - healthy)
+                raise Busy(f"{self.label}: all {healthy} interpreters busy and {waiting} requests already "
+                           "waiting", self.retry_after_s)
+            self._admitted += 1
+        return Place(self)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._admitted -= 1
+
+    async def run(self, x: np.ndarray) -> RunResult:
+        """Admit, run, leave: for callers that did not take a place beforehand."""
+        place = self.admit()
+        try:
+            return await place.run(x)
+        finally:
+            place.release()
+
+    # -- the request's side --------------------------------------------------------------------
+
+    async def _run(self, x: np.ndarray) -> RunResult:
+        job = _Job(x, asyncio.get_running_loop())
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise Busy(f"{self.label}: the line is full", self.retry_after_s) from None
+        try:
+            try:
+                async with asyncio.timeout(self.wait_timeout_s):
+                    await job.taken
+            except TimeoutError:
+                if job.claim():  # no interpreter took it: it never will now
+                    raise Busy(f"{self.label}: no interpreter free within {self.wait_timeout_s} s",
+                               self.retry_after_s) from None
+                # taken just as the wait ended: job.member is set, the invoke is under way
+            limit = self.watchdog.timeout_s if self.watchdog else self.invoke_timeout_s
+            try:
+                async with asyncio.timeout(limit):
+                    return await job.done
+            except TimeoutError:
+                if self.watchdog:
+                    self._quarantine(job.member)
+                    raise DeviceHung(f"{self.label}: {job.member.device or 'the device'} {self._hang_text}; it is "
+                                     "out of the pool while it is re-created", self.retry_after_s) from None
+                raise InvokeTimeout(f"{self.label}: the invoke did not finish within {limit} s "
+                                    "(EDGETPU_SERVE_INVOKE_TIMEOUT_S)", self.retry_after_s) from None
+        except asyncio.CancelledError:
+            job.claim()  # the request is gone: an interpreter that has not taken it skips it
+            raise
+
+    # -- the interpreter's side ----------------------------------------------------------------
+
+    def _serve(self, member: Member) -> None:
+        """An interpreter's thread: next job, invoke, answer; until stopped or taken out."""
+        jobs = self._jobs
+        while True:
+            job = jobs.get()
+            if job is _STOP:
+                break
+            job.member = member
+            if not job.claim():  # its request stopped waiting
+                continue
+            _notify(job, job.taken, member)
+            try:
+                result = _timed_run(member, job.x)
+            except Exception as e:  # handed to the request
+                _notify(job, job.done, error=e)
+            else:
+                _notify(job, job.done, result)
+            if not member.healthy:  # the watchdog took it out while this invoke hung
+                break
+        member.engine.close()
+
     def warm_up(self) -> None:
         """Run one input through every interpreter (blocking; before the pool serves)."""
         for member in self.members:
@@ -150,111 +267,93 @@ class EnginePool:
 
     def _warm_up(self, member: Member) -> None:
         x = np.full(self.engine.input.shape, self.engine.input.zero_point, self.engine.input.dtype)
-        work = member.thread.submit(_timed_run, member, x)
-        try:
-            work.result(timeout=self.watchdog.timeout_s if self.watchdog else None)
-        except TimeoutError:
+        if self.watchdog is None:
+            _timed_run(member, x)
+            return
+        finished, failure = threading.Event(), []
+
+        def run():
+            try:
+                _timed_run(member, x)
+            except Exception as e:
+                failure.append(e)
+            finished.set()
+
+        threading.Thread(target=run, name=f"warm-up-{self.label}", daemon=True).start()
+        if not finished.wait(self.watchdog.timeout_s):
             member.healthy, member.problem = False, self._hang_text
             raise DeviceHung(f"{self.label}: warm-up on {member.device or 'its device'}: "
-                             f"{member.problem}", self.retry_after_s) from None
+                             f"{member.problem}", self.retry_after_s)
+        if failure:
+            raise failure[0]
 
-    async def run(self, x: np.ndarray) -> RunResult:
-        member = await self._acquire()
-        loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(member.thread, _timed_run, member, x)
-        # Back to the pool when the invoke has ended, not when the caller stops waiting:
-        # a cancelled request must not hand a still-running interpreter to the next one.
-        work.add_done_callback(lambda _: self._release(member))
-        timeout = self.watchdog.timeout_s if self.watchdog else None
-        try:
-            return await asyncio.wait_for(asyncio.shield(work), timeout)
-        except TimeoutError:
-            self._quarantine(member, loop)
-            raise DeviceHung(f"{self.label}: {member.device or 'the device'} {self._hang_text}; it is out of "
-                             "the pool while it is re-created", self.retry_after_s) from None
-
-    def _release(self, member: Member) -> None:
-        if member.healthy and not member.retired:
-            self._idle.put_nowait(member)
+    # -- the watchdog ------------------------------------------------------------------------------
 
     @property
     def _hang_text(self) -> str:
         return f"did not finish an invoke within {self.watchdog.timeout_s} s (watchdog)"
 
-    def _quarantine(self, member: Member, loop: asyncio.AbstractEventLoop) -> None:
-        member.healthy, member.problem = False, self._hang_text
+    def _quarantine(self, member: Member) -> None:
+        with self._lock:
+            if not member.healthy:
+                return
+            member.healthy, member.problem = False, self._hang_text
+            self.changed.notify_all()
         log.error("%s: %s %s: unhealthy, re-creating it", self.label, member.device or "interpreter", member.problem)
-        threading.Thread(target=self._recover, args=(member, loop), name=f"recover-{self.label}",
-                         daemon=True).start()
+        threading.Thread(target=self._recover, args=(member,), name=f"recover-{self.label}", daemon=True).start()
 
-    def _recover(self, old: Member, loop: asyncio.AbstractEventLoop) -> None:
+    def _recover(self, old: Member) -> None:
         """Re-create a hung member until it loads and warms up, then swap it in (blocking)."""
         attempt = 0
         while not self._closed.is_set():
             attempt += 1
             try:
                 fresh = self.watchdog.recreate(old)
-                self._start(fresh)
                 self._warm_up(fresh)
             except Exception as e:  # any failure: the device may still be resetting
-                old.problem = (f"{self._hang_text}; re-creating it failed (attempt {attempt}: {e}); "
-                               f"retrying in {self.watchdog.retry_s} s")
+                with self._lock:
+                    old.problem = (f"{self._hang_text}; re-creating it failed (attempt {attempt}: {e}); "
+                                   f"retrying in {self.watchdog.retry_s} s")
+                    self.changed.notify_all()
                 log.warning("%s: %s %s", self.label, old.device or "interpreter", old.problem)
                 self._closed.wait(self.watchdog.retry_s)
                 continue
+            with self._lock:
+                if self._closed.is_set():
+                    fresh.engine.close()
+                    return
+                self.members[self.members.index(old)] = fresh
+                self._start(fresh)
+                self.changed.notify_all()
             log.info("%s: %s re-created after a hang (attempt %d)", self.label, fresh.device or "interpreter", attempt)
-            try:
-                loop.call_soon_threadsafe(self._swap, old, fresh)
-            except RuntimeError:  # that event loop has ended: no request can race the swap
-                self._swap(old, fresh)
             return
 
-    def _swap(self, old: Member, fresh: Member) -> None:
-        self.members[self.members.index(old)] = fresh
-        _retire(old)
-        self._idle.put_nowait(fresh)
+    def wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Block until predicate() holds after a health change (or now), at most timeout_s."""
+        with self.changed:
+            return self.changed.wait_for(predicate, timeout_s)
 
-    async def _acquire(self) -> Member:
-        try:
-            return self._idle.get_nowait()
-        except asyncio.QueueEmpty:
-            pass
-        if len(self.unhealthy) == len(self.members):
-            raise DeviceHung(f"{self.label}: every device is unhealthy ("
-                             + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in self.members)
-                             + ")", self.retry_after_s)
-        if self._waiting >= self.max_waiting:
-            raise Busy(f"{self.label}: all {len(self.members)} interpreters busy and "
-                       f"{self._waiting} requests already waiting", self.retry_after_s)
-        self._waiting += 1
-        try:
-            return await asyncio.wait_for(self._idle.get(), self.wait_timeout_s)
-        except TimeoutError:
-            raise Busy(f"{self.label}: no interpreter free within {self.wait_timeout_s} s",
-                       self.retry_after_s) from None
-        finally:
-            self._waiting -= 1
+    # -- the end -------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop taking work; engines are closed once the invokes already running finish."""
-        self._closed.set()
+        """Stop taking work: each healthy interpreter's thread closes it after the jobs queued
+        before now. A hung one closes its interpreter if its invoke ever returns."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+            healthy = [m for m in self.members if m.healthy]
+            self.changed.notify_all()
+        for _ in healthy:
+            self._jobs.put(_STOP)
 
-        def drain_then_close():
-            for member in list(self.members):
-                if member.healthy:
-                    member.thread.shutdown(wait=True)
-                    member.engine.close()
-                else:
-                    _retire(member)
-
-        threading.Thread(target=drain_then_close, name=f"close-{self.label}", daemon=True).start()
-
-
-def _retire(member: Member) -> None:
-    """Close a hung member's engine on its own thread: after its invoke, if that ever returns."""
-    member.retired = True
-    member.thread.submit(member.engine.close)
-    member.thread.shutdown(wait=False)
+    def join(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the healthy interpreters are closed; False if some are not yet."""
+        deadline = time.monotonic() + timeout_s
+        for member in list(self.members):
+            if member.healthy and member.thread is not None:
+                member.thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(m.healthy and m.thread is not None and m.thread.is_alive() for m in self.members)
 
 
 def _timed_run(member: Member, x: np.ndarray) -> RunResult:

@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     cpu_threads: int = Field(default=1, ge=1, le=64, description="threads per CPU interpreter")
     max_waiting: int = Field(default=32, ge=0, description="requests allowed to wait per pool before 503")
     wait_timeout_s: float = Field(default=10.0, gt=0, description="longest wait for an interpreter before 503")
+    # The deadline of one invoke on a backend without a watchdog: past it the request gets a 504.
+    invoke_timeout_s: float = Field(default=30.0, gt=0)
+    # SIGTERM: requests already admitted get this long to finish before interpreters are closed.
+    drain_timeout_s: float = Field(default=10.0, ge=0)
     retry_after_s: int = Field(default=1, ge=0)
     warmup_at_start: bool = True
     # Threads that decode and resize images: more than the cores the interpreters leave free

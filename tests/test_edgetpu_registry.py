@@ -45,7 +45,7 @@ def assert_fell_back(reg: Registry, reason: str) -> None:
     model = reg.get(DEFAULT_MODEL)
     assert list(model.pools) == ["cpu"] and reason in model.fallback
     status = reg.status(DEFAULT_MODEL)
-    assert status.state == "ready" and status.error.startswith("edgetpu requested, serving on cpu: ")
+    assert status.state == "degraded" and status.error.startswith("edgetpu requested, serving on cpu: ")
     assert reason in status.error
     assert reg.default_backend == "cpu"
     with pytest.raises(BackendNotAvailable, match="served on 'cpu' instead of 'edgetpu'"):
@@ -62,7 +62,7 @@ def test_every_tpu_gets_an_interpreter_warmed_up_on_its_own(tmp_path, libedgetpu
     assert [m.device for m in pool.members] == [str(n) for n in pci_nodes]
     assert all(m.first_inference_ms > 0 for m in pool.members)  # one warm-up per TPU
     assert (tmp_path / "log").read_text().splitlines() == [f"created device=:{i}" for i in range(3)]
-    assert [m.device for _, m in reg.edgetpu_members()] == [str(n) for n in pci_nodes]
+    assert [m.device for _, m in reg.members("edgetpu")] == [str(n) for n in pci_nodes]
 
     async def spread():  # as many requests at once as TPUs: each holds a different one
         x = np.full(pool.engine.input.shape, 127, np.uint8)

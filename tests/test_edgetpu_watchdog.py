@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from app.engines import ENGINES, TensorSpec
+from app.engines import Backend, TensorSpec, register, unregister
 from app.errors import DeviceHung
 from app.main import create_app
 from app.pool import EnginePool, Member, Watchdog
@@ -63,23 +63,29 @@ class HangingEngineDouble:
         self.closed = True
 
 
+class HangingBackendDouble(Backend):
+    """TEST DOUBLE plug-in: HangingEngineDouble interpreters, registered from outside the product list."""
+
+    key = HangingEngineDouble.key
+    engine = HangingEngineDouble
+
+
 @pytest.fixture(autouse=True)
 def fresh_double():
     HangingEngineDouble.created = []
     HangingEngineDouble.hang_next.clear()
     HangingEngineDouble.fail_loads = 0
+    register(HangingBackendDouble)
     yield
+    unregister(HangingBackendDouble.key)
     for engine in HangingEngineDouble.created:
         engine.released.set()
 
 
-def eventually(condition, what: str):
-    deadline = time.monotonic() + EVENTUALLY_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"not within {EVENTUALLY_S} s: {what}")
+def eventually(pool: EnginePool, condition, what: str):
+    """Wait for a health change of the pool that makes condition() true: woken by the pool, no polling."""
+    if not pool.wait_until(condition, EVENTUALLY_S):
+        raise AssertionError(f"not within {EVENTUALLY_S} s: {what}")
 
 
 def pool_of(n: int) -> EnginePool:
@@ -103,7 +109,7 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
         assert hung.value.retry_after_s == 1
         assert not first.healthy and pool.unhealthy == [first]
         served = await pool.run(x)  # the other TPU still serves
-        await asyncio.to_thread(eventually, lambda: pool.members[0] is not first, "the hung member is replaced")
+        await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not first, "the hung member is replaced")
         return waited, served
 
     waited, served = asyncio.run(scenario())
@@ -114,7 +120,8 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
     assert fresh.engine is not first.engine and pool.members[1] is second
     assert not first.engine.closed  # its invoke still hangs: nothing can close it yet
     first.engine.released.set()
-    eventually(lambda: first.engine.closed, "the hung engine is closed once its invoke returns")
+    first.thread.join(EVENTUALLY_S)  # its thread ends once the invoke returns, closing the engine
+    assert first.engine.closed
 
 
 def test_with_every_device_hung_requests_fail_fast_until_one_is_back():
@@ -131,15 +138,14 @@ def test_with_every_device_hung_requests_fail_fast_until_one_is_back():
         with pytest.raises(DeviceHung, match="every device is unhealthy"):
             await pool.run(x)
         assert time.monotonic() - start < WATCHDOG_S  # no waiting on a device that is not there
-        await asyncio.to_thread(eventually, lambda: pool.members[0] is not only, "re-created")
+        await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not only, "re-created")
         return await pool.run(x)
 
     assert not asyncio.run(scenario()).cold
     assert "re-creating it failed (attempt 3: device not listed yet)" in only.problem
 
 
-def test_readiness_reflects_the_hung_device(monkeypatch, tmp_path):
-    monkeypatch.setitem(ENGINES, HangingEngineDouble.key, HangingEngineDouble)
+def test_readiness_reflects_the_hung_device(tmp_path):
     settings = Settings(model_dir=MODELS, backends=["hanging"], watchdog_backends=["hanging"], workers=1,
                         watchdog_timeout_s=WATCHDOG_S, watchdog_retry_s=RETRY_S, models=[DEFAULT_MODEL])
     registry = Registry(settings)
@@ -160,18 +166,19 @@ def test_readiness_reflects_the_hung_device(monkeypatch, tmp_path):
         assert not registry.ready() and status.state == "unhealthy"
         assert "hanging: interpreter" in status.error and "watchdog" in status.error
         HangingEngineDouble.fail_loads = 0
-        eventually(registry.ready, "ready again once the device is re-created")
+        eventually(pool, registry.ready, "ready again once the device is re-created")
         assert registry.status(DEFAULT_MODEL).error is None
     finally:
         registry.close()  # also stops a re-creation still trying
 
 
-def test_readyz_over_http(monkeypatch):
-    monkeypatch.setitem(ENGINES, HangingEngineDouble.key, HangingEngineDouble)
+def test_readyz_over_http():
     settings = Settings(model_dir=MODELS, backends=["hanging"], watchdog_backends=["hanging"], workers=1,
                         watchdog_timeout_s=WATCHDOG_S, watchdog_retry_s=RETRY_S, models=[DEFAULT_MODEL])
-    with TestClient(create_app(settings)) as client:
-        eventually(lambda: client.get("/readyz").status_code == 200, "ready")
+    app = create_app(settings)
+    with TestClient(app) as client:
+        registry = app.state.registry
+        assert registry.wait_loaded(EVENTUALLY_S) and client.get("/readyz").status_code == 200
         HangingEngineDouble.fail_loads = 1000
         HangingEngineDouble.hang_next.set()
         buffer = io.BytesIO()
@@ -183,4 +190,6 @@ def test_readyz_over_http(monkeypatch):
         assert ready.status_code == 503
         assert ready.json()["models"][DEFAULT_MODEL]["state"] == "unhealthy"
         HangingEngineDouble.fail_loads = 0
-        eventually(lambda: client.get("/readyz").status_code == 200, "ready again")
+        pool = registry.get(DEFAULT_MODEL).pool("hanging")
+        eventually(pool, lambda: not pool.unhealthy, "re-created")
+        assert client.get("/readyz").status_code == 200

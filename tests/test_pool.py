@@ -6,7 +6,7 @@ import pytest
 
 from app.engines import EngineOptions, TensorSpec
 from app.engines.cpu import CpuEngine
-from app.errors import Busy
+from app.errors import Busy, InvokeTimeout
 from app.model_dir import read_model_dir
 from app.pool import EnginePool, Member
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -30,8 +30,9 @@ class GatedEngineDouble:
         pass
 
 
-def pool_of(engine, max_waiting=0, timeout=5.0) -> EnginePool:
-    return EnginePool("t", [Member(engine, 1.0)], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2)
+def pool_of(engine, max_waiting=0, timeout=5.0, invoke_timeout=30.0) -> EnginePool:
+    return EnginePool("t", [Member(engine, 1.0)], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
+                      invoke_timeout_s=invoke_timeout)
 
 
 def test_real_engine_first_run_is_cold_then_warm():
@@ -93,9 +94,73 @@ def test_waiting_request_gets_the_interpreter_when_freed():
         first = asyncio.create_task(pool.run(x))
         await asyncio.to_thread(engine.started.wait, 5)
         second = asyncio.create_task(pool.run(x))
-        await asyncio.sleep(0.05)
+        for _ in range(100):  # let the second request take its place in line
+            if pool.admitted == 2:
+                break
+            await asyncio.sleep(0)
+        assert pool.admitted == 2
         engine.gate.set()
         return await first, await second
 
     a, b = asyncio.run(scenario())
     assert a.cold and not b.cold
+
+
+def test_an_invoke_past_its_deadline_is_answered_with_invoke_timeout():
+    engine = GatedEngineDouble()  # no watchdog (as cpu): the deadline still holds
+    pool = pool_of(engine, invoke_timeout=0.2)
+    x = np.zeros((1, 2), np.uint8)
+
+    async def scenario():
+        with pytest.raises(InvokeTimeout, match="within 0.2 s") as late:
+            await pool.run(x)
+        engine.gate.set()
+        return late.value
+
+    assert asyncio.run(scenario()).retry_after_s == 2
+    assert pool.admitted == 0  # the place was given back
+
+
+def test_a_closed_pool_refuses_at_once_and_its_thread_closes_the_engine():
+    engine = GatedEngineDouble()
+    engine.closed = False
+    engine.close = lambda: setattr(engine, "closed", True)
+    pool = pool_of(engine, max_waiting=4)
+    pool.close()
+    with pytest.raises(Busy):
+        pool.admit()
+    assert pool.join(5) and engine.closed
+
+
+def test_the_input_reaches_the_engine_byte_identical_and_the_output_comes_back():
+    engine = GatedEngineDouble()
+    engine.gate.set()
+    pool = pool_of(engine)
+    x = np.arange(2, dtype=np.uint8).reshape(1, 2)
+    result = asyncio.run(pool.run(x))
+    assert result.output is x  # the very array: no copy, no conversion on the way
+
+
+def test_a_request_cancelled_while_waiting_is_skipped_by_the_interpreter():
+    engine = GatedEngineDouble()
+    pool = pool_of(engine, max_waiting=1)
+    x = np.zeros((1, 2), np.uint8)
+    runs = []
+    engine_run = engine.run
+    engine.run = lambda x: runs.append(x) or engine_run(x)
+
+    async def scenario():
+        first = asyncio.create_task(pool.run(x))
+        await asyncio.to_thread(engine.started.wait, 5)
+        second = asyncio.create_task(pool.run(x))
+        for _ in range(100):
+            if pool.admitted == 2:
+                break
+            await asyncio.sleep(0)
+        second.cancel()  # the client went away while in line
+        engine.gate.set()
+        await first
+        return await pool.run(x)  # served next: the cancelled job was skipped, not run
+
+    asyncio.run(scenario())
+    assert len(runs) == 2 and pool.admitted == 0

@@ -1,4 +1,8 @@
-"""POST /v1/classify and /v1/models/{name}/classify: an image in, the top-k classes out."""
+"""POST /v1/classify and /v1/models/{name}/classify: an image in, the top-k classes out.
+
+Admission before work: the lease (model version + a place in the pool's line) is taken
+before the body is read, so a full line answers 503 at once, whatever the body is doing.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +13,23 @@ from fastapi import APIRouter, Query, Request, Response
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.deps import ImagesDep, RegistryDep, SettingsDep
 from app.api.schemas import ClassifyResponse, ErrorResponse
+from app.errors import InvalidParameter
 from app.inference import classify
 
 router = APIRouter(prefix="/v1", tags=["classify"])
 
-ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503)}
-TopK = Annotated[int, Query(ge=1, le=1000, description="how many classes to return")]
+ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
+TopK = Annotated[int, Query(ge=1, description="how many classes to return (at most EDGETPU_SERVE_MAX_TOP_K)")]
 Threshold = Annotated[float, Query(ge=0.0, le=1.0, description="drop classes scoring below this")]
 Backend = Annotated[str | None, Query(max_length=32, description="cpu, edgetpu, emulated; default: the first configured")]
 
 
 async def _classify(request: Request, name: str, registry, settings, images, top_k, threshold, backend):
-    model = registry.get(name)
-    backend = backend or registry.default_backend
-    model.pool(backend)  # unknown backend: refuse before reading the body
-    data = await image_bytes(request, settings.max_body_bytes)
-    result = await classify(model, backend, data, top_k, threshold, images)
+    if top_k > settings.max_top_k:
+        raise InvalidParameter(f"top_k is {top_k}; at most {settings.max_top_k} (EDGETPU_SERVE_MAX_TOP_K)")
+    async with registry.lease(name, backend) as lease:
+        data = await image_bytes(request, settings.max_body_bytes)
+        result = await classify(lease, data, top_k, threshold, images)
     # Serialized once here: returning a Response skips FastAPI's second validation pass
     # against response_model (which still documents the schema).
     body = ClassifyResponse.model_validate(result, from_attributes=True).model_dump_json()

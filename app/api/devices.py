@@ -13,9 +13,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.api.deps import RegistryDep
-from app.registry import Registry
+from app.errors import BackendNotAvailable
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
+EDGETPU = "edgetpu"  # the plug-in whose report this is
 
 
 class LibraryOut(BaseModel):
@@ -65,42 +66,11 @@ class DevicesOut(BaseModel):
     error: str | None = Field(description="why the edgetpu backend cannot be used here, if it cannot")
 
 
-def _health(interpreters: list[InterpreterOut], listed: bool) -> str:
-    if not listed:
-        return "missing"
-    if not interpreters:
-        return "unused"
-    return "healthy" if all(i.healthy for i in interpreters) else "unhealthy"
-
-
-def _report(registry: Registry) -> DevicesOut:
-    inventory = registry.edgetpu_inventory()
-    rt, found = inventory.runtime, inventory.probe
-    by_path: dict[str, list[InterpreterOut]] = {}
-    types: dict[str, str] = {}
-    for model, member in registry.edgetpu_members():
-        by_path.setdefault(member.device, []).append(InterpreterOut(
-            model=model, healthy=member.healthy, problem=member.problem, load_ms=member.load_ms,
-            first_inference_ms=member.first_inference_ms))
-        types[member.device] = member.options.tpu.type
-    devices = [DeviceOut(index=i, type=d.type, path=d.path, health=_health(by_path.get(d.path, []), True),
-                         interpreters=by_path.pop(d.path, []))
-               for i, d in enumerate(found.devices)]
-    devices += [DeviceOut(index=None, type=types[path], path=path, health="missing", interpreters=interpreters)
-                for path, interpreters in by_path.items()]
-    version = found.version
-    return DevicesOut(
-        library=LibraryOut(path=found.library_path, loaded=found.loaded, version=version and version.text,
-                           runtime_version=version and version.runtime_version,
-                           package_version=version and version.package),
-        tflite_runtime=RuntimeOut(name=rt.name, version=rt.version, module=rt.module.__name__) if rt else None,
-        pinned_set=PinnedSetOut(**vars(found.pinned_set)) if found.pinned_set else None,
-        devices=devices,
-        error=inventory.error,
-    )
-
-
 @router.get("", response_model=DevicesOut, summary="Edge TPUs, their health, and the runtime versions")
 async def list_devices(registry: RegistryDep):
     # libusb enumeration can take a moment: off the event loop
-    return await asyncio.to_thread(_report, registry)
+    report = await asyncio.to_thread(registry.report, EDGETPU)
+    if report is None:
+        raise BackendNotAvailable(f"the {EDGETPU} backend is not available in this installation "
+                                  "(the start-up log says why)")
+    return DevicesOut.model_validate(report)

@@ -18,9 +18,7 @@ from app.api.schemas import (
 )
 from app.edgetpu.compat import CompatReport
 from app.engines import TensorSpec
-from app.errors import NotReady
-from app.model_dir import read_model_dir
-from app.registry import Registry
+from app.registry import Registry, iso_time
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 ERRORS = {status: {"model": ErrorResponse} for status in (404, 409, 503)}
@@ -37,11 +35,9 @@ def _edgetpu_view(report: CompatReport | None) -> EdgeTpuViewOut | None:
 
 def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
     status = registry.status(name)
-    try:
-        loaded = registry.get(name)
-        model_dir, pools = loaded.model_dir, loaded.pools
-    except NotReady:
-        model_dir, pools = read_model_dir(registry.settings.model_dir / name), {}
+    model_dir = registry.model_dir(name)
+    version = registry.serving(name)
+    pools = version.pools if version else {}
     manifest = model_dir.manifest
     backends = {
         key: BackendOut(interpreters=len(pool.members), warm=pool.warm, load_ms=pool.load_ms,
@@ -51,7 +47,9 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
         for key, pool in pools.items()
     }
     return ModelOut(
-        name=name, state=status.state, error=status.error, default=name == default_model,
+        name=name, state=status.state, error=status.error, since=iso_time(status.since),
+        version=version.number if version else None, loaded_at=iso_time(version.loaded_at) if version else None,
+        default=name == default_model,
         description=manifest.description, source=manifest.source, licence=manifest.licence,
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},

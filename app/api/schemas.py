@@ -80,8 +80,11 @@ class FileOut(BaseModel):
 
 class ModelOut(BaseModel):
     name: str
-    state: str
+    state: str = Field(description="loading, ready, degraded (serving, with a problem in `error`), unhealthy, failed")
     error: str | None = None
+    since: str | None = Field(default=None, description="when this state began (UTC, ISO 8601)")
+    version: int | None = Field(default=None, description="the version serving: 1 at start, +1 per reload")
+    loaded_at: str | None = Field(default=None, description="when the serving version loaded (UTC, ISO 8601)")
     default: bool
     description: str
     source: str
@@ -101,8 +104,9 @@ class ModelsOut(BaseModel):
 
 
 class ModelStateOut(BaseModel):
-    state: str
+    state: str = Field(description="loading, ready, degraded (serving, with a problem in `error`), unhealthy, failed")
     error: str | None = None
+    since: str | None = Field(default=None, description="when this state began (UTC, ISO 8601)")
 
 
 class ReadyOut(BaseModel):

@@ -1,28 +1,51 @@
-"""Backends by key. A backend whose runtime cannot be imported is left out, never fatal."""
+"""Backend plug-ins by key. A plug-in whose runtime cannot be imported is left out, never fatal.
+
+`register(plugin)` adds one from outside the product's own list (a benchmark's simulated
+accelerator, say) before the app is created; the registry then drives it like any other.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 
-from app.engines.base import Engine, EngineOptions, TensorSpec
-from app.engines.cpu import CpuEngine
+from app.engines.base import Backend, Engine, EngineOptions, Fallback, TensorSpec
 
 log = logging.getLogger(__name__)
 
-ENGINES: dict[str, type[Engine]] = {CpuEngine.key: CpuEngine}
+# The product's plug-ins: one module each, holding a `PLUGIN` (a Backend subclass).
+PRODUCT = ("app.engines.cpu", "app.engines.emulated", "app.engines.edgetpu")
 
-try:
-    from app.engines.emulated import EmulatedEngine
+BACKENDS: dict[str, type[Backend]] = {}
+# key -> its Engine class (loading one interpreter directly, as bench/ scripts do)
+ENGINES: dict[str, type[Engine]] = {}
 
-    ENGINES[EmulatedEngine.key] = EmulatedEngine
-except ImportError as e:  # e.g. no flatbuffers schema: the other backends still serve
-    log.warning("emulated backend left out: %s", e)
 
-try:
-    from app.engines.edgetpu import EdgeTpuEngine
+def register(plugin: type[Backend]) -> type[Backend]:
+    """Make a backend available under its key (replacing one of the same key)."""
+    BACKENDS[plugin.key] = plugin
+    ENGINES[plugin.key] = plugin.engine
+    return plugin
 
-    ENGINES[EdgeTpuEngine.key] = EdgeTpuEngine
-except ImportError as e:  # e.g. no flatbuffers: the other backends still serve
-    log.warning("edgetpu backend left out: %s", e)
 
-__all__ = ["ENGINES", "Engine", "EngineOptions", "TensorSpec"]
+def unregister(key: str) -> None:
+    BACKENDS.pop(key, None)
+    ENGINES.pop(key, None)
+
+
+def load_plugins(modules: tuple[str, ...]) -> dict[str, str]:
+    """Import and register each module's PLUGIN; return the modules left out, with why."""
+    left_out = {}
+    for module in modules:
+        try:
+            register(importlib.import_module(module).PLUGIN)
+        except ImportError as e:  # e.g. no TFLite runtime, no flatbuffers: the other backends still serve
+            log.warning("backend %s left out: %s", module.rsplit(".", 1)[-1], e)
+            left_out[module] = str(e)
+    return left_out
+
+
+load_plugins(PRODUCT)
+
+__all__ = ["BACKENDS", "ENGINES", "Backend", "Engine", "EngineOptions", "Fallback", "TensorSpec", "load_plugins",
+           "register", "unregister"]

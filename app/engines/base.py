@@ -1,4 +1,9 @@
-"""What every backend offers: load a model file, run one input tensor, give the output tensor.
+"""What every backend offers: a plug-in (Backend) that makes interpreters (Engine).
+
+A Backend is what the registry drives, the same way for every key: check the environment
+at start (and say which models it cannot serve, and which backend serves them instead),
+name the model file it runs, list the interpreters to make and their options, load one,
+reopen a lost device, report itself for GET /v1/devices.
 
 An Engine is one interpreter: not thread-safe, used by one request at a time (the
 registry pools them). Engines move tensors only: no decoding, no labels.
@@ -9,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -17,6 +22,8 @@ from app.errors import EngineLoadError
 
 if TYPE_CHECKING:
     from app.edgetpu.compat import CompatReport
+    from app.model_dir import ModelDir
+    from app.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -87,3 +94,57 @@ class InterpreterEngine(Engine):
 
     def close(self) -> None:
         self._interpreter = None
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A model a backend cannot serve here, the backend that serves it instead, and why."""
+
+    backend: str
+    reason: str
+
+
+class Backend:
+    """A backend plug-in. Subclasses set `key` and `engine`; the defaults suit an interpreter
+    that needs no device: `workers` identical interpreters, nothing to check at start."""
+
+    key: ClassVar[str]
+    engine: ClassVar[type[Engine]]
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    @property
+    def model_file(self) -> str:
+        """Which file of a model directory this backend runs (an app.model_dir kind)."""
+        return self.engine.model_file
+
+    def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
+        """Check the environment before any interpreter loads. Raise a ServeError to stop the
+        service; return the models this backend cannot serve, to be served by another one."""
+        return {}
+
+    def fall_back(self, model: str, error: Exception) -> Fallback | None:
+        """An interpreter of `model` failed to load: the backend to serve it instead, or None
+        (the load fails). The policy is the plug-in's."""
+        return None
+
+    def interpreters(self) -> list[EngineOptions]:
+        """One entry per interpreter to make for a model."""
+        return [EngineOptions(cpu_threads=self.settings.cpu_threads)] * self.settings.workers
+
+    def load(self, path: Path, options: EngineOptions) -> Engine:
+        return self.engine.load(path, options)
+
+    def device(self, options: EngineOptions) -> str | None:
+        """The device an interpreter made with these options is bound to (health reports)."""
+        return None
+
+    def reopen(self, options: EngineOptions) -> EngineOptions:
+        """Options to load a lost interpreter again, on the same device (the watchdog)."""
+        return options
+
+    def report(self, members: list[tuple[str, Any]]) -> Any:
+        """What this backend says about itself for GET /v1/devices; members are (model, Member)
+        for every interpreter it runs. None: nothing to report."""
+        return None

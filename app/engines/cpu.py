@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engines.base import EngineOptions, InterpreterEngine
+from app.edgetpu.access import custom_op_message, is_custom_op_error
+from app.engines.base import Backend, EngineOptions, InterpreterEngine
 from app.engines.litert import runtime
-from app.errors import EngineLoadError
+from app.errors import EngineLoadError, ModelDirError
 from app.model_dir import INT8
 
 
@@ -20,6 +21,18 @@ class CpuEngine(InterpreterEngine):
             interpreter = runtime().Interpreter(model_path=str(path), num_threads=options.cpu_threads)
             interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:
+            if is_custom_op_error(str(e)):  # a compiled model listed as the plain one
+                raise ModelDirError(custom_op_message(path, cls.key)) from None
             raise EngineLoadError(f"cpu: cannot load {path}: {e}") from None
         cls.check_single_io(interpreter, cls.key, path)
         return cls(interpreter)
+
+
+class CpuBackend(Backend):
+    """`workers` interpreters of `cpu_threads` threads each; nothing to check at start."""
+
+    key = CpuEngine.key
+    engine = CpuEngine
+
+
+PLUGIN = CpuBackend

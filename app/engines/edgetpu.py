@@ -1,18 +1,22 @@
 """`edgetpu`: the compiled model (<name>_int8_edgetpu.tflite) through libedgetpu's delegate.
 
 One engine = one interpreter bound to one TPU (the delegate opened with device ":N");
-the registry makes one per TPU and pools them, so requests spread over every TPU. Ops the
-compiler did not map run on the CPU kernels of the same interpreter. Running is the
-CPU engine's: set the input, invoke, copy the output; only loading differs.
+the plug-in asks for one per TPU and the registry pools them, so requests spread over
+every TPU. Ops the compiler did not map run on the CPU kernels of the same interpreter.
+Running is the CPU engine's: set the input, invoke, copy the output; only loading differs.
+
+The plug-in owns the start-up policy: library, version pair, devices and each model's
+compiled file are checked before anything loads; with EDGETPU_ON_FAILURE=fail a problem
+stops the service, with fallback the model is served on `cpu` (its plain int8 file) and
+readiness says so and why.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import logging
 
 from app.edgetpu.access import delegate_failure_message
 from app.edgetpu.compiled_model import read_compiled_model
@@ -20,10 +24,10 @@ from app.edgetpu.delegate import delegate_options, index_of_path
 from app.edgetpu.environment import EdgeTpuEnvironment, Probe, VersionCheck, check_environment, probe
 from app.edgetpu.library import Device, default_library_name
 from app.edgetpu.versions import check_model_runtime, package_too_new
-from app.engines.base import EngineOptions
+from app.engines.base import Backend, EngineOptions, Fallback
 from app.engines.cpu import CpuEngine
 from app.engines.litert import Runtime, runtime
-from app.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch, EngineLoadError, ModelDirError
+from app.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch, EngineLoadError, ModelDirError, ServeError
 from app.model_dir import EDGETPU, INT8, ModelDir, edgetpu_filename
 
 log = logging.getLogger(__name__)
@@ -133,3 +137,97 @@ def inventory(library: str | None) -> Inventory:
         return Inventory(None, probe(library or default_library_name(), "", ""), str(e))
     found = probe(library or default_library_name(), rt.name, rt.version)
     return Inventory(rt, found, found.error)
+
+
+class EdgeTpuBackend(Backend):
+    """One interpreter per TPU the start-up check resolved; fail or fall back to `cpu` by setting."""
+
+    key = EdgeTpuEngine.key
+    engine = EdgeTpuEngine
+    fallback_backend = CpuEngine.key
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.environment: EdgeTpuEnvironment | None = None
+
+    def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
+        """Library, version pair, devices, then each model's compiled file: fail or fall back."""
+        settings = self.settings
+        try:
+            self.environment = check_tpus(settings.edgetpu_library, settings.edgetpu_devices,
+                                          settings.edgetpu_version_check)
+        except EdgeTpuUnavailable as e:
+            every = self._fallback(list(models), e)
+            return dict.fromkeys(models, every)
+        env = self.environment
+        log.info("Edge TPU: %s, pinned set %s, %d TPU(s): %s", env.version.describe(),
+                 env.pinned_set.name if env.pinned_set else "none (version check: warn)",
+                 len(env.targets), ", ".join(t.label for t in env.targets))
+        fallbacks = {}
+        for name, model_dir in models.items():
+            try:
+                check_compiled_model(model_dir, env)
+            except (EdgeTpuUnavailable, ModelDirError) as e:
+                fallbacks[name] = self._fallback([name], e)
+        return fallbacks
+
+    def fall_back(self, model: str, error: Exception) -> Fallback | None:
+        """A delegate that would not open: the policy decides."""
+        if isinstance(error, EdgeTpuUnavailable) and self.settings.edgetpu_on_failure == "fallback":
+            return self._fallback([model], error)
+        return None
+
+    def _fallback(self, names: list[str], error: ServeError) -> Fallback:
+        if self.settings.edgetpu_on_failure == "fail":
+            raise error
+        log.warning("edgetpu unavailable for %s, serving on %s (EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback): %s",
+                    ", ".join(names), self.fallback_backend, error)
+        return Fallback(self.fallback_backend, str(error))
+
+    def interpreters(self) -> list[EngineOptions]:
+        return tpu_options(self.environment, self.settings.cpu_threads, self.settings.edgetpu_performance)
+
+    def device(self, options: EngineOptions) -> str | None:
+        tpu = getattr(options, "tpu", None)
+        return tpu.path if tpu else None
+
+    def reopen(self, options: EngineOptions) -> EngineOptions:
+        return reopen_options(options, self.environment)
+
+    def report(self, members) -> dict:
+        """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions."""
+        found_inventory = inventory(self.settings.edgetpu_library)
+        rt, found = found_inventory.runtime, found_inventory.probe
+        by_path: dict[str, list[dict]] = {}
+        types: dict[str, str] = {}
+        for model, member in members:
+            by_path.setdefault(member.device, []).append(dict(
+                model=model, healthy=member.healthy, problem=member.problem, load_ms=member.load_ms,
+                first_inference_ms=member.first_inference_ms))
+            types[member.device] = member.options.tpu.type
+        devices = [dict(index=i, type=d.type, path=d.path, health=_health(by_path.get(d.path, []), True),
+                        interpreters=by_path.pop(d.path, []))
+                   for i, d in enumerate(found.devices)]
+        devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters)
+                    for path, interpreters in by_path.items()]
+        version = found.version
+        return dict(
+            library=dict(path=found.library_path, loaded=found.loaded, version=version and version.text,
+                         runtime_version=version and version.runtime_version,
+                         package_version=version and version.package),
+            tflite_runtime=dict(name=rt.name, version=rt.version, module=rt.module.__name__) if rt else None,
+            pinned_set=vars(found.pinned_set) if found.pinned_set else None,
+            devices=devices,
+            error=found_inventory.error,
+        )
+
+
+def _health(interpreters: list[dict], listed: bool) -> str:
+    if not listed:
+        return "missing"
+    if not interpreters:
+        return "unused"
+    return "healthy" if all(i["healthy"] for i in interpreters) else "unhealthy"
+
+
+PLUGIN = EdgeTpuBackend

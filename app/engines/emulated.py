@@ -11,7 +11,7 @@ from pathlib import Path
 
 from app.edgetpu.compat import CompatReport, analyze
 from app.emulator import Interpreter
-from app.engines.base import EngineOptions, InterpreterEngine
+from app.engines.base import Backend, EngineOptions, InterpreterEngine
 from app.model_dir import INT8
 
 log = logging.getLogger(__name__)
@@ -46,3 +46,12 @@ class EmulatedEngine(InterpreterEngine):
         """The emulator itself: its parsed graph (`.model`) is there for analyses of the model."""
         return self._interpreter
 
+
+class EmulatedBackend(Backend):
+    """`workers` emulator interpreters (cpu_threads = BLAS threads); no runtime, no device."""
+
+    key = EmulatedEngine.key
+    engine = EmulatedEngine
+
+
+PLUGIN = EmulatedBackend

@@ -17,9 +17,10 @@ def default_photo() -> Path:
     return Path(metadata.distribution("scikit-learn").locate_file("sklearn/datasets/images/china.jpg"))
 
 
-def bench_service(workers: int, backends: str = "cpu", cpu_threads: int = 1) -> ServiceProcess:
-    """The service configured only by these arguments (the caller's EDGETPU_SERVE_* are ignored);
-    use it as a context manager: ready on entry, stopped on exit."""
+def bench_service(workers: int, backends: str = "cpu", cpu_threads: int = 1,
+                  extra: dict[str, str] | None = None) -> ServiceProcess:
+    """The service configured only by these arguments and `extra` settings (the caller's
+    EDGETPU_SERVE_* are ignored); use it as a context manager: ready on entry, stopped on exit."""
     return ServiceProcess({"EDGETPU_SERVE_WORKERS": str(workers), "EDGETPU_SERVE_CPU_THREADS": str(cpu_threads),
-                           "EDGETPU_SERVE_BACKENDS": backends, "EDGETPU_SERVE_LOG_LEVEL": "warning"},
+                           "EDGETPU_SERVE_BACKENDS": backends, "EDGETPU_SERVE_LOG_LEVEL": "warning", **(extra or {})},
                           inherit_settings=False)

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import ServiceProcess, default_photo
+from bench.common import bench_service, default_photo
 
 MODEL = "efficientnet_lite0"
 SHUTDOWN_LIMIT_S = 60  # the longest this script waits for the service to exit
@@ -90,8 +90,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 def measure(clients: int, reloads: int, interval_s: float, baseline_s: float, deadline_s: float,
             workers: int, drain_s: float, photo: Path) -> dict:
     data = photo.read_bytes()
-    service = ServiceProcess(workers=workers)
-    service.env["EDGETPU_SERVE_DRAIN_TIMEOUT_S"] = str(drain_s)
+    service = bench_service(workers, extra={"EDGETPU_SERVE_DRAIN_TIMEOUT_S": str(drain_s)})
     with service:
         stop, outcomes = threading.Event(), [[] for _ in range(clients)]
         threads = [threading.Thread(target=_client, args=(service.port, data, deadline_s, stop, out), daemon=True)

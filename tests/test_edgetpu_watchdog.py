@@ -88,15 +88,23 @@ def eventually(pool: EnginePool, condition, what: str):
         raise AssertionError(f"not within {EVENTUALLY_S} s: {what}")
 
 
-def pool_of(n: int) -> EnginePool:
+def pool_of(n: int, recreate_gate: threading.Event | None = None) -> EnginePool:
+    """With a gate, re-creation waits until the test opens it: what the test asserts about the
+    unhealthy state cannot race a recovery that a fast machine finishes first."""
+
+    def recreate(old: Member) -> Member:
+        if recreate_gate is not None:
+            recreate_gate.wait(EVENTUALLY_S)
+        return Member(HangingEngineDouble.load(None, None), 1.0, device=old.device)
+
     members = [Member(HangingEngineDouble(), 1.0, device=f"tpu{i}") for i in range(n)]
-    watchdog = Watchdog(WATCHDOG_S, lambda old: Member(HangingEngineDouble.load(None, None), 1.0, device=old.device),
-                        RETRY_S)
+    watchdog = Watchdog(WATCHDOG_S, recreate, RETRY_S)
     return EnginePool("m/hanging", members, max_waiting=4, wait_timeout_s=5, retry_after_s=1, watchdog=watchdog)
 
 
 def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
-    pool = pool_of(2)
+    recreate_gate = threading.Event()
+    pool = pool_of(2, recreate_gate)
     first, second = pool.members
     x = np.zeros((1, 224, 224, 3), np.uint8)
 
@@ -109,6 +117,7 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
         assert hung.value.retry_after_s == 1
         assert not first.healthy and pool.unhealthy == [first]
         served = await pool.run(x)  # the other TPU still serves
+        recreate_gate.set()
         await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not first, "the hung member is replaced")
         return waited, served
 
@@ -125,7 +134,8 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
 
 
 def test_with_every_device_hung_requests_fail_fast_until_one_is_back():
-    pool = pool_of(1)
+    recreate_gate = threading.Event()
+    pool = pool_of(1, recreate_gate)
     (only,) = pool.members
     HangingEngineDouble.fail_loads = 3  # the device takes a few attempts to come back
     x = np.zeros((1, 224, 224, 3), np.uint8)
@@ -138,6 +148,7 @@ def test_with_every_device_hung_requests_fail_fast_until_one_is_back():
         with pytest.raises(DeviceHung, match="every device is unhealthy"):
             await pool.run(x)
         assert time.monotonic() - start < WATCHDOG_S  # no waiting on a device that is not there
+        recreate_gate.set()
         await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not only, "re-created")
         return await pool.run(x)
 

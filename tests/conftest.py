@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -13,6 +16,33 @@ from converter.photos import photo
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
 DEFAULT_MODEL = "efficientnet_lite0"
+EXIT_GRACE_S = 15  # for a child that was told to stop and is still on its way out
+
+
+def live_children(pid: int) -> list[str]:
+    """'PID command' of the live (not zombie) processes whose parent is `pid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            head, tail = stat.read_text().rsplit(")", 1)
+        except OSError:  # exited while we looked
+            continue
+        state, ppid = tail.split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found.append(f"{stat.parent.name} {head.split('(', 1)[1]}")
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_outlives_the_run():
+    """After the last test, no process a test started is left running (services, workers, scripts)."""
+    yield
+    deadline = time.monotonic() + EXIT_GRACE_S
+    while (left := live_children(os.getpid())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for entry in left:  # not left behind by the run either
+        os.kill(int(entry.split()[0]), signal.SIGKILL)
+    assert not left, f"processes started by the tests still running after the last one: {left}"
 
 
 @pytest.fixture(scope="session")

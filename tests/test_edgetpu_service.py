@@ -1,6 +1,7 @@
 """`python -m app` on a real socket with EDGETPU_SERVE_BACKENDS=edgetpu, on this machine without a TPU,
 and with the libedgetpu TEST DOUBLE standing for two PCIe TPUs."""
 
+import re
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import httpx
 
 from tests.conftest import DEFAULT_MODEL, ROOT, Service
 from tests.doubles.edgetpu_models import plain_as_compiled
-from tests.doubles.libedgetpu import DEVICES, libedgetpu_double  # noqa: F401
+from tests.doubles.libedgetpu import DEVICES, INVOKE_LOG, libedgetpu_double  # noqa: F401
 
 START_TIMEOUT_S = 60
 
@@ -45,29 +46,36 @@ def test_without_a_tpu_policy_fallback_serves_on_cpu_and_says_so(cat_png):
         service.stop()
 
 
-def test_edgetpu_requests_are_routed_to_the_two_tpu_interpreters_of_the_test_double(tmp_path, libedgetpu_double,
-                                                                                      cat_png):
-    """Routing and device bookkeeping, not TPU arithmetic: the double's delegate claims no operator, so
-    the interpreters it is applied to compute on TFLite's CPU kernels and equal predictions hold by
-    construction. What can fail here: each listed device gets its own delegate-backed interpreter, a
-    `backend=edgetpu` request is answered by the edgetpu pool (not refused, not served by cpu), and
-    /v1/devices reports both devices healthy and warmed."""
+def test_two_tpus_through_the_test_double_compute_what_the_cpu_does(tmp_path, libedgetpu_double, cat_png):
+    """The double's delegate claims the model's uint8/int8 QUANTIZE operators (those XNNPACK, applied too,
+    leaves it) and computes them itself, so an edgetpu request runs a delegated kernel on one of the two devices
+    (logged), a cpu request none, and the answers agree (tests/test_libedgetpu_double.py checks the
+    delegated arithmetic itself, tensor for tensor)."""
     nodes = [tmp_path / "apex_0", tmp_path / "apex_1"]
     for node in nodes:
         node.write_bytes(b"")
+    invoked = tmp_path / "invoked.log"
     service = Service({
         "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
         "EDGETPU_SERVE_BACKENDS": "edgetpu,cpu", "EDGETPU_SERVE_WORKERS": "1",
         "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
-        DEVICES: ",".join(f"pci:{node}" for node in nodes),
+        DEVICES: ",".join(f"pci:{node}" for node in nodes), INVOKE_LOG: str(invoked),
     })
     try:
         service.wait_ready()
+        invocations = lambda: invoked.read_text().splitlines() if invoked.exists() else []  # noqa: E731
         with httpx.Client(base_url=service.url, timeout=30) as client:
-            on_tpu = client.post("/v1/classify?backend=edgetpu", files={"image": cat_png.read_bytes()}).json()
-            on_cpu = client.post("/v1/classify?backend=cpu", files={"image": cat_png.read_bytes()}).json()
-            # equal by construction (the double computes nothing itself): this checks the answer is whole
+            warm_up = invocations()
+            assert {line.split()[1] for line in warm_up} == {"device=:0", "device=:1"}  # each TPU warmed up
+            on_tpu = client.post("/v1/classify?backend=edgetpu&top_k=1000", files={"image": cat_png.read_bytes()}).json()
+            after_tpu = invocations()
+            on_cpu = client.post("/v1/classify?backend=cpu&top_k=1000", files={"image": cat_png.read_bytes()}).json()
+            after_cpu = invocations()
             assert on_tpu["backend"] == "edgetpu" and on_tpu["predictions"] == on_cpu["predictions"]
+            ran = after_tpu[len(warm_up):]  # one inference, on one device, through its delegate
+            assert ran and all(re.fullmatch(r"invoked device=:[01] ops=1 QUANTIZE:u?int8>u?int8", r) for r in ran)
+            assert len({r.split()[1] for r in ran}) == 1, ran
+            assert after_cpu == after_tpu  # the cpu backend never touches the delegate
             devices = client.get("/v1/devices").json()
     finally:
         service.stop()

@@ -1,8 +1,9 @@
 """Model directories with an `edgetpu` file, for tests that have no edgetpu_compiler.
 
 `plain_as_compiled`: the committed int8 model listed as the compiled file too, so the
-libedgetpu TEST DOUBLE's delegate (which claims no node) leaves every op to the CPU
-kernels and the model runs: the engine, pool and registry wiring is real, the TPU is not.
+libedgetpu TEST DOUBLE's delegate takes its uint8/int8 QUANTIZE operators, leaves every
+other op to the CPU kernels, and the model runs: the engine, pool, registry and delegate
+wiring is real, the TPU is not.
 """
 
 from __future__ import annotations

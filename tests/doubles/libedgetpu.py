@@ -1,7 +1,8 @@
 """Builds the libedgetpu TEST DOUBLE (libedgetpu_test_double.c) and sets what it pretends.
 
 The double is a real shared library with libedgetpu's C API and delegate entry points;
-it lists the devices the tests choose and its delegate claims no node. See the C file.
+it lists the devices the tests choose, and its delegate claims the uint8/int8 QUANTIZE
+operators and computes them itself (counted, and logged per device). See the C file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ DEVICES = "EDGETPU_TEST_DOUBLE_DEVICES"
 VERSION = "EDGETPU_TEST_DOUBLE_VERSION"
 OPEN = "EDGETPU_TEST_DOUBLE_OPEN"
 LOG = "EDGETPU_TEST_DOUBLE_LOG"
+INVOKE_LOG = "EDGETPU_TEST_DOUBLE_INVOKE_LOG"
 RUNTIME_14 = "BuildLabel(COMPILER=test double,DATE=redacted,TIME=redacted), RuntimeVersion(14)"
 
 

@@ -16,13 +16,26 @@
  *                                device exists but cannot be opened).
  *   EDGETPU_TEST_DOUBLE_LOG      file that gets one line per delegate created/destroyed,
  *                                with the options received, for tests to assert on.
+ *   EDGETPU_TEST_DOUBLE_INVOKE_LOG  file that gets one line per invocation of a delegated
+ *                                kernel, "invoked device=SPEC ops=N QUANTIZE:uint8>int8 ...",
+ *                                so a test can see which device's delegate computed what.
  *
- * Its delegate claims no node: the model runs on the runtime's CPU kernels, so tests through
- * it check routing, options and device bookkeeping, never the TPU's arithmetic (its outputs
- * equal the CPU's by construction). Device
- * selection follows libedgetpu's rules for the "device" option ("", ":N", "usb",
+ * Its delegate is a real TfLiteDelegate: it claims every QUANTIZE operator that converts
+ * between uint8 and int8 with per-tensor parameters (the first and last operators of the
+ * Edge TPU's uint8-in, uint8-out models) and computes them itself, in double precision,
+ * q_out = clamp(round_half_away(s_in / s_out * (q_in - zp_in)) + zp_out), which equals
+ * TFLite's integer requantization for these models (equal scales). Everything else stays on
+ * the runtime's CPU kernels. So a request served through it really runs delegated kernels
+ * (counted, and logged per device), and a wrong computation or a missing delegate shows in
+ * the outputs or the counts; the TPU's own arithmetic is still not modelled.
+ * Device selection follows libedgetpu's rules for the "device" option ("", ":N", "usb",
  * "usb:N", "pci", "pci:N"): a spec that names no listed device gives no delegate.
+ *
+ * The TFLite structures below are declared here with the layout of TFLite's C API
+ * (tensorflow/lite/core/c/common.h, whose fields are only ever appended), as far as the
+ * double uses them; TfLiteRegistration is declared whole, because it is passed by value.
  */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,12 +107,224 @@ void edgetpu_verbosity(int verbosity) { (void)verbosity; }
 /* Not in libedgetpu: lets tests check that every list was freed. */
 int edgetpu_test_double_live_device_lists(void) { return live_device_lists; }
 
-static int kTfLiteOk = 0;
+/* ---- the TFLite C API, as far as the delegate uses it ---- */
 
-static int prepare_claims_nothing(void* context, void* delegate) {
+enum { kTfLiteOk = 0, kTfLiteError = 1 };
+enum { kTfLiteUInt8 = 3, kTfLiteInt8 = 9 };
+enum { kTfLiteBuiltinQuantize = 114 };
+enum { kTfLiteAffineQuantization = 1 };
+
+typedef struct TfLiteIntArray {
+  int size;
+  int data[];
+} TfLiteIntArray;
+
+typedef struct TfLiteTensor {
+  int type;
+  void* data;
+  TfLiteIntArray* dims;
+  struct { float scale; int32_t zero_point; } params;
+  int allocation_type;
+  size_t bytes;
+  const void* allocation;
+  const char* name;
+  void* delegate;
+  int buffer_handle;
+  bool data_is_stale;
+  bool is_variable;
+  struct { int type; void* params; } quantization;
+  void* sparsity;
+  const TfLiteIntArray* dims_signature;
+} TfLiteTensor;
+
+/* scale is a TfLiteFloatArray*, whose layout has changed between releases: only zero_point is read */
+typedef struct { void* scale; TfLiteIntArray* zero_point; int32_t quantized_dimension; } TfLiteAffineQuantization;
+
+typedef struct TfLiteNode {
+  TfLiteIntArray* inputs;
+  TfLiteIntArray* outputs;
+  TfLiteIntArray* intermediates;
+  TfLiteIntArray* temporaries;
+  void* user_data;
+  void* builtin_data;
+  const void* custom_initial_data;
+  int custom_initial_data_size;
+  struct TfLiteDelegate* delegate;
+  bool might_have_side_effect;
+} TfLiteNode;
+
+struct TfLiteContext;
+
+typedef struct TfLiteRegistration {
+  void* (*init)(struct TfLiteContext* context, const char* buffer, size_t length);
+  void (*free)(struct TfLiteContext* context, void* buffer);
+  int (*prepare)(struct TfLiteContext* context, TfLiteNode* node);
+  int (*invoke)(struct TfLiteContext* context, TfLiteNode* node);
+  const char* (*profiling_string)(const struct TfLiteContext* context, const TfLiteNode* node);
+  int32_t builtin_code;
+  const char* custom_name;
+  int version;
+  void* registration_external;
+  void* (*async_kernel)(struct TfLiteContext* context, TfLiteNode* node);
+  uint64_t inplace_operator;
+} TfLiteRegistration;
+
+typedef struct TfLiteDelegate {
+  void* data_;
+  int (*Prepare)(struct TfLiteContext* context, struct TfLiteDelegate* delegate);
+  void* CopyFromBufferHandle;
+  void* CopyToBufferHandle;
+  void* FreeBufferHandle;
+  int64_t flags;
+  void* opaque_delegate_builder;
+} TfLiteDelegate;
+
+typedef struct TfLiteContext {
+  size_t tensors_size;
+  int (*GetExecutionPlan)(struct TfLiteContext* context, TfLiteIntArray** execution_plan);
+  TfLiteTensor* tensors;
+  void* impl_;
+  void* ResizeTensor;
+  void (*ReportError)(struct TfLiteContext*, const char* msg, ...);
+  void* AddTensors;
+  int (*GetNodeAndRegistration)(struct TfLiteContext*, int node_index, TfLiteNode** node,
+                                TfLiteRegistration** registration);
+  int (*ReplaceNodeSubsetsWithDelegateKernels)(struct TfLiteContext*, TfLiteRegistration registration,
+                                               const TfLiteIntArray* nodes_to_replace, TfLiteDelegate* delegate);
+} TfLiteContext;
+
+typedef struct TfLiteDelegateParams {
+  TfLiteDelegate* delegate;
+  TfLiteIntArray* nodes_to_replace;
+  TfLiteIntArray* input_tensors;
+  TfLiteIntArray* output_tensors;
+} TfLiteDelegateParams;
+
+/* What the double keeps per delegate (TfLiteDelegate.data_). */
+typedef struct {
+  char device[64];
+} DoubleDelegate;
+
+/* One delegated kernel: the QUANTIZE nodes of one partition, as (input, output) tensor indices. */
+typedef struct {
+  int count;
+  int tensors[][2];
+} DelegatedKernel;
+
+static long invocations = 0;
+
+/* Not in libedgetpu: how many delegated kernels ran in this process, for in-process tests. */
+long edgetpu_test_double_invocations(void) { return invocations; }
+
+static bool per_tensor(const TfLiteTensor* t) {
+  if (t->quantization.type != kTfLiteAffineQuantization || t->quantization.params == NULL) return true;
+  const TfLiteAffineQuantization* q = t->quantization.params;
+  return q->zero_point == NULL || q->zero_point->size <= 1;
+}
+
+/* A QUANTIZE between uint8 and int8 with one scale per tensor: what this double computes. */
+static bool claimable(TfLiteContext* context, const TfLiteNode* node, const TfLiteRegistration* reg) {
+  if (reg->builtin_code != kTfLiteBuiltinQuantize || node->inputs->size != 1 || node->outputs->size != 1)
+    return false;
+  const TfLiteTensor* in = &context->tensors[node->inputs->data[0]];
+  const TfLiteTensor* out = &context->tensors[node->outputs->data[0]];
+  bool in_ok = in->type == kTfLiteUInt8 || in->type == kTfLiteInt8;
+  bool out_ok = out->type == kTfLiteUInt8 || out->type == kTfLiteInt8;
+  return in_ok && out_ok && in->type != out->type && per_tensor(in) && per_tensor(out) &&
+         in->params.scale > 0 && out->params.scale > 0;
+}
+
+static void* kernel_init(TfLiteContext* context, const char* buffer, size_t length) {
+  (void)length;
+  const TfLiteDelegateParams* params = (const TfLiteDelegateParams*)buffer;
+  int n = params->nodes_to_replace->size;
+  DelegatedKernel* kernel = calloc(1, sizeof *kernel + (size_t)n * sizeof kernel->tensors[0]);
+  for (int i = 0; i < n; ++i) {
+    TfLiteNode* node = NULL;
+    TfLiteRegistration* reg = NULL;
+    if (context->GetNodeAndRegistration(context, params->nodes_to_replace->data[i], &node, &reg) != kTfLiteOk) {
+      free(kernel);
+      return NULL;
+    }
+    kernel->tensors[i][0] = node->inputs->data[0];
+    kernel->tensors[i][1] = node->outputs->data[0];
+  }
+  kernel->count = n;
+  return kernel;
+}
+
+static void kernel_free(TfLiteContext* context, void* buffer) {
   (void)context;
-  (void)delegate;
+  free(buffer);
+}
+
+static int kernel_prepare(TfLiteContext* context, TfLiteNode* node) {
+  (void)context;
+  return node->user_data == NULL ? kTfLiteError : kTfLiteOk;
+}
+
+static const char* type_name(int type) { return type == kTfLiteUInt8 ? "uint8" : "int8"; }
+
+/* "invoked device=SPEC ops=N QUANTIZE:IN>OUT ..." */
+static void log_invocation(TfLiteContext* context, const TfLiteDelegate* delegate, const DelegatedKernel* kernel) {
+  const char* path = getenv("EDGETPU_TEST_DOUBLE_INVOKE_LOG");
+  if (path == NULL) return;
+  FILE* f = fopen(path, "a");
+  if (f == NULL) return;
+  fprintf(f, "invoked device=%s ops=%d", ((const DoubleDelegate*)delegate->data_)->device, kernel->count);
+  for (int k = 0; k < kernel->count; ++k)
+    fprintf(f, " QUANTIZE:%s>%s", type_name(context->tensors[kernel->tensors[k][0]].type),
+            type_name(context->tensors[kernel->tensors[k][1]].type));
+  fputc('\n', f);
+  fclose(f);
+}
+
+/* q_out = clamp(round_half_away(s_in / s_out * (q_in - zp_in)) + zp_out) */
+static int kernel_invoke(TfLiteContext* context, TfLiteNode* node) {
+  const DelegatedKernel* kernel = node->user_data;
+  for (int k = 0; k < kernel->count; ++k) {
+    const TfLiteTensor* in = &context->tensors[kernel->tensors[k][0]];
+    TfLiteTensor* out = &context->tensors[kernel->tensors[k][1]];
+    const double ratio = (double)in->params.scale / (double)out->params.scale;
+    const int lo = out->type == kTfLiteUInt8 ? 0 : -128, hi = out->type == kTfLiteUInt8 ? 255 : 127;
+    for (size_t i = 0; i < in->bytes && i < out->bytes; ++i) {
+      int q = in->type == kTfLiteUInt8 ? ((const uint8_t*)in->data)[i] : ((const int8_t*)in->data)[i];
+      const double x = ratio * (q - in->params.zero_point);
+      long v = (x >= 0 ? (long)(x + 0.5) : -(long)(-x + 0.5)) + out->params.zero_point; /* half away from 0 */
+      v = v < lo ? lo : v > hi ? hi : v;
+      if (out->type == kTfLiteUInt8) ((uint8_t*)out->data)[i] = (uint8_t)v;
+      else ((int8_t*)out->data)[i] = (int8_t)v;
+    }
+  }
+  ++invocations;
+  log_invocation(context, node->delegate, kernel);
   return kTfLiteOk;
+}
+
+/* TfLiteDelegate.Prepare: claim the QUANTIZE nodes this double computes. */
+static int delegate_prepare(TfLiteContext* context, TfLiteDelegate* delegate) {
+  TfLiteIntArray* plan = NULL;
+  if (context->GetExecutionPlan(context, &plan) != kTfLiteOk) return kTfLiteError;
+  TfLiteIntArray* claimed = calloc(1, sizeof *claimed + (size_t)plan->size * sizeof(int));
+  for (int i = 0; i < plan->size; ++i) {
+    TfLiteNode* node = NULL;
+    TfLiteRegistration* reg = NULL;
+    if (context->GetNodeAndRegistration(context, plan->data[i], &node, &reg) != kTfLiteOk) continue;
+    if (claimable(context, node, reg)) claimed->data[claimed->size++] = plan->data[i];
+  }
+  int status = kTfLiteOk;
+  if (claimed->size > 0) {
+    TfLiteRegistration kernel = {0};
+    kernel.init = kernel_init;
+    kernel.free = kernel_free;
+    kernel.prepare = kernel_prepare;
+    kernel.invoke = kernel_invoke;
+    kernel.custom_name = "edgetpu-test-double";
+    kernel.version = 1;
+    status = context->ReplaceNodeSubsetsWithDelegateKernels(context, kernel, claimed, delegate);
+  }
+  free(claimed);
+  return status;
 }
 
 /* Index of the listed device a "device" option names, or -1 (libedgetpu's rules). */
@@ -154,14 +379,18 @@ void* tflite_plugin_create_delegate(char** options_keys, char** options_values,
     log_line("refused", options_keys, options_values, num_options);
     return NULL;
   }
-  void** delegate = calloc(1, DELEGATE_BYTES);
-  /* TfLiteDelegate: data_, then Prepare; flags and the rest stay zero. */
-  delegate[1] = (void*)prepare_claims_nothing;
+  /* Larger than this file's TfLiteDelegate: fields a newer runtime appends read as zero. */
+  TfLiteDelegate* delegate = calloc(1, DELEGATE_BYTES);
+  DoubleDelegate* data = calloc(1, sizeof *data);
+  snprintf(data->device, sizeof data->device, "%s", device ? device : "");
+  delegate->data_ = data;
+  delegate->Prepare = delegate_prepare;
   log_line("created", options_keys, options_values, num_options);
   return delegate;
 }
 
 void tflite_plugin_destroy_delegate(void* delegate) {
   log_line("destroyed", NULL, NULL, 0);
+  if (delegate != NULL) free(((TfLiteDelegate*)delegate)->data_);
   free(delegate);
 }

@@ -149,13 +149,20 @@ class Registry:
     @property
     def default_backend(self) -> str:
         """The first configured backend, or the one serving instead of it for every model."""
-        first = self.settings.backends[0]
-        instead = {self._fallbacks.get(name, {}).get(first) for name in self._paths}
+        return self._serving_instead(self.settings.backends[0])
+
+    def served_backends(self) -> list[str]:
+        """The backends a request can name, in configured order: a configured one that every model
+        fell back from is replaced by the one serving instead of it."""
+        return list(dict.fromkeys(self._serving_instead(key) for key in self.settings.backends))
+
+    def _serving_instead(self, key: str) -> str:
+        instead = {self._fallbacks.get(name, {}).get(key) for name in self._paths}
         if self._paths and None not in instead:
             backends = {f.backend for f in instead}
             if len(backends) == 1:
                 return backends.pop()
-        return first
+        return key
 
     # -- start -------------------------------------------------------------------------------
 
@@ -266,7 +273,7 @@ class Registry:
         the default backend) until the block ends. Refuses at once (NotReady, Busy, ...)."""
         version = self._hold(name)
         try:
-            key = backend or self.default_backend
+            key = self.default_backend if backend is None else backend  # "" is a wrong name, not the default
             pool = version.pool(key)
             place = pool.admit()
             try:

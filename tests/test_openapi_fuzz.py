@@ -48,11 +48,12 @@ def fuzzed_service():
         yield service
 
 
-def test_the_backend_parameter_is_an_enum_of_the_served_backends(fuzzed_service):
+def test_the_schema_has_the_served_backends_and_the_top_k_limit(fuzzed_service):
     spec = httpx.get(f"{fuzzed_service.url}/openapi.json").json()
     for path in ("/v1/classify", "/v1/models/{name}/classify"):
-        (backend,) = [p for p in spec["paths"][path]["post"]["parameters"] if p["name"] == "backend"]
-        assert backend["schema"]["enum"] == BACKENDS and not backend.get("required", False)
+        parameters = {p["name"]: p for p in spec["paths"][path]["post"]["parameters"]}
+        assert parameters["backend"]["schema"]["enum"] == BACKENDS and not parameters["backend"].get("required", False)
+        assert parameters["top_k"]["schema"]["maximum"] == 1000  # MAX_TOP_K's default, from the settings
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])

@@ -1,4 +1,4 @@
-"""The OpenAPI description, completed with what only the running process knows: the backends it serves.
+"""The OpenAPI description, completed with what only the running process knows: the backends it serves and its limits.
 
 `backend` is a plain string to the handlers (an unknown one is refused with a 400 naming the
 loaded ones); in the description it is an enum of this process's backends, so a client or a
@@ -14,24 +14,21 @@ from fastapi import FastAPI
 from app.registry import Registry
 
 BACKEND_PARAMETER = "backend"
-CPU, EDGETPU = "cpu", "edgetpu"
+TOP_K_PARAMETER = "top_k"
 
 
-def served_backends(registry: Registry) -> list[str]:
-    """The configured backends, in order, with `edgetpu` replaced by `cpu` when every model fell back to it."""
-    configured = registry.settings.backends
-    all_fell_back = configured[0] == EDGETPU and registry.default_backend == CPU
-    served = [CPU if backend == EDGETPU and all_fell_back else backend for backend in configured]
-    return list(dict.fromkeys(served))
-
-
-def with_backend_enum(schema: dict, backends: list[str]) -> dict:
-    """A copy of `schema` whose `backend` query parameters accept exactly `backends`."""
+def completed(schema: dict, backends: list[str], max_top_k: int) -> dict:
+    """A copy of `schema` whose `backend` query parameters accept exactly `backends`, and whose
+    `top_k` parameters stop at the process's MAX_TOP_K."""
     schema = copy.deepcopy(schema)
     for operation in (op for path in schema.get("paths", {}).values() for op in path.values()):
         for parameter in operation.get("parameters", []):
-            if parameter.get("in") == "query" and parameter.get("name") == BACKEND_PARAMETER:
+            if parameter.get("in") != "query":
+                continue
+            if parameter.get("name") == BACKEND_PARAMETER:
                 parameter["schema"] = {"type": "string", "enum": backends, "title": "Backend"}
+            elif parameter.get("name") == TOP_K_PARAMETER:
+                parameter["schema"]["maximum"] = max_top_k
     return schema
 
 
@@ -39,6 +36,6 @@ def install(app: FastAPI, registry: Registry) -> None:
     generate = app.openapi  # FastAPI's own, which caches the static part
 
     def openapi() -> dict:
-        return with_backend_enum(generate(), served_backends(registry))
+        return completed(generate(), registry.served_backends(), registry.settings.max_top_k)
 
     app.openapi = openapi

@@ -155,7 +155,7 @@ def test_the_issue_op_list_is_covered():
               "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "STRIDED_SLICE", "SLICE", "SPACE_TO_DEPTH",
               "L2_NORMALIZATION", "LEAKY_RELU", "PRELU",
               # issue 14: the CPU-side ops of partially mapped models
-              "PADV2", "TRANSPOSE", "GATHER", "TRANSPOSE_CONV"}
+              "PADV2", "TRANSPOSE", "GATHER", "GATHER_ND", "TRANSPOSE_CONV"}
     assert wanted <= set(supported_opcodes())
 
 

@@ -1,5 +1,5 @@
 """Ops that move values without arithmetic, or nearly: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD,
-SLICE, STRIDED_SLICE, SPACE_TO_DEPTH, TRANSPOSE, GATHER.
+SLICE, STRIDED_SLICE, SPACE_TO_DEPTH, TRANSPOSE, GATHER, GATHER_ND.
 
 The only arithmetic is CONCATENATION's rescaling of a uint8 input whose quantization differs
 from the output's (reference_ops::ConcatenationWithScaling, in float): a table per input.
@@ -258,6 +258,35 @@ def prepare_gather(view: OpView) -> Step:
     return view.step(run, 0)
 
 
+def gather_nd(params_data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """reference_ops::GatherNd: indices [..., K] pick slices params[i_0, ..., i_(K-1)]; bytes copied."""
+    return params_data[tuple(np.moveaxis(indices, -1, 0))]
+
+
+def prepare_gather_nd(view: OpView) -> Step:
+    """GATHER_ND of 8-bit values with constant indices (litert-torch writes index_select as one)."""
+    _check_types(view)
+    source, positions, output = view.input(0), view.input(1), view.output()
+    if positions.type not in ("INT16", "INT32", "INT64"):
+        raise Unsupported(f"indices are {positions.type}; expected INT16, INT32 or INT64")
+    indices = np.asarray(view.constant(1, "indices"), np.int64)
+    depth = indices.shape[-1] if indices.ndim else 0
+    if indices.ndim < 1 or not 1 <= depth <= len(source.shape):
+        raise Unsupported(f"indices {indices.shape} for an input of rank {len(source.shape)}: the last dimension "
+                          "must be between 1 and the input's rank")
+    bounds = np.asarray(source.shape[:depth], np.int64)
+    if indices.size and ((indices < 0).any() or (indices >= bounds).any()):
+        raise Unsupported(f"indices outside the input's {source.shape[:depth]} (TFLite fails such a gather)")
+    output_shape = indices.shape[:-1] + source.shape[depth:]
+    if output_shape != output.shape:
+        raise Unsupported(f"gathering gives {output_shape}; output {output.shape}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return gather_nd(x, indices)
+
+    return view.step(run, 0)
+
+
 PREPARE = {
     "RESHAPE": prepare_reshape,
     "SQUEEZE": prepare_reshape,
@@ -270,4 +299,5 @@ PREPARE = {
     "SPACE_TO_DEPTH": prepare_space_to_depth,
     "TRANSPOSE": prepare_transpose,
     "GATHER": prepare_gather,
+    "GATHER_ND": prepare_gather_nd,
 }

@@ -1,4 +1,5 @@
-"""RELU family, LEAKY_RELU, PRELU, LOGISTIC, TANH, HARD_SWISH, SOFTMAX, L2_NORMALIZATION against BUILTIN_REF.
+"""RELU family, LEAKY_RELU (8-bit and float), PRELU, LOGISTIC, TANH, HARD_SWISH, SOFTMAX, L2_NORMALIZATION
+against BUILTIN_REF.
 
 Element-wise inputs hold every one of the 256 byte values, so a table entry cannot hide.
 """
@@ -68,6 +69,41 @@ def test_relu_n1_to_1(reference, example):
 @OP_SETTINGS
 @given(unary_examples("LEAKY_RELU", "LeakyReluOptions", alpha=st.floats(0.0, 0.875, width=32)))
 def test_leaky_relu(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def float_leaky_relu_examples(draw):
+    """ai-edge-quantizer's float island: int8 -> DEQUANTIZE -> LEAKY_RELU (float) -> QUANTIZE -> int8.
+
+    Or the float op alone, on floats from a wide range with signed zeros and subnormals.
+    """
+    type_name = draw(types)
+    shape = draw(shapes(max_side=12))
+    alpha = draw(st.floats(-2.0, 2.0, width=32))
+    seed = draw(seeds)
+    g = GraphBuilder()
+    if draw(st.booleans()):
+        input_q, output_q = draw(quantization(type_name, 1e-3, 0.2)), draw(quantization(type_name, 1e-3, 0.2))
+        x = g.tensor("input", shape, type_name, scale=input_q[0], zero_point=input_q[1])
+        f, r = g.tensor("dequantized", shape, "FLOAT32"), g.tensor("leaky", shape, "FLOAT32")
+        y = g.tensor("output", shape, type_name, scale=output_q[0], zero_point=output_q[1])
+        g.op("DEQUANTIZE", [x], [f])
+        g.op("LEAKY_RELU", [f], [r], "LeakyReluOptions", alpha=alpha)
+        g.op("QUANTIZE", [r], [y])
+        return case(g.build([x], [y]), [every_byte(seed, shape, type_name)], island=True, type=type_name,
+                    shape=shape, alpha=alpha, input_q=input_q, output_q=output_q, seed=seed)
+    rng = np.random.default_rng(seed)
+    values = (rng.standard_normal(shape) * 10.0 ** rng.integers(-40, 30, shape)).astype(np.float32)
+    values.reshape(-1)[:4] = np.array([0.0, -0.0, 1e-45, -1e-45], np.float32)[:values.size]
+    x, y = g.tensor("input", shape, "FLOAT32"), g.tensor("output", shape, "FLOAT32")
+    g.op("LEAKY_RELU", [x], [y], "LeakyReluOptions", alpha=alpha)
+    return case(g.build([x], [y]), [values], island=False, shape=shape, alpha=alpha, seed=seed)
+
+
+@OP_SETTINGS
+@given(float_leaky_relu_examples())
+def test_float_leaky_relu(reference, example):
     assert_matches_reference(reference, example)
 
 

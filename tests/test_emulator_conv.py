@@ -1,4 +1,4 @@
-"""CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED against BUILTIN_REF, on randomized models."""
+"""CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED and TRANSPOSE_CONV against BUILTIN_REF, on randomized models."""
 
 from __future__ import annotations
 
@@ -145,6 +145,43 @@ def fully_connected_models(draw):
                 filter_q=(filter_scales, filter_zero_point), output_q=(s_out, z_out), seed=seed)
 
 
+@st.composite
+def transpose_conv_models(draw):
+    """The decoder's upsampling convolution, with every output size TFLite accepts (torch's output_padding)."""
+    type_name = draw(st.sampled_from(["INT8", "UINT8"]))
+    batch, height, width = draw(st.integers(1, 2)), draw(st.integers(1, 8)), draw(st.integers(1, 8))
+    in_c, out_c = draw(st.integers(1, 8)), draw(st.integers(1, 8))
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    padding = draw(st.sampled_from(["SAME", "VALID"]))
+    # TFLite requires the convolution of the output to give the input's size back: stride choices each way
+    if padding == "SAME":
+        out_h, out_w = (height - 1) * sh + 1, (width - 1) * sw + 1
+    else:
+        out_h, out_w = (height - 1) * sh + kh, (width - 1) * sw + kw
+    out_h, out_w = out_h + draw(st.integers(0, sh - 1)), out_w + draw(st.integers(0, sw - 1))
+    s_in, z_in = draw(quantization(type_name))
+    filter_scales, filter_zero_point = draw(filter_quantization(type_name, out_c))
+    s_out = _output_scale(draw, s_in, filter_scales, max(1, kh * kw * in_c // (sh * sw)))  # taps per output
+    z_out = draw(quantization(type_name))[1]
+    with_bias = draw(st.booleans())
+    seed = draw(seeds)
+    g = GraphBuilder()
+    output_shape = g.constant("output_shape", [batch, out_h, out_w, out_c])
+    w = g.tensor("filter", (out_c, kh, kw, in_c), type_name, scale=filter_scales, zero_point=filter_zero_point,
+                 axis=0, data=_weights(seed, (out_c, kh, kw, in_c), type_name))
+    x = g.tensor("input", (batch, height, width, in_c), type_name, scale=s_in, zero_point=z_in)
+    inputs = [output_shape, w, x] + ([_bias(g, seed, s_in, filter_scales, out_c)] if with_bias else [])
+    y = g.tensor("output", (batch, out_h, out_w, out_c), type_name, scale=s_out, zero_point=z_out)
+    activation = draw(activations)
+    g.op("TRANSPOSE_CONV", inputs, [y], "TransposeConvOptions", version=4, padding=padding, strideH=sh, strideW=sw,
+         fusedActivationFunction=activation)
+    return case(g.build([x], [y]), [random_values(seed + 2, (batch, height, width, in_c), type_name)],
+                type=type_name, input=(batch, height, width, in_c), filter=(out_c, kh, kw), stride=(sh, sw),
+                output=(out_h, out_w), padding=padding, bias=with_bias, activation=activation, input_q=(s_in, z_in),
+                filter_q=(filter_scales, filter_zero_point), output_q=(s_out, z_out), seed=seed)
+
+
 @OP_SETTINGS
 @given(conv_models())
 def test_conv_2d(reference, example):
@@ -160,6 +197,12 @@ def test_depthwise_conv_2d(reference, example):
 @OP_SETTINGS
 @given(fully_connected_models())
 def test_fully_connected(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@OP_SETTINGS
+@given(transpose_conv_models())
+def test_transpose_conv(reference, example):
     assert_matches_reference(reference, example)
 
 

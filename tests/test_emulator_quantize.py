@@ -1,4 +1,4 @@
-"""QUANTIZE (requantize, int8 <-> uint8, from float) and DEQUANTIZE against BUILTIN_REF."""
+"""QUANTIZE (requantize, int8 <-> uint8, from float), DEQUANTIZE, and the two in a row, against BUILTIN_REF."""
 
 from __future__ import annotations
 
@@ -60,6 +60,29 @@ def dequantize_models(draw):
     seed = draw(seeds)
     model = unary_model("DEQUANTIZE", shape, source, input_q, None, output_type="FLOAT32", version=2)
     return case(model, [every_byte(seed, shape, source)], source=source, shape=shape, input_q=input_q)
+
+
+@st.composite
+def float_round_trip_models(draw):
+    """8-bit -> DEQUANTIZE -> QUANTIZE -> 8-bit: the float hop converters leave between two int8 ops."""
+    source, target = draw(st.sampled_from(["INT8", "UINT8"])), draw(st.sampled_from(["INT8", "UINT8"]))
+    shape = draw(shapes())
+    input_q, output_q = draw(quantization(source, 1e-3, 1.0)), draw(quantization(target, 1e-3, 1.0))
+    seed = draw(seeds)
+    g = GraphBuilder()
+    x = g.tensor("input", shape, source, scale=input_q[0], zero_point=input_q[1])
+    f = g.tensor("float", shape, "FLOAT32")
+    y = g.tensor("output", shape, target, scale=output_q[0], zero_point=output_q[1])
+    g.op("DEQUANTIZE", [x], [f], version=2)
+    g.op("QUANTIZE", [f], [y])
+    return case(g.build([x], [y]), [every_byte(seed, shape, source)], source=source, target=target, shape=shape,
+                input_q=input_q, output_q=output_q)
+
+
+@OP_SETTINGS
+@given(float_round_trip_models())
+def test_dequantize_then_quantize(reference, example):
+    assert_matches_reference(reference, example)
 
 
 @OP_SETTINGS

@@ -5,7 +5,7 @@ SaturatingRoundingDoublingHighMul then RoundingDivideByPOT); the two differ by o
 values. For each kernel, a model is searched (fixed seeds) on which the two modes give
 different outputs, and BUILTIN_REF must then agree with the mode the emulator names, and
 disagree with the other. Measured result: FULLY_CONNECTED rounds once; CONV_2D,
-DEPTHWISE_CONV_2D, MUL, QUANTIZE, RELU and MEAN round twice. ADD (and SUB, its twin) cannot
+DEPTHWISE_CONV_2D, TRANSPOSE_CONV, MUL, QUANTIZE, RELU and MEAN round twice. ADD (and SUB, its twin) cannot
 tell them apart: its inputs are shifted left by 20 bits before rescaling, so the output
 rescale shifts right by about 20 bits and a tie after the first rounding needs odds of about
 2^-21 per value; on every pair of int8 values, for all the scales tried, both modes agree.
@@ -68,6 +68,23 @@ def _conv(rng, opcode: str):
     return g.build([x], [y]), [random_values(int(rng.integers(1 << 30)), (1, 8, 8, c_in), "INT8")]
 
 
+def _transpose_conv(rng):
+    c_in, c_out = 8, 16
+    s_in = float(np.float32(rng.uniform(0.005, 0.05)))
+    s_w = rng.uniform(0.001, 0.01, c_out).astype(np.float32)
+    g = GraphBuilder()
+    shape = g.constant("output_shape", [1, 16, 16, c_out])
+    w = g.tensor("w", (c_out, 3, 3, c_in), "INT8", scale=s_w, zero_point=[0] * c_out,
+                 data=np.maximum(random_values(2, (c_out, 3, 3, c_in), "INT8"), -127))
+    x = g.tensor("x", (1, 8, 8, c_in), "INT8", scale=s_in, zero_point=-7)
+    b = g.tensor("b", (c_out,), "INT32", scale=(np.float32(s_in) * s_w).astype(np.float32), zero_point=[0] * c_out,
+                 data=rng.integers(-3000, 3000, c_out))
+    y = g.tensor("y", (1, 16, 16, c_out), "INT8", scale=float(np.float32(s_in * s_w.mean() * 64 * 4)), zero_point=4)
+    g.op("TRANSPOSE_CONV", [shape, w, x, b], [y], "TransposeConvOptions", version=4, padding="SAME", strideH=2,
+         strideW=2)
+    return g.build([x], [y]), [random_values(int(rng.integers(1 << 30)), (1, 8, 8, c_in), "INT8")]
+
+
 def _all_pairs(rng, opcode: str):
     """Every pair of int8 values: x1 is a column, x2 a row, the output their broadcast."""
     q = [(float(np.float32(rng.uniform(0.01, 0.2))), int(rng.integers(-20, 20))) for _ in range(3)]
@@ -103,6 +120,7 @@ KERNELS = {
     "FULLY_CONNECTED": (conv, "FULLY_CONNECTED_ROUNDING", _fully_connected),
     "CONV_2D": (conv, "CONV_ROUNDING", lambda rng: _conv(rng, "CONV_2D")),
     "DEPTHWISE_CONV_2D": (conv, "CONV_ROUNDING", lambda rng: _conv(rng, "DEPTHWISE_CONV_2D")),
+    "TRANSPOSE_CONV": (conv, "TRANSPOSE_CONV_ROUNDING", _transpose_conv),
     "ADD": (elementwise, "ADD_ROUNDING", lambda rng: _all_pairs(rng, "ADD")),
     "MUL": (elementwise, "MUL_ROUNDING", lambda rng: _all_pairs(rng, "MUL")),
     "QUANTIZE": (quantize, "REQUANTIZE_ROUNDING", lambda rng: _all_bytes(rng, "QUANTIZE")),

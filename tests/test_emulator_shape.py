@@ -1,4 +1,5 @@
-"""RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD, PADV2, SLICE, STRIDED_SLICE, SPACE_TO_DEPTH against BUILTIN_REF."""
+"""RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD, PADV2, SLICE, STRIDED_SLICE, SPACE_TO_DEPTH, TRANSPOSE, GATHER,
+GATHER_ND against BUILTIN_REF."""
 
 from __future__ import annotations
 
@@ -181,4 +182,77 @@ def space_to_depth_models(draw):
 @OP_SETTINGS
 @given(space_to_depth_models())
 def test_space_to_depth(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def transpose_models(draw):
+    type_name, seed = draw(types), draw(seeds)
+    q = draw(quantization(type_name))
+    shape = draw(shapes(max_rank=6, max_side=5))
+    perm = draw(st.permutations(range(len(shape))))
+    output = tuple(shape[p] for p in perm)
+    model = _single("TRANSPOSE", type_name, q, shape, output, [perm], "TransposeOptions")
+    return case(model, [every_byte(seed, shape, type_name)], type=type_name, shape=shape, perm=perm)
+
+
+@OP_SETTINGS
+@given(transpose_models())
+def test_transpose(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def gather_models(draw):
+    """Constant indices (a channel shuffle, a row pick), any axis, batch_dims, INT32 or INT64 indices."""
+    type_name, seed = draw(types), draw(seeds)
+    q = draw(quantization(type_name))
+    shape = draw(shapes(max_rank=4, max_side=6))
+    axis = draw(st.integers(0, len(shape) - 1))
+    batch_dims = draw(st.integers(0, axis))
+    index_shape = shape[:batch_dims] + tuple(draw(st.lists(st.integers(1, 4), max_size=2)))
+    indices = np.random.default_rng(seed).integers(0, shape[axis], index_shape)
+    index_type = draw(st.sampled_from(["INT32", "INT64"]))
+    output = shape[:axis] + index_shape[batch_dims:] + shape[axis + 1:]
+    negative_axis = draw(st.booleans())
+    g = GraphBuilder()
+    x = g.tensor("input", shape, type_name, scale=q[0], zero_point=q[1])
+    i = g.constant("indices", indices, index_type)
+    y = g.tensor("output", output, type_name, scale=q[0], zero_point=q[1])
+    g.op("GATHER", [x, i], [y], "GatherOptions", axis=axis - len(shape) if negative_axis else axis,
+         batchDims=batch_dims)
+    return case(g.build([x], [y]), [every_byte(seed, shape, type_name)], type=type_name, shape=shape, axis=axis,
+                batch_dims=batch_dims, indices=indices.tolist(), index_type=index_type)
+
+
+@OP_SETTINGS
+@given(gather_models())
+def test_gather(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def gather_nd_models(draw):
+    """Constant indices picking whole slices (depth < rank) or single values (depth = rank)."""
+    type_name, seed = draw(types), draw(seeds)
+    q = draw(quantization(type_name))
+    shape = draw(shapes(max_rank=4, max_side=6))
+    depth = draw(st.integers(1, len(shape)))
+    batch = tuple(draw(st.lists(st.integers(1, 4), min_size=0, max_size=2)))
+    rng = np.random.default_rng(seed)
+    indices = np.stack([rng.integers(0, d, batch) for d in shape[:depth]], axis=-1)
+    index_type = draw(st.sampled_from(["INT32", "INT64"]))
+    output = batch + shape[depth:]
+    g = GraphBuilder()
+    x = g.tensor("input", shape, type_name, scale=q[0], zero_point=q[1])
+    i = g.constant("indices", indices, index_type)
+    y = g.tensor("output", output, type_name, scale=q[0], zero_point=q[1])
+    g.op("GATHER_ND", [x, i], [y])
+    return case(g.build([x], [y]), [every_byte(seed, shape, type_name)], type=type_name, shape=shape,
+                indices=indices.tolist(), index_type=index_type)
+
+
+@OP_SETTINGS
+@given(gather_nd_models())
+def test_gather_nd(reference, example):
     assert_matches_reference(reference, example)

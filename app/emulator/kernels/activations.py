@@ -1,5 +1,6 @@
 """Activations on int8/uint8: RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, PRELU, LOGISTIC, TANH, HARD_SWISH,
-SOFTMAX, L2_NORMALIZATION.
+SOFTMAX, L2_NORMALIZATION; and LEAKY_RELU on float32, which ai-edge-quantizer does not quantize
+(its int8 graphs keep it float between a DEQUANTIZE and a QUANTIZE).
 
 Element-wise ones are functions of one byte (two for PRELU) and run as tables built at load from
 the kernels below (kernels/activations.cc with reference/*.h). LOGISTIC and TANH are tables in
@@ -97,7 +98,17 @@ def quantize_leaky_relu(input_data, input_offset: int, output_offset: int, outpu
     return np.clip(output_offset + np.where(value >= 0, identity, alpha), quantized_min, quantized_max)
 
 
+def leaky_relu(input_data: np.ndarray, alpha: np.float32) -> np.ndarray:
+    """optimized_ops::LeakyRelu (float; BUILTIN_REF runs it too): x where x > 0, else x * alpha, in float32."""
+    return np.where(input_data > 0, input_data, input_data * alpha).astype(np.float32, copy=False)
+
+
 def prepare_leaky_relu(view: OpView) -> Step:
+    if view.input(0).type == "FLOAT32":  # ai-edge-quantizer leaves it float, between DEQUANTIZE and QUANTIZE
+        if view.output().type != "FLOAT32":
+            raise Unsupported(f"input FLOAT32, output {view.output().type}; expected the same type")
+        alpha_f32 = f32(view.options.get("alpha", 0.0))
+        return view.step(lambda x: leaky_relu(x, alpha_f32), 0)
     input_dtype, input_scale, input_zero_point = per_tensor(view.input(0), "input")
     output_dtype, output_scale, output_zero_point = per_tensor(view.output(), "output")
     if input_dtype != output_dtype:

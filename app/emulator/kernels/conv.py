@@ -1,4 +1,4 @@
-"""CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: the matrix kernels.
+"""CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED and TRANSPOSE_CONV: the matrix kernels.
 
 TFLite (reference/integer_ops/conv.h, depthwise_conv.h, fully_connected.h; reference/conv.h for
 uint8) accumulates filter * (input + input_offset) over in-image taps only, adds the bias,
@@ -13,6 +13,11 @@ requantizes per output channel, adds the output offset and clamps. Here:
   DEPTHWISE_CONV_2D is one einsum per stride phase over strided views of the input (PhaseGrid),
   or one numba pass (app/emulator/accel.py) when installed.
 - +bias, requantize, +output offset, clamp: one Requantizer, exact by construction (requantize.py).
+
+TRANSPOSE_CONV (reference_integer_ops::TransposeConv, reference_ops::TransposeConv for uint8) is
+not on the hot path of any model here (a CPU-side op of partially mapped models): it runs in
+plain numpy, no numba and no Requantizer, accumulating in float64 (exact: every sum of 8-bit
+products is far below 2^53) and requantizing with fixedpoint.multiply_by_quantized_multiplier.
 
 The numpy kernels run block by block of output rows (BLOCK_VALUES), accumulating and then
 requantizing each block while its temporaries (in the interpreter's Scratch) are in cache.
@@ -40,13 +45,14 @@ from app.emulator.kernels.common import (
     type_range,
     zero_point_of,
 )
-from app.emulator.fixedpoint import Rounding
+from app.emulator.fixedpoint import Rounding, multiply_by_quantized_multiplier
 from app.emulator.requantize import FLOAT32_EXACT_INTEGERS, Requantizer, RequantParams
 from app.emulator.scratch import Scratch
 
-# Measured on the pinned runtime (tests/test_emulator_rounding.py): the convolutions round twice,
-# FULLY_CONNECTED once.
+# Measured on the pinned runtime (tests/test_emulator_rounding.py): the convolutions (transposed
+# too) round twice, FULLY_CONNECTED once.
 CONV_ROUNDING = Rounding.DOUBLE_ROUNDING
+TRANSPOSE_CONV_ROUNDING = Rounding.DOUBLE_ROUNDING
 FULLY_CONNECTED_ROUNDING = Rounding.SINGLE_ROUNDING
 
 INT32_TYPES = ("INT32",)
@@ -255,15 +261,50 @@ def fully_connected(input_data: np.ndarray, filter_matrix: np.ndarray, output_sh
     return requantize(acc).reshape(output_shape)  # +bias, requantize, +output offset, clamp
 
 
+def transpose_conv(input_data: np.ndarray, filter_matrix: np.ndarray, bias: np.ndarray, input_offset: int,
+                   output_multiplier: np.ndarray, output_shift: np.ndarray, output_offset: int, pad_height: int,
+                   pad_width: int, stride_height: int, stride_width: int, filter_height: int, filter_width: int,
+                   output_shape: tuple[int, ...], quantized_activation_min: int, quantized_activation_max: int,
+                   rounding: Rounding) -> np.ndarray:
+    """reference_integer_ops::TransposeConv (int8, per channel) and reference_ops::TransposeConv (uint8), NHWC.
+
+    filter_matrix: float64 [input_depth, filter_height * filter_width * output_depth], filter offset applied.
+    Each input value (plus input_offset) scatters its products with the filter onto the output
+    window at (in_y * stride_height - pad_height, in_x * stride_width - pad_width); products that
+    fall outside the output are dropped. Then, per output value: +bias, requantize, +output offset, clamp.
+    """
+    batches, input_height, input_width, input_depth = input_data.shape
+    _, output_height, output_width, output_depth = output_shape
+    products = (input_data.reshape(-1, input_depth).astype(np.float64) + input_offset) @ filter_matrix
+    products = products.astype(np.int64).reshape(batches, input_height, input_width, filter_height, filter_width,
+                                                 output_depth)  # exact integers, below 2^53
+    # the whole scattered window, in "padded output" coordinates: out_y + pad_height
+    height = max((input_height - 1) * stride_height + filter_height, pad_height + output_height)
+    width = max((input_width - 1) * stride_width + filter_width, pad_width + output_width)
+    scattered = np.zeros((batches, height, width, output_depth), np.int64)
+    for filter_y in range(filter_height):
+        for filter_x in range(filter_width):
+            scattered[:, filter_y:filter_y + (input_height - 1) * stride_height + 1:stride_height,
+                      filter_x:filter_x + (input_width - 1) * stride_width + 1:stride_width, :] += \
+                products[:, :, :, filter_y, filter_x, :]
+    acc = scattered[:, pad_height:pad_height + output_height, pad_width:pad_width + output_width, :]  # accumulate
+    acc = acc + bias  # +bias
+    acc = multiply_by_quantized_multiplier(acc, output_multiplier, output_shift, rounding)  # requantize
+    acc = acc + output_offset  # +output offset
+    return np.clip(acc, quantized_activation_min, quantized_activation_max)  # clamp
+
+
 # ---- prepare: what TFLite's Prepare computes, once per model ----
 
-def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, scalar_path: bool):
+def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, scalar_path: bool,
+                     positions: tuple[int, int, int] = (0, 1, 2)):
     """Centered int64 filter, per-channel multipliers, int64 bias, all checked against TFLite's rules.
 
     scalar_path: the kernel takes TFLite's single (per-tensor) multiplier, whose real value is
     computed with the scale product in float; the per-channel arrays compute it in double.
+    positions: where the operator has its input, filter and bias (TRANSPOSE_CONV: 2, 1, 3).
     """
-    input_tensor, filter_tensor, output = view.input(0), view.input(1), view.output()
+    input_tensor, filter_tensor, output = view.input(positions[0]), view.input(positions[1]), view.output()
     filter_dtype = quantized_type(filter_tensor, "filter")
     if filter_tensor.data is None:
         raise Unsupported("the filter must be a constant tensor")
@@ -302,7 +343,7 @@ def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, sca
         # the per-channel loop: input_scale * filter_scale / output_scale, all in double
         real = np.float64(input_scale) * filter_scales.astype(np.float64) / output_scale
     output_multiplier, output_shift = multipliers(real)
-    bias_tensor = view.input(2)
+    bias_tensor = view.input(positions[2])
     if bias_tensor is None:
         bias = np.zeros(channels, np.int64)
     else:
@@ -440,8 +481,49 @@ def prepare_fully_connected(view: OpView) -> Step:
     return view.step(run, 0, **_details(filter_matrix, requantize))
 
 
+def prepare_transpose_conv(view: OpView) -> Step:
+    """Inputs: output_shape (constant), filter [output_depth, h, w, input_depth], input, optional bias."""
+    input_tensor, filter_tensor, output = view.input(2), view.input(1), view.output()
+    input_dtype, _, input_zero_point = per_tensor(input_tensor, "input")
+    _, _, output_zero_point = per_tensor(output, "output")
+    input_shape, filter_shape, output_shape = input_tensor.shape, filter_tensor.shape, output.shape
+    if len(input_shape) != 4 or len(filter_shape) != 4 or len(output_shape) != 4:
+        raise Unsupported(f"input {input_shape}, filter {filter_shape} and output {output_shape} must all be 4-D")
+    declared = tuple(int(d) for d in np.asarray(view.constant(0, "output_shape")).reshape(-1))
+    if declared != output_shape:
+        raise Unsupported(f"output_shape {list(declared)} differs from the output tensor's {list(output_shape)}")
+    output_depth, filter_height, filter_width, filter_depth = filter_shape
+    if filter_depth != input_shape[3] or output_depth != output_shape[3] or input_shape[0] != output_shape[0]:
+        raise Unsupported(f"input {input_shape}, filter {filter_shape} and output {output_shape} do not match")
+    # uint8: one multiplier from the float scale product, as CONV_2D; int8: per channel, in double
+    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8,
+                                                                       positions=(2, 1, 3))
+    if input_dtype == np.int8 and np.any(filter_tensor.quantization.zero_point != 0):
+        raise Unsupported("int8 filter zero points must be 0 (the int8 kernel has no filter offset)")
+    filter_matrix = centered.transpose(3, 1, 2, 0).reshape(filter_depth, -1).astype(np.float64)  # [in, (h, w, out)]
+    o = view.options
+    stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
+    # ComputePaddingHeightWidth with the output as the convolution's input (transpose_conv.cc Eval)
+    padding = compute_padding(o.get("padding", 0), output_shape[1], output_shape[2], filter_height, filter_width,
+                              stride_h, stride_w)
+    if (padding.output_height, padding.output_width) != input_shape[1:3]:
+        raise Unsupported(f"a convolution of the {output_shape[1]}x{output_shape[2]} output gives "
+                          f"{padding.output_height}x{padding.output_width}, not the input's "
+                          f"{input_shape[1]}x{input_shape[2]} (TFLite's check)")
+    act_min, act_max = activation_range(o.get("fusedActivationFunction", 0), output)
+    rounding = TRANSPOSE_CONV_ROUNDING
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return transpose_conv(x, filter_matrix, bias, -input_zero_point, output_multiplier, output_shift,
+                              output_zero_point, padding.top, padding.left, stride_h, stride_w, filter_height,
+                              filter_width, output_shape, act_min, act_max, rounding).astype(input_dtype)
+
+    return view.step(run, 2, accumulate="float64", requantize="fixedpoint", accelerated=False)
+
+
 PREPARE = {
     "CONV_2D": prepare_conv_2d,
     "DEPTHWISE_CONV_2D": prepare_depthwise_conv_2d,
     "FULLY_CONNECTED": prepare_fully_connected,
+    "TRANSPOSE_CONV": prepare_transpose_conv,
 }

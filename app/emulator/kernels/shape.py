@@ -1,5 +1,5 @@
 """Ops that move values without arithmetic, or nearly: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD,
-SLICE, STRIDED_SLICE, SPACE_TO_DEPTH.
+SLICE, STRIDED_SLICE, SPACE_TO_DEPTH, TRANSPOSE, GATHER, GATHER_ND.
 
 The only arithmetic is CONCATENATION's rescaling of a uint8 input whose quantization differs
 from the output's (reference_ops::ConcatenationWithScaling, in float): a table per input.
@@ -191,6 +191,102 @@ def prepare_space_to_depth(view: OpView) -> Step:
     return view.step(run, 0)
 
 
+def transpose(input_data: np.ndarray, perm: tuple[int, ...]) -> np.ndarray:
+    """reference_ops::Transpose: output dimension i is input dimension perm[i]; bytes copied, no rescaling."""
+    return np.ascontiguousarray(input_data.transpose(perm))
+
+
+def prepare_transpose(view: OpView) -> Step:
+    _check_types(view)
+    shape = view.input(0).shape
+    perm = tuple(int(p) for p in np.asarray(view.constant(1, "perm")).reshape(-1))
+    if sorted(perm) != list(range(len(shape))):
+        raise Unsupported(f"perm {list(perm)} is not a permutation of the {len(shape)} dimensions (TFLite's check)")
+    output_shape = tuple(shape[p] for p in perm)
+    if output_shape != view.output().shape:
+        raise Unsupported(f"transposing {shape} by {list(perm)} gives {output_shape}; output {view.output().shape}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return transpose(x, perm)
+
+    return view.step(run, 0)
+
+
+def gather(input_data: np.ndarray, coords: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
+    """reference_ops::Gather: slices of input along axis at coords, per batch; bytes copied, no rescaling.
+
+    input viewed as [batch, outer, axis, inner] and coords as [batch, coord]:
+    out[b, o, c, i] = input[b, o, coords[b, c], i].
+    """
+    shape = input_data.shape
+    batch_size = int(np.prod(shape[:batch_dims], dtype=np.int64))
+    outer = int(np.prod(shape[batch_dims:axis], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    blocks = input_data.reshape(batch_size, outer, shape[axis], inner)
+    coords = coords.reshape(batch_size, -1)
+    return np.stack([blocks[b].take(coords[b], axis=1) for b in range(batch_size)])
+
+
+def prepare_gather(view: OpView) -> Step:
+    """GATHER of 8-bit values with constant indices (the models here gather channels or rows, never by data)."""
+    _check_types(view)
+    source, positions, output = view.input(0), view.input(1), view.output()
+    if positions.type not in ("INT16", "INT32", "INT64"):
+        raise Unsupported(f"indices are {positions.type}; expected INT16, INT32 or INT64")
+    coords = np.asarray(view.constant(1, "indices"), np.int64)
+    rank = len(source.shape)
+    axis = view.options.get("axis", 0)
+    axis = axis + rank if axis < 0 else axis
+    batch_dims = view.options.get("batchDims", 0)
+    batch_dims = batch_dims + coords.ndim if batch_dims < 0 else batch_dims
+    if not 0 <= axis < rank or not 0 <= batch_dims <= axis or batch_dims > coords.ndim:
+        raise Unsupported(f"axis {axis} and batch_dims {batch_dims} for an input of rank {rank} and indices of "
+                          f"rank {coords.ndim} (TFLite requires 0 <= batch_dims <= axis < rank)")
+    if source.shape[:batch_dims] != coords.shape[:batch_dims]:
+        raise Unsupported(f"the first {batch_dims} dimensions of input {source.shape} and indices {coords.shape} "
+                          "differ")
+    if coords.size and (coords.min() < 0 or coords.max() >= source.shape[axis]):
+        raise Unsupported(f"indices {coords.min()}..{coords.max()} are outside dimension {axis} of size "
+                          f"{source.shape[axis]} (TFLite fails such a gather)")
+    output_shape = source.shape[:axis] + coords.shape[batch_dims:] + source.shape[axis + 1:]
+    if output_shape != output.shape:
+        raise Unsupported(f"gathering gives {output_shape}; output {output.shape}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return gather(x, coords, axis, batch_dims).reshape(output_shape)
+
+    return view.step(run, 0)
+
+
+def gather_nd(params_data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """reference_ops::GatherNd: indices [..., K] pick slices params[i_0, ..., i_(K-1)]; bytes copied."""
+    return params_data[tuple(np.moveaxis(indices, -1, 0))]
+
+
+def prepare_gather_nd(view: OpView) -> Step:
+    """GATHER_ND of 8-bit values with constant indices (litert-torch writes index_select as one)."""
+    _check_types(view)
+    source, positions, output = view.input(0), view.input(1), view.output()
+    if positions.type not in ("INT16", "INT32", "INT64"):
+        raise Unsupported(f"indices are {positions.type}; expected INT16, INT32 or INT64")
+    indices = np.asarray(view.constant(1, "indices"), np.int64)
+    depth = indices.shape[-1] if indices.ndim else 0
+    if indices.ndim < 1 or not 1 <= depth <= len(source.shape):
+        raise Unsupported(f"indices {indices.shape} for an input of rank {len(source.shape)}: the last dimension "
+                          "must be between 1 and the input's rank")
+    bounds = np.asarray(source.shape[:depth], np.int64)
+    if indices.size and ((indices < 0).any() or (indices >= bounds).any()):
+        raise Unsupported(f"indices outside the input's {source.shape[:depth]} (TFLite fails such a gather)")
+    output_shape = indices.shape[:-1] + source.shape[depth:]
+    if output_shape != output.shape:
+        raise Unsupported(f"gathering gives {output_shape}; output {output.shape}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return gather_nd(x, indices)
+
+    return view.step(run, 0)
+
+
 PREPARE = {
     "RESHAPE": prepare_reshape,
     "SQUEEZE": prepare_reshape,
@@ -201,4 +297,7 @@ PREPARE = {
     "SLICE": prepare_slice,
     "STRIDED_SLICE": prepare_strided_slice,
     "SPACE_TO_DEPTH": prepare_space_to_depth,
+    "TRANSPOSE": prepare_transpose,
+    "GATHER": prepare_gather,
+    "GATHER_ND": prepare_gather_nd,
 }

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
-import uvicorn
-
 from app.errors import ServeError
+from app.http_server import serve
 from app.main import create_app
 from app.settings import Settings
 
@@ -20,7 +19,7 @@ def main() -> int:
     except ServeError as e:
         print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    serve(app, settings)
     return 0
 
 

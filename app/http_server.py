@@ -31,6 +31,7 @@ import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from app.memory import tune_malloc
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -240,6 +241,8 @@ def config(app, settings: Settings, **overrides: Any) -> uvicorn.Config:
 
 def serve(app, settings: Settings, **overrides: Any) -> None:
     """Run the app until SIGINT/SIGTERM (uvicorn's graceful shutdown)."""
+    if not tune_malloc():
+        log.info("not glibc: malloc left as it is")
     server = uvicorn.Server(config(app, settings, **overrides))
     server.run()
     if not server.started:

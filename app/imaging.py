@@ -132,7 +132,7 @@ def _jpeg_scale(width: int, height: int, size: tuple[int, int]) -> int:
     """The DCT scale denominator Pillow's JpegImageFile.draft() picks: the largest of 8, 4, 2, 1
     that keeps both sides at least `size`."""
     ratio = min(width // size[0], height // size[1])
-    return next(s for s in (8, 4, 2, 1) if ratio >= s)
+    return next((s for s in (8, 4, 2) if ratio >= s), 1)
 
 
 def check_png_checksums(data) -> None:

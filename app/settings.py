@@ -100,6 +100,11 @@ class Settings(BaseSettings):
                              f"MAX_BODY_BYTES ({self.max_body_bytes})")
         return self
 
+    @field_validator("api_keys_file", "admin_keys_file", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value):
+        return None if value == "" else value  # EDGETPU_SERVE_API_KEYS_FILE= (compose's empty default)
+
     @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod
     def _keys(cls, value):

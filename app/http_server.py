@@ -241,7 +241,7 @@ def config(app, settings: Settings, **overrides: Any) -> uvicorn.Config:
 
 def serve(app, settings: Settings, **overrides: Any) -> None:
     """Run the app until SIGINT/SIGTERM (uvicorn's graceful shutdown)."""
-    if not tune_malloc():
+    if settings.tune_malloc and not tune_malloc():
         log.info("not glibc: malloc left as it is")
     server = uvicorn.Server(config(app, settings, **overrides))
     server.run()

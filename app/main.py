@@ -47,7 +47,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.images = images
     app.state.api_keys = auth.ApiKeys.from_settings(settings)
     errors.install(app)
-    app.add_middleware(HoldBodyBudget, budget=ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s))
+    app.add_middleware(HoldBodyBudget, budget=ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
+                                                         trim_after_burst=settings.tune_malloc))
     app.include_router(health.router)
     app.include_router(models.router, dependencies=[auth.InferenceKey])
     app.include_router(classify.router, dependencies=[auth.InferenceKey])

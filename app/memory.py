@@ -72,8 +72,9 @@ class ByteBudget:
     malloc_trim runs on a thread so the memory goes back to the OS.
     """
 
-    def __init__(self, capacity: int, retry_after_s: float = 1.0):
+    def __init__(self, capacity: int, retry_after_s: float = 1.0, trim_after_burst: bool = True):
         self.capacity = capacity
+        self.trim_after_burst = trim_after_burst
         self.retry_after_s = retry_after_s
         self.reserved = 0
         self.peak = 0
@@ -107,7 +108,7 @@ class ByteBudget:
     def release(self, size: int) -> None:
         self.reserved -= size
         self._grant()
-        if self.reserved == 0 and not self._trimmed:
+        if self.reserved == 0 and not self._trimmed and self.trim_after_burst:
             self._trimmed = True
             asyncio.get_running_loop().run_in_executor(None, trim)
 

@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     # Memory of requests in flight (app/api/body.py): request bodies being read and held count
     # against this; a request whose body does not fit waits (up to WAIT_TIMEOUT_S), then 503.
     max_body_bytes_in_flight: int = Field(default=160 * 1024 * 1024, ge=1)
+    # glibc malloc set for bursts of large buffers (app/memory.py): fixed mmap threshold, 2 arenas.
+    tune_malloc: bool = True
     # Image strictness (app/imaging.py): refuse images the decoder reports as damaged (corrupt JPEG
     # entropy data, PNG checksum errors) with a 400; true accepts them as decoded.
     accept_damaged_images: bool = False

@@ -155,7 +155,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None:
             receive = cycle.receive
 
-            @functools.wraps(receive)
             async def receive_with_deadline():
                 # The body deadline runs from the application's first read, not from the end of the
                 # head: time the request waits for memory or admission is not the client's.

@@ -7,6 +7,8 @@
   large bodies   N concurrent 14-18 MB JPEGs: statuses, peak RSS (VmHWM) and RSS after the
                  burst, against MAX_BODY_BYTES_IN_FLIGHT; once with the default budget and
                  once with the budget out of the way (side by side, same run)
+  images         decode time and peak RSS of the largest images each format may be
+  cost           what the protocol subclass costs per request against plain uvicorn + httptools
   overload       10x more concurrent clients than the service admits (workers + MAX_WAITING):
                  503 latency, admitted latency vs the unloaded p99
 
@@ -47,12 +49,18 @@ def free_port() -> int:
 
 
 class Service:
-    def __init__(self, **settings: str):
+    """python -m app (our server), or with plain=True uvicorn's own CLI on the same app (the baseline)."""
+
+    def __init__(self, plain: bool = False, **settings: str):
         self.port = free_port()
         env = {**os.environ, "PYTHONPATH": str(ROOT), "EDGETPU_SERVE_HOST": "127.0.0.1",
                "EDGETPU_SERVE_PORT": str(self.port), "EDGETPU_SERVE_LOG_LEVEL": "warning",
                **{f"EDGETPU_SERVE_{k.upper()}": str(v) for k, v in settings.items()}}
-        self.process = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env,
+        command = [sys.executable, "-m", "app"]
+        if plain:
+            command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--http", "httptools",
+                       "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning", "--no-access-log"]
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -287,10 +295,82 @@ async def overload(svc: Service, admitted: int, factor: int, request: bytes, per
           f"{pct(ok, 99) / pct(unloaded, 99):.1f}x")
 
 
+async def keep_alive_rate(port: int, requests: int) -> float:
+    """Seconds per request for `requests` sequential GET /healthz on one keep-alive connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = b"GET /healthz HTTP/1.1\r\nHost: bench\r\n\r\n"
+    start = time.perf_counter()
+    for _ in range(requests):
+        writer.write(request)
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(13)  # {"live":true}
+    elapsed = time.perf_counter() - start
+    writer.close()
+    return elapsed / requests
+
+
+def protocol_cost(rounds: int, requests: int) -> None:
+    print(f"\n## what the limits cost per request: GET /healthz, one keep-alive connection, {requests} requests "
+          f"x {rounds} alternating rounds")
+    ours, plain = Service(), Service(plain=True)
+    try:
+        times = {"uvicorn + httptools (plain)": [], "ours (LimitedHttpToolsProtocol)": []}
+        for _ in range(rounds):
+            times["uvicorn + httptools (plain)"].append(asyncio.run(keep_alive_rate(plain.port, requests)))
+            times["ours (LimitedHttpToolsProtocol)"].append(asyncio.run(keep_alive_rate(ours.port, requests)))
+    finally:
+        ours.stop()
+        plain.stop()
+    print("| server | median us per request (client included) |")
+    print("|---|---|")
+    for name, values in times.items():
+        print(f"| {name} | {statistics.median(values) * 1e6:.0f} |")
+    ratio = statistics.median(times["ours (LimitedHttpToolsProtocol)"]) / statistics.median(
+        times["uvicorn + httptools (plain)"])
+    print(f"ours / plain = {ratio:.2f}")
+
+
+def large_images() -> None:
+    """Decode time and peak RSS per image kind, each in a fresh service (VmHWM only rises)."""
+    from sklearn.datasets import load_sample_image
+    china = Image.fromarray(load_sample_image("china.jpg"))
+
+    def encoded(size, fmt, **kw):
+        buf = io.BytesIO()
+        china.resize(size, Image.Resampling.NEAREST).save(buf, fmt, **kw)
+        return buf.getvalue()
+
+    cases = [
+        ("JPEG 8600x5700 (49 MP), decoded at 1/8", encoded((8600, 5700), "JPEG", quality=90), "image/jpeg", {}),
+        ("PNG 6000x4000 (24 MP, = MAX_DECODED_PIXELS)", encoded((6000, 4000), "PNG", compress_level=1),
+         "image/png", {}),
+        ("PNG 8600x5700 (49 MP), default budget", encoded((8600, 5700), "PNG", compress_level=1), "image/png", {}),
+        ("PNG 8600x5700 (49 MP), MAX_DECODED_PIXELS 50 M (as before)", None, "image/png",
+         {"max_decoded_pixels": 50_000_000}),
+    ]
+    cases[3] = (cases[3][0], cases[2][1], cases[3][2], cases[3][3])
+    print("\n## large images: 3 sequential requests each, a fresh service per row")
+    print("| image | body MB | status | ms per request (median) | idle RSS MB | peak RSS MB | RSS after MB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, body, content_type, settings in cases:
+        svc = Service(max_body_bytes=64 * MIB, max_body_bytes_in_flight=128 * MIB, **settings)
+        try:
+            idle = svc.memory_mb()["VmRSS"]
+            results = [asyncio.run(exchange(svc.port, post("/v1/classify", body, content_type), 60)) for _ in range(3)]
+            peak = svc.memory_mb()["VmHWM"]
+            time.sleep(1.0)
+            after = svc.memory_mb()["VmRSS"]
+        finally:
+            svc.stop()
+        print(f"| {name} | {len(body) / 1e6:.1f} | {sorted({s for s, _ in results})} | "
+              f"{statistics.median(t for _, t in results) * 1000:.0f} | {idle:.0f} | {peak:.0f} | {after:.0f} |")
+
+
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the service on the way out
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="bombs,slow,bodies,overload", help="scenarios to run, comma-separated")
+    parser.add_argument("--only", default="bombs,slow,bodies,images,cost,overload",
+                        help="scenarios to run, comma-separated")
     parser.add_argument("--slow-clients", type=int, default=200, help="slow connections at once")
     parser.add_argument("--deadline", type=float, default=5.0, help="HEADER_TIMEOUT_S and BODY_TIMEOUT_S for the "
                         "slow-client run (the defaults, 10 and 60 s, make a long benchmark)")
@@ -321,12 +401,20 @@ def main() -> int:
               "RSS 2 s after MB |")
         print("|---|---|---|---|---|---|---|")
         for label, settings in (("default (160 MiB)", {}),
-                                ("out of the way (4 GiB)", {"max_body_bytes_in_flight": 4096 * MIB})):
+                                ("out of the way (4 GiB)", {"max_body_bytes_in_flight": 4096 * MIB}),
+                                ("out of the way, TUNE_MALLOC=false (glibc defaults)",
+                                 {"max_body_bytes_in_flight": 4096 * MIB, "tune_malloc": "false"})):
             svc = Service(**settings)
             try:
                 asyncio.run(large_bodies(svc, args.bodies, bodies, label))
             finally:
                 svc.stop()
+
+    if "images" in only:
+        large_images()
+
+    if "cost" in only:
+        protocol_cost(9, 2000)
 
     if "overload" in only:
         svc = Service()

@@ -94,8 +94,10 @@ class Service:
 
 # -- raw HTTP over asyncio ------------------------------------------------------------------------
 
-async def exchange(port: int, request: bytes, timeout_s: float = 30.0) -> tuple[int, float]:
-    """Send one request on a new connection; (status, seconds to the status line). 0 = no answer."""
+async def exchange(port: int, request: bytes, timeout_s: float = 30.0, reasons: dict | None = None
+                   ) -> tuple[int, float]:
+    """Send one request on a new connection; (status, seconds to the status line). 0 = no answer.
+    With `reasons`, the error message of each 503 is counted there (which limit said no)."""
     start = time.perf_counter()
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout_s)
@@ -113,7 +115,13 @@ async def exchange(port: int, request: bytes, timeout_s: float = 30.0) -> tuple[
         line = await asyncio.wait_for(reader.readline(), timeout_s)
         elapsed = time.perf_counter() - start
         sending.cancel()
-        return (int(line.split()[1]) if line.startswith(b"HTTP/") else 0), elapsed
+        status = int(line.split()[1]) if line.startswith(b"HTTP/") else 0
+        if reasons is not None and status == 503:
+            rest = await asyncio.wait_for(reader.read(1024), timeout_s)
+            message = rest.partition(b"\r\n\r\n")[2].decode("utf-8", "replace")
+            key = message.split(":")[1][:48].strip(' "') if ":" in message else message[:48]
+            reasons.setdefault(key, []).append(elapsed)
+        return status, elapsed
     except (ConnectionError, OSError, asyncio.TimeoutError, ValueError, IndexError):
         return 0, time.perf_counter() - start
     finally:
@@ -275,8 +283,10 @@ async def overload(svc: Service, admitted: int, factor: int, request: bytes, per
             unloaded.append(seconds)
     clients = admitted * factor
 
+    reasons: dict[str, list[float]] = {}
+
     async def client() -> list[tuple[int, float]]:
-        return [await exchange(svc.port, request, 30) for _ in range(per_client)]
+        return [await exchange(svc.port, request, 30, reasons) for _ in range(per_client)]
 
     start = time.perf_counter()
     results = [r for rows in await asyncio.gather(*(client() for _ in range(clients))) for r in rows]
@@ -290,6 +300,8 @@ async def overload(svc: Service, admitted: int, factor: int, request: bytes, per
     print(f"| unloaded 200 (1 client) | {len(unloaded)} | {pct(unloaded, 50):.1f} | {pct(unloaded, 99):.1f} |")
     print(f"| overload 200 | {len(ok)} | {pct(ok, 50):.1f} | {pct(ok, 99):.1f} |")
     print(f"| overload 503 | {len(busy)} | {pct(busy, 50):.1f} | {pct(busy, 99):.1f} |")
+    for reason, times in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        print(f"| 503 {reason!r} | {len(times)} | {pct(times, 50):.1f} | {pct(times, 99):.1f} |")
     others = _count(s for s, _ in results if s not in (200, 503))
     print(f"other statuses: {others or 'none'}; admitted p99 / unloaded p99 = "
           f"{pct(ok, 99) / pct(unloaded, 99):.1f}x")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
-
 from starlette.requests import ClientDisconnect
 
 from app.errors import BodyTooLarge, ClientGone, EmptyBody, RequestError, UnsupportedMediaType

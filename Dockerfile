@@ -50,6 +50,14 @@ ENV PATH=/opt/venv/bin:$PATH \
     EDGETPU_SERVE_MODEL_DIR=/models \
     EDGETPU_SERVE_BACKENDS=edgetpu,cpu \
     EDGETPU_SERVE_EDGETPU_ON_FAILURE=fail
+# API keys (README "Security and limits"): this image listens on 0.0.0.0, so admin endpoints
+# (reload) answer 403 until an admin key is set; inference is open until inference keys are set.
+# Pass keys as secrets, one per line, never baked into the image:
+#   docker run ... -v "$PWD/admin_keys:/run/secrets/admin_keys:ro" \
+#       -e EDGETPU_SERVE_ADMIN_KEYS_FILE=/run/secrets/admin_keys \
+#       -e EDGETPU_SERVE_API_KEYS_FILE=/run/secrets/api_keys ...
+# (or EDGETPU_SERVE_API_KEYS / EDGETPU_SERVE_ADMIN_KEYS, comma-separated). Clients send
+# "Authorization: Bearer <key>" or "X-API-Key: <key>".
 # uid 10001 = edgetpu: Docker adds its supplementary groups (plugdev) from /etc/group.
 USER 10001
 EXPOSE 8000

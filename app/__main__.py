@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 
-import uvicorn
-
 from app.errors import ServeError
+from app.http_server import serve
 from app.main import create_app
 from app.settings import Settings
 
@@ -21,23 +19,8 @@ def main() -> int:
     except ServeError as e:
         print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr)
         return 2
-    # SIGTERM: stop accepting, let admitted requests finish within DRAIN_TIMEOUT_S, then the
-    # lifespan closes the interpreters (app/main.py). uvicorn re-raises the signal once it is
-    # done: a handler that ignores it lets the process exit 0.
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                            access_log=False, timeout_graceful_shutdown=settings.drain_timeout_s)
-    _Server(config).run()
+    serve(app, settings)
     return 0
-
-
-class _Server(uvicorn.Server):
-    """A second SIGTERM ends the drain at once (uvicorn does so only for a second SIGINT)."""
-
-    def handle_exit(self, sig, frame) -> None:
-        if self.should_exit and sig == signal.SIGTERM:
-            self.force_exit = True
-        super().handle_exit(sig, frame)
 
 
 if __name__ == "__main__":

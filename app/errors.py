@@ -75,6 +75,10 @@ class BodyTooLarge(RequestError):
     pass
 
 
+class ClientGone(RequestError):
+    """The client closed the connection (or was dropped by a read deadline) mid-body."""
+
+
 class BadImage(RequestError):
     """The bytes are not an image we decode (unknown format, corrupt, truncated)."""
 

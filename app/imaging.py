@@ -12,9 +12,11 @@ from __future__ import annotations
 import io
 import math
 import warnings
+import zlib
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+import simplejpeg
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from app.errors import BadImage, ImageTooLarge
 from app.model_dir import InputSpec
@@ -35,15 +37,23 @@ def reuse_image_buffers(blocks: int = REUSED_BLOCKS, block_bytes: int = BLOCK_BY
     Image.core.set_blocks_max(blocks)
 
 
-def decode(data: bytes, spec: InputSpec, max_pixels: int) -> Image.Image:
-    """Decode, check size, orient by EXIF, and convert to RGB (or L for 1-channel models)."""
+def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_decoded_pixels: int | None = None,
+           accept_damaged: bool = False) -> Image.Image:
+    """Decode, check size, orient by EXIF, and convert to RGB (or L for 1-channel models).
+
+    max_pixels: the largest image accepted (from its header, before decoding).
+    max_decoded_pixels: the most pixels decoded for formats without reduced-size decoding
+        (all but JPEG, which decodes at 1/2..1/8 scale when the model needs fewer pixels).
+    accept_damaged: False refuses what the decoder reports as damaged (corrupt JPEG entropy
+        data, a truncated JPEG, a PNG chunk whose CRC is wrong) with BadImage; True decodes it.
+    """
     if not data:
         raise BadImage("empty image")
     try:
         with warnings.catch_warnings():
             # Pillow's own bomb check warns or raises by its global limit; ours is per call.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data), formats=DECODABLE_FORMATS)
+            image = Image.open(BufferFile(data), formats=DECODABLE_FORMATS)
     except UnidentifiedImageError:
         raise BadImage(
             f"not an image in a supported format ({', '.join(DECODABLE_FORMATS)})"
@@ -59,21 +69,117 @@ def decode(data: bytes, spec: InputSpec, max_pixels: int) -> Image.Image:
         )
     if width == 0 or height == 0:
         raise BadImage(f"image has no pixels ({width}x{height})")
-    if image.format == "JPEG":
-        # DCT-domain downscaling: decodes at 1/2, 1/4 or 1/8 size while staying >= what
-        # the crop needs, so the later resize still has at least the model's resolution.
-        image.draft(image.mode, _draft_size(width, height, spec))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image.load()
-            # in place: without an orientation tag the copying form copies every pixel for nothing
-            ImageOps.exif_transpose(image, in_place=True)
-    except Image.DecompressionBombError as e:
-        raise ImageTooLarge(str(e)) from None
-    except (OSError, ValueError, SyntaxError, EOFError) as e:
-        raise BadImage(f"cannot decode image: {e}") from None
+    if image.format != "JPEG" and max_decoded_pixels is not None and width * height > max_decoded_pixels:
+        raise ImageTooLarge(
+            f"a {image.format} image of {width}x{height} = {width * height} pixels is decoded whole; the limit "
+            f"for formats other than JPEG is {max_decoded_pixels} pixels (JPEGs decode at reduced size)"
+        )
+    if image.format == "PNG" and not accept_damaged:
+        check_png_checksums(data)
+    if image.format == "JPEG" and image.mode in JPEG_MODES:
+        image = _decode_jpeg(data, image, spec, accept_damaged)
+    else:
+        if image.format == "JPEG":
+            # DCT-domain downscaling: decodes at 1/2, 1/4 or 1/8 size while staying >= what
+            # the crop needs, so the later resize still has at least the model's resolution.
+            image.draft(image.mode, _draft_size(width, height, spec))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                image.load()
+        except Image.DecompressionBombError as e:
+            raise ImageTooLarge(str(e)) from None
+        except (OSError, ValueError, SyntaxError, EOFError) as e:
+            raise BadImage(f"cannot decode image: {e}") from None
+    # in place: without an orientation tag the copying form copies every pixel for nothing
+    ImageOps.exif_transpose(image, in_place=True)
     return _to_mode(image, "L" if spec.channels == 1 else "RGB")
+
+
+# JPEG colour spaces decoded by libjpeg-turbo through simplejpeg (which reports corrupt data);
+# others (CMYK, YCCK) go through Pillow, which silently repairs what it can.
+JPEG_MODES = {"RGB": "RGB", "L": "GRAY"}
+
+
+def _decode_jpeg(data, header: Image.Image, spec: InputSpec, accept_damaged: bool) -> Image.Image:
+    """Pixels through libjpeg-turbo with its warnings surfaced (Pillow's decoder discards them:
+    its libjpeg message hook does nothing), at the scale Pillow's draft() would pick and with the
+    same IDCT (islow) and upsampling (fancy), so the pixels are Pillow's, byte for byte."""
+    width, height = header.size
+    scale = _jpeg_scale(width, height, _draft_size(width, height, spec))
+    try:
+        pixels = simplejpeg.decode_jpeg(
+            bytes(data) if isinstance(data, memoryview) else data, colorspace=JPEG_MODES[header.mode],
+            min_width=-(-width // scale), min_height=-(-height // scale), strict=not accept_damaged)
+    except ValueError as e:
+        # libjpeg's warnings: "Corrupt JPEG data: ...", "Premature end of JPEG file" (truncated)
+        reason = str(e)
+        if "Premature end of JPEG file" in reason:
+            reason = f"the file is truncated ({reason})"
+        if "Corrupt" in reason or "truncated" in reason:
+            raise BadImage(f"damaged image: {reason}; EDGETPU_SERVE_ACCEPT_DAMAGED_IMAGES=true decodes it anyway") \
+                from None
+        raise BadImage(f"cannot decode image: {reason}") from None
+    image = Image.fromarray(pixels[:, :, 0] if header.mode == "L" else pixels, header.mode)
+    image.info.update(header.info)
+    orientation = header.getexif().get(ExifTags.Base.Orientation)
+    if orientation is not None:
+        image.getexif()[ExifTags.Base.Orientation] = orientation
+    return image
+
+
+def _jpeg_scale(width: int, height: int, size: tuple[int, int]) -> int:
+    """The DCT scale denominator Pillow's JpegImageFile.draft() picks: the largest of 8, 4, 2, 1
+    that keeps both sides at least `size`."""
+    ratio = min(width // size[0], height // size[1])
+    return next((s for s in (8, 4, 2) if ratio >= s), 1)
+
+
+def check_png_checksums(data) -> None:
+    """Every chunk's CRC-32 (Pillow skips the image data's): a mismatch is BadImage."""
+    view = memoryview(data)
+    pos, end = 8, len(view)
+    while pos + 12 <= end:
+        length = int.from_bytes(view[pos:pos + 4], "big")
+        chunk_end = pos + 8 + length
+        if chunk_end + 4 > end:
+            return  # truncated: Pillow's decoder reports that
+        kind = bytes(view[pos + 4:pos + 8])
+        stored = int.from_bytes(view[chunk_end:chunk_end + 4], "big")
+        if zlib.crc32(view[pos + 4:chunk_end]) != stored:
+            raise BadImage(f"damaged image: PNG chunk {kind.decode('latin-1')!r} at byte {pos} fails its CRC "
+                           "check (EDGETPU_SERVE_ACCEPT_DAMAGED_IMAGES=true decodes it anyway)")
+        if kind == b"IEND":
+            return
+        pos = chunk_end + 4
+
+
+class BufferFile:
+    """A read-only file over bytes or a bytearray without copying it (io.BytesIO copies a bytearray)."""
+
+    def __init__(self, data):
+        self._view = memoryview(data)
+        self._pos = 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._view) if size is None or size < 0 else min(self._pos + size, len(self._view))
+        chunk = self._view[self._pos:end].tobytes()
+        self._pos = max(self._pos, end)
+        return chunk
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
 
 
 def _draft_size(width: int, height: int, spec: InputSpec) -> tuple[int, int]:
@@ -142,9 +248,9 @@ def to_pixels(image: Image.Image, spec: InputSpec) -> np.ndarray:
     return pixels
 
 
-def prepare(data: bytes, spec: InputSpec, max_pixels: int) -> np.ndarray:
+def prepare(data: bytes, spec: InputSpec, max_pixels: int, **decode_options) -> np.ndarray:
     """decode + to_pixels: the whole image preprocessing, as the converter calibrates with it."""
-    return to_pixels(decode(data, spec, max_pixels), spec)
+    return to_pixels(decode(data, spec, max_pixels, **decode_options), spec)
 
 
 class InputQuantizer:

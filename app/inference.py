@@ -46,8 +46,9 @@ class ImageWork:
     threads also bounds the memory that image work can take under load.
     """
 
-    def __init__(self, threads: int, max_pixels: int):
+    def __init__(self, threads: int, max_pixels: int, **decode_options):
         self.max_pixels = max_pixels
+        self.decode_options = decode_options  # imaging.decode's max_decoded_pixels, accept_damaged
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="image")
 
     async def prepare(self, data: bytes, lease: Lease) -> tuple[np.ndarray, float, float]:
@@ -57,7 +58,7 @@ class ImageWork:
     def _prepare(self, data: bytes, lease: Lease):
         spec = lease.model_dir.manifest.input
         start = time.perf_counter()
-        image = decode(data, spec, self.max_pixels)
+        image = decode(data, spec, self.max_pixels, **self.decode_options)
         decoded = time.perf_counter()
         tensor = lease.quantizer(to_pixels(image, spec))
         return tensor, (decoded - start) * 1000, (time.perf_counter() - decoded) * 1000

@@ -8,9 +8,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import classify, devices, errors, health, models, openapi
+from app.api import auth, classify, devices, errors, health, models, openapi
+from app.api.body import HoldBodyBudget
 from app.imaging import reuse_image_buffers
 from app.inference import ImageWork
+from app.memory import ByteBudget
 from app.registry import Registry
 from app.settings import Settings
 
@@ -42,14 +44,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan,
                   description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
-    images = ImageWork(settings.image_threads, settings.max_image_pixels)
+    images = ImageWork(settings.image_threads, settings.max_image_pixels,
+                       max_decoded_pixels=settings.max_decoded_pixels, accept_damaged=settings.accept_damaged_images)
     app.state.settings = settings
     app.state.registry = registry
     app.state.images = images
+    app.state.api_keys = auth.ApiKeys.from_settings(settings)
     errors.install(app)
+    app.add_middleware(HoldBodyBudget, budget=ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
+                                                         trim_after_burst=settings.tune_malloc))
     app.include_router(health.router)
-    app.include_router(models.router)
-    app.include_router(classify.router)
-    app.include_router(devices.router)
+    app.include_router(models.router, dependencies=[auth.InferenceKey])
+    app.include_router(classify.router, dependencies=[auth.InferenceKey])
+    app.include_router(devices.router, dependencies=[auth.InferenceKey])
     openapi.install(app, registry)
     return app

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.edgetpu.delegate import PERFORMANCE, is_device_spec
@@ -69,6 +69,52 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(default=50_000_000, ge=1, description="decompression bomb guard")
     max_top_k: int = Field(default=1000, ge=1)
+
+    # API keys (app/api/auth.py), sent as `Authorization: Bearer <key>` or `X-API-Key`; several of
+    # each so a key can be rotated. Inference keys: none = inference endpoints open. Admin keys: none =
+    # admin endpoints open on a loopback HOST only, 403 on any other. *_FILE: one key per line (secrets).
+    api_keys: Annotated[list[str], NoDecode] = Field(default=[], repr=False)
+    api_keys_file: Path | None = None
+    admin_keys: Annotated[list[str], NoDecode] = Field(default=[], repr=False)
+    admin_keys_file: Path | None = None
+
+    # The HTTP connection (app/http_server.py): what a slow or hostile client can hold.
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, description="request line + headers; over it: 431")
+    header_timeout_s: float = Field(default=10.0, gt=0, description="from connect (or the previous response) to the "
+                                    "end of the headers; over it: 408 and close")
+    body_timeout_s: float = Field(default=60.0, gt=0, description="from the end of the headers to the end of the "
+                                  "body; over it: 408 and close")
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0, description="idle keep-alive connection closed after")
+    max_connections: int = Field(default=256, ge=1, description="open connections; beyond: 503 at connect")
+
+    # Memory of requests in flight (app/api/body.py): request bodies being read and held count
+    # against this; a request whose body does not fit waits (up to WAIT_TIMEOUT_S), then 503.
+    max_body_bytes_in_flight: int = Field(default=160 * 1024 * 1024, ge=1)
+    # glibc malloc set for bursts of large buffers (app/memory.py): fixed mmap threshold, 2 arenas.
+    tune_malloc: bool = True
+    # Image strictness (app/imaging.py): refuse images the decoder reports as damaged (corrupt JPEG
+    # entropy data, PNG checksum errors) with a 400; true accepts them as decoded.
+    accept_damaged_images: bool = False
+    # Pixels decoded for formats without reduced-size decoding (all but JPEG): bounds time and memory.
+    max_decoded_pixels: int = Field(default=24_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _budget_holds_a_body(self):
+        # a multipart body is held twice for a moment (the body, the file in it)
+        if self.max_body_bytes_in_flight < 2 * self.max_body_bytes:
+            raise ValueError(f"MAX_BODY_BYTES_IN_FLIGHT ({self.max_body_bytes_in_flight}) must be at least twice "
+                             f"MAX_BODY_BYTES ({self.max_body_bytes})")
+        return self
+
+    @field_validator("api_keys_file", "admin_keys_file", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value):
+        return None if value == "" else value  # EDGETPU_SERVE_API_KEYS_FILE= (compose's empty default)
+
+    @field_validator("api_keys", "admin_keys", mode="before")
+    @classmethod
+    def _keys(cls, value):
+        return _split(value)
 
     @field_validator("models", "backends", "edgetpu_devices", "watchdog_backends", mode="before")
     @classmethod

@@ -123,3 +123,71 @@ def test_quantizer_for_float_models():
     q = InputQuantizer(SPEC, np.float32, 0.0, 0)
     out = q(np.array([[[127, 255, 0]]], np.uint8))
     assert out.dtype == np.float32 and out[0, 0, 0].tolist() == [0.0, 1.0, -127 / 128]
+
+
+# -- damaged data and pixel budgets (issue 13) ---------------------------------------------------
+
+def _corrupt_entropy_data(jpeg: bytes, seed: int = 0) -> bytes:
+    """64 random bytes over the middle of the scan: what a bad sector or radio link does."""
+    data = bytearray(jpeg)
+    middle = len(data) // 2
+    data[middle:middle + 64] = np.random.default_rng(seed).integers(0, 256, 64, dtype=np.uint8).tobytes()
+    return bytes(data)
+
+
+def _png_with_bad_idat_crc(image: Image.Image) -> bytes:
+    data = bytearray(encode(image, "PNG"))
+    idat = data.index(b"IDAT")
+    crc_at = idat + 4 + int.from_bytes(data[idat - 4:idat], "big")
+    data[crc_at] ^= 0xFF
+    return bytes(data)
+
+
+def _old_pillow_decode(data: bytes, spec: InputSpec) -> np.ndarray:
+    """What decode() did before: Pillow's decoder with draft() (the converter calibrated on it)."""
+    from app.imaging import _draft_size
+    image = Image.open(io.BytesIO(data))
+    image.draft(image.mode, _draft_size(*image.size, spec))
+    return np.asarray(image.convert("RGB"))
+
+
+@pytest.mark.parametrize("side", [32, 100, 224, 640])
+@pytest.mark.parametrize("quality, subsampling", [(90, 0), (75, 2)])
+def test_jpeg_pixels_are_pillows_byte_for_byte(cat_png, side, quality, subsampling):
+    data = encode(Image.open(cat_png).convert("RGB"), "JPEG", quality=quality, subsampling=subsampling)
+    spec = SPEC.model_copy(update={"width": side, "height": side})
+    assert np.array_equal(np.asarray(decode(data, spec, BIG)), _old_pillow_decode(data, spec))
+
+
+def test_corrupt_jpeg_entropy_data_is_refused_by_default(china_jpg):
+    damaged = _corrupt_entropy_data(china_jpg.read_bytes())
+    Image.open(io.BytesIO(damaged)).load()  # Pillow alone decodes it without a word
+    with pytest.raises(BadImage, match="damaged image: Corrupt JPEG data.*ACCEPT_DAMAGED_IMAGES"):
+        decode(damaged, SPEC, BIG)
+
+
+def test_corrupt_jpeg_is_decoded_when_damage_is_accepted(china_jpg):
+    damaged = _corrupt_entropy_data(china_jpg.read_bytes())
+    image = decode(damaged, SPEC, BIG, accept_damaged=True)
+    assert image.size == decode(china_jpg.read_bytes(), SPEC, BIG).size  # decoded like the intact file
+
+
+def test_png_with_a_bad_idat_checksum_is_refused_by_default(coffee_png):
+    damaged = _png_with_bad_idat_crc(Image.open(coffee_png))
+    with pytest.raises(BadImage, match="PNG chunk 'IDAT' .* fails its CRC"):
+        decode(damaged, SPEC, BIG)
+    assert decode(damaged, SPEC, BIG, accept_damaged=True).size == Image.open(coffee_png).size
+
+
+def test_bytearray_bodies_decode_without_a_copy(china_jpg, coffee_png):
+    for path in (china_jpg, coffee_png):
+        assert np.array_equal(np.asarray(decode(bytearray(path.read_bytes()), SPEC, BIG)),
+                              np.asarray(decode(path.read_bytes(), SPEC, BIG)))
+
+
+def test_pixel_budget_applies_to_formats_decoded_whole():
+    big = Image.new("RGB", (1000, 1000), (10, 20, 30))
+    with pytest.raises(ImageTooLarge, match="PNG image of 1000x1000 .* the limit for formats other than JPEG"):
+        decode(encode(big, "PNG"), SPEC, BIG, max_decoded_pixels=999_999)
+    # a JPEG decodes at reduced size: the budget does not apply to it
+    assert decode(encode(big, "JPEG"), SPEC, BIG, max_decoded_pixels=999_999).size == (125, 125)

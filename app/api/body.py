@@ -1,12 +1,15 @@
-"""The image out of a request: multipart field `image`, or the raw body; size-limited while read."""
+"""The image out of a request: multipart field `image`, or the raw body; size-limited while read,
+and counted against the memory budget for bodies in flight (app/memory.py) while held."""
 
 from __future__ import annotations
 
 from fastapi import Request
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import ClientDisconnect
 
-from app.errors import BodyTooLarge, EmptyBody, RequestError, UnsupportedMediaType
+from app.errors import BodyTooLarge, ClientGone, EmptyBody, RequestError, UnsupportedMediaType
+from app.memory import ByteBudget, Reservation
 
 IMAGE_FIELD = "image"
 RAW_TYPES = ("application/octet-stream",)
@@ -31,24 +34,66 @@ OPENAPI_REQUEST_BODY = {
 }
 
 
-async def read_limited(request: Request, limit: int) -> bytes:
+BUDGET_SCOPE_KEY = "edgetpu_serve.body_reservation"
+
+
+class HoldBodyBudget:
+    """ASGI middleware: each HTTP request gets a Reservation of the app's body budget,
+    released when the request ends (response sent, error, or client gone)."""
+
+    def __init__(self, app, budget: ByteBudget):
+        self.app = app
+        self.budget = budget
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        reservation = scope[BUDGET_SCOPE_KEY] = Reservation(self.budget)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            reservation.release()
+
+
+async def _reserve(request: Request, size: int) -> Reservation | None:
+    reservation = request.scope.get(BUDGET_SCOPE_KEY)
+    if reservation is not None:
+        await reservation.reserve(size, request.app.state.settings.wait_timeout_s)
+    return reservation
+
+
+async def read_limited(request: Request, limit: int, copies: int = 1) -> bytearray:
+    """The body, at most `limit` bytes, counted against the body budget (`copies` times its
+    size while read: a multipart body and the file inside it are both held for a moment)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    # Chunked (no length): the most it may be is reserved, the unused part given back after.
+    expected = int(declared) if declared is not None and declared.isdigit() else limit
+    reservation = await _reserve(request, expected * copies)
+    # One growing buffer (glibc grows a large one with mremap, in place), not a list of chunks joined.
+    body, size = bytearray(), 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+            body += chunk
+    except ClientDisconnect:
+        raise ClientGone("the client closed the connection before its body was read") from None
+    if reservation is not None and declared is None:
+        reservation.shrink_to(size * copies)
+    return body
 
 
-async def image_bytes(request: Request, limit: int) -> bytes:
+async def image_bytes(request: Request, limit: int) -> bytearray:
     content_type = request.headers.get("content-type", "")
     media_type = content_type.split(";", 1)[0].strip().lower()
     if media_type == "multipart/form-data":
-        data = await _from_multipart(request, await read_limited(request, limit))
+        data = await _from_multipart(request, await read_limited(request, limit, copies=2))
+        reservation = request.scope.get(BUDGET_SCOPE_KEY)
+        if reservation is not None:
+            reservation.shrink_to(len(data))  # the multipart body itself is gone
     elif not media_type or media_type.startswith("image/") or media_type in RAW_TYPES:
         data = await read_limited(request, limit)
     else:

@@ -6,6 +6,7 @@ import asyncio
 
 from fastapi import APIRouter
 
+from app.api.auth import AdminKey
 from app.api.deps import RegistryDep, SettingsDep
 from app.api.schemas import (
     BackendOut,
@@ -22,6 +23,7 @@ from app.registry import Registry, iso_time
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 ERRORS = {status: {"model": ErrorResponse} for status in (404, 409, 503)}
+ADMIN_ERRORS = {status: {"model": ErrorResponse} for status in (401, 403, 404, 409, 503)}
 
 
 def _tensor(spec: TensorSpec) -> TensorOut:
@@ -69,7 +71,7 @@ async def get_model(name: str, registry: RegistryDep, settings: SettingsDep):
     return describe(registry, settings.default_model, name)
 
 
-@router.post("/{name}/reload", response_model=ModelOut, responses=ERRORS,
+@router.post("/{name}/reload", response_model=ModelOut, responses=ADMIN_ERRORS, dependencies=[AdminKey],
              summary="Reload from disk; the next request on each interpreter is cold again")
 async def reload_model(name: str, registry: RegistryDep, settings: SettingsDep):
     await asyncio.to_thread(registry.reload, name)

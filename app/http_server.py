@@ -1,0 +1,263 @@
+"""The HTTP server: uvicorn with httptools, plus the limits uvicorn lacks, answered in JSON.
+
+uvicorn alone (0.54, httptools parser) accepts a request head of any size (a 32 MiB header
+got a 200, 96 MiB froze the loop), has no deadline for a head or body that trickles in
+(slow clients held for minutes), answers parser errors and `limit_concurrency` in plain
+text, and counts that limit per request, after the head is read. LimitedHttpToolsProtocol
+adds, per connection:
+
+  head:        request line + headers over MAX_HEADER_BYTES -> 431
+  deadlines:   head not complete within HEADER_TIMEOUT_S of the connection (or of the
+               previous response) -> 408; body not complete within BODY_TIMEOUT_S of
+               the application asking for it -> 408
+  connections: over MAX_CONNECTIONS open -> 503 at connect, before anything is read
+  parse error: 400 with the parser's reason
+
+each as {"error": "..."} with `Connection: close`. A refused connection is half-closed and
+drained for LINGER_S, so the client reads the answer instead of a reset. Graceful shutdown
+and keep-alive are uvicorn's own (timeout_graceful_shutdown = DRAIN_TIMEOUT_S, timeout_keep_alive);
+a second SIGTERM ends the drain at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from app.memory import tune_malloc
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# How long a refused connection is drained (read and discarded) before it is closed.
+LINGER_S = 1.0
+# Request line framing not seen by the parser callbacks: "METHOD SP ... SP HTTP/1.1 CRLF" + final CRLF.
+LINE_OVERHEAD = 32
+HEADER_OVERHEAD = 4  # ": " and CRLF
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_header_bytes: int
+    header_timeout_s: float
+    body_timeout_s: float
+    max_connections: int
+    retry_after_s: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HttpLimits:
+        return cls(max_header_bytes=settings.max_header_bytes, header_timeout_s=settings.header_timeout_s,
+                   body_timeout_s=settings.body_timeout_s, max_connections=settings.max_connections,
+                   retry_after_s=settings.retry_after_s)
+
+
+class _Refused(Exception):
+    """Raised inside a parser callback to stop parsing a request already answered."""
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    lines = [STATUS_LINE[status], b"content-type: application/json\r\n",
+             b"content-length: %d\r\n" % len(body), b"connection: close\r\n"]
+    for name, value in (headers or {}).items():
+        lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+    lines += [b"\r\n", body]
+    return b"".join(lines)
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a head cap, read deadlines and a connection cap."""
+
+    def __init__(self, *args: Any, limits: HttpLimits, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = limits
+        self._refused = False
+        self._in_head = True  # between requests or inside a request's head
+        self._in_body = False
+        self._head_bytes = 0  # bytes received while in the head (a guard: one read's slack)
+        self._head_size = 0  # the head's size from the parser's callbacks (exact to a few bytes)
+        self._deadline: asyncio.TimerHandle | None = None
+
+    # -- connection ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self._refuse(503, f"too many open connections (the limit is {self.limits.max_connections}); "
+                              "retry later", {"Retry-After": str(self.limits.retry_after_s)})
+            return
+        self._arm(self.limits.header_timeout_s, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # draining before close
+        self._unset_keepalive_if_required()
+        if self._in_head:
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as e:
+            if not self._refused:
+                self._refuse(400, f"malformed HTTP request: {e}")
+            return
+        if self._in_head and self._head_bytes > self.limits.max_header_bytes:
+            self._head_too_large()
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:
+            self._refuse(400, f"malformed HTTP request: {msg}")
+
+    # -- parser callbacks ------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_size = LINE_OVERHEAD
+        if self._deadline is None:  # a keep-alive connection's next request
+            self._head_bytes = 0
+            self._arm(self.limits.header_timeout_s, self._head_timed_out)
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._head_size += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_size += len(name) + len(value) + HEADER_OVERHEAD
+        if self._head_size > self.limits.max_header_bytes:
+            self._head_too_large()
+            raise _Refused
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self._head_size > self.limits.max_header_bytes:
+            self._head_too_large()
+            raise _Refused
+        self._in_head = False
+        self._in_body = True
+        self._disarm()
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None:
+            receive = cycle.receive
+
+            async def receive_with_deadline():
+                # The body deadline runs from the application's first read, not from the end of the
+                # head: time the request waits for memory or admission is not the client's.
+                if self._in_body and self._deadline is None and not self._refused:
+                    self._arm(self.limits.body_timeout_s, self._body_timed_out)
+                return await receive()
+
+            cycle.receive = receive_with_deadline  # type: ignore[method-assign]
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._in_head = True
+        self._head_bytes = 0
+        self._disarm()
+        if not self._refused:
+            super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._in_body and self._deadline is None and not self.transport.is_closing():
+            # answered before the body was read (413, 401 ...): the rest must still arrive in time
+            self._arm(self.limits.body_timeout_s, self._body_timed_out)
+
+    # -- refusals -----------------------------------------------------------------------------
+    def _head_too_large(self) -> None:
+        self._refuse(431, f"request line and headers exceed {self.limits.max_header_bytes} bytes")
+
+    def _head_timed_out(self) -> None:
+        self._deadline = None
+        self._refuse(408, f"request headers not received within {self.limits.header_timeout_s:g} s")
+
+    def _body_timed_out(self) -> None:
+        self._deadline = None
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started:
+            self.transport.close()
+            return
+        self._refuse(408, f"request body not received within {self.limits.body_timeout_s:g} s")
+
+    def _refuse(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        """Answer now, stop the request's application, drain for LINGER_S, close."""
+        self._refused = True
+        self._disarm()
+        log.debug("%s: %d %s", self.client, status, message)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the application reads http.disconnect; its writes are dropped
+            cycle.message_event.set()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        transport.write(error_response(status, message, headers))
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.flow.resume_reading()
+        self.loop.call_later(LINGER_S, transport.close)
+
+    def _arm(self, seconds: float, callback) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, callback)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+
+def config(app, settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """uvicorn's Config with our protocol and limits; overrides win."""
+    options: dict[str, Any] = dict(
+        host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
+        http=functools.partial(LimitedHttpToolsProtocol, limits=HttpLimits.from_settings(settings)),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        limit_concurrency=None,  # ours is per connection, at connect, in JSON
+        timeout_graceful_shutdown=settings.drain_timeout_s,
+    )
+    options.update(overrides)
+    return uvicorn.Config(app, **options)
+
+
+class _Server(uvicorn.Server):
+    """A second SIGTERM ends the drain at once (uvicorn does so only for a second SIGINT)."""
+
+    def handle_exit(self, sig, frame) -> None:
+        if self.should_exit and sig == signal.SIGTERM:
+            self.force_exit = True
+        super().handle_exit(sig, frame)
+
+
+def serve(app, settings: Settings, **overrides: Any) -> None:
+    """Run the app until SIGINT/SIGTERM. SIGTERM stops accepting and lets admitted requests finish
+    within DRAIN_TIMEOUT_S; the lifespan then closes the interpreters (app/main.py)."""
+    if settings.tune_malloc and not tune_malloc():
+        log.info("not glibc: malloc left as it is")
+    # uvicorn re-raises the signal once it is done: a handler that ignores it lets the process exit 0.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    server = _Server(config(app, settings, **overrides))
+    server.run()
+    if not server.started:
+        raise SystemExit(3)

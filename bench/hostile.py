@@ -1,0 +1,443 @@
+"""Hostile clients against the real service (python -m app, loopback): the figures of issue 13.
+
+  header bombs   1 MiB header, 64 MiB header, 4000 small headers, 8 bombs at once: time to the
+                 431 and RSS, while another client's /healthz latency is measured beside them
+  slow clients   N connections that send half a head or half a body and stall: when each is
+                 dropped (408) and the p50/p99 of normal classify requests beside them
+  large bodies   N concurrent 14-18 MB JPEGs: statuses, peak RSS (VmHWM) and RSS after the
+                 burst, against MAX_BODY_BYTES_IN_FLIGHT; once with the default budget and
+                 once with the budget out of the way (side by side, same run)
+  images         decode time and peak RSS of the largest images each format may be
+  cost           what the protocol subclass costs per request against plain uvicorn + httptools
+  overload       10x more concurrent clients than the service admits (workers + MAX_WAITING):
+                 503 latency, admitted latency vs the unloaded p99
+
+Every client is raw asyncio sockets (cheap enough to run 300 beside the service on 2 cores);
+every loop is bounded in count and time; the service is stopped at the end.
+
+Example usage:
+    python bench/hostile.py                 # all four, ~2 minutes
+    python bench/hostile.py --only bombs,slow --slow-clients 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    """python -m app (our server), or with plain=True uvicorn's own CLI on the same app (the baseline)."""
+
+    def __init__(self, plain: bool = False, **settings: str):
+        self.port = free_port()
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "EDGETPU_SERVE_HOST": "127.0.0.1",
+               "EDGETPU_SERVE_PORT": str(self.port), "EDGETPU_SERVE_LOG_LEVEL": "warning",
+               **{f"EDGETPU_SERVE_{k.upper()}": str(v) for k, v in settings.items()}}
+        command = [sys.executable, "-m", "app"]
+        if plain:
+            command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--http", "httptools",
+                       "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning", "--no-access-log"]
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("service not ready in 60 s")
+
+    def memory_mb(self) -> dict[str, float]:
+        fields = {}
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) / 1024
+        return fields
+
+    def open_files(self) -> int:
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+# -- raw HTTP over asyncio ------------------------------------------------------------------------
+
+async def exchange(port: int, request: bytes, timeout_s: float = 30.0, reasons: dict | None = None
+                   ) -> tuple[int, float]:
+    """Send one request on a new connection; (status, seconds to the status line). 0 = no answer.
+    With `reasons`, the error message of each 503 is counted there (which limit said no)."""
+    start = time.perf_counter()
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return 0, time.perf_counter() - start
+    try:
+        async def send():
+            try:
+                writer.write(request)
+                await writer.drain()
+            except (ConnectionError, OSError):
+                pass  # answered (and closed) before all was sent: the answer is what counts
+
+        sending = asyncio.ensure_future(send())
+        line = await asyncio.wait_for(reader.readline(), timeout_s)
+        elapsed = time.perf_counter() - start
+        sending.cancel()
+        status = int(line.split()[1]) if line.startswith(b"HTTP/") else 0
+        if reasons is not None and status == 503:
+            rest = await asyncio.wait_for(reader.read(1024), timeout_s)
+            message = rest.partition(b"\r\n\r\n")[2].decode("utf-8", "replace")
+            key = message.split(":")[1][:48].strip(' "') if ":" in message else message[:48]
+            reasons.setdefault(key, []).append(elapsed)
+        return status, elapsed
+    except (ConnectionError, OSError, asyncio.TimeoutError, ValueError, IndexError):
+        return 0, time.perf_counter() - start
+    finally:
+        writer.close()
+
+
+def post(path: str, body: bytes, content_type: str = "image/jpeg") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+GET_HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) * 1000 if values else float("nan")
+
+
+async def probe(port: int, request: bytes, stop: asyncio.Event, interval_s: float = 0.01,
+                limit: int = 5000) -> tuple[list[float], list[int]]:
+    """A well-behaved client beside the hostile ones: latencies and statuses."""
+    latencies, statuses = [], []
+    for _ in range(limit):
+        if stop.is_set():
+            break
+        status, seconds = await exchange(port, request, 10)
+        latencies.append(seconds)
+        statuses.append(status)
+        await asyncio.sleep(interval_s)
+    return latencies, statuses
+
+
+def photo_jpeg(width: int, height: int, quality: int = 90, noise: float = 0.0) -> bytes:
+    """china.jpg at any size; `noise` (sensor-like Gaussian, in grey levels) makes it compress
+    like a camera's full-resolution frame rather than a smooth upscale."""
+    from sklearn.datasets import load_sample_image
+    image = Image.fromarray(load_sample_image("china.jpg")).resize((width, height), Image.Resampling.BILINEAR)
+    if noise:
+        pixels = np.asarray(image, np.float32) + np.random.default_rng(0).normal(0, noise, (height, width, 3))
+        image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    buf = io.BytesIO()
+    image.save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+# -- the four scenarios ----------------------------------------------------------------------------
+
+async def header_bombs(svc: Service) -> None:
+    print("\n## header bombs (MAX_HEADER_BYTES 16 KiB)")
+    print("| bomb | status | time to answer ms | /healthz beside it: p50 / p99 ms, n | RSS MB before -> after |")
+    print("|---|---|---|---|---|")
+    bombs = {
+        "1 MiB header": b"GET /healthz HTTP/1.1\r\nHost: b\r\nX-Bomb: " + b"a" * MIB + b"\r\n\r\n",
+        "64 MiB header": b"GET /healthz HTTP/1.1\r\nHost: b\r\nX-Bomb: " + b"a" * (64 * MIB) + b"\r\n\r\n",
+        "4000 headers of 100 B": b"GET /healthz HTTP/1.1\r\nHost: b\r\n"
+                                 + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 100) for i in range(4000)) + b"\r\n",
+        "1 MiB URL": b"GET /healthz?" + b"q" * MIB + b" HTTP/1.1\r\nHost: b\r\n\r\n",
+    }
+    for name, request in list(bombs.items()) + [("8 x 1 MiB at once", None)]:
+        before = svc.memory_mb()["VmRSS"]
+        stop = asyncio.Event()
+        beside = asyncio.ensure_future(probe(svc.port, GET_HEALTHZ, stop))
+        await asyncio.sleep(0.05)
+        if request is None:
+            results = await asyncio.gather(*(exchange(svc.port, bombs["1 MiB header"]) for _ in range(8)))
+        else:
+            results = [await exchange(svc.port, request)]
+        await asyncio.sleep(0.1)
+        stop.set()
+        latencies, _ = await beside
+        after = svc.memory_mb()["VmRSS"]
+        statuses = sorted({s for s, _ in results})
+        times = [t * 1000 for _, t in results]
+        print(f"| {name} | {statuses} | {max(times):.1f} | {pct(latencies, 50):.1f} / {pct(latencies, 99):.1f}, "
+              f"{len(latencies)} | {before:.0f} -> {after:.0f} |")
+
+
+async def slow_clients(svc: Service, count: int, header_timeout_s: float, body_timeout_s: float,
+                       classify: bytes) -> None:
+    print(f"\n## {count} slow clients (HEADER_TIMEOUT_S {header_timeout_s:g}, BODY_TIMEOUT_S {body_timeout_s:g})")
+
+    async def slow(kind: str) -> tuple[str, int, float]:
+        start = time.perf_counter()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", svc.port)
+        except OSError:
+            return kind, -1, 0.0
+        try:
+            if kind == "half a head":
+                writer.write(b"POST /v1/classify HTTP/1.1\r\nHost: b\r\nX-Slow: ")
+            else:
+                writer.write(b"POST /v1/classify HTTP/1.1\r\nHost: b\r\nContent-Type: image/jpeg\r\n"
+                             b"Content-Length: 100000\r\n\r\n" + classify[:5000])
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), 3 * max(header_timeout_s, body_timeout_s) + 10)
+            status = int(line.split()[1]) if line.startswith(b"HTTP/") else 0
+        except (ConnectionError, asyncio.TimeoutError, ValueError, IndexError):
+            status = 0
+        finally:
+            writer.close()
+        return kind, status, time.perf_counter() - start
+
+    alone_stop = asyncio.Event()
+    alone = asyncio.ensure_future(probe(svc.port, post("/v1/classify", classify), alone_stop, interval_s=0.02))
+    await asyncio.sleep(3.0)
+    alone_stop.set()
+    alone_latencies, _ = await alone
+    files_before = svc.open_files()
+    stop = asyncio.Event()
+    beside = asyncio.ensure_future(probe(svc.port, post("/v1/classify", classify), stop, interval_s=0.02))
+    await asyncio.sleep(0.5)
+    tasks = [asyncio.ensure_future(slow("half a head" if i % 2 else "half a body")) for i in range(count)]
+    await asyncio.sleep(1.0)
+    files_during = svc.open_files()
+    results = await asyncio.gather(*tasks)
+    await asyncio.sleep(0.5)
+    stop.set()
+    latencies, statuses = await beside
+    files_after = svc.open_files()
+    print("| slow client | n | statuses | dropped after: min / median / max s |")
+    print("|---|---|---|---|")
+    for kind in ("half a head", "half a body"):
+        rows = [r for r in results if r[0] == kind]
+        times = [t for _, _, t in rows]
+        print(f"| {kind} | {len(rows)} | {dict(sorted(_count(s for _, s, _ in rows).items()))} | "
+              f"{min(times):.2f} / {statistics.median(times):.2f} / {max(times):.2f} |")
+    print(f"normal classify alone (same service, before): n {len(alone_latencies)}, "
+          f"p50 {pct(alone_latencies, 50):.1f} ms, p99 {pct(alone_latencies, 99):.1f} ms")
+    print(f"normal classify beside them: n {len(latencies)}, statuses {dict(_count(statuses))}, "
+          f"p50 {pct(latencies, 50):.1f} ms, p99 {pct(latencies, 99):.1f} ms; "
+          f"open files {files_before} -> {files_during} (during) -> {files_after} (after)")
+
+
+def _count(values) -> dict:
+    counts: dict = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+async def large_bodies(svc: Service, count: int, bodies: list[bytes], label: str) -> None:
+    svc_idle = svc.memory_mb()["VmRSS"]
+    start = time.perf_counter()
+    results = await asyncio.gather(*(exchange(svc.port, post("/v1/classify", bodies[i % len(bodies)]), 60)
+                                     for i in range(count)))
+    elapsed = time.perf_counter() - start
+    peak = svc.memory_mb()["VmHWM"]
+    await asyncio.sleep(2.0)
+    after = svc.memory_mb()["VmRSS"]
+    statuses = dict(sorted(_count(s for s, _ in results).items()))
+    print(f"| {label} | {count} | {statuses} | {elapsed:.1f} | {svc_idle:.0f} | {peak:.0f} | {after:.0f} |")
+
+
+async def overload(svc: Service, admitted: int, factor: int, request: bytes, per_client: int) -> None:
+    unloaded = []
+    for _ in range(100):
+        status, seconds = await exchange(svc.port, request)
+        if status == 200:
+            unloaded.append(seconds)
+    clients = admitted * factor
+
+    reasons: dict[str, list[float]] = {}
+
+    async def client() -> list[tuple[int, float]]:
+        return [await exchange(svc.port, request, 30, reasons) for _ in range(per_client)]
+
+    start = time.perf_counter()
+    results = [r for rows in await asyncio.gather(*(client() for _ in range(clients))) for r in rows]
+    elapsed = time.perf_counter() - start
+    ok = [t for s, t in results if s == 200]
+    busy = [t for s, t in results if s == 503]
+    print(f"\n## overload: {clients} concurrent clients ({factor}x the {admitted} the service admits: workers + "
+          f"MAX_WAITING), {per_client} requests each, {elapsed:.1f} s")
+    print("| | n | p50 ms | p99 ms |")
+    print("|---|---|---|---|")
+    print(f"| unloaded 200 (1 client) | {len(unloaded)} | {pct(unloaded, 50):.1f} | {pct(unloaded, 99):.1f} |")
+    print(f"| overload 200 | {len(ok)} | {pct(ok, 50):.1f} | {pct(ok, 99):.1f} |")
+    print(f"| overload 503 | {len(busy)} | {pct(busy, 50):.1f} | {pct(busy, 99):.1f} |")
+    for reason, times in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        print(f"| 503 {reason!r} | {len(times)} | {pct(times, 50):.1f} | {pct(times, 99):.1f} |")
+    others = _count(s for s, _ in results if s not in (200, 503))
+    print(f"other statuses: {others or 'none'}; admitted p99 / unloaded p99 = "
+          f"{pct(ok, 99) / pct(unloaded, 99):.1f}x")
+
+
+async def keep_alive_rate(port: int, requests: int) -> float:
+    """Seconds per request for `requests` sequential GET /healthz on one keep-alive connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = b"GET /healthz HTTP/1.1\r\nHost: bench\r\n\r\n"
+    start = time.perf_counter()
+    for _ in range(requests):
+        writer.write(request)
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(13)  # {"live":true}
+    elapsed = time.perf_counter() - start
+    writer.close()
+    return elapsed / requests
+
+
+def protocol_cost(rounds: int, requests: int) -> None:
+    print(f"\n## what the limits cost per request: GET /healthz, one keep-alive connection, {requests} requests "
+          f"x {rounds} alternating rounds")
+    ours, plain = Service(), Service(plain=True)
+    try:
+        times = {"uvicorn + httptools (plain)": [], "ours (LimitedHttpToolsProtocol)": []}
+        for _ in range(rounds):
+            times["uvicorn + httptools (plain)"].append(asyncio.run(keep_alive_rate(plain.port, requests)))
+            times["ours (LimitedHttpToolsProtocol)"].append(asyncio.run(keep_alive_rate(ours.port, requests)))
+    finally:
+        ours.stop()
+        plain.stop()
+    print("| server | median us per request (client included) |")
+    print("|---|---|")
+    for name, values in times.items():
+        print(f"| {name} | {statistics.median(values) * 1e6:.0f} |")
+    ratio = statistics.median(times["ours (LimitedHttpToolsProtocol)"]) / statistics.median(
+        times["uvicorn + httptools (plain)"])
+    print(f"ours / plain = {ratio:.2f}")
+
+
+def large_images() -> None:
+    """Decode time and peak RSS per image kind, each in a fresh service (VmHWM only rises)."""
+    from sklearn.datasets import load_sample_image
+    china = Image.fromarray(load_sample_image("china.jpg"))
+
+    def encoded(size, fmt, **kw):
+        buf = io.BytesIO()
+        china.resize(size, Image.Resampling.NEAREST).save(buf, fmt, **kw)
+        return buf.getvalue()
+
+    cases = [
+        ("JPEG 8600x5700 (49 MP), decoded at 1/8", encoded((8600, 5700), "JPEG", quality=90), "image/jpeg", {}),
+        ("PNG 6000x4000 (24 MP, = MAX_DECODED_PIXELS)", encoded((6000, 4000), "PNG", compress_level=1),
+         "image/png", {}),
+        ("PNG 8600x5700 (49 MP), default budget", encoded((8600, 5700), "PNG", compress_level=1), "image/png", {}),
+        ("PNG 8600x5700 (49 MP), MAX_DECODED_PIXELS 50 M (as before)", None, "image/png",
+         {"max_decoded_pixels": 50_000_000}),
+    ]
+    cases[3] = (cases[3][0], cases[2][1], cases[3][2], cases[3][3])
+    print("\n## large images: 3 sequential requests each, a fresh service per row")
+    print("| image | body MB | status | ms per request (median) | idle RSS MB | peak RSS MB | RSS after MB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, body, content_type, settings in cases:
+        svc = Service(max_body_bytes=64 * MIB, max_body_bytes_in_flight=128 * MIB, **settings)
+        try:
+            idle = svc.memory_mb()["VmRSS"]
+            results = [asyncio.run(exchange(svc.port, post("/v1/classify", body, content_type), 60)) for _ in range(3)]
+            peak = svc.memory_mb()["VmHWM"]
+            time.sleep(1.0)
+            after = svc.memory_mb()["VmRSS"]
+        finally:
+            svc.stop()
+        print(f"| {name} | {len(body) / 1e6:.1f} | {sorted({s for s, _ in results})} | "
+              f"{statistics.median(t for _, t in results) * 1000:.0f} | {idle:.0f} | {peak:.0f} | {after:.0f} |")
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the service on the way out
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="bombs,slow,bodies,images,cost,overload",
+                        help="scenarios to run, comma-separated")
+    parser.add_argument("--slow-clients", type=int, default=200, help="slow connections at once")
+    parser.add_argument("--deadline", type=float, default=5.0, help="HEADER_TIMEOUT_S and BODY_TIMEOUT_S for the "
+                        "slow-client run (the defaults, 10 and 60 s, make a long benchmark)")
+    parser.add_argument("--bodies", type=int, default=48, help="concurrent large bodies (issue: 32-64)")
+    parser.add_argument("--overload-factor", type=int, default=10)
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    small = photo_jpeg(640, 427)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; classify body: china.jpg 640x427 "
+          f"({len(small)} B); default model, cpu backend")
+
+    if only & {"bombs", "slow"}:
+        svc = Service(header_timeout_s=args.deadline, body_timeout_s=args.deadline)
+        try:
+            if "bombs" in only:
+                asyncio.run(header_bombs(svc))
+            if "slow" in only:
+                asyncio.run(slow_clients(svc, args.slow_clients, args.deadline, args.deadline, small))
+        finally:
+            svc.stop()
+
+    if "bodies" in only:
+        sizes = [(5600, 3700), (5800, 3900), (6000, 4000)]
+        bodies = [photo_jpeg(w, h, 97, noise=12) for w, h in sizes]
+        print(f"\n## {args.bodies} concurrent large bodies ({', '.join(f'{len(b) / 1e6:.1f}' for b in bodies)} MB "
+              "JPEGs: a real photo upscaled, with sensor-like noise), one fresh service each")
+        print("| budget (MAX_BODY_BYTES_IN_FLIGHT) | n | statuses | s | idle RSS MB | peak RSS MB (VmHWM) | "
+              "RSS 2 s after MB |")
+        print("|---|---|---|---|---|---|---|")
+        for label, settings in (("default (160 MiB)", {}),
+                                ("out of the way (4 GiB)", {"max_body_bytes_in_flight": 4096 * MIB}),
+                                ("out of the way, TUNE_MALLOC=false (glibc defaults)",
+                                 {"max_body_bytes_in_flight": 4096 * MIB, "tune_malloc": "false"})):
+            svc = Service(**settings)
+            try:
+                asyncio.run(large_bodies(svc, args.bodies, bodies, label))
+            finally:
+                svc.stop()
+
+    if "images" in only:
+        large_images()
+
+    if "cost" in only:
+        protocol_cost(9, 2000)
+
+    if "overload" in only:
+        svc = Service()
+        try:
+            settings = httpx.get(f"http://127.0.0.1:{svc.port}/v1/models").json()
+            workers = settings["models"][0]["backends"]["cpu"]["interpreters"]
+            asyncio.run(overload(svc, workers + 32, args.overload_factor, post("/v1/classify", small), 3))
+        finally:
+            svc.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Hostile and broken clients against the real server (python -m app) over loopback sockets:
+header bombs, slow heads and bodies, too many connections, malformed HTTP, the body budget."""
+
+import json
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import Service
+
+HEAD_CAP = 16 * 1024
+DEADLINE_S = 0.6
+MAX_CONNECTIONS = 12
+BODY_LIMIT = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def server():
+    svc = Service({
+        "EDGETPU_SERVE_MODELS": "fashion_mnist", "EDGETPU_SERVE_DEFAULT_MODEL": "fashion_mnist",
+        "EDGETPU_SERVE_HEADER_TIMEOUT_S": str(DEADLINE_S), "EDGETPU_SERVE_BODY_TIMEOUT_S": str(DEADLINE_S),
+        "EDGETPU_SERVE_KEEP_ALIVE_TIMEOUT_S": "0.5", "EDGETPU_SERVE_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+        "EDGETPU_SERVE_MAX_BODY_BYTES": str(BODY_LIMIT),
+        "EDGETPU_SERVE_MAX_BODY_BYTES_IN_FLIGHT": str(2 * BODY_LIMIT), "EDGETPU_SERVE_WAIT_TIMEOUT_S": "0.2",
+    })
+    svc.wait_ready()
+    yield svc
+    svc.stop()
+
+
+def connect(server) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    return s
+
+
+def read_response(s: socket.socket) -> tuple[int, dict, dict | None]:
+    """Status, headers, JSON body of one response, reading until the body is complete or EOF."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers.get("content-length", 0))
+    while len(body) < length:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return status, headers, json.loads(body) if body else None
+
+
+def closed_by_server(s: socket.socket, within_s: float) -> bool:
+    s.settimeout(within_s)
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_one_mib_header_gets_a_fast_431_while_others_are_served(server):
+    healthz = []
+
+    def other_client():
+        with httpx.Client(base_url=server.url, timeout=5) as c:
+            for _ in range(20):
+                start = time.perf_counter()
+                assert c.get("/healthz").status_code == 200
+                healthz.append(time.perf_counter() - start)
+
+    other = threading.Thread(target=other_client)
+    other.start()
+    s = connect(server)
+    start = time.perf_counter()
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bomb: " + b"a" * (1 << 20) + b"\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server answered and closed before it had all of it
+    status, headers, body = read_response(s)
+    elapsed = time.perf_counter() - start
+    other.join()
+    assert status == 431 and headers["content-type"] == "application/json" and headers["connection"] == "close"
+    assert body == {"error": f"request line and headers exceed {HEAD_CAP} bytes"}
+    assert elapsed < 1.0  # loose for a loaded CI machine; bench/hostile.py measures it
+    assert len(healthz) == 20
+
+
+@pytest.mark.parametrize("size, status", [(HEAD_CAP - 512, 200), (HEAD_CAP + 1, 431)])
+def test_the_head_cap_counts_request_line_and_headers(server, size, status):
+    s = connect(server)
+    header = b"X-Fill: " + b"f" * (size - 60) + b"\r\n"  # ~60 bytes of request line and Host
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header + b"\r\n")
+    assert read_response(s)[0] == status
+
+
+def test_many_small_headers_are_capped_too(server):
+    s = connect(server)
+    headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(400))
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+    assert read_response(s)[0] == 431
+
+
+def test_a_head_that_trickles_in_gets_408_at_its_deadline(server):
+    s = connect(server)
+    start = time.perf_counter()
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # ... and never the blank line
+    status, _, body = read_response(s)
+    elapsed = time.perf_counter() - start
+    assert status == 408 and body == {"error": f"request headers not received within {DEADLINE_S:g} s"}
+    assert DEADLINE_S * 0.9 < elapsed < DEADLINE_S + 1.0
+    assert closed_by_server(s, 3)
+
+
+def test_a_silent_connection_is_dropped_at_the_header_deadline(server):
+    s = connect(server)
+    assert read_response(s)[0] == 408
+    assert closed_by_server(s, 3)
+
+
+def test_a_body_that_trickles_in_gets_408_at_its_deadline(server):
+    s = connect(server)
+    s.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\nContent-Length: 5000\r\n\r\n")
+    start = time.perf_counter()
+    s.sendall(b"\x89PNG")
+    status, _, body = read_response(s)
+    assert status == 408 and body == {"error": f"request body not received within {DEADLINE_S:g} s"}
+    assert time.perf_counter() - start < DEADLINE_S + 1.0
+    assert closed_by_server(s, 3)
+    # the service is fine afterwards
+    assert httpx.get(f"{server.url}/healthz").status_code == 200
+
+
+def test_beyond_the_connection_cap_a_fast_503_in_json(server):
+    held = [connect(server) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.1)
+        s = connect(server)
+        start = time.perf_counter()
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, body = read_response(s)
+        assert status == 503 and headers["retry-after"] == "1"
+        assert "too many open connections" in body["error"]
+        assert time.perf_counter() - start < 0.5
+    finally:
+        for h in held:
+            h.close()
+    time.sleep(0.2)
+    assert httpx.get(f"{server.url}/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("request_bytes, reason", [
+    (b"GARBAGE\r\n\r\n", "Invalid method"),
+    (b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+     "Content-Length"),
+    (b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", "content-length"),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n", "header"),
+])
+def test_malformed_http_gets_a_json_400(server, request_bytes, reason):
+    s = connect(server)
+    s.sendall(request_bytes)
+    status, headers, body = read_response(s)
+    assert status == 400 and headers["content-type"] == "application/json"
+    assert body["error"].startswith("malformed HTTP request: ") and reason.lower() in body["error"].lower()
+
+
+def test_keep_alive_connections_close_after_their_idle_timeout(server):
+    s = connect(server)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(s)[0] == 200
+    start = time.perf_counter()
+    assert closed_by_server(s, 3)
+    assert 0.4 < time.perf_counter() - start < 2.0
+
+
+def test_keep_alive_requests_each_get_their_own_head_deadline(server):
+    s = connect(server)
+    for _ in range(3):
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(s)[0] == 200
+        time.sleep(DEADLINE_S * 0.6)  # each wait is under the deadline; together they are over it
+
+
+def test_bodies_beyond_the_memory_budget_wait_then_get_503(server):
+    # Two slow clients each hold a full body's reservation (the budget is two bodies) ...
+    holders = []
+    for _ in range(2):
+        h = connect(server)
+        h.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
+                  b"Content-Length: %d\r\n\r\n\x89PNG" % BODY_LIMIT)
+        holders.append(h)
+    time.sleep(0.1)
+    # ... so a third body waits for memory (WAIT_TIMEOUT_S 0.2, under the body deadline) and is turned away with Retry-After
+    r = httpx.post(f"{server.url}/v1/classify", content=b"\x89PNG" + b"0" * 1000,
+                   headers={"content-type": "image/png"})
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert "memory budget" in r.json()["error"]
+    for h in holders:
+        assert read_response(h)[0] == 408  # the body deadline ends them and frees their reservations
+    r = httpx.post(f"{server.url}/v1/classify", content=b"\x89PNG" + b"0" * 1000,
+                   headers={"content-type": "image/png"})
+    assert r.status_code == 400  # admitted now; not a PNG after its signature
+
+
+def test_sigterm_lets_requests_in_flight_finish(cat_png):
+    """Graceful shutdown through our protocol: 8 requests mid-body at SIGTERM all complete."""
+    svc = Service({"EDGETPU_SERVE_MODELS": "fashion_mnist", "EDGETPU_SERVE_DEFAULT_MODEL": "fashion_mnist"})
+    svc.wait_ready()
+    image = cat_png.read_bytes()
+    clients = []
+    try:
+        for _ in range(8):
+            s = connect(svc)
+            s.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(image) + image[:1000])
+            clients.append(s)
+        time.sleep(0.3)
+        svc.process.terminate()
+        time.sleep(0.3)
+        for s in clients:
+            s.sendall(image[1000:])
+        statuses = [read_response(s)[0] for s in clients]
+        assert statuses == [200] * 8
+        # uvicorn re-raises the signal once it has drained, so the exit status is "killed by SIGTERM"
+        assert svc.process.wait(10) in (0, -signal.SIGTERM)
+    finally:
+        svc.stop()

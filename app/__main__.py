@@ -23,11 +23,12 @@ def main() -> int:
         return 2
     # SIGTERM: stop accepting, let admitted requests finish within DRAIN_TIMEOUT_S, then the
     # lifespan closes the interpreters (app/main.py). uvicorn re-raises the signal once it is
-    # done: a handler that ignores it lets the process exit 0.
-    signal.signal(signal.SIGTERM, lambda *_: None)
+    # done, to this handler: it asks the (finished) server to exit and the process exits 0.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             access_log=False, timeout_graceful_shutdown=settings.drain_timeout_s)
-    _Server(config).run()
+    server = _Server(config)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    server.run()
     return 0
 
 

@@ -255,9 +255,10 @@ def serve(app, settings: Settings, **overrides: Any) -> None:
     within DRAIN_TIMEOUT_S; the lifespan then closes the interpreters (app/main.py)."""
     if settings.tune_malloc and not tune_malloc():
         log.info("not glibc: malloc left as it is")
-    # uvicorn re-raises the signal once it is done: a handler that ignores it lets the process exit 0.
-    signal.signal(signal.SIGTERM, lambda *_: None)
     server = _Server(config(app, settings, **overrides))
+    # A SIGTERM before uvicorn installs its handlers (or the one uvicorn re-raises once it is done)
+    # asks the server to exit: never ignored, and the process exits 0.
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
     server.run()
     if not server.started:
         raise SystemExit(3)

@@ -202,19 +202,22 @@ class Registry:
 
     def _load_each(self) -> None:
         for name in self._paths:
-            try:
-                version = self._load(name, warm_up=self.settings.warmup_at_start, number=1)
-            except ServeError as e:
-                log.error("model %s failed to load: %s", name, e)
-                with self._lock:
-                    self._status[name] = ModelStatus("failed", self._public(str(e)), time.time())
-                continue
-            with self._lock:
-                if self._draining:  # shut down while loading: nothing will serve it
-                    version.close()
+            with self._reload_locks[name]:  # a reload asked for meanwhile comes after, never under
+                if name in self._versions:
                     continue
-                self._versions[name] = version
-                self._status[name] = ModelStatus("ready", since=time.time())
+                try:
+                    version = self._load(name, warm_up=self.settings.warmup_at_start, number=1)
+                except ServeError as e:
+                    log.error("model %s failed to load: %s", name, e)
+                    with self._lock:
+                        self._status[name] = ModelStatus("failed", self._public(str(e)), time.time())
+                    continue
+                with self._lock:
+                    if self._draining:  # shut down while loading: nothing will serve it
+                        version.close()
+                        continue
+                    self._versions[name] = version
+                    self._status[name] = ModelStatus("ready", since=time.time())
 
     def wait_loaded(self, timeout_s: float) -> bool:
         """Block until load_all has finished, at most timeout_s."""

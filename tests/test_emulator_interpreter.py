@@ -148,6 +148,15 @@ def test_a_supported_op_with_an_unsupported_configuration_is_listed_too():
         Interpreter(model_content=g.build([x], [2]))
 
 
+@pytest.mark.parametrize("opcode", ["RELU", "LEAKY_RELU", "HARD_SWISH", "QUANTIZE"])
+def test_a_zero_scale_fails_the_load_as_unsupported(opcode):
+    """A degenerate quantization (scale 0) would give infinite multipliers: a load error that says so."""
+    from tests.emulator_cases import unary_model
+
+    with pytest.raises(UnsupportedOperators, match=rf"#0 {opcode}: output 'output' has scale 0.0; expected a positive"):
+        Interpreter(model_content=unary_model(opcode, (1, 8), "INT8", (0.1, 0), (0.0, 0)))
+
+
 def test_the_issue_op_list_is_covered():
     wanted = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
               "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "SUM", "PAD", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",

@@ -78,7 +78,10 @@ def per_tensor(tensor: Tensor, what: str) -> tuple[np.dtype, float, int]:
     dtype = quantized_type(tensor, what)
     if tensor.quantization.per_channel:
         raise Unsupported(f"{what} {tensor.name!r} is quantized per channel; expected per tensor")
-    return dtype, scale_of(tensor), zero_point_of(tensor)
+    scale = scale_of(tensor)
+    if not (np.isfinite(scale) and scale > 0):  # its multipliers would be infinite: a degenerate model
+        raise Unsupported(f"{what} {tensor.name!r} has scale {scale}; expected a positive finite scale")
+    return dtype, scale, zero_point_of(tensor)
 
 
 def type_range(dtype: np.dtype) -> tuple[int, int]:

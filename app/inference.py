@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app import metrics
+from app.errors import RequestError
 from app.imaging import decode, to_pixels
 from app.model_dir import ModelDir
+from app.pool import EnginePool, RunResult
 from app.registry import LoadedModel
 
 
@@ -66,28 +69,80 @@ async def classify(model: LoadedModel, backend: str, data: bytes, top_k: int, th
                    images: ImageWork) -> Classification:
     start = time.perf_counter()
     pool = model.pool(backend)
+    metrics.note_model(model.name, backend)
     tensor, decode_ms, preprocess_ms = await images.prepare(data, model, backend)
-    result = await pool.run(tensor)
+    result, queue_ms = await _run(pool, tensor)
     post_start = time.perf_counter()
     output = pool.engine.output
     predictions = top_predictions(
         scores(result.output, output.scale, output.zero_point, model.model_dir),
         model.model_dir.labels, top_k, threshold)
     end = time.perf_counter()
+    timing_ms = {
+        "decode": decode_ms,
+        "preprocess": preprocess_ms,
+        "inference": result.inference_ms,
+        "postprocess": (end - post_start) * 1000,
+        "total": (end - start) * 1000,
+    }
+    metrics.observe_input(model.name, backend, {**timing_ms, "queue": queue_ms}, result.cold)
     return Classification(
         model=model.name,
         backend=backend,
         predictions=predictions,
-        timing_ms={
-            "decode": decode_ms,
-            "preprocess": preprocess_ms,
-            "inference": result.inference_ms,
-            "postprocess": (end - post_start) * 1000,
-            "total": (end - start) * 1000,
-        },
+        timing_ms=timing_ms,
         warmup={"load_ms": pool.load_ms, "first_inference_ms": pool.first_inference_ms},
         cold=result.cold,
     )
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One input run through a model: the output tensor as the model gave it, its scores
+    (dequantized; softmax for logits), and the stage timings in ms."""
+    output: np.ndarray
+    scores: np.ndarray
+    timing_ms: dict[str, float]
+    cold: bool
+
+
+async def score_image(model: LoadedModel, backend: str, data: bytes, images: ImageWork) -> Scored:
+    """An encoded image (JPEG, PNG, ...) -> Scored, preprocessed exactly as classify() does."""
+    start = time.perf_counter()
+    pool = model.pool(backend)
+    metrics.note_model(model.name, backend)
+    tensor, decode_ms, preprocess_ms = await images.prepare(data, model, backend)
+    return await _score(model, backend, pool, tensor, start, {"decode": decode_ms, "preprocess": preprocess_ms})
+
+
+async def score_tensor(model: LoadedModel, backend: str, tensor: np.ndarray) -> Scored:
+    """A tensor already in the model's input form ([1, H, W, C] of its input dtype) -> Scored."""
+    start = time.perf_counter()
+    pool = model.pool(backend)
+    metrics.note_model(model.name, backend)
+    spec = pool.engine.input
+    if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:
+        raise RequestError(f"model {model.name!r} on {backend!r} takes a {spec.dtype.name} tensor of shape "
+                           f"{list(spec.shape)}, got {tensor.dtype.name} {list(tensor.shape)}")
+    return await _score(model, backend, pool, np.ascontiguousarray(tensor), start, {"decode": 0.0, "preprocess": 0.0})
+
+
+async def _score(model: LoadedModel, backend: str, pool: EnginePool, tensor: np.ndarray, start: float,
+                 timing_ms: dict[str, float]) -> Scored:
+    result, queue_ms = await _run(pool, tensor)
+    output = pool.engine.output
+    values = scores(result.output, output.scale, output.zero_point, model.model_dir)
+    timing_ms = {**timing_ms, "queue": queue_ms, "inference": result.inference_ms,
+                 "total": (time.perf_counter() - start) * 1000}
+    metrics.observe_input(model.name, backend, timing_ms, result.cold)
+    return Scored(result.output, values, timing_ms, result.cold)
+
+
+async def _run(pool: EnginePool, tensor: np.ndarray) -> tuple[RunResult, float]:
+    """The pool's run, and the time spent waiting for an interpreter (ms): all but the invoke."""
+    start = time.perf_counter()
+    result = await pool.run(tensor)
+    return result, max(0.0, (time.perf_counter() - start) * 1000 - result.inference_ms)
 
 
 def scores(output: np.ndarray, scale: float, zero_point: int, model_dir: ModelDir) -> np.ndarray:

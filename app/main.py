@@ -8,7 +8,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import classify, devices, errors, health, models
+from app.api import classify, devices, errors, health, metrics, models, page
+from app.api.v2 import router as v2
 from app.imaging import reuse_image_buffers
 from app.inference import ImageWork
 from app.registry import Registry
@@ -47,4 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(classify.router)
     app.include_router(devices.router)
+    app.include_router(v2.router)
+    metrics.install(app)
+    page.install(app)
     return app

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app import metrics
 from app.edgetpu.access import custom_op_message, is_custom_op_error
 from app.engines import ENGINES, EngineOptions
 from app.errors import (
@@ -142,7 +143,9 @@ class Registry:
             try:
                 self._models[name] = self._load(name, warm_up=self.settings.warmup_at_start)
                 self._status[name] = ModelStatus("ready")
+                metrics.model_loaded(name, ok=True)
             except ServeError as e:
+                metrics.model_loaded(name, ok=False)
                 log.error("model %s failed to load: %s", name, e)
                 self._status[name] = ModelStatus("failed", str(e))
 
@@ -151,7 +154,12 @@ class Registry:
         if name not in self._paths:
             raise ModelNotFound(f"no model {name!r}; serving {sorted(self._paths)}")
         with self._reload_lock:
-            fresh = self._load(name, warm_up=False)
+            try:
+                fresh = self._load(name, warm_up=False)
+            except ServeError:
+                metrics.model_loaded(name, ok=False)
+                raise
+            metrics.model_loaded(name, ok=True)
             old = self._models.get(name)
             self._models[name] = fresh
             self._status[name] = ModelStatus("ready")

@@ -1,0 +1,124 @@
+"""The Open Inference Protocol (KServe v2) REST front door: /v2/...
+
+Thin: read the body, parse it (wire.py), call the core through infer.py, encode the answer.
+Every error becomes {"error": ...} through errors.py's table, handled inside the route so
+the connection stays open.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+from app.api.body import read_limited
+from app.api.deps import ImagesDep, RegistryDep, SettingsDep
+from app.api.v2 import infer as v2
+from app.api.v2.errors import retry_after, status_of
+from app.api.v2.wire import HEADER_LENGTH, decompress, encode_response, parse_infer_request
+from app.errors import ModelNotFound, RequestError, ServeError
+from app.registry import LoadedModel, Registry
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "edgetpu-serve"
+SERVER_VERSION = "0.1.0"
+EXTENSIONS = ["binary_tensor_data", "classification", "model_configuration", "parameters"]
+
+
+class V2Route(APIRoute):
+    """Every failure answered as the protocol says, without leaving the route."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except ServeError as e:
+                status = status_of(e)
+                return JSONResponse({"error": str(e)}, status_code=status, headers=retry_after(e))
+            except Exception as e:  # a bug: logged, answered, connection kept
+                log.exception("%s %s", request.method, request.url.path)
+                return JSONResponse({"error": f"internal error: {type(e).__name__}"}, status_code=500)
+
+        return answer
+
+
+router = APIRouter(prefix="/v2", tags=["v2 (Open Inference Protocol)"], route_class=V2Route)
+
+
+def _model(registry: Registry, name: str, version: str | None) -> LoadedModel:
+    model = registry.get(name)
+    if version is not None and version != v2.VERSION:
+        raise ModelNotFound(f"model {name!r} has no version {version!r}; versions: [{v2.VERSION!r}]")
+    return model
+
+
+def _backend(registry: Registry, model: LoadedModel, requested=None) -> str:
+    if requested is not None:
+        if not isinstance(requested, str):
+            raise RequestError(f"parameters.backend must be a string, got {requested!r}")
+        return requested
+    default = registry.default_backend
+    return default if default in model.pools else next(iter(model.pools))
+
+
+def _limits(settings) -> v2.Limits:
+    return v2.Limits(max_batch=settings.v2_max_batch, max_classification=settings.max_top_k)
+
+
+@router.get("", summary="Server metadata")
+async def server_metadata():
+    return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
+
+
+@router.get("/health/live", summary="The process answers")
+async def live():
+    return {"live": True}
+
+
+@router.get("/health/ready", summary="Every model loaded and warmed up (503 otherwise)")
+async def ready(registry: RegistryDep):
+    is_ready = registry.ready()
+    return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
+
+
+@router.get("/models/{name}", summary="Model metadata")
+@router.get("/models/{name}/versions/{version}", summary="Model metadata, one version")
+async def model_metadata(name: str, registry: RegistryDep, version: str | None = None):
+    model = _model(registry, name, version)
+    return v2.model_metadata(model, _backend(registry, model))
+
+
+@router.get("/models/{name}/ready", summary="Model readiness (503 while it is not)")
+@router.get("/models/{name}/versions/{version}/ready", summary="Model readiness, one version")
+async def model_ready(name: str, registry: RegistryDep, version: str | None = None):
+    is_ready = registry.status_or_raise(name).state == "ready"
+    if is_ready:
+        _model(registry, name, version)
+    return JSONResponse({"name": name, "ready": is_ready}, status_code=200 if is_ready else 503)
+
+
+@router.get("/models/{name}/config", summary="Model configuration (Triton's form; perf_analyzer reads it)")
+@router.get("/models/{name}/versions/{version}/config", summary="Model configuration, one version")
+async def model_config(name: str, registry: RegistryDep, settings: SettingsDep, version: str | None = None):
+    model = _model(registry, name, version)
+    return v2.model_config(model, _backend(registry, model), list(model.pools), _limits(settings))
+
+
+@router.post("/models/{name}/infer", summary="Inference: tensors or encoded images in, scores out")
+@router.post("/models/{name}/versions/{version}/infer", summary="Inference on one version")
+async def model_infer(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
+                      images: ImagesDep, version: str | None = None):
+    model = _model(registry, name, version)
+    body = await read_limited(request, settings.max_body_bytes)
+    body = decompress(body, request.headers.get("content-encoding"), settings.max_body_bytes)
+    parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
+    backend = _backend(registry, model, parsed.parameters.get("backend"))
+    outputs, parameters = await v2.infer(model, backend, parsed, images, _limits(settings))
+    content, headers = encode_response(model.name, version or v2.VERSION, parsed.id, outputs, parameters)
+    return Response(content, headers=headers)

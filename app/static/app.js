@@ -49,7 +49,7 @@ async function loadDevices() {
     const text = body.devices.length
       ? `Edge TPUs: ${body.devices.length} (${healthy} healthy)` +
         body.devices.map((d) => ` · ${d.type} ${d.path}: ${d.health}`).join("")
-      : `Edge TPUs: none${body.error ? ` (${body.error})` : ""}`;
+      : `Edge TPUs: none${body.error ? ` (${body.error.split(/[(:]/)[0].trim()}; details on hover)` : ""}`;
     $("devices").textContent = text;
     $("devices").title = body.error || "";
     $("devices").className = "status" + (body.devices.some((d) => d.health !== "healthy" && d.health !== "unused") ? " bad" : "");

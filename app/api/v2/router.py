@@ -11,11 +11,14 @@ import logging
 from collections.abc import Callable
 
 from fastapi import APIRouter, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.body import read_limited
 from app.api.deps import ImagesDep, RegistryDep, SettingsDep
+from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
 from app.api.v2.wire import HEADER_LENGTH, decompress, encode_response, parse_infer_request
@@ -41,6 +44,8 @@ class V2Route(APIRoute):
             except ServeError as e:
                 status = status_of(e)
                 return JSONResponse({"error": str(e)}, status_code=status, headers=retry_after(e))
+            except (RequestValidationError, StarletteHTTPException):
+                raise  # the app's own handlers answer these with their 4xx
             except Exception as e:  # a bug: logged, answered, connection kept
                 log.exception("%s %s", request.method, request.url.path)
                 return JSONResponse({"error": f"internal error: {type(e).__name__}"}, status_code=500)
@@ -49,6 +54,14 @@ class V2Route(APIRoute):
 
 
 router = APIRouter(prefix="/v2", tags=["v2 (Open Inference Protocol)"], route_class=V2Route)
+
+
+def _errors(*statuses: int) -> dict:
+    return {status: {"model": ErrorResponse} for status in statuses}
+
+
+MODEL_ERRORS = _errors(404, 503)
+INFER_ERRORS = _errors(400, 404, 413, 503)
 
 
 def _model(registry: Registry, name: str, version: str | None) -> LoadedModel:
@@ -81,39 +94,78 @@ async def live():
     return {"live": True}
 
 
-@router.get("/health/ready", summary="Every model loaded and warmed up (503 otherwise)")
+@router.get("/health/ready", summary="Every model loaded and warmed up (503 otherwise)",
+            responses={503: {"description": "{\"ready\": false}"}})
 async def ready(registry: RegistryDep):
     is_ready = registry.ready()
     return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
 
 
-@router.get("/models/{name}", summary="Model metadata")
-@router.get("/models/{name}/versions/{version}", summary="Model metadata, one version")
-async def model_metadata(name: str, registry: RegistryDep, version: str | None = None):
+@router.get("/models/{name}", summary="Model metadata", responses=MODEL_ERRORS)
+async def model_metadata(name: str, registry: RegistryDep):
+    model = _model(registry, name, None)
+    return v2.model_metadata(model, _backend(registry, model))
+
+
+@router.get("/models/{name}/versions/{version}", summary="Model metadata, one version", responses=MODEL_ERRORS)
+async def version_metadata(name: str, version: str, registry: RegistryDep):
     model = _model(registry, name, version)
     return v2.model_metadata(model, _backend(registry, model))
 
 
-@router.get("/models/{name}/ready", summary="Model readiness (503 while it is not)")
-@router.get("/models/{name}/versions/{version}/ready", summary="Model readiness, one version")
-async def model_ready(name: str, registry: RegistryDep, version: str | None = None):
+@router.get("/models/{name}/ready", summary="Model readiness (503 while it is not)", responses=MODEL_ERRORS)
+async def model_ready(name: str, registry: RegistryDep):
+    return _readiness(registry, name, None)
+
+
+@router.get("/models/{name}/versions/{version}/ready", summary="Model readiness, one version",
+            responses=MODEL_ERRORS)
+async def version_ready(name: str, version: str, registry: RegistryDep):
+    return _readiness(registry, name, version)
+
+
+def _readiness(registry: Registry, name: str, version: str | None) -> JSONResponse:
     is_ready = registry.status_or_raise(name).state == "ready"
     if is_ready:
         _model(registry, name, version)
     return JSONResponse({"name": name, "ready": is_ready}, status_code=200 if is_ready else 503)
 
 
-@router.get("/models/{name}/config", summary="Model configuration (Triton's form; perf_analyzer reads it)")
-@router.get("/models/{name}/versions/{version}/config", summary="Model configuration, one version")
-async def model_config(name: str, registry: RegistryDep, settings: SettingsDep, version: str | None = None):
+@router.get("/models/{name}/config", summary="Model configuration (Triton's form; perf_analyzer reads it)",
+            responses=MODEL_ERRORS)
+async def model_config(name: str, registry: RegistryDep, settings: SettingsDep):
+    model = _model(registry, name, None)
+    return v2.model_config(model, _backend(registry, model), list(model.pools), _limits(settings))
+
+
+@router.get("/models/{name}/versions/{version}/config", summary="Model configuration, one version",
+            responses=MODEL_ERRORS)
+async def version_config(name: str, version: str, registry: RegistryDep, settings: SettingsDep):
     model = _model(registry, name, version)
     return v2.model_config(model, _backend(registry, model), list(model.pools), _limits(settings))
 
 
-@router.post("/models/{name}/infer", summary="Inference: tensors or encoded images in, scores out")
-@router.post("/models/{name}/versions/{version}/infer", summary="Inference on one version")
+INFER_DESCRIPTION = """The body is an Open Inference Protocol request: JSON, or JSON followed by binary tensors
+(`Inference-Header-Content-Length`), optionally gzip or deflate (`Content-Encoding`). Input `image`:
+UINT8 [N, H, W, C] (the model's input tensor) or BYTES [N] (encoded images). Outputs `scores` (FP32)
+and `raw`; `parameters.classification = k` on an output gives "score:index:label"."""
+
+
+@router.post("/models/{name}/infer", summary="Inference: tensors or encoded images in, scores out",
+             description=INFER_DESCRIPTION, responses=INFER_ERRORS)
 async def model_infer(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-                      images: ImagesDep, version: str | None = None):
+                      images: ImagesDep):
+    return await _infer(request, registry, settings, images, name, None)
+
+
+@router.post("/models/{name}/versions/{version}/infer", summary="Inference on one version",
+             description=INFER_DESCRIPTION, responses=INFER_ERRORS)
+async def version_infer(name: str, version: str, request: Request, registry: RegistryDep, settings: SettingsDep,
+                        images: ImagesDep):
+    return await _infer(request, registry, settings, images, name, version)
+
+
+async def _infer(request: Request, registry: Registry, settings, images, name: str, version: str | None) -> Response:
     model = _model(registry, name, version)
     body = await read_limited(request, settings.max_body_bytes)
     body = decompress(body, request.headers.get("content-encoding"), settings.max_body_bytes)

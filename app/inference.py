@@ -124,7 +124,8 @@ async def score_tensor(model: LoadedModel, backend: str, tensor: np.ndarray) -> 
     if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:
         raise RequestError(f"model {model.name!r} on {backend!r} takes a {spec.dtype.name} tensor of shape "
                            f"{list(spec.shape)}, got {tensor.dtype.name} {list(tensor.shape)}")
-    return await _score(model, backend, pool, np.ascontiguousarray(tensor), start, {"decode": 0.0, "preprocess": 0.0})
+    # no decode or preprocess stage: none is timed (a zero would skew those histograms)
+    return await _score(model, backend, pool, np.ascontiguousarray(tensor), start, {})
 
 
 async def _score(model: LoadedModel, backend: str, pool: EnginePool, tensor: np.ndarray, start: float,

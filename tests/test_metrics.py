@@ -105,3 +105,21 @@ def test_tpu_temperatures_come_from_the_sysfs_directory(tmp_path, fashion_regist
     samples = {s.labels["device"]: s.value for s in families["edgetpu_serve_edgetpu_temperature_celsius"].samples}
     assert samples == {"apex_0": 47.8, "apex_1": 81.25}
     assert metrics.apex_temperatures(tmp_path / "missing") == []
+
+
+def test_a_tensor_input_times_no_image_stages(client):
+    meta = client.get("/v2/models/fashion_mnist").json()
+    tensor = meta["inputs"][0]
+    shape = [1, *tensor["shape"][1:]]
+    count = 1
+    for d in shape:
+        count *= d
+    body = {"inputs": [{"name": "image", "datatype": tensor["datatype"], "shape": shape, "data": [0] * count}]}
+    before = scrape(client)
+    assert client.post("/v2/models/fashion_mnist/infer", json=body).status_code == 200
+    after = scrape(client)
+    labels = {"model": "fashion_mnist", "backend": "cpu"}
+    moved = {stage: value(after, "edgetpu_serve_stage_seconds_count", stage=stage, **labels)
+             - value(before, "edgetpu_serve_stage_seconds_count", stage=stage, **labels)
+             for stage in metrics.STAGES}
+    assert moved == {"decode": 0, "preprocess": 0, "queue": 1, "inference": 1, "total": 1}

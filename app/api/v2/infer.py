@@ -101,7 +101,7 @@ async def infer(model: LoadedModel, backend: str, request: InferRequest, images:
     outputs = [_output(name, binary, k, results, model) for name, binary, k in wanted]
     parameters = {"backend": backend, "cold": any(r.cold for r in results)}
     for stage in ("decode", "preprocess", "queue", "inference"):
-        parameters[f"{stage}_ms"] = round(sum(r.timing_ms[stage] for r in results), 3)
+        parameters[f"{stage}_ms"] = round(sum(r.timing_ms.get(stage, 0.0) for r in results), 3)
     parameters["total_ms"] = round((time.perf_counter() - start) * 1000, 3)
     return outputs, parameters
 

@@ -14,6 +14,7 @@ was expected; nothing here knows about models.
 
 from __future__ import annotations
 
+import binascii
 import json
 import struct
 import zlib
@@ -238,7 +239,6 @@ def _json_bytes(data, count: int, parameters: dict, where: str) -> list[bytes]:
     if not all(isinstance(v, str) for v in flat):
         raise RequestError(f"{where}: BYTES data in JSON must be strings")
     if parameters.get("content_type") == "base64":
-        import binascii
         try:
             return [binascii.a2b_base64(v) for v in flat]
         except binascii.Error as e:

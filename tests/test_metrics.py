@@ -11,6 +11,8 @@ from app import metrics
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS, Service
+from tests.doubles.edgetpu_models import plain_as_compiled
+from tests.doubles.libedgetpu import DEVICES, libedgetpu_double  # noqa: F401
 
 
 def scrape(client: httpx.Client) -> dict[tuple[str, frozenset], float]:
@@ -123,3 +125,36 @@ def test_a_tensor_input_times_no_image_stages(client):
              - value(before, "edgetpu_serve_stage_seconds_count", stage=stage, **labels)
              for stage in metrics.STAGES}
     assert moved == {"decode": 0, "preprocess": 0, "queue": 1, "inference": 1, "total": 1}
+
+
+def test_two_tpus_through_the_test_double_count_and_report_temperature(tmp_path, libedgetpu_double, cat_png):
+    nodes = [tmp_path / "dev" / "apex_0", tmp_path / "dev" / "apex_1"]
+    nodes[0].parent.mkdir()
+    for node in nodes:
+        node.write_bytes(b"")
+    sysfs = tmp_path / "sys" / "class" / "apex"
+    (sysfs / "apex_0").mkdir(parents=True)
+    (sysfs / "apex_0" / "temp").write_text("52100\n")
+    service = Service({
+        "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
+        "EDGETPU_SERVE_MODELS": DEFAULT_MODEL,
+        "EDGETPU_SERVE_BACKENDS": "edgetpu,cpu", "EDGETPU_SERVE_WORKERS": "1",
+        "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
+        "EDGETPU_SERVE_APEX_SYSFS_DIR": str(sysfs),
+        DEVICES: ",".join(f"pci:{node}" for node in nodes),
+    })
+    try:
+        service.wait_ready()
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            assert c.post("/v1/classify?backend=edgetpu", content=cat_png.read_bytes()).status_code == 200
+            samples = scrape(c)
+    finally:
+        service.stop()
+    assert value(samples, "edgetpu_serve_edgetpu_devices") == 2
+    assert {device: value(samples, "edgetpu_serve_edgetpu_device_healthy", device=str(device)) for device in nodes} \
+        == {node: 1.0 for node in nodes}
+    assert value(samples, "edgetpu_serve_edgetpu_temperature_celsius", device="apex_0") == 52.1
+    labels = {"model": DEFAULT_MODEL, "backend": "edgetpu"}
+    assert value(samples, "edgetpu_serve_pool_interpreters", **labels) == 2
+    assert value(samples, "edgetpu_serve_requests_total", protocol="v1", status="200", **labels) == 1
+    assert value(samples, "edgetpu_serve_pool_first_inference_seconds", **labels) > 0

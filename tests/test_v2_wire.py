@@ -88,6 +88,9 @@ def test_a_gzip_bomb_stops_at_the_limit():
     (b'{"inputs": [{"name": "x", "datatype": "UINT8", "shape": [1], "data": ["a"]}]}', None, "must be numbers"),
     (b'{"inputs": [{"name": "x", "datatype": "UINT8", "shape": [1]}]}', None, "needs 'data'"),
     (b'{}', "99", "Inference-Header-Content-Length is 99"),
+    # 2^32 * 2^32 wraps to 0 in int64: the count must be exact, or an empty list would pass
+    (b'{"inputs": [{"name": "x", "datatype": "UINT8", "shape": [4294967296, 4294967296], "data": []}]}', None,
+     "needs 18446744073709551616"),
     (b'{"inputs": [{"name": "x", "datatype": "UINT8", "shape": [1], "data": [1]}], '
      b'"outputs": [{"name": "s", "parameters": {"classification": 0}}]}', None, "positive integer"),
 ])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import math
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -177,7 +178,7 @@ def _input(raw, i: int, binary: bytes, offset: int) -> tuple[InputTensor, int]:
                                                for d in shape)):
         raise RequestError(f"{where}: 'shape' must be a list of non-negative integers, got {shape!r}")
     shape = tuple(shape)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # exact: numpy's int64 product would wrap on a hostile shape
     parameters = _parameters(raw.get("parameters"), where)
     size = parameters.get("binary_data_size")
     if size is not None:
@@ -203,7 +204,7 @@ def _input(raw, i: int, binary: bytes, offset: int) -> tuple[InputTensor, int]:
 
 def _from_buffer(chunk: bytes, datatype: str, shape: tuple[int, ...], where: str) -> np.ndarray:
     dtype = DTYPES[datatype]
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize
     if len(chunk) != expected:
         raise RequestError(f"{where}: {len(chunk)} bytes of binary data; {datatype} {list(shape)} "
                            f"needs {expected}")

@@ -137,6 +137,7 @@ class EnginePool:
         # notified whenever a member's health changes: tests and shutdown wait on it, no polling
         self.changed = threading.Condition(self._lock)
         self._admitted = 0
+        self._running = 0  # invokes under way now
         self._closed = threading.Event()
         # Bounded: admission keeps it far below this; twice the line leaves room for jobs whose
         # requests gave up waiting and which no interpreter has skipped yet.
@@ -175,6 +176,16 @@ class EnginePool:
     def admitted(self) -> int:
         """Requests holding a place: running or waiting."""
         return self._admitted
+
+    @property
+    def busy(self) -> int:
+        """Interpreters running an invoke now (a hung one included, until it returns)."""
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        """Inputs handed to the pool and not yet taken by an interpreter (the queue depth)."""
+        return self._jobs.qsize()
 
     # -- admission -------------------------------------------------------------------------
 
@@ -250,15 +261,21 @@ class EnginePool:
             if not job.claim():  # its request stopped waiting
                 continue
             _notify(job, job.taken, member)
+            self._count_running(1)
             try:
                 result = _timed_run(member, job.x)
             except Exception as e:  # handed to the request
                 _notify(job, job.done, error=e)
             else:
                 _notify(job, job.done, result)
+            self._count_running(-1)
             if not member.healthy:  # the watchdog took it out while this invoke hung
                 break
         member.engine.close()
+
+    def _count_running(self, step: int) -> None:
+        with self._lock:
+            self._running += step
 
     def warm_up(self) -> None:
         """Run one input through every interpreter (blocking; before the pool serves)."""

@@ -261,14 +261,12 @@ class EnginePool:
             if not job.claim():  # its request stopped waiting
                 continue
             _notify(job, job.taken, member)
-            self._count_running(1)
             try:
-                result = _timed_run(member, job.x)
+                result = _run_counted(self, member, job.x)
             except Exception as e:  # handed to the request
                 _notify(job, job.done, error=e)
             else:
                 _notify(job, job.done, result)
-            self._count_running(-1)
             if not member.healthy:  # the watchdog took it out while this invoke hung
                 break
         member.engine.close()
@@ -371,6 +369,15 @@ class EnginePool:
             if member.healthy and member.thread is not None:
                 member.thread.join(max(0.0, deadline - time.monotonic()))
         return not any(m.healthy and m.thread is not None and m.thread.is_alive() for m in self.members)
+
+
+def _run_counted(pool: EnginePool, member: Member, x: np.ndarray) -> RunResult:
+    """_timed_run, counted busy while it runs (and no longer before its request hears of the result)."""
+    pool._count_running(1)
+    try:
+        return _timed_run(member, x)
+    finally:
+        pool._count_running(-1)
 
 
 def _timed_run(member: Member, x: np.ndarray) -> RunResult:

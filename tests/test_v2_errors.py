@@ -17,10 +17,13 @@ from app.errors import (
     Busy,
     DeviceHung,
     EngineLoadError,
+    ImageTooLarge,
+    InvokeTimeout,
     ModelDirError,
     ModelNotFound,
     NotReady,
     RequestError,
+    ShuttingDown,
 )
 
 
@@ -28,6 +31,7 @@ from app.errors import (
     (ModelNotFound("m"), 404), (BackendNotAvailable("b"), 400), (BadImage("x"), 400), (RequestError("r"), 400),
     (BodyTooLarge("big"), 413), (Busy("busy", 1), 503), (DeviceHung("hung", 2), 503), (NotReady("loading"), 503),
     (ModelDirError("bad file"), 503), (EngineLoadError("no runtime"), 503),
+    (InvokeTimeout("slow", 1), 504), (ImageTooLarge("bomb"), 413), (ShuttingDown("draining"), 503),
 ])
 def test_every_domain_error_has_a_status(error, status):
     assert status_of(error) == status

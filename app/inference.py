@@ -74,7 +74,6 @@ async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, imag
     """One image through the leased model version; the lease's place in line was taken at admission."""
     start = time.perf_counter()
     pool, model_dir = lease.pool, lease.model_dir
-    metrics.note_model(model_dir.name, lease.backend)
     tensor, decode_ms, preprocess_ms = await images.prepare(data, lease)
     result, queue_ms = await _run(lease, tensor)
     post_start = time.perf_counter()
@@ -113,7 +112,6 @@ class Scored:
 async def score_image(lease: Lease, data: bytes, images: ImageWork) -> Scored:
     """An encoded image (JPEG, PNG, ...) -> Scored, preprocessed exactly as classify() does."""
     start = time.perf_counter()
-    metrics.note_model(lease.model_dir.name, lease.backend)
     tensor, decode_ms, preprocess_ms = await images.prepare(data, lease)
     return await _score(lease, tensor, start, {"decode": decode_ms, "preprocess": preprocess_ms})
 
@@ -121,7 +119,6 @@ async def score_image(lease: Lease, data: bytes, images: ImageWork) -> Scored:
 async def score_tensor(lease: Lease, tensor: np.ndarray) -> Scored:
     """A tensor already in the model's input form ([1, H, W, C] of its input dtype) -> Scored."""
     start = time.perf_counter()
-    metrics.note_model(lease.model_dir.name, lease.backend)
     spec = lease.pool.engine.input
     if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:
         raise RequestError(f"model {lease.model_dir.name!r} on {lease.backend!r} takes a {spec.dtype.name} tensor "

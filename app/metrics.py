@@ -7,8 +7,9 @@ StateCollector, so nothing has to be kept in step by hand. Process metrics come 
 prometheus_client's own collectors.
 
 Label values are bounded: `model` and `backend` only ever take names the registry serves
-(the core sets them after the registry has resolved the model), requests that never reach
-a model are counted under model="" and backend="". Unknown names in URLs create no series.
+(the registry sets them when a lease has resolved the model and backend, so a request refused
+from there on, a full line say, counts against that model), requests that never reach a model are
+counted under model="" and backend="". Unknown names in URLs create no series.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ _request = contextvars.ContextVar[dict | None]("edgetpu_serve_request_labels", d
 
 
 def note_model(model: str, backend: str) -> None:
-    """Called by the core once it knows which model and backend serve this request."""
+    """Called by the registry's lease() once it knows which model and backend serve this request."""
     labels = _request.get()
     if labels is not None:
         labels["model"], labels["backend"] = model, backend

@@ -296,6 +296,7 @@ class Registry:
         try:
             key = self.default_backend if backend is None else backend  # "" is a wrong name, not the default
             pool = version.pool(key)
+            metrics.note_model(name, key)  # a refusal from here on is counted against this model
             place = pool.admit()
             try:
                 yield Lease(version, key, pool, place)

@@ -10,6 +10,8 @@ import httpx
 import numpy as np
 import pytest
 
+from prometheus_client import REGISTRY
+
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import MODELS
@@ -49,13 +51,20 @@ def pool(app, backend: str):
     return app.state.registry.get(MODEL).pool(backend)
 
 
+def refused(backend: str = "cpu") -> float:
+    labels = {"protocol": "v2", "model": MODEL, "backend": backend, "status": "503"}
+    return REGISTRY.get_sample_value("edgetpu_serve_requests_total", labels) or 0.0
+
+
 def test_a_batch_takes_a_place_per_input_and_is_refused_whole_when_the_line_is_short(app):
+    before = refused()
     fits, too_many = post(app, tensor_request(2), tensor_request(3))
     assert fits.status_code == 200, fits.text
     assert [o["shape"] for o in fits.json()["outputs"]] == [[2, 10], [2, 10]]
     assert too_many.status_code == 503 and "retry-after" in too_many.headers
     assert "busy" in too_many.json()["error"]
     assert pool(app, "cpu").admitted == 0  # every place given back, the refused batch's too
+    assert refused() == before + 1  # counted against the model whose line refused it
 
 
 def test_a_full_line_refuses_before_the_body_is_read(app):

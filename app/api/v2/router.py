@@ -23,7 +23,7 @@ from app.api.deps import ImagesDep, RegistryDep, SettingsDep
 from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
-from app.api.v2.wire import HEADER_LENGTH, decompress, encode_response, parse_infer_request
+from app.api.v2.wire import BYTES, DTYPES, HEADER_LENGTH, decompress, encode_response, parse_infer_request
 from app.errors import ModelNotFound, RequestError, ServeError
 from app.registry import LoadedModel, Registry
 
@@ -159,15 +159,41 @@ UINT8 [N, H, W, C] (the model's input tensor) or BYTES [N] (encoded images). Out
 and `raw`; `parameters.classification = k` on an output gives "score:index:label"."""
 
 
+_PARAMETERS = {"type": "object", "additionalProperties": True}
+INFER_REQUEST_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {
+        "type": "object", "required": ["inputs"],
+        "properties": {
+            "id": {"type": "string"},
+            "parameters": _PARAMETERS,
+            "inputs": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["name", "shape", "datatype"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                    "datatype": {"type": "string", "enum": sorted([*DTYPES, BYTES])},
+                    "parameters": _PARAMETERS,
+                    "data": {"description": "the elements, flat or nested; absent with parameters.binary_data_size"},
+                }}},
+            "outputs": {"type": "array", "items": {
+                "type": "object", "required": ["name"],
+                "properties": {"name": {"type": "string"}, "parameters": _PARAMETERS}}},
+        }}},
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary",
+                                            "description": "the JSON part, then binary tensors "
+                                                           "(Inference-Header-Content-Length)"}},
+}}}
+
+
 @router.post("/models/{name}/infer", summary="Inference: tensors or encoded images in, scores out",
-             description=INFER_DESCRIPTION, responses=INFER_ERRORS)
+             description=INFER_DESCRIPTION, responses=INFER_ERRORS, openapi_extra=INFER_REQUEST_BODY)
 async def model_infer(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
                       images: ImagesDep):
     return await _infer(request, registry, settings, images, name, None)
 
 
 @router.post("/models/{name}/versions/{version}/infer", summary="Inference on one version",
-             description=INFER_DESCRIPTION, responses=INFER_ERRORS)
+             description=INFER_DESCRIPTION, responses=INFER_ERRORS, openapi_extra=INFER_REQUEST_BODY)
 async def version_infer(name: str, version: str, request: Request, registry: RegistryDep, settings: SettingsDep,
                         images: ImagesDep):
     return await _infer(request, registry, settings, images, name, version)

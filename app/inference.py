@@ -106,9 +106,22 @@ def scores(output: np.ndarray, scale: float, zero_point: int, model_dir: ModelDi
 
 def top_predictions(values: np.ndarray, labels: tuple[str, ...], top_k: int, threshold: float) -> list[Prediction]:
     """The k best scores at or above threshold; equal scores in class order."""
-    order = np.argsort(-values, kind="stable")[:top_k]
+    order = top_order(values, top_k)
+    # Python ints and floats at once: numpy scalars cost a microsecond each to index and compare
     return [
-        Prediction(int(i), labels[i] if i < len(labels) else str(int(i)), float(values[i]))
-        for i in order
-        if values[i] >= threshold
+        Prediction(i, labels[i] if i < len(labels) else str(i), score)
+        for i, score in zip(order.tolist(), values[order].tolist())
+        if score >= threshold
     ]
+
+
+def top_order(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest values, largest first, equal values in index order: the first k
+    of a stable descending sort, without sorting all of them (1000 classes: a partition and a
+    sort of k, about a fifth of the full sort's time)."""
+    n = values.shape[0]
+    if k >= n or not np.isfinite(values).all():  # NaN has no place in a partition: sort all
+        return np.argsort(-values, kind="stable")[:k]
+    kth = np.partition(values, n - k)[n - k]        # the k-th largest value
+    candidates = np.flatnonzero(values >= kth)       # every value tied with it too, in index order
+    return candidates[np.argsort(-values[candidates], kind="stable")][:k]

@@ -76,6 +76,8 @@ def instrument() -> None:
     inference.top_predictions = _timed("post-processing", inference.top_predictions)
     if hasattr(classify_api, "image_bytes"):
         classify_api.image_bytes = _timed_async("body read", classify_api.image_bytes)
+    if hasattr(classify_api, "response_body"):  # orjson, straight from the dataclasses
+        classify_api.response_body = _timed("response serialization", classify_api.response_body)
     for name in ("model_validate", "model_dump_json"):
         original = getattr(ClassifyResponse, name)
         timed = _timed("response serialization", original)

@@ -84,6 +84,7 @@ async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, imag
         timing_ms={
             "decode": decode_ms,
             "preprocess": preprocess_ms,
+            "queue": result.queue_ms,
             "inference": result.inference_ms,
             "postprocess": (end - post_start) * 1000,
             "total": (end - start) * 1000,

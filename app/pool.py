@@ -67,6 +67,7 @@ class RunResult:
     output: np.ndarray
     inference_ms: float
     cold: bool
+    queue_ms: float = 0.0  # from the request's queueing to an interpreter taking it
 
 
 class _Job:
@@ -275,7 +276,7 @@ class EnginePool:
             if not job.claim():  # its request stopped waiting
                 continue
             try:
-                result = _timed_run(member, job.x)
+                result = _timed_run(member, job.x, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request
                 _notify(job, job.done, error=e)
             else:
@@ -380,11 +381,11 @@ class EnginePool:
         return not any(m.healthy and m.thread is not None and m.thread.is_alive() for m in self.members)
 
 
-def _timed_run(member: Member, x: np.ndarray) -> RunResult:
+def _timed_run(member: Member, x: np.ndarray, queue_ms: float = 0.0) -> RunResult:
     cold = not member.warm
     start = time.perf_counter()
     output = member.engine.run(x)
     elapsed = (time.perf_counter() - start) * 1000
     if cold:
         member.first_inference_ms = elapsed
-    return RunResult(output, elapsed, cold)
+    return RunResult(output, elapsed, cold, queue_ms)

@@ -14,7 +14,7 @@ def classification(first_inference_ms, cold) -> Classification:
     out = np.random.default_rng(3).integers(0, 256, (1, 1000), np.uint8)
     predictions = top_predictions(scores(out, 0.093, 127, model_dir), model_dir.labels, 7, 0.0)
     return Classification(DEFAULT_MODEL, "cpu", predictions,
-                          {"decode": 0.1234567890123, "preprocess": 1e-7, "inference": 2.5, "postprocess": 0.0,
+                          {"decode": 0.1234567890123, "preprocess": 1e-7, "queue": 0.03125, "inference": 2.5, "postprocess": 0.0,
                            "total": 1234.5},
                           {"load_ms": 161.25, "first_inference_ms": first_inference_ms}, cold)
 

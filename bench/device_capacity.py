@@ -24,6 +24,7 @@ Example usage:
     python bench/device_capacity.py --device-ms 2.5 --devices 1 --concurrency 1,4,8 --duration 2
     python bench/device_capacity.py --checkout /work/main --checkout .   # two checkouts side by side
     python bench/device_capacity.py --backend cpu --workers 1 --concurrency 1   # a real backend
+    python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
     python bench/device_capacity.py --url http://board:8000 --device-ms 2.6     # a running service
 """
 
@@ -386,6 +387,83 @@ def stage_pass(service: Service, item: Input, seconds: float, workdir: Path) -> 
             "p50_ms": figures["p50_ms"], "stages_ms": out, "total_ms": sum(kinds.values())}
 
 
+# ---- the naive peer (cpu backend) ------------------------------------------------------------
+
+PEER = Path(__file__).resolve().parent / "naive_peer.py"
+BOUNDARY = "capacity-bench-boundary"
+PEER_ROUNDS = 3
+
+
+def as_multipart(item: Input, path: str) -> Input:
+    """The same photo as multipart field `image` (the only form the peer takes)."""
+    body = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"photo.jpg\"\r\n"
+            "Content-Type: image/jpeg\r\n\r\n").encode() + item.body + f"\r\n--{BOUNDARY}--\r\n".encode()
+    return Input(item.name + ", multipart", body, f"multipart/form-data; boundary={BOUNDARY}", path=path)
+
+
+class PeerService:
+    """bench/naive_peer.py on a free port, with the default model's int8 file."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        model = repo_root() / "models" / MODEL / f"{MODEL}_int8.tflite"
+        self.env = {**os.environ, "PEER_MODEL": str(model), "PEER_PORT": str(self.port)}
+        self.process = None
+
+    def __enter__(self) -> PeerService:
+        self.process = subprocess.Popen([sys.executable, str(PEER)], env=self.env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/openapi.json", timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.__exit__()
+        raise RuntimeError("the naive peer did not start")
+
+    def __exit__(self, *exc) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+def peer_comparison(inputs: list[Input], levels: list[int], seconds: float, workers: int, workdir: Path) -> list[dict]:
+    """Ours (cpu backend, `workers` interpreters of 1 thread) and the naive peer, in alternating
+    rounds, the same multipart request; medians over the rounds."""
+    rows = []
+    with Service(repo_root(), 0, 1, "cpu", None, workers=workers) as ours, PeerService() as peer:
+        for item in inputs:
+            sides = {"ours": (ours.url, as_multipart(item, f"/v1/models/{MODEL}/classify?top_k=1")),
+                     "naive peer": (peer.url, as_multipart(item, "/v1/vision/scene"))}
+            for url, request in sides.values():
+                wrk_run(url, request, 1, WARMUP_S, workdir)
+            for c in levels:
+                got: dict[str, list[dict]] = {side: [] for side in sides}
+                for _ in range(PEER_ROUNDS):
+                    for side, (url, request) in sides.items():
+                        got[side].append(wrk_run(url, request, c, seconds, workdir))
+                row = {"input": item.name, "concurrency": c, "workers": workers}
+                for side, runs in got.items():
+                    row[side] = {k: float(np.median([r[k] for r in runs])) for k in ("req_s", "p50_ms", "p99_ms")}
+                    row[side]["errors"] = sum(r["errors"] for r in runs)
+                rows.append(row)
+    return rows
+
+
+def print_peer(rows: list[dict]) -> None:
+    print(f"\n### cpu backend, ours (WORKERS={rows[0]['workers']}, 1 thread) against the naive peer, multipart, "
+          f"medians of {PEER_ROUNDS} alternating rounds (load average {load_average()})\n")
+    print("| input | c | ours req/s | ours p50 ms | peer req/s | peer p50 ms | ours p50 / peer p50 | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        o, p = r["ours"], r["naive peer"]
+        print(f"| {r['input']} | {r['concurrency']} | {o['req_s']:.1f} | {o['p50_ms']:.2f} | {p['req_s']:.1f} | "
+              f"{p['p50_ms']:.2f} | {o['p50_ms'] / p['p50_ms']:.2f}x | {o['errors'] + p['errors']} |")
+
+
 # ---- report --------------------------------------------------------------------------------
 
 def load_average() -> str:
@@ -434,6 +512,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=None, help="EDGETPU_SERVE_WORKERS for a real backend")
     parser.add_argument("--url", default=None, help="measure a running service instead (no CPU figures)")
     parser.add_argument("--no-stages", action="store_true", help="skip the per-stage CPU pass")
+    parser.add_argument("--peer", action="store_true",
+                        help="instead: the cpu backend (WORKERS=--workers, default 1) against bench/naive_peer.py")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -450,11 +530,17 @@ def main() -> int:
 
     image_threads = args.image_threads or Settings().image_threads
     print(f"device capacity: {os.cpu_count()} cores, load average {load_average()} at start; wrk -t1, "
-          f"{args.duration} s per point; image threads {image_threads}; backend {args.backend}")
+          f"{args.duration} s per point; image threads {image_threads}; backend {'cpu vs naive peer' if args.peer else args.backend}")
     report: dict = {"points": [], "stages": [], "bounds": []}
     errors = 0
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
+        if args.peer:
+            rows = peer_comparison(inputs, levels, args.duration, args.workers or 1, workdir)
+            print_peer(rows)
+            if args.json:
+                args.json.write_text(json.dumps({"peer": rows}, indent=2))
+            return 1 if any(r["ours"]["errors"] or r["naive peer"]["errors"] for r in rows) else 0
         if args.url:
             url = args.url.rstrip("/")
             v2 = v2_binary_request(url, MODEL, inputs[0].jpeg)

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from app.api import classify, devices, errors, health, models
 from app.imaging import reuse_image_buffers
-from app.inference import ImageWork
+from app.inference import ImageWork, image_threads
 from app.registry import Registry
 from app.settings import Settings
 
@@ -42,7 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan,
                   description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
-    images = ImageWork(settings.image_threads, settings.max_image_pixels)
+    images = ImageWork(image_threads(settings.image_threads, registry.host_cpu), settings.max_image_pixels)
     app.state.settings = settings
     app.state.registry = registry
     app.state.images = images

@@ -526,9 +526,10 @@ def main() -> int:
     device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
     inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
     checkouts = [c.resolve() for c in (args.checkout or [repo_root()])]
-    from app.settings import Settings
+    from app.inference import image_threads as default_image_threads
 
-    image_threads = args.image_threads or Settings().image_threads
+    # the service's own default for a device backend (this checkout's rule), for the bound too
+    image_threads = default_image_threads(args.image_threads, host_cpu=not simulated)
     print(f"device capacity: {os.cpu_count()} cores, load average {load_average()} at start; wrk -t1, "
           f"{args.duration} s per point; image threads {image_threads}; backend {'cpu vs naive peer' if args.peer else args.backend}")
     report: dict = {"points": [], "stages": [], "bounds": []}

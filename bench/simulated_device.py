@@ -93,6 +93,7 @@ def plugin():
 
         key = KEY
         engine = SimulatedTpuEngine
+        host_cpu = False  # a device: it sleeps, the host's cores stay free
 
         def interpreters(self) -> list[EngineOptions]:
             return [EngineOptions(cpu_threads=1)] * devices()

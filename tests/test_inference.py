@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.inference import scores, top_order, top_predictions
+from app.inference import image_threads, scores, top_order, top_predictions
 from app.model_dir import read_model_dir
 from tests.conftest import DEFAULT_MODEL, MODELS
 
@@ -51,3 +51,26 @@ def test_top_order_on_a_real_output_with_ties():
     values = scores(out, 0.1, 20, model_dir)
     for k in (1, 5, 37, 999, 1000):
         assert top_order(values, k).tolist() == np.argsort(-values, kind="stable")[:k].tolist()
+
+
+def test_image_threads_take_the_cores_the_interpreters_leave():
+    assert image_threads(None, host_cpu=True, cores=4) == 2
+    assert image_threads(None, host_cpu=True, cores=1) == 1
+    assert image_threads(None, host_cpu=False, cores=4) == 4  # a TPU leaves every core free
+    assert image_threads(3, host_cpu=False, cores=4) == 3     # a setting wins
+
+
+def test_the_registry_says_whether_an_interpreter_computes_on_the_host():
+    from app.engines import BACKENDS
+    from app.engines.cpu import CpuBackend
+    from app.registry import Registry
+    from app.settings import Settings
+
+    class DeviceBackendDouble(CpuBackend):
+        key = "device-double"
+        host_cpu = False
+
+    plugins = {**BACKENDS, DeviceBackendDouble.key: DeviceBackendDouble}
+    assert Registry(Settings(model_dir=MODELS, backends=["cpu"]), plugins).host_cpu
+    assert not Registry(Settings(model_dir=MODELS, backends=["device-double"]), plugins).host_cpu
+    assert Registry(Settings(model_dir=MODELS, backends=["device-double", "emulated"]), plugins).host_cpu

@@ -74,16 +74,16 @@ class _Job:
     """One input on its way to an interpreter. Taken by exactly one side: an interpreter
     thread (`take`) or the request giving up its wait (`cancel`), whichever comes first."""
 
-    __slots__ = ("x", "loop", "done", "member", "queued_at", "taken_at", "timer", "_token")
+    __slots__ = ("x", "loop", "taken", "done", "member", "queued_at", "taken_at", "_token")
 
     def __init__(self, x: np.ndarray, loop: asyncio.AbstractEventLoop):
         self.x = x
         self.loop = loop
+        self.taken = loop.create_future()
         self.done = loop.create_future()
         self.member: Member | None = None
         self.queued_at = time.monotonic()
-        self.taken_at: float | None = None  # set by the interpreter's thread before it claims the job
-        self.timer: asyncio.TimerHandle | None = None
+        self.taken_at = 0.0
         self._token = threading.Lock()
 
     def claim(self) -> bool:
@@ -211,57 +211,34 @@ class EnginePool:
     # -- the request's side --------------------------------------------------------------------
 
     async def _run(self, x: np.ndarray) -> RunResult:
-        loop = asyncio.get_running_loop()
-        job = _Job(x, loop)
+        job = _Job(x, asyncio.get_running_loop())
         try:
             self._jobs.put_nowait(job)
         except queue.Full:
             raise Busy(f"{self.label}: the line is full", self.retry_after_s) from None
-        # One wake-up per request, when its result is in: no "taken" notice from the interpreter's
-        # thread (which cost the event loop a wake-up per request). The deadlines are kept by one
-        # timer instead, checked when it fires: wait_timeout_s from the queueing until taken, then
-        # the invoke's limit from the moment it was taken.
-        job.timer = loop.call_later(min(self.wait_timeout_s, self._invoke_limit_s), self._check_deadline, job)
         try:
-            return await job.done
+            try:
+                async with asyncio.timeout(self.wait_timeout_s):
+                    await job.taken
+            except TimeoutError:
+                if job.claim():  # no interpreter took it: it never will now
+                    raise Busy(f"{self.label}: no interpreter free within {self.wait_timeout_s} s",
+                               self.retry_after_s) from None
+                # taken just as the wait ended: job.member is set, the invoke is under way
+            limit = self.watchdog.timeout_s if self.watchdog else self.invoke_timeout_s
+            try:
+                async with asyncio.timeout(limit):
+                    return await job.done
+            except TimeoutError:
+                if self.watchdog:
+                    self._quarantine(job.member)
+                    raise DeviceHung(f"{self.label}: {job.member.device or 'the device'} {self._hang_text}; it is "
+                                     "out of the pool while it is re-created", self.retry_after_s) from None
+                raise InvokeTimeout(f"{self.label}: the invoke did not finish within {limit} s "
+                                    "(EDGETPU_SERVE_INVOKE_TIMEOUT_S)", self.retry_after_s) from None
         except asyncio.CancelledError:
             job.claim()  # the request is gone: an interpreter that has not taken it skips it
             raise
-        finally:
-            job.timer.cancel()
-
-    @property
-    def _invoke_limit_s(self) -> float:
-        return self.watchdog.timeout_s if self.watchdog else self.invoke_timeout_s
-
-    def _check_deadline(self, job: _Job) -> None:
-        """The job's timer (on the event loop): fail it past its deadline, or look again later."""
-        if job.done.done():
-            return
-        now = time.monotonic()
-        if job.taken_at is None or not job.member:
-            left = job.queued_at + self.wait_timeout_s - now
-            if left > 0:
-                job.timer = job.loop.call_later(left, self._check_deadline, job)
-                return
-            if job.claim():  # no interpreter took it: it never will now
-                job.done.set_exception(Busy(f"{self.label}: no interpreter free within {self.wait_timeout_s} s",
-                                            self.retry_after_s))
-                return
-            # taken just as the wait ended: job.member and taken_at are set, the invoke is under way
-        limit = self._invoke_limit_s
-        left = job.taken_at + limit - now
-        if left > 0:
-            job.timer = job.loop.call_later(left, self._check_deadline, job)
-            return
-        if self.watchdog:
-            self._quarantine(job.member)
-            job.done.set_exception(DeviceHung(
-                f"{self.label}: {job.member.device or 'the device'} {self._hang_text}; it is "
-                "out of the pool while it is re-created", self.retry_after_s))
-        else:
-            job.done.set_exception(InvokeTimeout(f"{self.label}: the invoke did not finish within {limit} s "
-                                                 "(EDGETPU_SERVE_INVOKE_TIMEOUT_S)", self.retry_after_s))
 
     # -- the interpreter's side ----------------------------------------------------------------
 
@@ -272,9 +249,10 @@ class EnginePool:
             job = jobs.get()
             if job is _STOP:
                 break
-            job.member, job.taken_at = member, time.monotonic()  # before the claim: the timer reads them
+            job.member, job.taken_at = member, time.monotonic()
             if not job.claim():  # its request stopped waiting
                 continue
+            _notify(job, job.taken, member)
             try:
                 result = _timed_run(member, job.x, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request

@@ -51,7 +51,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import READY_TIMEOUT_S, default_photo, free_port, repo_root  # noqa: E402
+from bench.common import default_photo, repo_root  # noqa: E402
+from bench.service import ServiceProcess, free_port  # noqa: E402
 
 MODEL = "efficientnet_lite0"
 MAX_PIXELS = 50_000_000
@@ -144,13 +145,8 @@ class Service:
     def __init__(self, checkout: Path, device_ms: float, devices: int, backend: str, image_threads: int | None,
                  stages: bool = False, workers: int | None = None):
         self.checkout = checkout
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.stats_file = Path(tempfile.mkstemp(prefix="device_capacity_", suffix=".json")[1])
-        inherited = {k: v for k, v in os.environ.items()
-                     if not k.startswith(("EDGETPU_SERVE_", "BENCH_")) and k != "PYTHONPATH"}
-        self.env = {**inherited, "PYTHONPATH": str(checkout),
-                    "EDGETPU_SERVE_HOST": "127.0.0.1", "EDGETPU_SERVE_PORT": str(self.port),
+        self.env = {"PYTHONPATH": str(checkout),
                     "EDGETPU_SERVE_BACKENDS": backend, "EDGETPU_SERVE_MODELS": MODEL,
                     "EDGETPU_SERVE_WORKERS": str(workers or devices), "EDGETPU_SERVE_LOG_LEVEL": "warning",
                     # the line must hold the highest concurrency: a 503 would be a measured error
@@ -159,36 +155,34 @@ class Service:
                     "BENCH_STATS_FILE": str(self.stats_file), "BENCH_STAGES": "1" if stages else "0"}
         if image_threads:
             self.env["EDGETPU_SERVE_IMAGE_THREADS"] = str(image_threads)
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.process: subprocess.Popen | None = None
+        self.service: ServiceProcess | None = None
+
+    @property
+    def process(self):
+        return self.service.process
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+    @property
+    def port(self) -> int:
+        return self.service.port
 
     def __enter__(self) -> Service:
-        self.process = subprocess.Popen([sys.executable, str(LAUNCHER)], cwd=self.checkout, env=self.env,
-                                        stdout=self.log, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"service exited with {self.process.returncode}: {self.log.read()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.__exit__()
-        raise RuntimeError(f"service not ready within {READY_TIMEOUT_S} s")
+        # the shared launcher (bench/service.py), running this checkout's app through LAUNCHER
+        self.service = ServiceProcess(self.env, inherit_settings=False, argv=[sys.executable, str(LAUNCHER)],
+                                      cwd=self.checkout)
+        try:
+            self.service.wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
     def __exit__(self, *exc) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
+        if self.service is not None:
+            self.service.stop()
         self.stats_file.unlink(missing_ok=True)
 
     def stats(self) -> dict:
@@ -408,26 +402,26 @@ class PeerService:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         model = repo_root() / "models" / MODEL / f"{MODEL}_int8.tflite"
-        self.env = {**os.environ, "PEER_MODEL": str(model), "PEER_PORT": str(self.port)}
-        self.process = None
+        self.env = {"PEER_MODEL": str(model), "PEER_PORT": str(self.port)}
+        self.service: ServiceProcess | None = None
+
+    @property
+    def process(self):
+        return self.service.process
 
     def __enter__(self) -> PeerService:
-        self.process = subprocess.Popen([sys.executable, str(PEER)], env=self.env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/openapi.json", timeout=1):
-                    return self
-            except OSError:
-                time.sleep(0.1)
-        self.__exit__()
-        raise RuntimeError("the naive peer did not start")
+        self.service = ServiceProcess(self.env, argv=[sys.executable, str(PEER)], port=self.port,
+                                      ready_path="/openapi.json")
+        try:
+            self.service.wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
     def __exit__(self, *exc) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
+        if self.service is not None:
+            self.service.stop()
 
 
 def peer_comparison(inputs: list[Input], levels: list[int], seconds: float, workers: int, workdir: Path) -> list[dict]:

@@ -157,11 +157,9 @@ def run_build(args: argparse.Namespace) -> Path:
 
 
 def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
-    from app.edgetpu.compat import analyze
-    from app.model_dir import InputSpec, int8_filename, write_model_dir
-    from app.tflite_file import read_tflite
+    from app.model_dir import Build, InputSpec
     from converter import calibration, quantize
-    from converter.builds import tool_versions
+    from converter.writing import tool_versions, write_int8_model
 
     spec = InputSpec(width=args.width, height=args.height, channels=args.channels, resize=args.resize,
                      crop_fraction=args.crop_fraction, mean=args.mean, std=args.std)
@@ -183,29 +181,18 @@ def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
     outputs = report["output"]["shape"][-1]
     if len(labels) != outputs:
         raise quantize.QuantizeError(f"{args.labels} has {len(labels)} labels, the model has {outputs} outputs")
-    edgetpu = analyze(read_tflite(tflite))
-    manifest = {
-        "name": args.name,
-        "task": "classification",
-        "description": args.description,
-        "source": args.source,
-        "licence": args.licence,
-        "input": spec.model_dump(),
-        "output": {"scores": args.scores},
-        "quantization": report,
-        "edgetpu_analysis": edgetpu.summary(),
-        "build": {
-            "command": shlex.join(["python", "-m", "converter", *argv]),
-            "calibration": f"{len(samples)} samples from {args.calibration}",
-            "tools": tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow"),
-            "convert_seconds": round(time.perf_counter() - started, 1),
-        },
-    }
-    target = write_model_dir(args.out, manifest, {
-        "int8": (int8_filename(args.name), tflite),
-        "labels": ("labels.txt", ("\n".join(labels) + "\n").encode()),
-    })
-    _say(f"Edge TPU analysis: {edgetpu.summary()}")
+    build = Build(
+        command=shlex.join(["python", "-m", "converter", *argv]),
+        calibration=f"{len(samples)} samples from {args.calibration}",
+        tools=tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow"),
+        convert_seconds=round(time.perf_counter() - started, 1),
+    )
+    target = write_int8_model(args.out, args.name, tflite, labels, spec, quantization=report, build=build,
+                              description=args.description, source=args.source, licence=args.licence,
+                              scores=args.scores)
+    from app.model_dir import read_model_dir
+
+    _say(f"Edge TPU analysis: {read_model_dir(target).manifest.edgetpu_analysis}")
     return target
 
 
@@ -257,7 +244,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from app.model_dir import read_model_dir, update_manifest
+    from app.model_dir import Evaluation, Quality, read_model_dir, update_manifest
     from converter import evaluate
     from converter.datasets import load_labelled
 
@@ -272,17 +259,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print("\n".join(result.lines()))
     if args.no_record:
         return EXIT_OK
-    previous = getattr(model.manifest, "evaluation", None) or {}
-    if "float" in previous and result.float is None:
+    quality = model.manifest.quality or Quality()
+    previous = quality.evaluation
+    if previous is not None and previous.float_ is not None and result.float is None:
         # an int8-only run must not erase the float figures (and agreement) measured before
-        _say(f"not recorded: {model.path / 'model.json'} has float figures from {previous.get('data')!r} that this run "
+        _say(f"not recorded: {model.path / 'model.json'} has float figures from {previous.data!r} that this run "
              "did not measure; pass --float to replace them, or --no-record")
         return EXIT_OK
-    figures = result.as_dict()
-    if args.float_model:
-        figures["float_model"] = str(args.float_model)
-    update_manifest(model.path, evaluation=figures)
-    _say(f"recorded in {model.path / 'model.json'} (evaluation)")
+    figures = Evaluation.model_validate(
+        dict(result.as_dict(), float_model=str(args.float_model) if args.float_model else None))
+    update_manifest(model.path, quality=quality.model_copy(update={"evaluation": figures}))
+    _say(f"recorded in {model.path / 'model.json'} (quality.evaluation)")
     return EXIT_OK
 
 

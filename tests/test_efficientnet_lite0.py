@@ -10,7 +10,7 @@ from app.imaging import prepare
 from app.model_dir import read_model_dir
 from converter import agreement
 from converter import efficientnet_lite0 as recipe
-from converter.builds import int8_scorer
+from converter.scoring import int8_scorer
 from converter.photos import imagenet_subject_photos, sample_photos
 from tests.conftest import MODELS
 
@@ -77,7 +77,7 @@ def test_int8_agrees_with_the_float_checkpoint_on_real_photos(model_dir, torch_m
     assert everything.inputs == 90
     assert everything.float_top1_in_int8_top5 >= 0.95
     assert everything.top1_agreement >= 0.75  # includes textures where float top-1 is a near-uniform guess
-    assert model_dir.manifest.quality["imagenet_subject_photos"]["top1_agreement"] == subjects.top1_agreement
+    assert model_dir.manifest.quality.agreement["imagenet_subject_photos"].top1_agreement == subjects.top1_agreement
 
 
 def test_build_command_reproduces_the_committed_file(tmp_path):

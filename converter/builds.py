@@ -45,12 +45,35 @@ def augmented_crops(photos: list[Path], spec: InputSpec, count: int, seed: int, 
         yield to_pixels(crop, spec)
 
 
+def photo_quality(photos: list[Path], spec: InputSpec, tflite: bytes, float_scores):
+    """int8 vs the float model on the real photos (whole and four corners): on the photos with an ImageNet
+    subject, and on all of them. Returns (Quality, subjects Agreement, all Agreement)."""
+    from converter.photos import imagenet_subject_photos
+
+    print("measuring int8 vs float agreement on real photos...", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.tflite"
+        path.write_bytes(tflite)
+        int8_scores = int8_scorer(path, spec)
+        everything = agreement.evaluation_inputs(photos, spec)
+        subjects = {p.name for p in imagenet_subject_photos()}
+        on_subjects = [(n, px) for n, px in everything if n.split("#")[0] in subjects]
+        result_subjects = agreement.compare(on_subjects, float_scores, int8_scores)
+        result_all = agreement.compare(everything, float_scores, int8_scores)
+    quality = Quality(
+        reference="the float PyTorch checkpoint, on the same preprocessed pixels",
+        data="photos from scikit-image and scikit-learn (converter/photos.py), each whole and as four corner crops",
+        agreement={"imagenet_subject_photos": result_subjects.as_dict(), "all_photos": result_all.as_dict()},
+    )
+    return quality, result_subjects, result_all
+
+
 def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: int = CALIBRATION_SAMPLES,
                              timm_wheel: Path | None = None) -> Path:
     """Port the PyTorch checkpoint, calibrate on real photos, quantize, measure, write."""
     from converter import efficientnet_lite0 as recipe
     from converter.imagenet_labels import imagenet_labels
-    from converter.photos import imagenet_subject_photos, sample_photos
+    from converter.photos import sample_photos
 
     started = time.perf_counter()
     spec = InputSpec(width=recipe.IMAGE_SIZE, height=recipe.IMAGE_SIZE, channels=3,
@@ -71,23 +94,9 @@ def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: 
     convert_seconds = time.perf_counter() - started
     report = quantize.describe(tflite)
 
-    print("measuring int8 vs float agreement on real photos...", file=sys.stderr)
     torch_model = recipe.torch_model()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.tflite"
-        path.write_bytes(tflite)
-        float_scores = lambda px: recipe.torch_logits(torch_model, px)  # noqa: E731
-        int8_scores = int8_scorer(path, spec)
-        everything = agreement.evaluation_inputs(photos, spec)
-        subjects = {p.name for p in imagenet_subject_photos()}
-        on_subjects = [(n, px) for n, px in everything if n.split("#")[0] in subjects]
-        result_subjects = agreement.compare(on_subjects, float_scores, int8_scores)
-        result_all = agreement.compare(everything, float_scores, int8_scores)
-    quality = Quality(
-        reference="the float PyTorch checkpoint, on the same preprocessed pixels",
-        data="photos from scikit-image and scikit-learn (converter/photos.py), each whole and as four corner crops",
-        agreement={"imagenet_subject_photos": result_subjects.as_dict(), "all_photos": result_all.as_dict()},
-    )
+    quality, result_subjects, result_all = photo_quality(
+        photos, spec, tflite, lambda px: recipe.torch_logits(torch_model, px))  # noqa: E731
     build = Build(
         command=f"python -m converter build {recipe.NAME}", seed=seed,
         calibration=f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
@@ -98,6 +107,51 @@ def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: 
     target = write_int8_model(
         out_root, recipe.NAME, tflite, labels, spec, quantization=report, quality=quality, build=build,
         description="EfficientNet-Lite0, ImageNet-1k (1000 classes), full-integer int8, uint8 input and output",
+        source=recipe.SOURCE, licence=recipe.LICENCE)
+    print(f"wrote {target}: {len(tflite)} bytes in {convert_seconds:.0f} s; int8 vs float top-1 agreement "
+          f"{result_subjects.top1_agreement:.1%} on {result_subjects.inputs} inputs with an ImageNet subject, "
+          f"{result_all.top1_agreement:.1%} on all {result_all.inputs}", file=sys.stderr)
+    return target
+
+
+def build_mobilenet_v2(out_root: Path, seed: int = DEFAULT_SEED, samples: int = CALIBRATION_SAMPLES,
+                       timm_wheel: Path | None = None, weights_wheel: Path | None = None) -> Path:
+    """torchvision's checkpoint through the generic PyTorch route (converter/torch_route.py), calibrated
+    and measured on real photos exactly as EfficientNet-Lite0 is."""
+    from converter import mobilenet_v2 as recipe
+    from converter import torch_route
+    from converter.imagenet_labels import imagenet_labels
+    from converter.photos import sample_photos
+
+    started = time.perf_counter()
+    spec = InputSpec(width=recipe.IMAGE_SIZE, height=recipe.IMAGE_SIZE, channels=3,
+                     resize="center_crop", crop_fraction=0.875, mean=recipe.MEAN, std=recipe.STD)
+    photos = sample_photos()
+    labels = imagenet_labels(timm_wheel)
+    torch_route.import_route()
+    model = recipe.torch_model(weights_wheel)
+    module = torch_route.prepare(model, recipe.IMAGE_SIZE, recipe.IMAGE_SIZE, 3, what=recipe.NAME)
+
+    def representative():
+        crops = augmented_crops(photos, spec, samples, seed, CALIBRATION_MIN_AREA)
+        for pixels in calibration.with_progress(crops, samples):
+            yield calibration.normalise(pixels, spec)
+
+    tflite = torch_route.to_int8(module, recipe.IMAGE_SIZE, recipe.IMAGE_SIZE, 3, representative())
+    convert_seconds = time.perf_counter() - started
+    quality, result_subjects, result_all = photo_quality(photos, spec, tflite, torch_route.torch_scorer(model, spec))
+    build = Build(
+        command=f"python -m converter build {recipe.NAME}", seed=seed, route=torch_route.ROUTE,
+        calibration=f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
+                    "of the same photos, through app.imaging",
+        weights=f"{recipe.WEIGHTS_MEMBER} from {recipe.WEIGHTS_DISTRIBUTION}=={recipe.WEIGHTS_VERSION} "
+                f"(sha256 {recipe.WEIGHTS_SHA256}, checked)",
+        tools=tool_versions("torch", "litert-torch", "ai-edge-quantizer", "ai-edge-litert", "numpy", "pillow"),
+        convert_seconds=round(convert_seconds, 1),
+    )
+    target = write_int8_model(
+        out_root, recipe.NAME, tflite, labels, spec, quality=quality, build=build,
+        description="MobileNetV2 1.0, ImageNet-1k (1000 classes), full-integer int8, int8 input and output",
         source=recipe.SOURCE, licence=recipe.LICENCE)
     print(f"wrote {target}: {len(tflite)} bytes in {convert_seconds:.0f} s; int8 vs float top-1 agreement "
           f"{result_subjects.top1_agreement:.1%} on {result_subjects.inputs} inputs with an ImageNet subject, "
@@ -175,4 +229,5 @@ def build_fashion_mnist(out_root: Path, seed: int = DEFAULT_SEED, data_dir: Path
     return target
 
 
-BUILDS = {"efficientnet_lite0": build_efficientnet_lite0, "fashion_mnist": build_fashion_mnist}
+BUILDS = {"efficientnet_lite0": build_efficientnet_lite0, "fashion_mnist": build_fashion_mnist,
+          "mobilenet_v2": build_mobilenet_v2}

@@ -19,7 +19,7 @@ import numpy as np
 from app.model_dir import InputSpec
 from converter.calibration import normalise, with_progress
 from converter.datasets import Labelled
-from converter.scoring import BatchScorer, int8_batch_scorer  # noqa: F401  (int8_batch_scorer: part of this module's API)
+from converter.scoring import BatchScorer, int8_batch_scorer  # noqa: F401 (re-exported)
 
 TOP_K = 5
 CHUNK = 256  # samples scored together (the float model takes them as one batch when it can)

@@ -12,7 +12,7 @@ from app.api import auth, classify, devices, errors, health, metrics, models, op
 from app.api.body import HoldBodyBudget
 from app.api.v2 import router as v2
 from app.imaging import reuse_image_buffers
-from app.inference import ImageWork
+from app.inference import ImageWork, image_threads
 from app.memory import ByteBudget
 from app.registry import Registry
 from app.settings import Settings
@@ -45,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan,
                   description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
-    images = ImageWork(settings.image_threads, settings.max_image_pixels,
+    images = ImageWork(image_threads(settings.image_threads, registry.host_cpu), settings.max_image_pixels,
                        max_decoded_pixels=settings.max_decoded_pixels, accept_damaged=settings.accept_damaged_images)
     app.state.settings = settings
     app.state.registry = registry

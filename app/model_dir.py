@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from app.errors import ModelDirError
 
@@ -75,8 +75,106 @@ class FileEntry(BaseModel):
     bytes: int = Field(ge=0)
 
 
+class TensorQuantization(BaseModel):
+    """One integer I/O tensor: real = scale * (q - zero_point)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["uint8", "int8"]
+    shape: list[int]
+    scale: float
+    zero_point: int
+
+
+class Quantization(BaseModel):
+    """What the converter wrote: operator counts and the integer I/O tensors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operators: dict[str, int]
+    input: TensorQuantization
+    output: TensorQuantization
+
+
+class Accuracy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    top1_correct: int = Field(ge=0)
+    top5_correct: int = Field(ge=0)
+    samples: int = Field(gt=0)
+    top1: float
+    top5: float
+
+
+class Evaluation(BaseModel):
+    """Accuracy on a labelled dataset: the int8 model, and the float one when it was given."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    data: str
+    samples: int = Field(gt=0)
+    int8: Accuracy
+    float_: Accuracy | None = Field(default=None, alias="float")
+    top1_agreements: int | None = None
+    top1_agreement: float | None = None
+    top1_drop_points: float | None = None
+    float_model: str | None = None
+
+
+class Agreement(BaseModel):
+    """int8 vs float on unlabelled inputs: same top-1, float top-1 inside int8 top-5, largest logit error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: int = Field(gt=0)
+    top1_agreement: float
+    float_top1_in_int8_top5: float
+    # max |int8 logit - float logit| over all inputs and classes (dequantized); None where not measured
+    max_logit_error: float | None = None
+    disagreements: list[str] = Field(default_factory=list)
+
+
+class Quality(BaseModel):
+    """What quantization cost, measured: served as-is by /v1/models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str | None = None  # what the int8 model was compared with
+    data: str | None = None  # what it was compared on
+    agreement: dict[str, Agreement] | None = None  # named input sets -> int8 vs float on them
+    evaluation: Evaluation | None = None  # labelled accuracy (python -m converter evaluate)
+
+
+class EdgeTpuCompile(BaseModel):
+    """The record of `python -m converter compile`: how, with what, and the compiler's own report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str
+    compiler_version: str
+    min_runtime_version: int
+    model_min_runtime_version: int | None = None
+    int8_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    segments: int = Field(ge=1)
+    report: dict  # converter.compiler_log.CompilerReport.as_dict()
+    offline_analysis: str
+    segment_reports: list[dict] | None = None
+
+
+class Build(BaseModel):
+    """Provenance: the command that rebuilds the directory and what it was made with."""
+
+    model_config = ConfigDict(extra="allow")  # recipes add their own facts (training, data, timings)
+
+    command: str
+    seed: int | None = None
+    calibration: str | None = None
+    tools: dict[str, str] = Field(default_factory=dict)
+    convert_seconds: float | None = None
+
+
 class Manifest(BaseModel):
-    """model.json. Unknown top-level keys are kept: tools add reports over time."""
+    """model.json, written only through this module. Unknown top-level keys are kept."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -87,8 +185,40 @@ class Manifest(BaseModel):
     licence: str
     input: InputSpec
     output: OutputSpec = OutputSpec()
-    files: dict[str, FileEntry]
-    build: dict = Field(default_factory=dict)
+    quantization: Quantization | None = None
+    edgetpu_analysis: str | None = None
+    quality: Quality | None = None
+    build: Build | None = None
+    edgetpu_compile: EdgeTpuCompile | None = None
+    files: dict[str, FileEntry] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_layouts(cls, data):
+        """Read the layouts written before this one: a top-level `evaluation`, agreement sets directly in `quality`."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        quality = dict(data.get("quality") or {})
+        if "evaluation" in data:
+            quality.setdefault("evaluation", data.pop("evaluation"))
+        known = set(Quality.model_fields)
+        loose = {k: v for k, v in quality.items() if k not in known and isinstance(v, dict) and "inputs" in v}
+        if loose:
+            quality = {k: v for k, v in quality.items() if k not in loose}
+            quality["agreement"] = {**loose, **(quality.get("agreement") or {})}
+        if quality:
+            data["quality"] = quality
+        return data
+
+    def to_json(self) -> str:
+        """The one serialisation of model.json (files last, absent facts left out)."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["files"] = data.pop("files")
+        return json.dumps(data, indent=2) + "\n"
+
+    def quality_dict(self) -> dict | None:
+        return None if self.quality is None else self.quality.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 @dataclass(frozen=True)
@@ -131,7 +261,7 @@ def sha256_file(path: Path) -> str:
 
 
 def read_model_dir(path: Path) -> ModelDir:
-    """Read and validate a model directory (manifest and labels; model files on demand)."""
+    """Read and validate a model directory: the manifest, and the labels against their sha256 (model files on demand)."""
     path = Path(path)
     manifest_path = path / MANIFEST
     try:
@@ -144,13 +274,13 @@ def read_model_dir(path: Path) -> ModelDir:
         manifest = Manifest.model_validate(raw)
     except ValidationError as e:
         raise ModelDirError(f"invalid {manifest_path}: {e}") from None
-    labels_entry = manifest.files.get(LABELS)
+    model = ModelDir(path=path, manifest=manifest, labels=())
     labels: tuple[str, ...] = ()
-    if labels_entry is not None:
-        labels_path = path / labels_entry.path
+    if model.has(LABELS):
+        labels_path = model.file(LABELS)  # sha256 checked, like every other file
         try:
             labels = tuple(labels_path.read_text(encoding="utf-8").splitlines())
-        except OSError as e:
+        except (OSError, UnicodeDecodeError) as e:
             raise ModelDirError(f"cannot read labels of {manifest.name!r}: {e}") from None
     return ModelDir(path=path, manifest=manifest, labels=labels)
 
@@ -175,7 +305,11 @@ def file_entry(path: Path, relative_to: Path) -> FileEntry:
     )
 
 
-def write_model_dir(root: Path, manifest: dict, files: dict[str, tuple[str, bytes]]) -> Path:
+def _as_manifest(manifest: Manifest | dict) -> Manifest:
+    return manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
+
+
+def write_model_dir(root: Path, manifest: Manifest | dict, files: dict[str, tuple[str, bytes]]) -> Path:
     """Write models/<name>/ whole, atomically: a complete new directory or the old one.
 
     files maps a kind (int8, labels, ...) to (filename, content); their entries
@@ -183,26 +317,37 @@ def write_model_dir(root: Path, manifest: dict, files: dict[str, tuple[str, byte
     existing directory that this write does not name are kept (e.g. a compiled
     Edge TPU model when only the int8 model is rebuilt) along with their entries.
     """
+    manifest = _as_manifest(manifest)
     root = Path(root)
-    target = root / manifest["name"]
+    target = root / manifest.name
     root.mkdir(parents=True, exist_ok=True)
     kept = {}
     if target.is_dir() and (target / MANIFEST).is_file():
         previous = json.loads((target / MANIFEST).read_text(encoding="utf-8"))
-        kept = {kind: entry for kind, entry in previous.get("files", {}).items()
+        kept = {kind: FileEntry.model_validate(entry) for kind, entry in previous.get("files", {}).items()
                 if kind not in files and (target / entry["path"]).is_file()}
     _replace_whole(target, manifest, kept, files)
     return target
 
 
+def _merged(model_dir: Path, fields: dict) -> Manifest:
+    """The existing manifest with top-level fields replaced, validated."""
+    current = read_model_dir(model_dir).manifest
+    data = current.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data.update({k: (v.model_dump(mode="json", by_alias=True, exclude_none=True) if isinstance(v, BaseModel) else v)
+                 for k, v in fields.items()})
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as e:
+        raise ModelDirError(f"{model_dir / MANIFEST}: the new fields do not validate: {e}") from None
+
+
 def update_manifest(model_dir: Path, **fields) -> None:
-    """Merge top-level fields into an existing model.json, atomically (write + rename)."""
+    """Replace top-level fields of an existing model.json, atomically (write + rename)."""
     path = Path(model_dir) / MANIFEST
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data.update(fields)
-    Manifest.model_validate(data)
+    text = _merged(model_dir, fields).to_json()
     tmp = path.with_name(f".{MANIFEST}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -231,29 +376,29 @@ def add_files(model_dir: Path, files: dict[str, tuple[str, bytes]], remove: tupl
     segments. The directory's name must be its manifest's name, as the service requires.
     """
     model_dir = Path(model_dir)
-    manifest = json.loads((model_dir / MANIFEST).read_text(encoding="utf-8"))
-    if manifest.get("name") != model_dir.name:
-        raise ModelDirError(f"{model_dir}: model.json names {manifest.get('name')!r}, the directory {model_dir.name!r}")
-    kept = {kind: entry for kind, entry in manifest.get("files", {}).items()
-            if kind not in remove and kind not in files}
-    _replace_whole(model_dir, dict(manifest, **fields), kept, files)
+    manifest = _merged(model_dir, fields)
+    if manifest.name != model_dir.name:
+        raise ModelDirError(f"{model_dir}: model.json names {manifest.name!r}, the directory {model_dir.name!r}")
+    kept = {kind: entry for kind, entry in manifest.files.items() if kind not in remove and kind not in files}
+    _replace_whole(model_dir, manifest, kept, files)
 
 
-def _replace_whole(target: Path, manifest: dict, kept: dict[str, dict], files: dict[str, tuple[str, bytes]]) -> None:
+def _replace_whole(target: Path, manifest: Manifest, kept: dict[str, FileEntry],
+                   files: dict[str, tuple[str, bytes]]) -> None:
     """Stage the complete new directory beside target (kept files copied from it, new ones
     written, the manifest validated and everything fsynced), then swap it in."""
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         entries = {}
         for kind, entry in kept.items():
-            shutil.copy2(target / entry["path"], staging / entry["path"])
+            shutil.copy2(target / entry.path, staging / entry.path)
             entries[kind] = entry
         for kind, (filename, content) in files.items():
             (staging / filename).write_bytes(content)
-            entries[kind] = file_entry(staging / filename, staging).model_dump()
-        full = dict(manifest, files=entries)
-        Manifest.model_validate(full)  # never write a manifest the service would refuse
-        (staging / MANIFEST).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+            entries[kind] = file_entry(staging / filename, staging)
+        full = manifest.model_copy(update={"files": entries})
+        text = Manifest.model_validate_json(full.to_json()).to_json()  # never write what the service would refuse
+        (staging / MANIFEST).write_text(text, encoding="utf-8")
         for f in staging.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())

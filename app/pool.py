@@ -67,13 +67,14 @@ class RunResult:
     output: np.ndarray
     inference_ms: float
     cold: bool
+    queue_ms: float = 0.0  # from the request's queueing to an interpreter taking it
 
 
 class _Job:
     """One input on its way to an interpreter. Taken by exactly one side: an interpreter
     thread (`take`) or the request giving up its wait (`cancel`), whichever comes first."""
 
-    __slots__ = ("x", "loop", "taken", "done", "member", "_token")
+    __slots__ = ("x", "loop", "taken", "done", "member", "queued_at", "taken_at", "_token")
 
     def __init__(self, x: np.ndarray, loop: asyncio.AbstractEventLoop):
         self.x = x
@@ -81,6 +82,8 @@ class _Job:
         self.taken = loop.create_future()
         self.done = loop.create_future()
         self.member: Member | None = None
+        self.queued_at = time.monotonic()
+        self.taken_at = 0.0
         self._token = threading.Lock()
 
     def claim(self) -> bool:
@@ -257,12 +260,12 @@ class EnginePool:
             job = jobs.get()
             if job is _STOP:
                 break
-            job.member = member
+            job.member, job.taken_at = member, time.monotonic()
             if not job.claim():  # its request stopped waiting
                 continue
             _notify(job, job.taken, member)
             try:
-                result = _run_counted(self, member, job.x)
+                result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request
                 _notify(job, job.done, error=e)
             else:
@@ -371,20 +374,20 @@ class EnginePool:
         return not any(m.healthy and m.thread is not None and m.thread.is_alive() for m in self.members)
 
 
-def _run_counted(pool: EnginePool, member: Member, x: np.ndarray) -> RunResult:
+def _run_counted(pool: EnginePool, member: Member, x: np.ndarray, queue_ms: float) -> RunResult:
     """_timed_run, counted busy while it runs (and no longer before its request hears of the result)."""
     pool._count_running(1)
     try:
-        return _timed_run(member, x)
+        return _timed_run(member, x, queue_ms)
     finally:
         pool._count_running(-1)
 
 
-def _timed_run(member: Member, x: np.ndarray) -> RunResult:
+def _timed_run(member: Member, x: np.ndarray, queue_ms: float = 0.0) -> RunResult:
     cold = not member.warm
     start = time.perf_counter()
     output = member.engine.run(x)
     elapsed = (time.perf_counter() - start) * 1000
     if cold:
         member.first_inference_ms = elapsed
-    return RunResult(output, elapsed, cold)
+    return RunResult(output, elapsed, cold, queue_ms)

@@ -327,6 +327,13 @@ class Registry:
             version.close()
 
     @property
+    def host_cpu(self) -> bool:
+        """Whether some backend serving a model (a fallback included) computes on the host's cores."""
+        keys = set(self.settings.backends)
+        keys |= {f.backend for per_model in self._fallbacks.values() for f in per_model.values()}
+        return any(self.plugins[key].host_cpu for key in keys)
+
+    @property
     def active(self) -> int:
         """Leases held now: requests admitted and not yet answered."""
         return self._active

@@ -48,7 +48,9 @@ class Settings(BaseSettings):
     warmup_at_start: bool = True
     # Threads that decode and resize images: more than the cores the interpreters leave free
     # only preempt them, and each holds a decoded image (app/inference.py ImageWork).
-    image_threads: int = Field(default=max(1, (os.cpu_count() or 1) // 2), ge=1, le=64)
+    # Unset: half the cores when an interpreter computes on them (cpu, emulated), every core
+    # when only devices do (edgetpu): app.inference.image_threads.
+    image_threads: int | None = Field(default=None, ge=1, le=64)
 
     # The edgetpu backend: one interpreter per TPU (`workers` does not apply to it).
     # The platform's libedgetpu (libedgetpu.so.1, libedgetpu.1.dylib, edgetpu.dll) unless a path is given.

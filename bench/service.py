@@ -40,14 +40,20 @@ class ServiceProcess:
     EDGETPU_SERVE_* variables are dropped first, so only `env` configures the service.
     """
 
-    def __init__(self, env: dict[str, str] | None = None, inherit_settings: bool = True):
-        self.port = free_port()
+    def __init__(self, env: dict[str, str] | None = None, inherit_settings: bool = True, *,
+                 argv: list[str] | None = None, cwd: Path = ROOT, port: int | None = None,
+                 ready_path: str = "/readyz"):
+        """`argv` replaces `python -m app` (a benchmark's own launcher, or another server), started in
+        `cwd`; `port` is the one it will listen on when the caller must tell it by other means;
+        `ready_path` answers 200 once it serves."""
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.ready_path = ready_path
         inherited = {k: v for k, v in os.environ.items() if inherit_settings or not k.startswith("EDGETPU_SERVE_")}
         self.env = {**inherited, "EDGETPU_SERVE_HOST": "127.0.0.1", "EDGETPU_SERVE_PORT": str(self.port),
                     **(env or {})}
         self._log = tempfile.TemporaryFile(mode="w+b")
-        self.process = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=self.env,
+        self.process = subprocess.Popen(argv or [sys.executable, "-m", "app"], cwd=cwd, env=self.env,
                                         stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
@@ -57,13 +63,13 @@ class ServiceProcess:
         return self._log.read().decode(errors="replace")
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> ServiceProcess:
-        """Return once /readyz is 200; raise with the service's output if it exits or times out."""
+        """Return once the ready path (/readyz) is 200; raise with the service's output if it exits or times out."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"service exited with {self.process.returncode}:\n{self.output()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as r:
+                with urllib.request.urlopen(f"{self.url}{self.ready_path}", timeout=1) as r:
                     if r.status == 200:
                         return self
             except OSError:  # refused while starting, or 503 until loaded

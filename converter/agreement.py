@@ -44,9 +44,10 @@ class Agreement:
     top1_agreement: float
     float_top1_in_int8_top5: float
     disagreements: list[str]
+    max_logit_error: float | None = None  # max |int8 - float| over every input and output (dequantized)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 def compare(
@@ -55,10 +56,12 @@ def compare(
     int8_scores: Callable[[np.ndarray], np.ndarray],
 ) -> Agreement:
     agree = in_top5 = 0
+    error = 0.0
     disagreements = []
     for name, pixels in inputs:
         f = float_scores(pixels)
         q = int8_scores(pixels)
+        error = max(error, float(np.max(np.abs(np.asarray(f, np.float64) - np.asarray(q, np.float64)))))
         f_top = int(np.argmax(f))
         # ties in the quantized output are real (several classes share a level):
         # the int8 top-1 is the first of them, as np.argmax and top-k both take it
@@ -68,4 +71,4 @@ def compare(
         if f_top != q_top:
             disagreements.append(f"{name}: float {f_top}, int8 {q_top}")
     n = len(inputs)
-    return Agreement(n, round(agree / n, 4), round(in_top5 / n, 4), disagreements)
+    return Agreement(n, round(agree / n, 4), round(in_top5 / n, 4), disagreements, round(error, 4))

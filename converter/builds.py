@@ -6,34 +6,24 @@ what it was calibrated on, what quantization cost, and the command that made it.
 
 from __future__ import annotations
 
-import platform
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from app.imaging import InputQuantizer, decode, to_pixels
-from app.model_dir import InputSpec, int8_filename, write_model_dir
+from app.imaging import decode, to_pixels
+from app.model_dir import Build, Evaluation, InputSpec, Quality, read_model_dir
 from converter import agreement, calibration, quantize
+from converter.scoring import int8_batch_scorer, int8_scorer
+from converter.writing import tool_versions, write_int8_model
 
 DEFAULT_SEED = 0
 CALIBRATION_SAMPLES = 200
 # Smallest crop, as a fraction of the photo's area (Inception-style random resized crops).
 CALIBRATION_MIN_AREA = 0.08
-
-
-def tool_versions(*distributions: str) -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in distributions:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions
 
 
 def augmented_crops(photos: list[Path], spec: InputSpec, count: int, seed: int, min_area: float):
@@ -55,23 +45,27 @@ def augmented_crops(photos: list[Path], spec: InputSpec, count: int, seed: int, 
         yield to_pixels(crop, spec)
 
 
-def int8_scorer(tflite_path: Path, spec: InputSpec):
-    """pixels -> dequantized int8 output, on the CPU runtime the service uses."""
-    from ai_edge_litert.interpreter import Interpreter
+def photo_quality(photos: list[Path], spec: InputSpec, tflite: bytes, float_scores):
+    """int8 vs the float model on the real photos (whole and four corners): on the photos with an ImageNet
+    subject, and on all of them. Returns (Quality, subjects Agreement, all Agreement)."""
+    from converter.photos import imagenet_subject_photos
 
-    interpreter = Interpreter(model_path=str(tflite_path), num_threads=1)
-    interpreter.allocate_tensors()
-    inp = interpreter.get_input_details()[0]
-    out = interpreter.get_output_details()[0]
-    to_input = InputQuantizer(spec, inp["dtype"], *inp["quantization"])
-    out_scale, out_zero = out["quantization"]
-
-    def score(pixels: np.ndarray) -> np.ndarray:
-        interpreter.set_tensor(inp["index"], to_input(pixels))
-        interpreter.invoke()
-        return (interpreter.get_tensor(out["index"])[0].astype(np.float32) - out_zero) * out_scale
-
-    return score
+    print("measuring int8 vs float agreement on real photos...", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.tflite"
+        path.write_bytes(tflite)
+        int8_scores = int8_scorer(path, spec)
+        everything = agreement.evaluation_inputs(photos, spec)
+        subjects = {p.name for p in imagenet_subject_photos()}
+        on_subjects = [(n, px) for n, px in everything if n.split("#")[0] in subjects]
+        result_subjects = agreement.compare(on_subjects, float_scores, int8_scores)
+        result_all = agreement.compare(everything, float_scores, int8_scores)
+    quality = Quality(
+        reference="the float PyTorch checkpoint, on the same preprocessed pixels",
+        data="photos from scikit-image and scikit-learn (converter/photos.py), each whole and as four corner crops",
+        agreement={"imagenet_subject_photos": result_subjects.as_dict(), "all_photos": result_all.as_dict()},
+    )
+    return quality, result_subjects, result_all
 
 
 def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: int = CALIBRATION_SAMPLES,
@@ -79,7 +73,7 @@ def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: 
     """Port the PyTorch checkpoint, calibrate on real photos, quantize, measure, write."""
     from converter import efficientnet_lite0 as recipe
     from converter.imagenet_labels import imagenet_labels
-    from converter.photos import imagenet_subject_photos, sample_photos
+    from converter.photos import sample_photos
 
     started = time.perf_counter()
     spec = InputSpec(width=recipe.IMAGE_SIZE, height=recipe.IMAGE_SIZE, channels=3,
@@ -100,47 +94,65 @@ def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: 
     convert_seconds = time.perf_counter() - started
     report = quantize.describe(tflite)
 
-    print("measuring int8 vs float agreement on real photos...", file=sys.stderr)
     torch_model = recipe.torch_model()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.tflite"
-        path.write_bytes(tflite)
-        float_scores = lambda px: recipe.torch_logits(torch_model, px)  # noqa: E731
-        int8_scores = int8_scorer(path, spec)
-        everything = agreement.evaluation_inputs(photos, spec)
-        subjects = {p.name for p in imagenet_subject_photos()}
-        on_subjects = [(n, px) for n, px in everything if n.split("#")[0] in subjects]
-        result_subjects = agreement.compare(on_subjects, float_scores, int8_scores)
-        result_all = agreement.compare(everything, float_scores, int8_scores)
-    manifest = {
-        "name": recipe.NAME,
-        "task": "classification",
-        "description": "EfficientNet-Lite0, ImageNet-1k (1000 classes), full-integer int8, uint8 input and output",
-        "source": recipe.SOURCE,
-        "licence": recipe.LICENCE,
-        "input": spec.model_dump(),
-        "output": {"scores": "logits"},
-        "quantization": report,
-        "quality": {
-            "reference": "the float PyTorch checkpoint, on the same preprocessed pixels",
-            "data": "photos from scikit-image and scikit-learn (converter/photos.py), each whole "
-                    "and as four corner crops",
-            "imagenet_subject_photos": result_subjects.as_dict(),
-            "all_photos": result_all.as_dict(),
-        },
-        "build": {
-            "command": f"python -m converter build {recipe.NAME}",
-            "seed": seed,
-            "calibration": f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
-                           "of the same photos, through app.imaging",
-            "tools": tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "torch", "numpy", "pillow"),
-            "convert_seconds": round(convert_seconds, 1),
-        },
-    }
-    target = write_model_dir(out_root, manifest, {
-        "int8": (int8_filename(recipe.NAME), tflite),
-        "labels": ("labels.txt", ("\n".join(labels) + "\n").encode()),
-    })
+    quality, result_subjects, result_all = photo_quality(
+        photos, spec, tflite, lambda px: recipe.torch_logits(torch_model, px))  # noqa: E731
+    build = Build(
+        command=f"python -m converter build {recipe.NAME}", seed=seed,
+        calibration=f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
+                    "of the same photos, through app.imaging",
+        tools=tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "torch", "numpy", "pillow"),
+        convert_seconds=round(convert_seconds, 1),
+    )
+    target = write_int8_model(
+        out_root, recipe.NAME, tflite, labels, spec, quantization=report, quality=quality, build=build,
+        description="EfficientNet-Lite0, ImageNet-1k (1000 classes), full-integer int8, uint8 input and output",
+        source=recipe.SOURCE, licence=recipe.LICENCE)
+    print(f"wrote {target}: {len(tflite)} bytes in {convert_seconds:.0f} s; int8 vs float top-1 agreement "
+          f"{result_subjects.top1_agreement:.1%} on {result_subjects.inputs} inputs with an ImageNet subject, "
+          f"{result_all.top1_agreement:.1%} on all {result_all.inputs}", file=sys.stderr)
+    return target
+
+
+def build_mobilenet_v2(out_root: Path, seed: int = DEFAULT_SEED, samples: int = CALIBRATION_SAMPLES,
+                       timm_wheel: Path | None = None, weights_wheel: Path | None = None) -> Path:
+    """torchvision's checkpoint through the generic PyTorch route (converter/torch_route.py), calibrated
+    and measured on real photos exactly as EfficientNet-Lite0 is."""
+    from converter import mobilenet_v2 as recipe
+    from converter import torch_route
+    from converter.imagenet_labels import imagenet_labels
+    from converter.photos import sample_photos
+
+    started = time.perf_counter()
+    spec = InputSpec(width=recipe.IMAGE_SIZE, height=recipe.IMAGE_SIZE, channels=3,
+                     resize="center_crop", crop_fraction=0.875, mean=recipe.MEAN, std=recipe.STD)
+    photos = sample_photos()
+    labels = imagenet_labels(timm_wheel)
+    torch_route.import_route()
+    model = recipe.torch_model(weights_wheel)
+    module = torch_route.prepare(model, recipe.IMAGE_SIZE, recipe.IMAGE_SIZE, 3, what=recipe.NAME)
+
+    def representative():
+        crops = augmented_crops(photos, spec, samples, seed, CALIBRATION_MIN_AREA)
+        for pixels in calibration.with_progress(crops, samples):
+            yield calibration.normalise(pixels, spec)
+
+    tflite = torch_route.to_int8(module, recipe.IMAGE_SIZE, recipe.IMAGE_SIZE, 3, representative())
+    convert_seconds = time.perf_counter() - started
+    quality, result_subjects, result_all = photo_quality(photos, spec, tflite, torch_route.torch_scorer(model, spec))
+    build = Build(
+        command=f"python -m converter build {recipe.NAME}", seed=seed, route=torch_route.ROUTE,
+        calibration=f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
+                    "of the same photos, through app.imaging",
+        weights=f"{recipe.WEIGHTS_MEMBER} from {recipe.WEIGHTS_DISTRIBUTION}=={recipe.WEIGHTS_VERSION} "
+                f"(sha256 {recipe.WEIGHTS_SHA256}, checked)",
+        tools=tool_versions("torch", "litert-torch", "ai-edge-quantizer", "ai-edge-litert", "numpy", "pillow"),
+        convert_seconds=round(convert_seconds, 1),
+    )
+    target = write_int8_model(
+        out_root, recipe.NAME, tflite, labels, spec, quality=quality, build=build,
+        description="MobileNetV2 1.0, ImageNet-1k (1000 classes), full-integer int8, int8 input and output",
+        source=recipe.SOURCE, licence=recipe.LICENCE)
     print(f"wrote {target}: {len(tflite)} bytes in {convert_seconds:.0f} s; int8 vs float top-1 agreement "
           f"{result_subjects.top1_agreement:.1%} on {result_subjects.inputs} inputs with an ImageNet subject, "
           f"{result_all.top1_agreement:.1%} on all {result_all.inputs}", file=sys.stderr)
@@ -153,8 +165,6 @@ class BuildBelowBar(Exception):
 
 def build_fashion_mnist(out_root: Path, seed: int = DEFAULT_SEED, data_dir: Path | None = None) -> Path:
     """Train the small CNN, quantize, evaluate on the 10,000 test images, check the bar, write."""
-    from app.edgetpu.compat import analyze
-    from app.tflite_file import read_tflite
     from converter import evaluate
     from converter import fashion_mnist as recipe
     from converter.datasets import from_arrays
@@ -182,14 +192,13 @@ def build_fashion_mnist(out_root: Path, seed: int = DEFAULT_SEED, data_dir: Path
         tflite = quantize.quantize(saved_model, representative, io_type="uint8")
     convert_seconds = time.perf_counter() - started
     report = quantize.describe(tflite)
-    edgetpu = analyze(read_tflite(tflite))
 
     started = time.perf_counter()
     test_set = from_arrays(x_test, y_test, spec, f"Fashion-MNIST test set ({recipe.TEST_IMAGES} and its labels)")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.tflite"
         path.write_bytes(tflite)
-        result = evaluate.evaluate(test_set, evaluate.int8_batch_scorer(path, spec),
+        result = evaluate.evaluate(test_set, int8_batch_scorer(path, spec),
                                    evaluate.keras_batch_scorer(model, spec))
     evaluate_seconds = time.perf_counter() - started
     for line in result.lines():
@@ -198,39 +207,27 @@ def build_fashion_mnist(out_root: Path, seed: int = DEFAULT_SEED, data_dir: Path
         raise BuildBelowBar(
             f"float top-1 {result.float.top1:.2%} (bar {recipe.MIN_FLOAT_TOP1:.0%}), int8 top-1 {result.int8.top1:.2%}, "
             f"drop {100 * result.top1_drop:.2f} points (bar {100 * recipe.MAX_TOP1_DROP:.0f}): nothing written")
-    manifest = {
-        "name": recipe.NAME,
-        "task": "classification",
-        "description": "small CNN (Conv-Pool-Conv-Pool-Dense-Dense) trained on Fashion-MNIST, 10 classes, "
-                       "28x28 grey, full-integer int8, uint8 input and output",
-        "source": recipe.SOURCE,
-        "licence": recipe.LICENCE,
-        "input": spec.model_dump(),
-        "output": {"scores": "logits"},
-        "quantization": report,
-        "edgetpu_analysis": edgetpu.summary(),
-        "evaluation": result.as_dict(),
-        "build": {
-            "command": f"python -m converter build {recipe.NAME}",
-            "seed": seed,
-            "training": f"{recipe.EPOCHS} epochs of Adam (learning rate {recipe.LEARNING_RATE}), batch "
-                        f"{recipe.BATCH_SIZE}, on the {len(x_train)} training images; TensorFlow deterministic ops, "
-                        f"{recipe.INTRA_OP_THREADS} intra-op threads",
-            "calibration": f"{len(calibration_set)} training images (seeded random subset)",
-            "data": f"Debian package dataset-fashion-mnist, {data_dir}",
-            "tools": tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow"),
-            "train_seconds": round(train_seconds, 1),
-            "convert_seconds": round(convert_seconds, 1),
-            "evaluate_seconds": round(evaluate_seconds, 1),
-        },
-    }
-    target = write_model_dir(out_root, manifest, {
-        "int8": (int8_filename(recipe.NAME), tflite),
-        "labels": ("labels.txt", ("\n".join(recipe.LABELS) + "\n").encode()),
-    })
+    build = Build(
+        command=f"python -m converter build {recipe.NAME}", seed=seed,
+        training=f"{recipe.EPOCHS} epochs of Adam (learning rate {recipe.LEARNING_RATE}), batch "
+                 f"{recipe.BATCH_SIZE}, on the {len(x_train)} training images; TensorFlow deterministic ops, "
+                 f"{recipe.INTRA_OP_THREADS} intra-op threads",
+        calibration=f"{len(calibration_set)} training images (seeded random subset)",
+        data=f"Debian package dataset-fashion-mnist, {data_dir}",
+        tools=tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow"),
+        train_seconds=round(train_seconds, 1), convert_seconds=round(convert_seconds, 1),
+        evaluate_seconds=round(evaluate_seconds, 1),
+    )
+    target = write_int8_model(
+        out_root, recipe.NAME, tflite, list(recipe.LABELS), spec, quantization=report, build=build,
+        quality=Quality(evaluation=Evaluation.model_validate(result.as_dict())),
+        description="small CNN (Conv-Pool-Conv-Pool-Dense-Dense) trained on Fashion-MNIST, 10 classes, "
+                    "28x28 grey, full-integer int8, uint8 input and output",
+        source=recipe.SOURCE, licence=recipe.LICENCE)
     say(f"wrote {target}: {len(tflite)} bytes; trained in {train_seconds:.0f} s, converted in {convert_seconds:.0f} s; "
-        f"{edgetpu.summary()}")
+        f"{read_model_dir(target).manifest.edgetpu_analysis}")
     return target
 
 
-BUILDS = {"efficientnet_lite0": build_efficientnet_lite0, "fashion_mnist": build_fashion_mnist}
+BUILDS = {"efficientnet_lite0": build_efficientnet_lite0, "fashion_mnist": build_fashion_mnist,
+          "mobilenet_v2": build_mobilenet_v2}

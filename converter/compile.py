@@ -24,7 +24,7 @@ from pathlib import Path
 from app.edgetpu.compat import CompatReport, analyze
 from app.edgetpu.compiled_model import read_compiled_model
 from app.edgetpu.versions import CompilerPin, compiler_pin
-from app.model_dir import EDGETPU, add_files, edgetpu_filename, read_model_dir, sha256_file
+from app.model_dir import EDGETPU, EdgeTpuCompile, add_files, edgetpu_filename, read_model_dir, sha256_file
 from app.tflite_file import read_tflite
 from converter import compiler_log
 
@@ -228,18 +228,12 @@ def compile_model_dir(model_dir: Path, compiler: Path | None = None, options: Co
                 f"{pin.min_runtime_version}: nothing was placed", done.stdout, done.stderr, done.returncode)
         files = _placement(model.name, outputs)
         shown = [Path(cmd[0]).name, *cmd[1:]]
-        record = {
-            "command": shlex.join(shown),
-            "compiler_version": version,
-            "min_runtime_version": pin.min_runtime_version,
-            "model_min_runtime_version": needed,
-            "int8_sha256": sha256_file(int8_path),
-            "segments": options.num_segments,
-            "report": report.as_dict(),
-            "offline_analysis": offline.summary(),
-        }
-        if options.num_segments != 1:
-            record["segment_reports"] = [r.as_dict() for r in segment_reports]
+        record = EdgeTpuCompile(
+            command=shlex.join(shown), compiler_version=version, min_runtime_version=pin.min_runtime_version,
+            model_min_runtime_version=needed, int8_sha256=sha256_file(int8_path), segments=options.num_segments,
+            report=report.as_dict(), offline_analysis=offline.summary(),
+            segment_reports=[r.as_dict() for r in segment_reports] if options.num_segments != 1 else None,
+        )
         stale = tuple(kind for kind in model.manifest.files if kind == EDGETPU or kind.startswith("edgetpu_segment_"))
         add_files(model.path, {kind: (name, path.read_bytes()) for kind, (name, path) in files.items()},
                   remove=stale, **{COMPILE_RECORD: record})

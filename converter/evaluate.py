@@ -2,7 +2,7 @@
 
 Both models see the same pixels, prepared as the service prepares them (app.imaging for the
 geometry, model.json's normalisation for the float model, the input tensor's own scale and zero
-point for the int8 one: converter.builds.int8_scorer, the service's InputQuantizer). Reported:
+point for the int8 one: converter.scoring, the service's InputQuantizer). Reported:
 top-1 and top-5 of each, the share of inputs where their top-1 agree, and the top-1 drop
 (float minus int8, in accuracy points). Counts are kept exact, so a rebuild can be compared
 figure for figure.
@@ -10,7 +10,7 @@ figure for figure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,12 +19,11 @@ import numpy as np
 from app.model_dir import InputSpec
 from converter.calibration import normalise, with_progress
 from converter.datasets import Labelled
+from converter.scoring import BatchScorer, int8_batch_scorer  # noqa: F401 (re-exported)
 
 TOP_K = 5
 CHUNK = 256  # samples scored together (the float model takes them as one batch when it can)
 
-# pixels (N, H, W, C) uint8 -> scores (N, classes)
-BatchScorer = Callable[[np.ndarray], np.ndarray]
 
 
 class EvaluateError(Exception):
@@ -128,14 +127,6 @@ def evaluate(data: Labelled, int8_scores: BatchScorer, float_scores: BatchScorer
         float=None if float_scores is None else Accuracy(*counts["float"], n),
         top1_agreements=None if float_scores is None else agreements,
     )
-
-
-def int8_batch_scorer(tflite_path: Path, spec: InputSpec) -> BatchScorer:
-    """The int8 model on the CPU runtime the service uses, one invoke per sample (the model is batch 1)."""
-    from converter.builds import int8_scorer
-
-    score = int8_scorer(tflite_path, spec)
-    return lambda pixels: np.stack([score(p) for p in pixels])
 
 
 def keras_batch_scorer(model, spec: InputSpec) -> BatchScorer:

@@ -1,10 +1,10 @@
-"""PyTorch weights into Keras layers: the route from a PyTorch model to an Edge TPU clean int8 graph.
+"""PyTorch weights into Keras layers: the hand-port route, kept for the committed EfficientNet-Lite0.
 
-There is no generic PyTorch -> TFLite converter in this project. Bridges exist (ONNX with onnx2tf,
-Google's ai-edge-torch), but a traced PyTorch graph is NCHW: it reaches TFLite with TRANSPOSE
-ops around the convolutions, or padding as separate PAD ops, and TRANSPOSE is not an Edge TPU
-operation (everything after the first one runs on the CPU). The route taken here, as
-converter/efficientnet_lite0.py does for its checkpoint:
+The generic route for PyTorch and ONNX models is converter/torch_route.py (`python -m converter
+quantize model.pt2`): litert-torch makes the graph channel-last without TRANSPOSE ops and
+ai-edge-quantizer quantizes it. Porting by hand stays useful when you want a uint8-input Keras
+model (TFLiteConverter's uint8 I/O) or Keras-side control of the graph; EfficientNet-Lite0 was
+built this way (converter/efficientnet_lite0.py), and the generic route gives the same operators:
 
   1. rebuild the architecture in Keras, NHWC, with a fixed batch of 1, and padding that matches
      (Keras padding="same" is TensorFlow's static "same": for stride 1 and an odd kernel it equals

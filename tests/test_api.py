@@ -25,7 +25,8 @@ def test_cat_photo_multipart(client, cat_png):
     assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1.0001
     t = body["timing_ms"]
     assert t["total"] >= t["inference"] > 0
-    assert t["total"] >= t["decode"] + t["preprocess"] + t["inference"] + t["postprocess"] - 0.5
+    assert t["total"] >= t["decode"] + t["preprocess"] + t["queue"] + t["inference"] + t["postprocess"] - 0.5
+    assert t["queue"] >= 0
     assert min(t.values()) >= 0
     assert body["warmup"]["load_ms"] > 0 and body["warmup"]["first_inference_ms"] > 0
     assert body["cold"] is False  # warmed up at start

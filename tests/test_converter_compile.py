@@ -48,7 +48,7 @@ def test_compiles_and_places_the_model_with_its_report(clean, tmp_path, capsys):
     compiled = model.file("edgetpu")  # listed in model.json, sha256 checked
     assert compiled.name == "tiny_int8_edgetpu.tflite"
     assert (read_compiled_model(compiled).edgetpu_ops, read_compiled_model(compiled).min_runtime_version) == (1, 14)
-    record = model.manifest.edgetpu_compile
+    record = model.manifest.edgetpu_compile.model_dump()
     assert record["compiler_version"] == PINNED and record["min_runtime_version"] == 14
     assert record["model_min_runtime_version"] == 14
     assert record["int8_sha256"] == model.manifest.files["int8"].sha256
@@ -78,7 +78,7 @@ def test_the_useful_flags_reach_the_compiler(clean, tmp_path):
                             "edgetpu_segment_1": "tiny_int8_segment_1_of_2_edgetpu.tflite"}
     model = read_model_dir(clean)
     assert not model.has("edgetpu") and model.file("edgetpu_segment_1").is_file()
-    assert len(model.manifest.edgetpu_compile["segment_reports"]) == 2
+    assert len(model.manifest.edgetpu_compile.segment_reports) == 2
 
     # compiling again whole replaces the segments
     compile_model_dir(clean, compiler)
@@ -127,7 +127,7 @@ def test_the_compiler_version_is_checked_against_the_pin(clean, tmp_path, capsys
         compile_model_dir(clean, compiler)
     assert len(calls(compiler)) == 1  # -v only: nothing compiled
     assert main(["compile", str(clean), "--compiler", str(compiler), "--ignore-compiler-version"]) == EXIT_OK
-    assert read_model_dir(clean).manifest.edgetpu_compile["compiler_version"] == OLD
+    assert read_model_dir(clean).manifest.edgetpu_compile.compiler_version == OLD
 
 
 def test_a_missing_compiler_says_how_to_get_one_and_still_analyses(clean, tmp_path, monkeypatch, capsys):

@@ -95,7 +95,7 @@ def test_h5_file(keras_model_file, photo_folder, labels, tmp_path):
     keras.models.load_model(keras_model_file).save(h5)
     assert main(quantize_args(h5, photo_folder, tmp_path / "m", labels)) == 0
     model_dir = read_model_dir(tmp_path / "m" / "tiny")
-    assert model_dir.manifest.quantization["input"]["dtype"] == "uint8"
+    assert model_dir.manifest.quantization.input.dtype == "uint8"
     assert model_dir.manifest.edgetpu_analysis == "all 7 ops would run on the Edge TPU"  # QUANTIZE, CONV, POOL, CONV, MEAN, FC, QUANTIZE
 
 

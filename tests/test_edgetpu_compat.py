@@ -276,3 +276,31 @@ def test_pack_and_split_not_in_the_batch():
 def test_squeeze_only_leading_ones():
     assert_accepted(unary("SQUEEZE", [1, 5, 10], [5, 10], squeezeDims=[0]))
     assert_refused(unary("SQUEEZE", [5, 1, 10], [5, 10], squeezeDims=[1]), "removes dimension 1 of shape [5, 1, 10]")
+
+
+# ---- operator versions (edgetpu_compiler 16.0) ---------------------------------------------------
+
+def test_op_versions_of_the_committed_models_are_reported_honestly():
+    from app.edgetpu.compat import op_version_notes
+
+    notes = {(n.opcode, n.version): n.status for n in op_version_notes(read_tflite(
+        MODELS / "efficientnet_lite0" / "efficientnet_lite0_int8.tflite"))}
+    assert notes[("QUANTIZE", 1)] == "accepted"
+    assert notes[("CONV_2D", 3)] == "unknown"  # not documented either way: said, not guessed
+    assert "refused" not in notes.values()
+
+
+def test_a_refused_op_version_breaks_the_partition_there():
+    from dataclasses import replace
+
+    from app.edgetpu.compat import COMPILER_16_REFUSED_FROM, op_version_notes
+
+    model = read_tflite(MODELS / "fashion_mnist" / "fashion_mnist_int8.tflite")
+    graph = model.graph
+    conv = next(op for op in graph.operators if op.opcode == "CONV_2D")
+    newer = replace(conv, version=COMPILER_16_REFUSED_FROM["CONV_2D"])
+    bumped = replace(model, subgraphs=(replace(graph, operators=tuple(
+        newer if op.index == conv.index else op for op in graph.operators)),))
+    report = analyze(bumped)
+    assert report.first_unsupported.index == conv.index and "version 6" in report.first_unsupported.reason
+    assert ("CONV_2D", 6, "refused") in {(n.opcode, n.version, n.status) for n in op_version_notes(bumped)}

@@ -10,7 +10,7 @@ from app.imaging import prepare
 from app.model_dir import read_model_dir
 from converter import agreement
 from converter import efficientnet_lite0 as recipe
-from converter.builds import int8_scorer
+from converter.scoring import int8_scorer
 from converter.photos import imagenet_subject_photos, sample_photos
 from tests.conftest import MODELS
 
@@ -77,7 +77,7 @@ def test_int8_agrees_with_the_float_checkpoint_on_real_photos(model_dir, torch_m
     assert everything.inputs == 90
     assert everything.float_top1_in_int8_top5 >= 0.95
     assert everything.top1_agreement >= 0.75  # includes textures where float top-1 is a near-uniform guess
-    assert model_dir.manifest.quality["imagenet_subject_photos"]["top1_agreement"] == subjects.top1_agreement
+    assert model_dir.manifest.quality.agreement["imagenet_subject_photos"].top1_agreement == subjects.top1_agreement
 
 
 def test_build_command_reproduces_the_committed_file(tmp_path):
@@ -89,3 +89,26 @@ def test_build_command_reproduces_the_committed_file(tmp_path):
     committed = read_model_dir(MODEL)
     assert hashlib.sha256(rebuilt).hexdigest() == committed.manifest.files["int8"].sha256
     assert (target / "labels.txt").read_bytes() == (MODEL / "labels.txt").read_bytes()
+
+
+def test_the_generic_pytorch_route_matches_the_hand_port(model_dir, torch_model):
+    """The checkpoint through converter/torch_route.py (no Keras port), calibrated exactly as the recipe does:
+    the hand-port's operators (less its uint8<->int8 QUANTIZE frame: this route's I/O is int8 itself) and its
+    int8-vs-float agreement on the ImageNet-subject photos within 2 points."""
+    from converter import calibration, torch_route
+    from converter.builds import CALIBRATION_MIN_AREA, CALIBRATION_SAMPLES, augmented_crops, photo_quality
+    from converter.quantize import describe
+
+    spec = model_dir.manifest.input
+    module = torch_route.prepare(torch_model, recipe.IMAGE_SIZE, recipe.IMAGE_SIZE, 3)
+    crops = augmented_crops(sample_photos(), spec, CALIBRATION_SAMPLES, 0, CALIBRATION_MIN_AREA)
+    tflite = torch_route.to_int8(module, recipe.IMAGE_SIZE, recipe.IMAGE_SIZE, 3,
+                                 (calibration.normalise(px, spec) for px in crops))
+    generic = describe(tflite)["operators"]
+    hand_port = dict(model_dir.manifest.quantization.operators)
+    assert hand_port.pop("QUANTIZE") == 2
+    assert generic == hand_port  # same operators, same counts: no PAD, no TRANSPOSE
+
+    _, subjects, _ = photo_quality(sample_photos(), spec, tflite, lambda px: recipe.torch_logits(torch_model, px))
+    committed = model_dir.manifest.quality.agreement["imagenet_subject_photos"].top1_agreement
+    assert abs(subjects.top1_agreement - committed) <= 0.02 + 1e-9, (subjects.top1_agreement, committed)

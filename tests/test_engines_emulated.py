@@ -99,7 +99,7 @@ def test_service_classifies_on_the_emulator_over_http(emulated_service, referenc
         body = response.json()
         assert body["backend"] == "emulated"
         assert {p["index"] for p in body["predictions"]} & CAT_CLASSES
-        assert set(body["timing_ms"]) == {"decode", "preprocess", "inference", "postprocess", "total"}
+        assert set(body["timing_ms"]) == {"decode", "preprocess", "queue", "inference", "postprocess", "total"}
         assert body["warmup"]["load_ms"] > 0 and body["warmup"]["first_inference_ms"] > 0
 
         # the same photo through the same preprocessing, on BUILTIN_REF in the reference worker

@@ -52,7 +52,7 @@ def test_the_model_directory_is_complete_and_small():
     assert manifest.licence == "MIT"
     assert manifest.input.width == manifest.input.height == 28 and manifest.input.channels == 1
     assert manifest.input.resize == "stretch"
-    assert manifest.build["command"] == "python -m converter build fashion_mnist"
+    assert manifest.build.command == "python -m converter build fashion_mnist"
     assert model.file("int8").stat().st_size < 400_000
     assert not model.has("edgetpu")  # never compiled here: no compiler on this machine
 
@@ -97,6 +97,6 @@ def test_the_build_command_reproduces_the_committed_model(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     rebuilt = json.loads((tmp_path / NAME / "model.json").read_text())
     committed = json.loads((MODEL / "model.json").read_text())
-    assert rebuilt["evaluation"] == committed["evaluation"]
+    assert rebuilt["quality"] == committed["quality"]
     assert rebuilt["files"]["int8"]["sha256"] == committed["files"]["int8"]["sha256"]
     assert (tmp_path / NAME / "labels.txt").read_bytes() == (MODEL / "labels.txt").read_bytes()

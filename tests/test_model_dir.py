@@ -21,7 +21,7 @@ def test_committed_default_model_is_intact():
     assert len(model_dir.labels) == 1000 and model_dir.labels[281] == "tabby, tabby cat"
     path = model_dir.file("int8")  # checks the sha256 recorded in model.json
     assert path.stat().st_size == model_dir.manifest.files["int8"].bytes
-    assert model_dir.manifest.build["command"] == f"python -m converter build {DEFAULT_MODEL}"
+    assert model_dir.manifest.build.command == f"python -m converter build {DEFAULT_MODEL}"
 
 
 def test_write_then_read_round_trip(tmp_path):
@@ -93,3 +93,42 @@ def test_add_files_keeps_the_old_directory_when_it_fails(tmp_path):
     target.rename(renamed)
     with pytest.raises(ModelDirError, match="model.json names 'tiny', the directory 'other'"):
         add_files(renamed, {"edgetpu": ("e.tflite", b"tpu")})
+
+
+def test_a_changed_labels_file_is_refused(tmp_path):
+    """labels.txt is checked against its sha256 like every other file: an appended line is not accepted."""
+    target = write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"m"), "labels": ("labels.txt", b"a\nb\n")})
+    with open(target / "labels.txt", "a") as f:
+        f.write("c\n")
+    with pytest.raises(ModelDirError, match="labels.txt has sha256"):
+        read_model_dir(target)
+
+
+def test_every_committed_model_serves_its_quality():
+    """One quality field for every route: labelled evaluation and photo agreement alike."""
+    for name in discover(MODELS):
+        quality = read_model_dir(MODELS / name).manifest.quality_dict()
+        assert quality and (quality.get("evaluation") or quality.get("agreement")), name
+    fashion = read_model_dir(MODELS / "fashion_mnist").manifest.quality_dict()
+    assert fashion["evaluation"]["int8"]["samples"] == 10_000 and "float" in fashion["evaluation"]
+
+
+def test_manifests_of_the_earlier_layout_still_read(tmp_path):
+    """A top-level `evaluation` and agreement sets directly in `quality` (written before the typed format)."""
+    evaluation = {"data": "d", "samples": 2, "int8": {"top1_correct": 1, "top5_correct": 2, "samples": 2,
+                                                       "top1": 0.5, "top5": 1.0}}
+    agreement = {"inputs": 4, "top1_agreement": 0.75, "float_top1_in_int8_top5": 1.0, "disagreements": ["x"]}
+    target = write_model_dir(tmp_path, MANIFEST, {"int8": ("tiny_int8.tflite", b"m")})
+    raw = json.loads((target / "model.json").read_text())
+    raw.update(evaluation=evaluation, quality={"reference": "float", "photos": agreement})
+    (target / "model.json").write_text(json.dumps(raw))
+    quality = read_model_dir(target).manifest.quality
+    assert quality.evaluation.int8.top1_correct == 1 and quality.agreement["photos"].top1_agreement == 0.75
+    assert quality.reference == "float"
+
+
+def test_the_writer_refuses_a_malformed_report(tmp_path):
+    with pytest.raises(Exception, match="top1_agreement"):
+        write_model_dir(tmp_path, dict(MANIFEST, quality={"agreement": {"photos": {"inputs": 3}}}),
+                        {"int8": ("tiny_int8.tflite", b"m")})
+    assert not (tmp_path / "tiny").exists()

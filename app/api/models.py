@@ -55,7 +55,7 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
         description=manifest.description, source=manifest.source, licence=manifest.licence,
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
-        quality=getattr(manifest, "quality", None),
+        quality=manifest.quality_dict(),
     )
 
 

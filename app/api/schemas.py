@@ -18,6 +18,7 @@ class PredictionOut(BaseModel):
 class Timing(BaseModel):
     decode: float = Field(description="bytes to upright RGB image, ms")
     preprocess: float = Field(description="crop, resize, quantize to the input tensor, ms")
+    queue: float = Field(description="waiting for a free interpreter (device), hand-off included, ms")
     inference: float = Field(description="the interpreter's invoke, ms")
     postprocess: float = Field(description="dequantize, softmax, top-k, ms")
     total: float = Field(description="from the first byte decoded to the response built, ms")

@@ -43,6 +43,17 @@ EIGHT_BIT = frozenset({"INT8", "UINT8"})
 # shapes, axes, paddings, strides (int32/int64).
 CONSTANT_TYPES = frozenset({"INT8", "UINT8", "INT32", "INT64"})
 
+# Operator versions. edgetpu_compiler 16.0 parses a model with the TFLite op registry it was built with and
+# refuses the WHOLE model ("Didn't find op for builtin opcode 'X' version 'N'. An older version of this builtin
+# might be supported. ... Model could not be parsed") when an operator's version is newer than that registry.
+# Coral publishes no table of the versions it registers. What is known:
+#  - version 1 of every operator in the supported-operations table is registered (it is the op itself);
+#  - the lowest refused versions below are compiler 16.0's own error messages, reported in Coral's issue
+#    trackers: CONV_2D 6 (google-coral/edgetpu#631, TF 2.9), QUANTIZE 3 (#879), TRANSPOSE_CONV 4 (#845),
+#    EXP 2 (google-coral/libedgetpu#71, TF 2.16);
+#  - anything between is not documented: op_version_notes() says so rather than guessing.
+COMPILER_16_REFUSED_FROM: dict[str, int] = {"CONV_2D": 6, "QUANTIZE": 3, "TRANSPOSE_CONV": 4, "EXP": 2}
+
 # A rule looks at one operator in its graph: None if it holds, else the reason it does not.
 Rule = Callable[[Operator, Subgraph], str | None]
 
@@ -258,7 +269,46 @@ def _batch_one(op: Operator, graph: Subgraph) -> str | None:
     return None
 
 
-BASIC_RULES: tuple[Rule, ...] = (_static_shapes, _types)
+def _op_version(op: Operator, graph: Subgraph) -> str | None:
+    refused = COMPILER_16_REFUSED_FROM.get(op.opcode)
+    if refused is not None and op.version >= refused:
+        return (f"{op.opcode} version {op.version}: edgetpu_compiler 16.0 refuses the whole model from version "
+                f"{refused} (\"Didn't find op for builtin opcode\"); produce the model with an older converter "
+                "or one that writes lower op versions")
+    return None
+
+
+@dataclass(frozen=True)
+class OpVersionNote:
+    """What is known about one (operator, version) pair of a model and edgetpu_compiler 16.0."""
+
+    opcode: str
+    version: int
+    status: str  # "accepted", "refused" or "unknown"
+    text: str
+
+
+def op_version_notes(model: TfliteModel) -> list[OpVersionNote]:
+    """Per distinct (operator, version) in the graph: accepted, refused, or unknown to us (see COMPILER_16_REFUSED_FROM)."""
+    notes = []
+    for opcode, version in sorted({(op.opcode, op.version) for op in model.graph.operators if not op.custom}):
+        refused = COMPILER_16_REFUSED_FROM.get(opcode)
+        if opcode not in SUPPORTED_OPS:
+            continue  # not an Edge TPU op at any version: the analysis says so
+        if refused is not None and version >= refused:
+            notes.append(OpVersionNote(opcode, version, "refused",
+                                       f"{opcode} v{version}: edgetpu_compiler 16.0 refuses v{refused} and later"))
+        elif version == 1:
+            notes.append(OpVersionNote(opcode, version, "accepted", f"{opcode} v1: registered in every compiler"))
+        else:
+            bound = f" (v{refused} and later are refused)" if refused else ""
+            notes.append(OpVersionNote(opcode, version, "unknown",
+                                       f"{opcode} v{version}: whether edgetpu_compiler 16.0 registers it is not "
+                                       f"documented{bound}; only the compiler can tell"))
+    return notes
+
+
+BASIC_RULES: tuple[Rule, ...] = (_op_version, _static_shapes, _types)
 SHAPE_RULES: tuple[Rule, ...] = (_batch_one, _effective_rank)
 
 

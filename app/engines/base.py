@@ -110,6 +110,9 @@ class Backend:
 
     key: ClassVar[str]
     engine: ClassVar[type[Engine]]
+    # Whether its interpreters compute on the host's cores (cpu, emulated) or on a device that
+    # leaves them free (edgetpu): image work gets the cores the interpreters leave.
+    host_cpu: ClassVar[bool] = True
 
     def __init__(self, settings: Settings):
         self.settings = settings

@@ -145,6 +145,7 @@ class EdgeTpuBackend(Backend):
     key = EdgeTpuEngine.key
     engine = EdgeTpuEngine
     fallback_backend = CpuEngine.key
+    host_cpu = False  # the TPU computes; the host's cores only move tensors
 
     def __init__(self, settings):
         super().__init__(settings)

@@ -1,0 +1,587 @@
+"""Does the service keep the accelerator busy? Device capacity over HTTP against the bound without it.
+
+The accelerator is simulated (bench/simulated_device.py: one interpreter = one device taking
+D ms per inference with the GIL released, returning the real model's output), plugged in
+through the backend plug-in interface by bench/device_launcher.py, which then runs the app
+as `python -m app` does. For each device time D and device count, one service; for each
+input and concurrency c, `wrk` (C, event-driven, one thread: the load generator shares the
+cores with the service, as on a board, and a Python client would take several times its CPU)
+sends the same request over c keep-alive connections. Reported per row:
+  req/s, p50/p99 (wrk), device busy = req/s x D / devices,
+  server CPU ms per request (every thread of the service, from /proc/<pid>/task/*/schedstat),
+  and, in the same run, the bound without HTTP: the same image work (app.imaging) on the
+  service's number of image threads feeding the same simulated devices through a queue.
+Then a stage pass (a service with BENCH_STAGES=1, concurrency 1): the server's CPU per
+request by stage (HTTP/framework, body read, decode, resize, quantize, post-processing,
+response serialization, device copies, thread hand-offs), from thread CPU clocks.
+
+Inputs: china.jpg (640x427 JPEG), a 224x224 JPEG made from scikit-image's chelsea.png, and
+the raw uint8 tensor through OIP v2's binary extension when the service has /v2 (the hook
+`v2_binary_request`; this checkout has no /v2 yet, so that row says so).
+
+Example usage:
+    python bench/device_capacity.py                      # D=2.5,5 ms; 1 and 2 devices
+    python bench/device_capacity.py --device-ms 2.5 --devices 1 --concurrency 1,4,8 --duration 2
+    python bench/device_capacity.py --checkout /work/main --checkout .   # two checkouts side by side
+    python bench/device_capacity.py --backend cpu --workers 1 --concurrency 1   # a real backend
+    python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
+    python bench/device_capacity.py --url http://board:8000 --device-ms 2.6     # a running service
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import default_photo, repo_root  # noqa: E402
+from bench.service import ServiceProcess, free_port  # noqa: E402
+
+MODEL = "efficientnet_lite0"
+MAX_PIXELS = 50_000_000
+LAUNCHER = Path(__file__).resolve().parent / "device_launcher.py"
+DEFAULT_CONCURRENCY = "1,2,4,8,16"
+WARMUP_S = 1.0
+STAGE_ORDER = ("HTTP, framework, event loop", "body read", "response serialization", "post-processing",
+               "decode", "resize", "quantize", "image thread hand-off", "device copies",
+               "device thread hand-off", "other threads")
+
+# wrk prints one JSON line at the end: what the table needs, latencies in microseconds.
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "%(content_type)s"
+%(extra_headers)s
+local f = assert(io.open("%(body)s", "rb"))
+wrk.body = f:read("*a")
+f:close()
+function done(summary, latency, requests)
+  io.write(string.format('{"requests": %%d, "us": %%d, "p50": %%d, "p99": %%d, "status": %%d, "connect": %%d, "read": %%d, "write": %%d, "timeout": %%d}\\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    summary.errors.status, summary.errors.connect, summary.errors.read, summary.errors.write, summary.errors.timeout))
+end
+"""
+
+
+# ---- inputs ------------------------------------------------------------------------------
+
+@dataclass
+class Input:
+    name: str
+    body: bytes
+    content_type: str
+    path: str = ""                      # URL path; the default model's classify by default
+    headers: dict[str, str] = field(default_factory=dict)
+    jpeg: bytes | None = None           # for the bound without HTTP
+
+
+def jpeg_224() -> bytes:
+    """A 224x224 JPEG from a real photo: scikit-image's chelsea.png, center square, quality 90."""
+    from importlib import metadata
+
+    from PIL import Image
+
+    png = Path(metadata.distribution("scikit-image").locate_file("skimage/data/chelsea.png"))
+    image = Image.open(png).convert("RGB")
+    side = min(image.size)
+    left, top = (image.width - side) // 2, (image.height - side) // 2
+    square = image.crop((left, top, left + side, top + side)).resize((224, 224), Image.Resampling.BILINEAR)
+    out = io.BytesIO()
+    square.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def jpeg_inputs() -> list[Input]:
+    china = default_photo().read_bytes()
+    small = jpeg_224()
+    return [Input("224x224 JPEG", small, "image/jpeg", jpeg=small),
+            Input("640x427 JPEG", china, "image/jpeg", jpeg=china)]
+
+
+def v2_binary_request(url: str, model: str, jpeg: bytes) -> Input | None:
+    """HOOK for the raw-tensor row: the uint8 tensor through OIP v2's binary extension, if the
+    service has /v2 (the protocols work adds it). None when it has not; then the row is left out."""
+    try:
+        with urllib.request.urlopen(f"{url}/v2/models/{model}", timeout=2) as r:
+            meta = json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+    from app.imaging import prepare
+    from app.model_dir import read_model_dir
+
+    spec = read_model_dir(repo_root() / "models" / model).manifest.input
+    tensor = prepare(jpeg, spec, MAX_PIXELS)[None, ...]
+    name = meta["inputs"][0]["name"]
+    header = json.dumps({"inputs": [{"name": name, "shape": list(tensor.shape), "datatype": "UINT8",
+                                     "parameters": {"binary_data_size": tensor.nbytes}}],
+                         "outputs": [{"name": meta["outputs"][0]["name"],
+                                      "parameters": {"classification": 5}}]}).encode()
+    return Input("raw uint8 tensor, /v2 binary", header + tensor.tobytes(), "application/octet-stream",
+                 path=f"/v2/models/{model}/infer",
+                 headers={"Inference-Header-Content-Length": str(len(header))})
+
+
+# ---- the service -------------------------------------------------------------------------
+
+class Service:
+    """The app of one checkout with the simulated device (or a real backend), on a free port."""
+
+    def __init__(self, checkout: Path, device_ms: float, devices: int, backend: str, image_threads: int | None,
+                 stages: bool = False, workers: int | None = None):
+        self.checkout = checkout
+        self.stats_file = Path(tempfile.mkstemp(prefix="device_capacity_", suffix=".json")[1])
+        self.env = {"PYTHONPATH": str(checkout),
+                    "EDGETPU_SERVE_BACKENDS": backend, "EDGETPU_SERVE_MODELS": MODEL,
+                    "EDGETPU_SERVE_WORKERS": str(workers or devices), "EDGETPU_SERVE_LOG_LEVEL": "warning",
+                    # the line must hold the highest concurrency: a 503 would be a measured error
+                    "EDGETPU_SERVE_MAX_WAITING": "64",
+                    "BENCH_DEVICE_MS": str(device_ms), "BENCH_DEVICES": str(devices),
+                    "BENCH_STATS_FILE": str(self.stats_file), "BENCH_STAGES": "1" if stages else "0"}
+        if image_threads:
+            self.env["EDGETPU_SERVE_IMAGE_THREADS"] = str(image_threads)
+        self.service: ServiceProcess | None = None
+
+    @property
+    def process(self):
+        return self.service.process
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+    @property
+    def port(self) -> int:
+        return self.service.port
+
+    def __enter__(self) -> Service:
+        # the shared launcher (bench/service.py), running this checkout's app through LAUNCHER
+        self.service = ServiceProcess(self.env, inherit_settings=False, argv=[sys.executable, str(LAUNCHER)],
+                                      cwd=self.checkout)
+        try:
+            self.service.wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.service is not None:
+            self.service.stop()
+        self.stats_file.unlink(missing_ok=True)
+
+    def stats(self) -> dict:
+        """Thread names and stage sums, written by the launcher on SIGUSR1."""
+        before = self.stats_file.stat().st_mtime_ns if self.stats_file.stat().st_size else 0
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            st = self.stats_file.stat()
+            if st.st_size and st.st_mtime_ns != before:
+                try:
+                    return json.loads(self.stats_file.read_text())
+                except ValueError:
+                    pass
+            time.sleep(0.02)
+        raise RuntimeError("the launcher did not write its stats")
+
+    def thread_cpu_ns(self) -> dict[int, int]:
+        """Each live thread's CPU time so far (schedstat: ns on the CPU)."""
+        out = {}
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError):
+                pass
+        return out
+
+
+def thread_kind(name: str) -> str:
+    if name == "event loop":
+        return "event loop"
+    if name.startswith("image"):
+        return "image"
+    if name.startswith(("pool", "engine", "interp", "simtpu")) or "simtpu" in name:
+        return "device"
+    return "other"
+
+
+# ---- the load generator -------------------------------------------------------------------
+
+def wrk_run(url: str, item: Input, concurrency: int, seconds: float, workdir: Path) -> dict:
+    body = workdir / f"body_{abs(hash(item.name))}.bin"
+    body.write_bytes(item.body)
+    script = workdir / f"post_{abs(hash(item.name))}.lua"
+    extra = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in item.headers.items())
+    script.write_text(WRK_SCRIPT % {"content_type": item.content_type, "body": body, "extra_headers": extra})
+    path = item.path or f"/v1/models/{MODEL}/classify?top_k=5"
+    out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "-s", str(script),
+                          url + path], capture_output=True, text=True, timeout=seconds + 30)
+    line = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if not line:
+        raise RuntimeError(f"wrk failed: {out.stdout}\n{out.stderr}")
+    figures = json.loads(line[-1])
+    errors = sum(figures[k] for k in ("status", "connect", "read", "write", "timeout"))
+    return {"req_s": figures["requests"] / (figures["us"] / 1e6), "p50_ms": figures["p50"] / 1000,
+            "p99_ms": figures["p99"] / 1000, "requests": figures["requests"], "errors": errors}
+
+
+# ---- the bound without HTTP ---------------------------------------------------------------
+
+def bound_without_http(jpeg: bytes, device_ms: float, devices: int, image_threads: int, seconds: float) -> dict:
+    """The same image work on `image_threads` threads feeding `devices` simulated devices through
+    a bounded queue, post-processing on the device's thread; completions per second."""
+    import bench.simulated_device as sim
+    from app.imaging import InputQuantizer, decode, to_pixels
+    from app.inference import scores, top_predictions
+    from app.model_dir import read_model_dir
+
+    model_dir = read_model_dir(repo_root() / "models" / MODEL)
+    spec = model_dir.manifest.input
+    input_spec, output_spec, output = _real_output(model_dir)
+    quantizer = InputQuantizer(spec, input_spec.dtype, input_spec.scale, input_spec.zero_point)
+    engines = [sim.SimulatedTpuEngine(input_spec, output_spec, output, device_ms / 1000) for _ in range(devices)]
+    tensors: queue.Queue = queue.Queue(maxsize=devices)
+    stop = threading.Event()
+    counting = threading.Event()
+    done = [0] * devices
+
+    def image_work():
+        while not stop.is_set():
+            tensor = quantizer(to_pixels(decode(jpeg, spec, MAX_PIXELS), spec))
+            while not stop.is_set():
+                try:
+                    tensors.put(tensor, timeout=0.05)
+                    break
+                except queue.Full:
+                    pass
+
+    def device(i: int):
+        engine = engines[i]
+        while not stop.is_set():
+            try:
+                tensor = tensors.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            result = engine.run(tensor)
+            top_predictions(scores(result, output_spec.scale, output_spec.zero_point, model_dir),
+                            model_dir.labels, 5, 0.0)
+            if counting.is_set():
+                done[i] += 1
+
+    threads = [threading.Thread(target=image_work, daemon=True) for _ in range(image_threads)]
+    threads += [threading.Thread(target=device, args=(i,), daemon=True) for i in range(devices)]
+    for t in threads:
+        t.start()
+    time.sleep(min(WARMUP_S, seconds / 2))
+    counting.set()
+    start = time.perf_counter()
+    time.sleep(seconds)
+    counting.clear()
+    elapsed = time.perf_counter() - start
+    stop.set()
+    for t in threads:
+        t.join(5)
+    return {"req_s": sum(done) / elapsed}
+
+
+_OUTPUTS: dict = {}
+
+
+def _real_output(model_dir):
+    if "x" not in _OUTPUTS:
+        import bench.simulated_device as sim
+
+        _OUTPUTS["x"] = sim.real_output(model_dir.file("int8"))
+    return _OUTPUTS["x"]
+
+
+# ---- measuring -----------------------------------------------------------------------------
+
+def device_time_ms(url: str, item: Input, n: int = 20) -> float:
+    """Median `inference` ms the service reports for this input, sequentially (a real backend's D)."""
+    values = []
+    for _ in range(n):
+        request = urllib.request.Request(url + (item.path or f"/v1/models/{MODEL}/classify?top_k=5"),
+                                         data=item.body, headers={"Content-Type": item.content_type, **item.headers})
+        with urllib.request.urlopen(request, timeout=30) as r:
+            values.append(json.loads(r.read())["timing_ms"]["inference"])
+    return float(np.median(values))
+
+
+def measure_service(service: Service | None, url: str, inputs: list[Input], levels: list[int], seconds: float,
+                    device_ms: float | None, devices: int, workdir: Path) -> list[dict]:
+    rows = []
+    names = {}
+    for item in inputs:
+        wrk_run(url, item, max(levels), WARMUP_S, workdir)  # warm: threads created, caches filled
+        d_ms = device_ms if device_ms is not None else device_time_ms(url, item)
+        if service:
+            names = {int(k): v for k, v in service.stats()["threads"].items()}
+        for c in levels:
+            before = service.thread_cpu_ns() if service else {}
+            figures = wrk_run(url, item, c, seconds, workdir)
+            row = {"input": item.name, "concurrency": c, "device_ms": d_ms, "devices": devices, **figures,
+                   "device_busy": figures["req_s"] * d_ms / 1000 / devices}
+            if service:
+                after = service.thread_cpu_ns()
+                per_kind: dict[str, float] = {}
+                for tid, ns in after.items():
+                    kind = thread_kind(names.get(tid, ""))
+                    per_kind[kind] = per_kind.get(kind, 0) + (ns - before.get(tid, 0))
+                n = max(1, figures["requests"])
+                row["cpu_ms_per_request"] = {k: v / n / 1e6 for k, v in per_kind.items()}
+                row["cpu_ms_per_request_total"] = sum(per_kind.values()) / n / 1e6
+            rows.append(row)
+    return rows
+
+
+def stage_pass(service: Service, item: Input, seconds: float, workdir: Path) -> dict:
+    """CPU ms per request by stage at concurrency 1 (the service wraps its stage functions)."""
+    wrk_run(service.url, item, 1, WARMUP_S, workdir)
+    first = service.stats()
+    names = {int(k): v for k, v in first["threads"].items()}
+    before = service.thread_cpu_ns()
+    figures = wrk_run(service.url, item, 1, seconds, workdir)
+    after = service.thread_cpu_ns()
+    last = service.stats()
+    n = max(1, figures["requests"])
+    stage = {k: (v[0] - first["stages"].get(k, [0, 0])[0]) / n / 1e6 for k, v in last["stages"].items()}
+    kinds: dict[str, float] = {}
+    for tid, ns in after.items():
+        kind = thread_kind(names.get(tid, ""))
+        kinds[kind] = kinds.get(kind, 0) + (ns - before.get(tid, 0)) / n / 1e6
+    loop_known = sum(stage.get(s, 0) for s in ("body read", "response serialization", "post-processing"))
+    image_known = sum(stage.get(s, 0) for s in ("decode", "resize", "quantize"))
+    out = {s: stage.get(s, 0.0) for s in ("body read", "response serialization", "post-processing",
+                                           "decode", "resize", "quantize", "device copies")}
+    out["HTTP, framework, event loop"] = kinds.get("event loop", 0) - loop_known
+    if kinds.get("image", 0):
+        out["image thread hand-off"] = kinds.get("image", 0) - image_known
+    else:  # image work on the loop (no image threads): it is counted inside the loop's figure
+        out["HTTP, framework, event loop"] -= image_known
+    out["device thread hand-off"] = kinds.get("device", 0) - stage.get("device copies", 0)
+    out["other threads"] = kinds.get("other", 0)
+    return {"input": item.name, "requests": figures["requests"], "req_s": figures["req_s"],
+            "p50_ms": figures["p50_ms"], "stages_ms": out, "total_ms": sum(kinds.values())}
+
+
+# ---- the naive peer (cpu backend) ------------------------------------------------------------
+
+PEER = Path(__file__).resolve().parent / "naive_peer.py"
+BOUNDARY = "capacity-bench-boundary"
+PEER_ROUNDS = 3
+
+
+def as_multipart(item: Input, path: str) -> Input:
+    """The same photo as multipart field `image` (the only form the peer takes)."""
+    body = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"photo.jpg\"\r\n"
+            "Content-Type: image/jpeg\r\n\r\n").encode() + item.body + f"\r\n--{BOUNDARY}--\r\n".encode()
+    return Input(item.name + ", multipart", body, f"multipart/form-data; boundary={BOUNDARY}", path=path)
+
+
+class PeerService:
+    """bench/naive_peer.py on a free port, with the default model's int8 file."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        model = repo_root() / "models" / MODEL / f"{MODEL}_int8.tflite"
+        self.env = {"PEER_MODEL": str(model), "PEER_PORT": str(self.port)}
+        self.service: ServiceProcess | None = None
+
+    @property
+    def process(self):
+        return self.service.process
+
+    def __enter__(self) -> PeerService:
+        self.service = ServiceProcess(self.env, argv=[sys.executable, str(PEER)], port=self.port,
+                                      ready_path="/openapi.json")
+        try:
+            self.service.wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.service is not None:
+            self.service.stop()
+
+
+def peer_comparison(inputs: list[Input], levels: list[int], seconds: float, workers: int, workdir: Path) -> list[dict]:
+    """Ours (cpu backend, `workers` interpreters of 1 thread) and the naive peer, in alternating
+    rounds, the same multipart request; medians over the rounds."""
+    rows = []
+    with Service(repo_root(), 0, 1, "cpu", None, workers=workers) as ours, PeerService() as peer:
+        for item in inputs:
+            sides = {"ours": (ours.url, as_multipart(item, f"/v1/models/{MODEL}/classify?top_k=1")),
+                     "naive peer": (peer.url, as_multipart(item, "/v1/vision/scene"))}
+            for url, request in sides.values():
+                wrk_run(url, request, 1, WARMUP_S, workdir)
+            for c in levels:
+                got: dict[str, list[dict]] = {side: [] for side in sides}
+                for _ in range(PEER_ROUNDS):
+                    for side, (url, request) in sides.items():
+                        got[side].append(wrk_run(url, request, c, seconds, workdir))
+                row = {"input": item.name, "concurrency": c, "workers": workers}
+                for side, runs in got.items():
+                    row[side] = {k: float(np.median([r[k] for r in runs])) for k in ("req_s", "p50_ms", "p99_ms")}
+                    row[side]["errors"] = sum(r["errors"] for r in runs)
+                rows.append(row)
+    return rows
+
+
+def print_peer(rows: list[dict]) -> None:
+    print(f"\n### cpu backend, ours (WORKERS={rows[0]['workers']}, 1 thread) against the naive peer, multipart, "
+          f"medians of {PEER_ROUNDS} alternating rounds (load average {load_average()})\n")
+    print("| input | c | ours req/s | ours p50 ms | peer req/s | peer p50 ms | ours p50 / peer p50 | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        o, p = r["ours"], r["naive peer"]
+        print(f"| {r['input']} | {r['concurrency']} | {o['req_s']:.1f} | {o['p50_ms']:.2f} | {p['req_s']:.1f} | "
+              f"{p['p50_ms']:.2f} | {o['p50_ms'] / p['p50_ms']:.2f}x | {o['errors'] + p['errors']} |")
+
+
+# ---- report --------------------------------------------------------------------------------
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def print_rows(title: str, rows: list[dict], bounds: dict) -> None:
+    print(f"\n### {title}\n")
+    print("| input | c | req/s | p50 ms | p99 ms | device busy | without HTTP req/s (busy) | service / bound "
+          "| server CPU ms/req (loop + image + device + other) | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        bound = bounds.get(r["input"])
+        bound_txt = "-" if bound is None else f"{bound:.0f} ({bound * r['device_ms'] / 1000 / r['devices']:.0%})"
+        ratio = "-" if not bound else f"{r['req_s'] / bound:.0%}"
+        cpu = r.get("cpu_ms_per_request")
+        cpu_txt = "-" if cpu is None else (f"{r['cpu_ms_per_request_total']:.2f} (" + " + ".join(
+            f"{cpu.get(k, 0):.2f}" for k in ("event loop", "image", "device", "other")) + ")")
+        print(f"| {r['input']} | {r['concurrency']} | {r['req_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+              f"{r['device_busy']:.0%} | {bound_txt} | {ratio} | {cpu_txt} | {r['errors']} |")
+
+
+def print_stages(title: str, results: list[dict]) -> None:
+    print(f"\n### {title}\n")
+    print("| stage | " + " | ".join(r["input"] for r in results) + " |")
+    print("|---|" + "---|" * len(results))
+    for stage in STAGE_ORDER:
+        print(f"| {stage} | " + " | ".join(f"{r['stages_ms'].get(stage, 0):.3f}" for r in results) + " |")
+    print("| **total server CPU** | " + " | ".join(f"**{r['total_ms']:.3f}**" for r in results) + " |")
+    print("| requests (c=1), p50 ms | " + " | ".join(f"{r['requests']}, {r['p50_ms']:.2f}" for r in results) + " |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device-ms", default="2.5,5", help="simulated device times, ms (comma-separated)")
+    parser.add_argument("--devices", default="1,2", help="device counts (comma-separated)")
+    parser.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, help="connections (comma-separated)")
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds per measured point")
+    parser.add_argument("--inputs", default="224,640", help="which inputs: 224, 640 (the v2 row joins when it can)")
+    parser.add_argument("--image-threads", type=int, default=None,
+                        help="EDGETPU_SERVE_IMAGE_THREADS for the service and the bound (default: the service's)")
+    parser.add_argument("--checkout", action="append", type=Path, default=None,
+                        help="checkout(s) to serve from, side by side (default: this one); another checkout's "
+                             "app runs with that checkout alone on PYTHONPATH")
+    parser.add_argument("--backend", default="simtpu", help="backend to serve on (simtpu: the simulated device)")
+    parser.add_argument("--workers", type=int, default=None, help="EDGETPU_SERVE_WORKERS for a real backend")
+    parser.add_argument("--url", default=None, help="measure a running service instead (no CPU figures)")
+    parser.add_argument("--no-stages", action="store_true", help="skip the per-stage CPU pass")
+    parser.add_argument("--peer", action="store_true",
+                        help="instead: the cpu backend (WORKERS=--workers, default 1) against bench/naive_peer.py")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        print("wrk not found: apt-get install wrk", file=sys.stderr)
+        return 2
+
+    levels = [int(c) for c in args.concurrency.split(",")]
+    simulated = args.backend == "simtpu" and args.url is None
+    device_times = [float(d) for d in args.device_ms.split(",")] if (simulated or args.url) else [None]
+    device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
+    inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
+    checkouts = [c.resolve() for c in (args.checkout or [repo_root()])]
+    from app.inference import image_threads as default_image_threads
+
+    # the service's own default for a device backend (this checkout's rule), for the bound too
+    image_threads = default_image_threads(args.image_threads, host_cpu=not simulated)
+    print(f"device capacity: {os.cpu_count()} cores, load average {load_average()} at start; wrk -t1, "
+          f"{args.duration} s per point; image threads {image_threads}; backend {'cpu vs naive peer' if args.peer else args.backend}")
+    report: dict = {"points": [], "stages": [], "bounds": []}
+    errors = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        if args.peer:
+            rows = peer_comparison(inputs, levels, args.duration, args.workers or 1, workdir)
+            print_peer(rows)
+            if args.json:
+                args.json.write_text(json.dumps({"peer": rows}, indent=2))
+            return 1 if any(r["ours"]["errors"] or r["naive peer"]["errors"] for r in rows) else 0
+        if args.url:
+            url = args.url.rstrip("/")
+            v2 = v2_binary_request(url, MODEL, inputs[0].jpeg)
+            for d in device_times:
+                rows = measure_service(None, url, inputs + ([v2] if v2 else []), levels, args.duration, d,
+                                       args.devices and int(args.devices.split(",")[0]), workdir)
+                print_rows(f"{url}, D = {d} ms (load average {load_average()})", rows, {})
+                report["points"] += rows
+            return 0
+        for d in device_times:
+            for n in device_counts:
+                bounds = {}
+                if simulated:
+                    for item in inputs:
+                        bounds[item.name] = bound_without_http(item.jpeg, d, n, image_threads, args.duration)["req_s"]
+                        report["bounds"].append({"input": item.name, "device_ms": d, "devices": n,
+                                                 "req_s": bounds[item.name]})
+                for checkout in checkouts:
+                    with Service(checkout, d or 0, n, args.backend, args.image_threads, workers=args.workers) as svc:
+                        v2 = v2_binary_request(svc.url, MODEL, inputs[0].jpeg)
+                        rows = measure_service(svc, svc.url, inputs + ([v2] if v2 else []), levels, args.duration,
+                                               d, n, workdir)
+                    errors += sum(r["errors"] for r in rows)
+                    for r in rows:
+                        r["checkout"] = str(checkout)
+                    title = (f"{checkout}: D = {d} ms, {n} device(s)" if simulated else
+                             f"{checkout}: backend {args.backend}, {n} worker(s)")
+                    print_rows(f"{title} (load average {load_average()})", rows, bounds)
+                    if not v2:
+                        print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
+                              "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
+                    report["points"] += rows
+        if simulated and not args.no_stages:
+            for checkout in checkouts:
+                d = device_times[0]
+                with Service(checkout, d, 1, args.backend, args.image_threads, stages=True) as svc:
+                    results = [stage_pass(svc, item, args.duration, workdir) for item in inputs]
+                for r in results:
+                    r["checkout"] = str(checkout)
+                print_stages(f"{checkout}: server CPU ms per request by stage, c=1, D = {d} ms, 1 device "
+                             f"(load average {load_average()})", results)
+                report["stages"] += results
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""`python -m app` with the simulated device plugged in: what bench/device_capacity.py starts.
+
+Run as a script (`python bench/device_launcher.py`, the checkout under test first on
+PYTHONPATH): it registers bench/simulated_device.py's plug-in (`app.engines.register`; on a
+checkout without plug-ins, an entry in `app.engines.ENGINES`), then runs the app exactly as
+`python -m app` does, through `app.__main__.main()`: the one call into the server module.
+
+Measurement hooks, for the benchmark only:
+  SIGUSR1   writes {"threads": {native id: name}, "stages": {stage: [cpu ns, calls]}} to
+            $BENCH_STATS_FILE, so the benchmark can name each thread's CPU clock in /proc.
+  BENCH_STAGES=1  wraps the stage functions (decode, resize, quantize, body read, post-processing,
+            serialization, the device's copies) to add up their thread CPU time. Costs about
+            a microsecond per call; the benchmark uses it in a separate pass, not for its req/s.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # simulated_device, not this checkout's bench/
+
+import simulated_device  # noqa: E402
+
+STAGES: dict[str, list[int]] = {}
+_lock = threading.Lock()
+
+
+def _add(stage: str, ns: int) -> None:
+    with _lock:
+        entry = STAGES.setdefault(stage, [0, 0])
+        entry[0] += ns
+        entry[1] += 1
+
+
+def _timed(stage: str, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        start = time.thread_time_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _add(stage, time.thread_time_ns() - start)
+    return wrapper
+
+
+def _timed_async(stage: str, fn):
+    """Thread CPU of a coroutine from start to end: exact only while no other request runs on
+    the loop meanwhile (the stage pass runs at concurrency 1)."""
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        start = time.thread_time_ns()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            _add(stage, time.thread_time_ns() - start)
+    return wrapper
+
+
+def instrument() -> None:
+    import app.api.classify as classify_api
+    import app.imaging as imaging
+    import app.inference as inference
+    from app.api.schemas import ClassifyResponse
+
+    inference.decode = _timed("decode", inference.decode)
+    inference.to_pixels = _timed("resize", inference.to_pixels)
+    imaging.InputQuantizer.__call__ = _timed("quantize", imaging.InputQuantizer.__call__)
+    inference.scores = _timed("post-processing", inference.scores)
+    inference.top_predictions = _timed("post-processing", inference.top_predictions)
+    if hasattr(classify_api, "image_bytes"):
+        classify_api.image_bytes = _timed_async("body read", classify_api.image_bytes)
+    if hasattr(classify_api, "response_body"):  # orjson, straight from the dataclasses
+        classify_api.response_body = _timed("response serialization", classify_api.response_body)
+    for name in ("model_validate", "model_dump_json"):
+        original = getattr(ClassifyResponse, name)
+        timed = _timed("response serialization", original)
+        # model_validate is bound already (a classmethod): stored as a plain function on the class
+        setattr(ClassifyResponse, name, staticmethod(timed) if name == "model_validate" else timed)
+    run = simulated_device.SimulatedTpuEngine.run
+    simulated_device.SimulatedTpuEngine.run = _timed("device copies", run)
+
+
+def _dump_stats(*_) -> None:
+    path = os.environ.get("BENCH_STATS_FILE")
+    if not path:
+        return
+    with _lock:
+        stages = {k: list(v) for k, v in STAGES.items()}
+    threads = {str(t.native_id): t.name for t in threading.enumerate()}
+    threads[str(threading.main_thread().native_id)] = "event loop"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"threads": threads, "stages": stages}, f)
+    os.replace(tmp, path)
+
+
+def plug_in() -> None:
+    import app.engines as engines
+
+    plugin = simulated_device.plugin()
+    if plugin is not None and hasattr(engines, "register"):
+        engines.register(plugin)
+    else:  # a checkout from before backend plug-ins: its registry makes WORKERS engines from ENGINES
+        engines.ENGINES[simulated_device.KEY] = simulated_device.SimulatedTpuEngine
+        import app.registry as registry
+        if hasattr(registry, "ENGINES"):
+            registry.ENGINES[simulated_device.KEY] = simulated_device.SimulatedTpuEngine
+
+
+def main() -> int:
+    plug_in()
+    if os.environ.get("BENCH_STAGES") == "1":
+        instrument()
+    signal.signal(signal.SIGUSR1, _dump_stats)
+    from app.__main__ import main as serve
+
+    return serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""A simulated Edge TPU for benchmarks: one interpreter = one device that takes D ms per inference.
+
+`run()` copies the input (as a delegate's set_tensor does), sleeps D ms with the GIL released
+(time.sleep releases it, as libedgetpu's invoke does), and returns a copy of a real output
+vector: the default model's own quantized output for a real photo, computed once on the `cpu`
+backend at load, so post-processing (dequantize, softmax, top-k over 1000 classes) is real work.
+
+Never in the product's backend list: bench/device_launcher.py plugs it in with
+`app.engines.register()` (or, on a checkout without plug-ins, into `app.engines.ENGINES`).
+Configured from the environment, since the service reads its own settings from there too:
+  BENCH_DEVICE_MS   device time per inference, ms (default 2.5)
+  BENCH_DEVICES     devices (interpreters) per model (default 1)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from app.engines import Engine, EngineOptions, TensorSpec
+
+KEY = "simtpu"
+DEVICE_MS_ENV = "BENCH_DEVICE_MS"
+DEVICES_ENV = "BENCH_DEVICES"
+MAX_PIXELS = 50_000_000
+
+
+def default_photo() -> Path:
+    """scikit-learn's china.jpg (as bench/common.py finds it; this module is also imported by
+    a launcher running another checkout, whose bench/ package is not this one)."""
+    from importlib import metadata
+
+    return Path(metadata.distribution("scikit-learn").locate_file("sklearn/datasets/images/china.jpg"))
+
+
+def device_ms() -> float:
+    return float(os.environ.get(DEVICE_MS_ENV, "2.5"))
+
+
+def devices() -> int:
+    return int(os.environ.get(DEVICES_ENV, "1"))
+
+
+def real_output(int8_path: Path, photo: bytes | None = None) -> tuple[TensorSpec, TensorSpec, np.ndarray]:
+    """The model's input/output specs and its output for a real photo, on the cpu backend."""
+    from app.engines.cpu import CpuEngine
+    from app.imaging import InputQuantizer, prepare
+    from app.model_dir import read_model_dir
+
+    cpu = CpuEngine.load(int8_path, EngineOptions(cpu_threads=1))
+    try:
+        model_dir = read_model_dir(int8_path.parent)
+        spec = model_dir.manifest.input
+        quantizer = InputQuantizer(spec, cpu.input.dtype, cpu.input.scale, cpu.input.zero_point)
+        tensor = quantizer(prepare(photo or default_photo().read_bytes(), spec, MAX_PIXELS))
+        return cpu.input, cpu.output, np.array(cpu.run(tensor), copy=True)
+    finally:
+        cpu.close()
+
+
+class SimulatedTpuEngine(Engine):
+    key = KEY
+    model_file = "int8"  # the plain int8 file: its tensor specs, and its real output
+
+    def __init__(self, input_spec: TensorSpec, output_spec: TensorSpec, output: np.ndarray, seconds: float):
+        self.input, self.output = input_spec, output_spec
+        self._output = output
+        self._seconds = seconds
+        self._buffer = np.empty(input_spec.shape, input_spec.dtype)
+
+    @classmethod
+    def load(cls, path: Path, options: EngineOptions) -> SimulatedTpuEngine:
+        return cls(*real_output(Path(path)), device_ms() / 1000)
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        np.copyto(self._buffer, x.reshape(self._buffer.shape))  # the input goes to the device
+        time.sleep(self._seconds)                                # the device works, GIL released
+        return self._output.copy()
+
+
+def plugin():
+    """The Backend plug-in for a checkout with `app.engines.register` (None without)."""
+    try:
+        from app.engines import Backend
+    except ImportError:
+        return None
+
+    class SimulatedTpuBackend(Backend):
+        """One interpreter per simulated device, like the edgetpu plug-in (WORKERS does not apply)."""
+
+        key = KEY
+        engine = SimulatedTpuEngine
+        host_cpu = False  # a device: it sleeps, the host's cores stay free
+
+        def interpreters(self) -> list[EngineOptions]:
+            return [EngineOptions(cpu_threads=1)] * devices()
+
+        def device(self, options: EngineOptions) -> str | None:
+            return "simulated"
+
+    return SimulatedTpuBackend

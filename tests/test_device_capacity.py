@@ -1,0 +1,44 @@
+"""bench/device_capacity.py runs end to end, briefly: it must not rot, and its figures must be
+consistent with what they claim to measure (properties, not timings: those belong to the bench)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+TIMEOUT_S = 240
+DEVICE_MS = 5.0
+
+
+@pytest.mark.slow
+def test_device_capacity_measures_the_simulated_device_and_the_stages(tmp_path):
+    assert shutil.which("wrk"), "the benchmark's load generator is Debian's wrk: make test installs it (tests/debian-packages.txt)"
+    out = tmp_path / "figures.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGETPU_SERVE_", "BENCH_"))}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "device_capacity.py"), "--device-ms", str(DEVICE_MS),
+                           "--devices", "1", "--concurrency", "1,4", "--duration", "1", "--inputs", "224",
+                           "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| 224x224 JPEG | 4 |" in done.stdout and "total server CPU" in done.stdout
+    figures = json.loads(out.read_text())
+    for point in figures["points"]:
+        assert point["errors"] == 0 and point["requests"] > 0
+        # one device of 5 ms cannot answer faster than 200/s, nor a request faster than 5 ms
+        assert 0 < point["device_busy"] <= 1.05
+        assert point["p99_ms"] >= point["p50_ms"] >= DEVICE_MS
+        cpu = point["cpu_ms_per_request"]
+        assert cpu["event loop"] > 0 and cpu["image"] > 0  # the threads were named and found
+    (bound,) = figures["bounds"]
+    assert 0 < bound["req_s"] <= 1000 / DEVICE_MS * 1.05
+    (stages,) = figures["stages"]
+    ms = stages["stages_ms"]
+    for stage in ("decode", "resize", "HTTP, framework, event loop", "post-processing", "response serialization"):
+        assert ms[stage] > 0, stage
+    assert stages["total_ms"] >= ms["decode"] + ms["resize"]
+    # v2 is not served on this checkout: the hook says so instead of a row
+    assert "no /v2" in done.stdout or any("v2" in p["input"] for p in figures["points"])

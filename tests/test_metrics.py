@@ -158,3 +158,34 @@ def test_two_tpus_through_the_test_double_count_and_report_temperature(tmp_path,
     assert value(samples, "edgetpu_serve_pool_interpreters", **labels) == 2
     assert value(samples, "edgetpu_serve_requests_total", protocol="v1", status="200", **labels) == 1
     assert value(samples, "edgetpu_serve_pool_first_inference_seconds", **labels) > 0
+
+
+def test_a_failed_reload_is_counted_and_the_old_version_keeps_serving(tmp_path):
+    import shutil
+
+    from prometheus_client import REGISTRY
+
+    from app.errors import ServeError
+
+    shutil.copytree(MODELS / "fashion_mnist", tmp_path / "fashion_mnist")
+    registry = Registry(Settings(model_dir=tmp_path, models=["fashion_mnist"], default_model="fashion_mnist",
+                                 backends=["cpu"], workers=1, warmup_at_start=False))
+    registry.configure()
+
+    def loads(result: str) -> float:
+        return REGISTRY.get_sample_value("edgetpu_serve_model_loads_total",
+                                         {"model": "fashion_mnist", "result": result}) or 0.0
+
+    ok, failed = loads("ok"), loads("failed")
+    registry.load_all()
+    try:
+        assert (loads("ok"), loads("failed")) == (ok + 1, failed)
+        model_file = tmp_path / "fashion_mnist" / "fashion_mnist_int8.tflite"
+        data = model_file.read_bytes()
+        model_file.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # no longer its recorded sha256
+        with pytest.raises(ServeError):
+            registry.reload("fashion_mnist")
+        assert (loads("ok"), loads("failed")) == (ok + 1, failed + 1)
+        assert registry.status("fashion_mnist").state == "degraded"
+    finally:
+        registry.close()

@@ -52,7 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import default_photo, repo_root  # noqa: E402
-from bench.service import ServiceProcess, free_port  # noqa: E402
+from bench.service import STOP_TIMEOUT_S, ServiceProcess, free_port  # noqa: E402
 
 MODEL = "efficientnet_lite0"
 MAX_PIXELS = 50_000_000
@@ -139,51 +139,30 @@ def v2_binary_request(url: str, model: str, jpeg: bytes) -> Input | None:
 
 # ---- the service -------------------------------------------------------------------------
 
-class Service:
-    """The app of one checkout with the simulated device (or a real backend), on a free port."""
+class Service(ServiceProcess):
+    """The app of one checkout with the simulated device (or a real backend), on a free port,
+    started through the shared launcher running bench/device_launcher.py."""
 
     def __init__(self, checkout: Path, device_ms: float, devices: int, backend: str, image_threads: int | None,
                  stages: bool = False, workers: int | None = None):
         self.checkout = checkout
         self.stats_file = Path(tempfile.mkstemp(prefix="device_capacity_", suffix=".json")[1])
-        self.env = {"PYTHONPATH": str(checkout),
-                    "EDGETPU_SERVE_BACKENDS": backend, "EDGETPU_SERVE_MODELS": MODEL,
-                    "EDGETPU_SERVE_WORKERS": str(workers or devices), "EDGETPU_SERVE_LOG_LEVEL": "warning",
-                    # the line must hold the highest concurrency: a 503 would be a measured error
-                    "EDGETPU_SERVE_MAX_WAITING": "64",
-                    "BENCH_DEVICE_MS": str(device_ms), "BENCH_DEVICES": str(devices),
-                    "BENCH_STATS_FILE": str(self.stats_file), "BENCH_STAGES": "1" if stages else "0"}
+        env = {"PYTHONPATH": str(checkout),
+               "EDGETPU_SERVE_BACKENDS": backend, "EDGETPU_SERVE_MODELS": MODEL,
+               "EDGETPU_SERVE_WORKERS": str(workers or devices), "EDGETPU_SERVE_LOG_LEVEL": "warning",
+               # the line must hold the highest concurrency: a 503 would be a measured error
+               "EDGETPU_SERVE_MAX_WAITING": "64",
+               "BENCH_DEVICE_MS": str(device_ms), "BENCH_DEVICES": str(devices),
+               "BENCH_STATS_FILE": str(self.stats_file), "BENCH_STAGES": "1" if stages else "0"}
         if image_threads:
-            self.env["EDGETPU_SERVE_IMAGE_THREADS"] = str(image_threads)
-        self.service: ServiceProcess | None = None
+            env["EDGETPU_SERVE_IMAGE_THREADS"] = str(image_threads)
+        super().__init__(env, inherit_settings=False, argv=[sys.executable, str(LAUNCHER)], cwd=checkout)
 
-    @property
-    def process(self):
-        return self.service.process
-
-    @property
-    def url(self) -> str:
-        return self.service.url
-
-    @property
-    def port(self) -> int:
-        return self.service.port
-
-    def __enter__(self) -> Service:
-        # the shared launcher (bench/service.py), running this checkout's app through LAUNCHER
-        self.service = ServiceProcess(self.env, inherit_settings=False, argv=[sys.executable, str(LAUNCHER)],
-                                      cwd=self.checkout)
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> str:
         try:
-            self.service.wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.service is not None:
-            self.service.stop()
-        self.stats_file.unlink(missing_ok=True)
+            return super().stop(timeout_s)
+        finally:
+            self.stats_file.unlink(missing_ok=True)
 
     def stats(self) -> dict:
         """Thread names and stage sums, written by the launcher on SIGUSR1."""
@@ -395,40 +374,19 @@ def as_multipart(item: Input, path: str) -> Input:
     return Input(item.name + ", multipart", body, f"multipart/form-data; boundary={BOUNDARY}", path=path)
 
 
-class PeerService:
-    """bench/naive_peer.py on a free port, with the default model's int8 file."""
-
-    def __init__(self):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        model = repo_root() / "models" / MODEL / f"{MODEL}_int8.tflite"
-        self.env = {"PEER_MODEL": str(model), "PEER_PORT": str(self.port)}
-        self.service: ServiceProcess | None = None
-
-    @property
-    def process(self):
-        return self.service.process
-
-    def __enter__(self) -> PeerService:
-        self.service = ServiceProcess(self.env, argv=[sys.executable, str(PEER)], port=self.port,
-                                      ready_path="/openapi.json")
-        try:
-            self.service.wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.service is not None:
-            self.service.stop()
+def peer_service() -> ServiceProcess:
+    """bench/naive_peer.py on a free port, with the default model's int8 file (ready on entry)."""
+    port = free_port()
+    model = repo_root() / "models" / MODEL / f"{MODEL}_int8.tflite"
+    return ServiceProcess({"PEER_MODEL": str(model), "PEER_PORT": str(port)}, argv=[sys.executable, str(PEER)],
+                          port=port, ready_path="/openapi.json")
 
 
 def peer_comparison(inputs: list[Input], levels: list[int], seconds: float, workers: int, workdir: Path) -> list[dict]:
     """Ours (cpu backend, `workers` interpreters of 1 thread) and the naive peer, in alternating
     rounds, the same multipart request; medians over the rounds."""
     rows = []
-    with Service(repo_root(), 0, 1, "cpu", None, workers=workers) as ours, PeerService() as peer:
+    with Service(repo_root(), 0, 1, "cpu", None, workers=workers) as ours, peer_service() as peer:
         for item in inputs:
             sides = {"ours": (ours.url, as_multipart(item, f"/v1/models/{MODEL}/classify?top_k=1")),
                      "naive peer": (peer.url, as_multipart(item, "/v1/vision/scene"))}

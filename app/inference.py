@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app import metrics
+from app.errors import RequestError
 from app.imaging import decode, to_pixels
 from app.model_dir import ModelDir
 from app.registry import Lease
@@ -89,21 +91,61 @@ async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, imag
     predictions = top_predictions(
         scores(result.output, output.scale, output.zero_point, model_dir), model_dir.labels, top_k, threshold)
     end = time.perf_counter()
+    timing_ms = {
+        "decode": decode_ms,
+        "preprocess": preprocess_ms,
+        "queue": result.queue_ms,
+        "inference": result.inference_ms,
+        "postprocess": (end - post_start) * 1000,
+        "total": (end - start) * 1000,
+    }
+    metrics.observe_input(model_dir.name, lease.backend, timing_ms, result.cold)
     return Classification(
         model=model_dir.name,
         backend=lease.backend,
         predictions=predictions,
-        timing_ms={
-            "decode": decode_ms,
-            "preprocess": preprocess_ms,
-            "queue": result.queue_ms,
-            "inference": result.inference_ms,
-            "postprocess": (end - post_start) * 1000,
-            "total": (end - start) * 1000,
-        },
+        timing_ms=timing_ms,
         warmup={"load_ms": pool.load_ms, "first_inference_ms": pool.first_inference_ms},
         cold=result.cold,
     )
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One input run through a model: the output tensor as the model gave it, its scores
+    (dequantized; softmax for logits), and the stage timings in ms."""
+    output: np.ndarray
+    scores: np.ndarray
+    timing_ms: dict[str, float]
+    cold: bool
+
+
+async def score_image(lease: Lease, data: bytes, images: ImageWork) -> Scored:
+    """An encoded image (JPEG, PNG, ...) -> Scored, preprocessed exactly as classify() does."""
+    start = time.perf_counter()
+    tensor, decode_ms, preprocess_ms = await images.prepare(data, lease)
+    return await _score(lease, tensor, start, {"decode": decode_ms, "preprocess": preprocess_ms})
+
+
+async def score_tensor(lease: Lease, tensor: np.ndarray) -> Scored:
+    """A tensor already in the model's input form ([1, H, W, C] of its input dtype) -> Scored."""
+    start = time.perf_counter()
+    spec = lease.pool.engine.input
+    if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:
+        raise RequestError(f"model {lease.model_dir.name!r} on {lease.backend!r} takes a {spec.dtype.name} tensor "
+                           f"of shape {list(spec.shape)}, got {tensor.dtype.name} {list(tensor.shape)}")
+    # no decode or preprocess stage: none is timed (a zero would skew those histograms)
+    return await _score(lease, np.ascontiguousarray(tensor), start, {})
+
+
+async def _score(lease: Lease, tensor: np.ndarray, start: float, timing_ms: dict[str, float]) -> Scored:
+    result = await lease.run(tensor)
+    output = lease.pool.engine.output
+    values = scores(result.output, output.scale, output.zero_point, lease.model_dir)
+    timing_ms = {**timing_ms, "queue": result.queue_ms, "inference": result.inference_ms,
+                 "total": (time.perf_counter() - start) * 1000}
+    metrics.observe_input(lease.model_dir.name, lease.backend, timing_ms, result.cold)
+    return Scored(result.output, values, timing_ms, result.cold)
 
 
 def scores(output: np.ndarray, scale: float, zero_point: int, model_dir: ModelDir) -> np.ndarray:

@@ -8,8 +8,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import auth, classify, devices, errors, health, models, openapi
+from app.api import auth, classify, devices, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
+from app.api.v2 import router as v2
 from app.imaging import reuse_image_buffers
 from app.inference import ImageWork, image_threads
 from app.memory import ByteBudget
@@ -57,5 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router, dependencies=[auth.InferenceKey])
     app.include_router(classify.router, dependencies=[auth.InferenceKey])
     app.include_router(devices.router, dependencies=[auth.InferenceKey])
+    app.include_router(v2.health)  # open, like /healthz
+    app.include_router(v2.router, dependencies=[auth.InferenceKey])
+    metrics.install(app)  # /metrics: open until inference keys are set, like /v1
+    page.install(app)
     openapi.install(app, registry)
     return app

@@ -140,6 +140,7 @@ class EnginePool:
         # notified whenever a member's health changes: tests and shutdown wait on it, no polling
         self.changed = threading.Condition(self._lock)
         self._admitted = 0
+        self._running = 0  # invokes under way now
         self._closed = threading.Event()
         # Bounded: admission keeps it far below this; twice the line leaves room for jobs whose
         # requests gave up waiting and which no interpreter has skipped yet.
@@ -178,6 +179,16 @@ class EnginePool:
     def admitted(self) -> int:
         """Requests holding a place: running or waiting."""
         return self._admitted
+
+    @property
+    def busy(self) -> int:
+        """Interpreters running an invoke now (a hung one included, until it returns)."""
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        """Inputs handed to the pool and not yet taken by an interpreter (the queue depth)."""
+        return self._jobs.qsize()
 
     # -- admission -------------------------------------------------------------------------
 
@@ -254,7 +265,7 @@ class EnginePool:
                 continue
             _notify(job, job.taken, member)
             try:
-                result = _timed_run(member, job.x, (job.taken_at - job.queued_at) * 1000)
+                result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request
                 _notify(job, job.done, error=e)
             else:
@@ -262,6 +273,10 @@ class EnginePool:
             if not member.healthy:  # the watchdog took it out while this invoke hung
                 break
         member.engine.close()
+
+    def _count_running(self, step: int) -> None:
+        with self._lock:
+            self._running += step
 
     def warm_up(self) -> None:
         """Run one input through every interpreter (blocking; before the pool serves)."""
@@ -357,6 +372,15 @@ class EnginePool:
             if member.healthy and member.thread is not None:
                 member.thread.join(max(0.0, deadline - time.monotonic()))
         return not any(m.healthy and m.thread is not None and m.thread.is_alive() for m in self.members)
+
+
+def _run_counted(pool: EnginePool, member: Member, x: np.ndarray, queue_ms: float) -> RunResult:
+    """_timed_run, counted busy while it runs (and no longer before its request hears of the result)."""
+    pool._count_running(1)
+    try:
+        return _timed_run(member, x, queue_ms)
+    finally:
+        pool._count_running(-1)
 
 
 def _timed_run(member: Member, x: np.ndarray, queue_ms: float = 0.0) -> RunResult:

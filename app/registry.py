@@ -25,11 +25,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app import metrics
 from app.engines import BACKENDS, Backend, EngineOptions, Fallback
 from app.errors import (
     BackendNotAvailable,
@@ -113,6 +114,19 @@ class Lease:
     async def run(self, tensor) -> RunResult:
         """The input tensor through one interpreter of the pool, within the pool's deadlines."""
         return await self.place.run(tensor)
+
+    @contextmanager
+    def another(self, backend: str | None = None) -> Iterator[Lease]:
+        """One more place in line on the same version (the next input of a batch), in the pool
+        of `backend` (default: this lease's). Refuses at once like lease(); only valid while
+        this lease is held, which keeps the version alive."""
+        key = self.backend if backend is None else backend
+        pool = self.version.pool(key)
+        place = pool.admit()
+        try:
+            yield Lease(self.version, key, pool, place)
+        finally:
+            place.release()
 
 
 @dataclass
@@ -208,6 +222,7 @@ class Registry:
                 try:
                     version = self._load(name, warm_up=self.settings.warmup_at_start, number=1)
                 except ServeError as e:
+                    metrics.model_loaded(name, ok=False)
                     log.error("model %s failed to load: %s", name, e)
                     with self._lock:
                         self._status[name] = ModelStatus("failed", self._public(str(e)), time.time())
@@ -218,6 +233,7 @@ class Registry:
                         continue
                     self._versions[name] = version
                     self._status[name] = ModelStatus("ready", since=time.time())
+                metrics.model_loaded(name, ok=True)
 
     def wait_loaded(self, timeout_s: float) -> bool:
         """Block until load_all has finished, at most timeout_s."""
@@ -238,6 +254,7 @@ class Registry:
                 self._dirs[name] = read_model_dir(self._paths[name])
                 fresh = self._load(name, warm_up=False, number=(current.number + 1) if current else 1)
             except ServeError as e:
+                metrics.model_loaded(name, ok=False)
                 log.error("reload of %s failed: %s", name, e)
                 self._public_error(e)
                 with self._lock:
@@ -249,6 +266,7 @@ class Registry:
                             "degraded", f"reload failed: {e}; still serving version {current.number} loaded at "
                             f"{_iso(current.loaded_at)}", time.time())
                 raise
+            metrics.model_loaded(name, ok=True)
             with self._lock:
                 if self._draining:
                     fresh.close()
@@ -278,6 +296,7 @@ class Registry:
         try:
             key = self.default_backend if backend is None else backend  # "" is a wrong name, not the default
             pool = version.pool(key)
+            metrics.note_model(name, key)  # a refusal from here on is counted against this model
             place = pool.admit()
             try:
                 yield Lease(version, key, pool, place)

@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(default=50_000_000, ge=1, description="decompression bomb guard")
     max_top_k: int = Field(default=1000, ge=1)
+    # Open Inference Protocol: images (or tensors) one request may hold; each runs as its own invoke.
+    v2_max_batch: int = Field(default=64, ge=1)
+    # Where the Edge TPU's PCIe driver (gasket/apex) exposes each TPU's `temp`, read for /metrics.
+    apex_sysfs_dir: Path = Path("/sys/class/apex")
 
     # API keys (app/api/auth.py), sent as `Authorization: Bearer <key>` or `X-API-Key`; several of
     # each so a key can be rotated. Inference keys: none = inference endpoints open. Admin keys: none =

@@ -17,7 +17,7 @@ response serialization, device copies, thread hand-offs), from thread CPU clocks
 
 Inputs: china.jpg (640x427 JPEG), a 224x224 JPEG made from scikit-image's chelsea.png, and
 the raw uint8 tensor through OIP v2's binary extension when the service has /v2 (the hook
-`v2_binary_request`; this checkout has no /v2 yet, so that row says so).
+`v2_binary_request`; a service without /v2, an older checkout say, gets no such row and says so).
 
 Example usage:
     python bench/device_capacity.py                      # D=2.5,5 ms; 1 and 2 devices

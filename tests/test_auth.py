@@ -119,5 +119,16 @@ def test_the_real_service_with_keys(cat_png):
             r = c.post("/v1/classify", content=image,
                        headers={"content-type": "image/png", "X-API-Key": OLD_INFERENCE_KEY})
             assert r.status_code == 200 and r.json()["predictions"]
+            # /v2: health open like /healthz, the rest and /metrics take the inference key
+            assert c.get("/v2/health/live").status_code == 200 and c.get("/v2/health/ready").status_code == 200
+            for path in ("/v2", "/v2/models/fashion_mnist", "/v2/models/fashion_mnist/config", "/metrics"):
+                r = c.get(path)
+                assert r.status_code == 401 and r.json()["error"], path
+                assert c.get(path, headers={"Authorization": f"Bearer {INFERENCE_KEY}"}).status_code == 200, path
+            infer = "/v2/models/fashion_mnist/infer"
+            body = {"inputs": [{"name": "image", "datatype": "UINT8", "shape": [1, 28, 28, 1], "data": [0] * 784}]}
+            assert c.post(infer, json=body).status_code == 401
+            r = c.post(infer, json=body, headers={"X-API-Key": INFERENCE_KEY})
+            assert r.status_code == 200 and r.json()["outputs"]
     finally:
         svc.stop()

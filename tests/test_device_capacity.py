@@ -32,7 +32,9 @@ def test_device_capacity_measures_the_simulated_device_and_the_stages(tmp_path):
         assert 0 < point["device_busy"] <= 1.05
         assert point["p99_ms"] >= point["p50_ms"] >= DEVICE_MS
         cpu = point["cpu_ms_per_request"]
-        assert cpu["event loop"] > 0 and cpu["image"] > 0  # the threads were named and found
+        assert cpu["event loop"] > 0  # the threads were named and found
+        if "JPEG" in point["input"]:  # the raw tensor through /v2 has no image work
+            assert cpu["image"] > 0
     (bound,) = figures["bounds"]
     assert 0 < bound["req_s"] <= 1000 / DEVICE_MS * 1.05
     (stages,) = figures["stages"]
@@ -40,5 +42,5 @@ def test_device_capacity_measures_the_simulated_device_and_the_stages(tmp_path):
     for stage in ("decode", "resize", "HTTP, framework, event loop", "post-processing", "response serialization"):
         assert ms[stage] > 0, stage
     assert stages["total_ms"] >= ms["decode"] + ms["resize"]
-    # v2 is not served on this checkout: the hook says so instead of a row
-    assert "no /v2" in done.stdout or any("v2" in p["input"] for p in figures["points"])
+    # the service has /v2: the raw-tensor row joins
+    assert any("v2" in p["input"] for p in figures["points"]), done.stdout

@@ -22,6 +22,7 @@ from tests.conftest import Service
 
 EXAMPLES_PER_OPERATION = 40
 CLASSIFY = {"POST /v1/classify", "POST /v1/models/{name}/classify"}
+V2_INFER = {"POST /v2/models/{name}/infer", "POST /v2/models/{name}/versions/{version}/infer"}
 RELOAD = "POST /v1/models/{name}/reload"
 BACKENDS = ["cpu", "emulated"]
 # A schema-valid request may still be refused for what a schema cannot say: bytes that are not an
@@ -62,7 +63,8 @@ def test_no_server_errors_and_no_drift(fuzzed_service, mode):
         {"checks": {"positive_data_acceptance": {"expected-statuses": ACCEPTED_REFUSALS}}})
     schema = schemathesis.openapi.from_url(f"{fuzzed_service.url}/openapi.json", config=config)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert {op.label for op in operations} >= CLASSIFY | {RELOAD, "GET /readyz", "GET /v1/models"}
+    assert {op.label for op in operations} >= CLASSIFY | V2_INFER | {RELOAD, "GET /readyz", "GET /v1/models",
+                                                                      "GET /v2/models/{name}", "GET /metrics"}
     assert {"response_schema_conformance", "positive_data_acceptance"} <= {c.__name__ for c in ALL_CHECKS}
     ran = Counter()
     for operation in operations:
@@ -79,6 +81,6 @@ def test_no_server_errors_and_no_drift(fuzzed_service, mode):
         except Unsatisfiable:
             # nothing in this operation's request can be made invalid (no parameters, or only a
             # free-form string in the path, as reload's model name)
-            assert mode == GenerationMode.NEGATIVE and operation.label not in CLASSIFY
-    exercised = CLASSIFY | {RELOAD} if mode == GenerationMode.POSITIVE else CLASSIFY
+            assert mode == GenerationMode.NEGATIVE and operation.label not in CLASSIFY | V2_INFER
+    exercised = CLASSIFY | V2_INFER | ({RELOAD} if mode == GenerationMode.POSITIVE else set())
     assert all(ran[label] >= EXAMPLES_PER_OPERATION // 2 for label in exercised), ran

@@ -167,3 +167,27 @@ def test_a_request_cancelled_while_waiting_is_skipped_by_the_interpreter():
 
     asyncio.run(scenario())
     assert len(runs) == 2 and pool.admitted == 0
+
+
+def test_busy_and_waiting_count_invokes_under_way_and_inputs_not_yet_taken():
+    """The public gauges /metrics reads (pool_interpreters_busy, pool_queue_depth)."""
+    engine = GatedEngineDouble()
+    pool = pool_of(engine, max_waiting=1, timeout=5)
+    x = np.ones((1, 2), np.uint8)
+
+    async def scenario():
+        assert (pool.busy, pool.waiting) == (0, 0)
+        first = asyncio.create_task(pool.run(x))
+        await asyncio.to_thread(engine.started.wait, 5)
+        second = asyncio.create_task(pool.run(x))
+        for _ in range(100):
+            if pool.waiting == 1:
+                break
+            await asyncio.sleep(0)
+        during = pool.busy, pool.waiting
+        engine.gate.set()
+        await first, await second
+        return during
+
+    assert asyncio.run(scenario()) == (1, 1)
+    assert (pool.busy, pool.waiting) == (0, 0)

@@ -62,6 +62,12 @@ async def _reserve(request: Request, size: int) -> Reservation | None:
     return reservation
 
 
+async def hold_more(request: Request, size: int) -> Reservation | None:
+    """Count `size` more bytes of this request against the body budget (an inflated copy of
+    its body, say); held until the request ends. Its Reservation, to shrink once the size is known."""
+    return await _reserve(request, size)
+
+
 async def read_limited(request: Request, limit: int, copies: int = 1) -> bytearray:
     """The body, at most `limit` bytes, counted against the body budget (`copies` times its
     size while read: a multipart body and the file inside it are both held for a moment)."""

@@ -1,0 +1,26 @@
+"""GET /metrics: Prometheus exposition of app.metrics, and the middleware that counts requests."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, FastAPI, Response
+
+from app import metrics
+from app.api import auth
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def scrape():
+    # the state collector walks pools and may read sysfs: off the event loop
+    return Response(await asyncio.to_thread(metrics.exposition), media_type=metrics.CONTENT_TYPE)
+
+
+def install(app: FastAPI) -> None:
+    """Route, request counting on /v1 and /v2, and the registry's state read at each scrape.
+    The route takes the inference key: open until keys are set (scrapers send it as a bearer token)."""
+    app.include_router(router, dependencies=[auth.InferenceKey])
+    app.add_middleware(metrics.RequestCounter, protocols={"/v1/": "v1", "/v2/": "v2"})
+    metrics.watch(app.state.registry, app.state.settings.apex_sysfs_dir)

@@ -1,0 +1,182 @@
+"""What a v2 model looks like on the wire, and one inference request run through the core.
+
+Each model has one input, `image`, in either of two forms told apart by its datatype:
+  - the model's own input tensor, already resized: UINT8 (or INT8) [N, H, W, C]; no decoding;
+  - encoded images (JPEG, PNG, ...) as BYTES [N], preprocessed by the service as /v1 does.
+and two outputs: `scores` FP32 [N, classes] (dequantized, softmax for logit models: the
+scores /v1 reports) and `raw` [N, classes], the output tensor as the model gave it (with
+its scale and zero point in the model's config). N inputs run as N invokes spread over the
+pool, answered in order. No web framework here: the router hands this module an InferRequest.
+
+Admission: the router takes one lease (the model version and a place in line) before it reads
+the body; a request of N inputs then takes N - 1 more places on the same version before any
+decoding, all or none: a line too short for the whole batch refuses it at once (Busy, 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.api.v2.wire import BYTES, InferRequest, InputTensor, OutputTensor, classification, datatype_of
+from app.errors import RequestError
+from app.inference import ImageWork, Scored, score_image, score_tensor
+from app.registry import Lease, LoadedModel
+
+INPUT = "image"
+SCORES = "scores"
+RAW = "raw"
+OUTPUTS = (SCORES, RAW)
+VERSION = "1"  # one version per model name today
+PLATFORM = "tflite"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_batch: int
+    max_classification: int
+
+
+def model_metadata(model: LoadedModel, backend: str) -> dict:
+    pool = model.pool(backend)
+    inp, out = pool.engine.input, pool.engine.output
+    classes = int(np.prod(out.shape[1:]))
+    return {
+        "name": model.name,
+        "versions": [VERSION],
+        "platform": PLATFORM,
+        "inputs": [{"name": INPUT, "datatype": datatype_of(inp.dtype), "shape": [-1, *inp.shape[1:]]}],
+        "outputs": [{"name": SCORES, "datatype": "FP32", "shape": [-1, classes]},
+                    {"name": RAW, "datatype": datatype_of(out.dtype), "shape": [-1, classes]}],
+    }
+
+
+def model_config(model: LoadedModel, backend: str, backends: list[str], limits: Limits) -> dict:
+    """Triton's model configuration, as far as clients read it (perf_analyzer: inputs, outputs,
+    max_batch_size 0 = the batch dimension is part of each shape)."""
+    meta = model_metadata(model, backend)
+    out = model.pool(backend).engine.output
+    return {
+        "name": model.name,
+        "platform": PLATFORM,
+        "backend": backend,
+        "max_batch_size": 0,
+        "input": [{"name": t["name"], "data_type": f"TYPE_{t['datatype']}", "dims": t["shape"]}
+                  for t in meta["inputs"]],
+        "output": [{"name": t["name"], "data_type": f"TYPE_{t['datatype']}", "dims": t["shape"]}
+                   for t in meta["outputs"]],
+        "parameters": {
+            "backends": {"string_value": ",".join(backends)},
+            "raw_scale": {"string_value": repr(out.scale)},
+            "raw_zero_point": {"string_value": str(out.zero_point)},
+            "max_inputs_per_request": {"string_value": str(limits.max_batch)},
+            "bytes_input": {"string_value": f"{INPUT} may also be BYTES [N]: encoded images (JPEG, PNG, ...)"},
+        },
+    }
+
+
+async def infer(lease: Lease, backend: str, request: InferRequest, images: ImageWork,
+                limits: Limits) -> tuple[list[OutputTensor], dict]:
+    """Run every input of the request on `backend` of the leased version; the outputs asked for,
+    and the timings as parameters."""
+    start = time.perf_counter()
+    model = lease.version
+    pool = model.pool(backend)  # an unknown backend fails before any work
+    wanted = _wanted_outputs(request, limits)
+    tensor = _the_input(request)
+    if tensor.datatype == BYTES:
+        if len(tensor.shape) not in (1, 2) or (len(tensor.shape) == 2 and tensor.shape[1] != 1):
+            raise RequestError(f"input {INPUT!r}: BYTES images have shape [N] (or [N, 1]), got {list(tensor.shape)}")
+        _check_batch(len(tensor.data), limits)
+    else:
+        spec = pool.engine.input
+        expected = datatype_of(spec.dtype)
+        if tensor.datatype != expected:
+            raise RequestError(f"input {INPUT!r}: model {model.name!r} takes {expected} tensors "
+                               f"[N, {', '.join(map(str, spec.shape[1:]))}] or BYTES images; got {tensor.datatype}")
+        if len(tensor.shape) != len(spec.shape) or tuple(tensor.shape[1:]) != tuple(spec.shape[1:]):
+            raise RequestError(f"input {INPUT!r}: shape must be [N, {', '.join(map(str, spec.shape[1:]))}], "
+                               f"got {list(tensor.shape)}")
+        _check_batch(tensor.shape[0], limits)
+    with ExitStack() as places:
+        if tensor.datatype == BYTES:
+            leases = _places(lease, backend, len(tensor.data), places)
+            runs = [score_image(each, data, images) for each, data in zip(leases, tensor.data)]
+        else:
+            leases = _places(lease, backend, tensor.shape[0], places)
+            runs = [score_tensor(each, tensor.data[i:i + 1]) for i, each in enumerate(leases)]
+        results = await _all(runs)
+    outputs = [_output(name, binary, k, results, model) for name, binary, k in wanted]
+    parameters = {"backend": backend, "cold": any(r.cold for r in results)}
+    for stage in ("decode", "preprocess", "queue", "inference"):
+        parameters[f"{stage}_ms"] = round(sum(r.timing_ms.get(stage, 0.0) for r in results), 3)
+    parameters["total_ms"] = round((time.perf_counter() - start) * 1000, 3)
+    return outputs, parameters
+
+
+def _places(first: Lease, backend: str, n: int, places: ExitStack) -> list[Lease]:
+    """n places in line on the leased version: the admission place when it is on `backend`,
+    the others taken now. All or none: Busy from any admit() gives back those taken."""
+    if backend == first.backend:
+        return [first] + [places.enter_context(first.another()) for _ in range(n - 1)]
+    first.place.release()  # admitted on the default backend, asked for another: that line serves
+    return [places.enter_context(first.another(backend)) for _ in range(n)]
+
+
+async def _all(runs: list[Coroutine]) -> list[Scored]:
+    """Every run, in order. On the first failure the others are cancelled and waited for, so no
+    input is still running once its place in line is given back."""
+    tasks = [asyncio.ensure_future(run) for run in runs]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _the_input(request: InferRequest) -> InputTensor:
+    if len(request.inputs) != 1 or request.inputs[0].name != INPUT:
+        names = [t.name for t in request.inputs]
+        raise RequestError(f"the model has one input, {INPUT!r}; the request has {names}")
+    return request.inputs[0]
+
+
+def _check_batch(n: int, limits: Limits) -> None:
+    if n < 1:
+        raise RequestError(f"input {INPUT!r} holds no images")
+    if n > limits.max_batch:
+        raise RequestError(f"input {INPUT!r} holds {n} images; at most {limits.max_batch} per request "
+                           "(EDGETPU_SERVE_V2_MAX_BATCH)")
+
+
+def _wanted_outputs(request: InferRequest, limits: Limits) -> list[tuple[str, bool, int | None]]:
+    if request.outputs is None:
+        return [(name, request.binary_default, None) for name in OUTPUTS]
+    wanted = []
+    for out in request.outputs:
+        if out.name not in OUTPUTS:
+            raise RequestError(f"unknown output {out.name!r}; the model's outputs are {list(OUTPUTS)}")
+        if out.classification is not None and out.classification > limits.max_classification:
+            raise RequestError(f"output {out.name!r}: classification {out.classification} exceeds "
+                               f"{limits.max_classification}")
+        wanted.append((out.name, out.binary, out.classification))
+    return wanted
+
+
+def _output(name: str, binary: bool, k: int | None, results: list[Scored], model: LoadedModel) -> OutputTensor:
+    if name == SCORES:
+        rows = np.stack([r.scores.astype(np.float32) for r in results])
+    else:
+        rows = np.stack([r.output.reshape(-1) for r in results])
+    if k is None:
+        return OutputTensor(name, datatype_of(rows.dtype), rows.shape, rows, binary)
+    labels = model.model_dir.labels
+    k = min(k, rows.shape[1])
+    elements = [e for row in rows for e in classification(row, k, labels)]
+    return OutputTensor(name, BYTES, (len(results), k), elements, binary)

@@ -1,0 +1,163 @@
+// The try-it page: pick an image, classify it with the native API, compare backends side by side.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { file: null, models: [] };
+
+function show(message, isError = false) {
+  $("message").textContent = message;
+  $("message").className = isError ? "error" : "";
+}
+
+async function getJson(url) {
+  const response = await fetch(url);
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(body.error || `${url}: HTTP ${response.status}`);
+  return body;
+}
+
+function fillBackends() {
+  const model = state.models.find((m) => m.name === $("model").value);
+  const backends = model ? Object.keys(model.backends) : [];
+  $("backend").replaceChildren(...backends.map((b) => new Option(b, b)));
+  $("compare").title = `Run the same image on: ${backends.join(", ") || "no backend loaded"}`;
+  updateButtons();
+}
+
+function updateButtons() {
+  const ready = state.file !== null && $("backend").options.length > 0;
+  $("classify").disabled = !ready;
+  $("compare").disabled = !ready || $("backend").options.length < 2;
+}
+
+async function loadModels() {
+  const body = await getJson("/v1/models");
+  state.models = body.models;
+  $("model").replaceChildren(...body.models.map((m) => new Option(`${m.name} (${m.state})`, m.name)));
+  $("model").value = body.default_model;
+  fillBackends();
+  if (state.models.length && $("backend").options.length) {
+    $("backend").value = Object.keys(state.models.find((m) => m.name === $("model").value).backends)
+      .includes(body.default_backend) ? body.default_backend : $("backend").value;
+  }
+}
+
+async function loadDevices() {
+  try {
+    const body = await getJson("/v1/devices");
+    const healthy = body.devices.filter((d) => d.health === "healthy").length;
+    const text = body.devices.length
+      ? `Edge TPUs: ${body.devices.length} (${healthy} healthy)` +
+        body.devices.map((d) => ` · ${d.type} ${d.path}: ${d.health}`).join("")
+      : `Edge TPUs: none${body.error ? ` (${body.error.split(/[(:]/)[0].trim()}; details on hover)` : ""}`;
+    $("devices").textContent = text;
+    $("devices").title = body.error || "";
+    $("devices").className = "status" + (body.devices.some((d) => d.health !== "healthy" && d.health !== "unused") ? " bad" : "");
+  } catch (e) {
+    $("devices").textContent = `devices: ${e.message}`;
+    $("devices").className = "status bad";
+  }
+}
+
+function pickFile(file) {
+  if (!file) return;
+  state.file = file;
+  const preview = $("preview");
+  preview.src = URL.createObjectURL(file);
+  preview.hidden = false;
+  $("drop-text").hidden = true;
+  show(`${file.name}: ${Math.round(file.size / 1024)} KiB`);
+  updateButtons();
+}
+
+async function classifyOn(model, backend, topK) {
+  const url = `/v1/models/${encodeURIComponent(model)}/classify?backend=${encodeURIComponent(backend)}&top_k=${topK}`;
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": state.file.type || "application/octet-stream" },
+    body: state.file,
+  });
+  const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
+  if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+  return body;
+}
+
+function card(result) {
+  const el = document.createElement("div");
+  el.className = "card";
+  el.dataset.backend = result.backend;
+  const title = document.createElement("h2");
+  title.textContent = `${result.backend} `;
+  const small = document.createElement("small");
+  small.textContent = `${result.model}${result.cold ? " · cold" : ""} · ${result.timing_ms.total.toFixed(1)} ms`;
+  title.append(small);
+  el.append(title);
+  for (const p of result.predictions) {
+    const row = document.createElement("div");
+    row.className = "pred";
+    const label = document.createElement("span");
+    label.className = "label";
+    label.textContent = p.label;
+    label.title = `class ${p.index}`;
+    const score = document.createElement("span");
+    score.className = "score";
+    score.textContent = `${(p.score * 100).toFixed(1)}%`;
+    const bar = document.createElement("div");
+    bar.className = "bar";
+    const fill = document.createElement("span");
+    fill.style.width = `${Math.max(0.5, p.score * 100)}%`;
+    bar.append(fill);
+    row.append(label, score, bar);
+    el.append(row);
+  }
+  const table = document.createElement("table");
+  table.className = "timing";
+  for (const [stage, ms] of Object.entries(result.timing_ms)) {
+    const tr = table.insertRow();
+    tr.insertCell().textContent = stage;
+    tr.insertCell().textContent = `${ms.toFixed(2)} ms`;
+  }
+  el.append(table);
+  return el;
+}
+
+function errorCard(backend, message) {
+  const el = document.createElement("div");
+  el.className = "card error-card";
+  el.dataset.backend = backend;
+  el.textContent = `${backend}: ${message}`;
+  return el;
+}
+
+async function run(backends) {
+  const model = $("model").value;
+  const topK = Math.min(20, Math.max(1, parseInt($("topk").value, 10) || 5));
+  $("classify").disabled = $("compare").disabled = true;
+  show(`classifying on ${backends.join(", ")} …`);
+  const cards = [];
+  for (const backend of backends) {  // one after another: each backend's timings undisturbed
+    try {
+      cards.push(card(await classifyOn(model, backend, topK)));
+    } catch (e) {
+      cards.push(errorCard(backend, e.message));
+    }
+  }
+  $("results").replaceChildren(...cards);
+  show(`${state.file.name} on ${model}`);
+  updateButtons();
+}
+
+$("file").addEventListener("change", (e) => pickFile(e.target.files[0]));
+$("drop").addEventListener("dragover", (e) => { e.preventDefault(); $("drop").classList.add("over"); });
+$("drop").addEventListener("dragleave", () => $("drop").classList.remove("over"));
+$("drop").addEventListener("drop", (e) => {
+  e.preventDefault();
+  $("drop").classList.remove("over");
+  pickFile(e.dataTransfer.files[0]);
+});
+$("model").addEventListener("change", fillBackends);
+$("classify").addEventListener("click", () => run([$("backend").value]));
+$("compare").addEventListener("click", () => run([...$("backend").options].map((o) => o.value)));
+
+loadModels().catch((e) => show(`cannot list models: ${e.message}`, true));
+loadDevices();

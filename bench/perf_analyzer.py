@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.client_venv import ensure_venv  # noqa: E402
-from bench.common import ServiceProcess, default_photo  # noqa: E402
+from bench.common import bench_service, default_photo  # noqa: E402
 from bench.load import _one_connection, interleaved  # noqa: E402
 
 MODEL = "efficientnet_lite0"
@@ -159,8 +159,8 @@ def main() -> int:
         data_file = Path(tmp) / "input.json"
         data_file.write_text(json.dumps({"data": [{"image": {"content": tensor.reshape(-1).tolist(),
                                                              "shape": list(tensor.shape)}}]}))
-        service = None if args.url else ServiceProcess(args.workers, args.backend)
-        url = args.url or service.__enter__().url
+        service = None if args.url else bench_service(args.workers, args.backend)
+        url = args.url or service.wait_ready().url
         try:
             host = url.removeprefix("http://")
             path = f"/v2/models/{MODEL}/infer"
@@ -184,7 +184,7 @@ def main() -> int:
                 print(f"concurrency {c}: {json.dumps(row)}", file=sys.stderr)
         finally:
             if service is not None:
-                service.__exit__(None, None, None)
+                service.stop()
     print_table(rows, args.workers, args.backend, photo_path.name)
     if args.json:
         print(json.dumps(rows))

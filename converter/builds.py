@@ -99,8 +99,7 @@ def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: 
         photos, spec, tflite, lambda px: recipe.torch_logits(torch_model, px))  # noqa: E731
     build = Build(
         command=f"python -m converter build {recipe.NAME}", seed=seed,
-        calibration=f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
-                    "of the same photos, through app.imaging",
+        calibration=photo_calibration(samples),
         tools=tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "torch", "numpy", "pillow"),
         convert_seconds=round(convert_seconds, 1),
     )
@@ -108,9 +107,7 @@ def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: 
         out_root, recipe.NAME, tflite, labels, spec, quantization=report, quality=quality, build=build,
         description="EfficientNet-Lite0, ImageNet-1k (1000 classes), full-integer int8, uint8 input and output",
         source=recipe.SOURCE, licence=recipe.LICENCE)
-    print(f"wrote {target}: {len(tflite)} bytes in {convert_seconds:.0f} s; int8 vs float top-1 agreement "
-          f"{result_subjects.top1_agreement:.1%} on {result_subjects.inputs} inputs with an ImageNet subject, "
-          f"{result_all.top1_agreement:.1%} on all {result_all.inputs}", file=sys.stderr)
+    report_written(target, len(tflite), convert_seconds, result_subjects, result_all)
     return target
 
 
@@ -142,8 +139,7 @@ def build_mobilenet_v2(out_root: Path, seed: int = DEFAULT_SEED, samples: int = 
     quality, result_subjects, result_all = photo_quality(photos, spec, tflite, torch_route.torch_scorer(model, spec))
     build = Build(
         command=f"python -m converter build {recipe.NAME}", seed=seed, route=torch_route.ROUTE,
-        calibration=f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
-                    "of the same photos, through app.imaging",
+        calibration=photo_calibration(samples),
         weights=f"{recipe.WEIGHTS_MEMBER} from {recipe.WEIGHTS_DISTRIBUTION}=={recipe.WEIGHTS_VERSION} "
                 f"(sha256 {recipe.WEIGHTS_SHA256}, checked)",
         tools=tool_versions("torch", "litert-torch", "ai-edge-quantizer", "ai-edge-litert", "numpy", "pillow"),
@@ -153,10 +149,21 @@ def build_mobilenet_v2(out_root: Path, seed: int = DEFAULT_SEED, samples: int = 
         out_root, recipe.NAME, tflite, labels, spec, quality=quality, build=build,
         description="MobileNetV2 1.0, ImageNet-1k (1000 classes), full-integer int8, int8 input and output",
         source=recipe.SOURCE, licence=recipe.LICENCE)
-    print(f"wrote {target}: {len(tflite)} bytes in {convert_seconds:.0f} s; int8 vs float top-1 agreement "
+    report_written(target, len(tflite), convert_seconds, result_subjects, result_all)
+    return target
+
+
+def photo_calibration(samples: int) -> str:
+    """How the ImageNet photo builds calibrate, as model.json records it."""
+    return (f"{samples} random crops ({CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips "
+            "of the same photos, through app.imaging")
+
+
+def report_written(target: Path, size: int, convert_seconds: float, result_subjects, result_all) -> None:
+    """The ImageNet photo builds' last line: what was written and how int8 agrees with float."""
+    print(f"wrote {target}: {size} bytes in {convert_seconds:.0f} s; int8 vs float top-1 agreement "
           f"{result_subjects.top1_agreement:.1%} on {result_subjects.inputs} inputs with an ImageNet subject, "
           f"{result_all.top1_agreement:.1%} on all {result_all.inputs}", file=sys.stderr)
-    return target
 
 
 class BuildBelowBar(Exception):

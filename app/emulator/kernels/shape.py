@@ -227,13 +227,19 @@ def gather(input_data: np.ndarray, coords: np.ndarray, axis: int, batch_dims: in
     return np.stack([blocks[b].take(coords[b], axis=1) for b in range(batch_size)])
 
 
+def _constant_indices(view: OpView) -> np.ndarray:
+    """GATHER's and GATHER_ND's second input: integer indices, constant in the model, as int64."""
+    positions = view.input(1)
+    if positions.type not in ("INT16", "INT32", "INT64"):
+        raise Unsupported(f"indices are {positions.type}; expected INT16, INT32 or INT64")
+    return np.asarray(view.constant(1, "indices"), np.int64)
+
+
 def prepare_gather(view: OpView) -> Step:
     """GATHER of 8-bit values with constant indices (the models here gather channels or rows, never by data)."""
     _check_types(view)
-    source, positions, output = view.input(0), view.input(1), view.output()
-    if positions.type not in ("INT16", "INT32", "INT64"):
-        raise Unsupported(f"indices are {positions.type}; expected INT16, INT32 or INT64")
-    coords = np.asarray(view.constant(1, "indices"), np.int64)
+    source, output = view.input(0), view.output()
+    coords = _constant_indices(view)
     rank = len(source.shape)
     axis = view.options.get("axis", 0)
     axis = axis + rank if axis < 0 else axis
@@ -266,10 +272,8 @@ def gather_nd(params_data: np.ndarray, indices: np.ndarray) -> np.ndarray:
 def prepare_gather_nd(view: OpView) -> Step:
     """GATHER_ND of 8-bit values with constant indices (litert-torch writes index_select as one)."""
     _check_types(view)
-    source, positions, output = view.input(0), view.input(1), view.output()
-    if positions.type not in ("INT16", "INT32", "INT64"):
-        raise Unsupported(f"indices are {positions.type}; expected INT16, INT32 or INT64")
-    indices = np.asarray(view.constant(1, "indices"), np.int64)
+    source, output = view.input(0), view.output()
+    indices = _constant_indices(view)
     depth = indices.shape[-1] if indices.ndim else 0
     if indices.ndim < 1 or not 1 <= depth <= len(source.shape):
         raise Unsupported(f"indices {indices.shape} for an input of rank {len(source.shape)}: the last dimension "

@@ -1,8 +1,9 @@
 """The classification core: bytes -> pixels -> tensor -> engine -> top-k, timed stage by stage.
 
-Every front door (the native REST API, the Open Inference Protocol) calls it the same way,
-after admission: `async with registry.lease(model, backend) as lease:` first (a place in
-line, or a 503 at once), then read the body, then `await classify(lease, data, ...)`.
+Every front door (the native REST API, the Open Inference Protocol) calls it the same way:
+`async with registry.lease(model, backend) as lease:` first (a 503 at once if the line is
+full), then read the body, then `await classify(lease, data, ...)`, which takes the request's
+place in line (`lease.admit()`) before decoding.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class ImageWork:
 
 
 async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, images: ImageWork) -> Classification:
-    """One image through the leased model version; the lease's place in line was taken at admission."""
+    """One image through the leased model version, admitted before its decode."""
+    lease.admit()
     start = time.perf_counter()
     pool, model_dir = lease.pool, lease.model_dir
     tensor, decode_ms, preprocess_ms = await images.prepare(data, lease)
@@ -122,6 +124,7 @@ class Scored:
 
 async def score_image(lease: Lease, data: bytes, images: ImageWork) -> Scored:
     """An encoded image (JPEG, PNG, ...) -> Scored, preprocessed exactly as classify() does."""
+    lease.admit()
     start = time.perf_counter()
     tensor, decode_ms, preprocess_ms = await images.prepare(data, lease)
     return await _score(lease, tensor, start, {"decode": decode_ms, "preprocess": preprocess_ms})
@@ -129,6 +132,7 @@ async def score_image(lease: Lease, data: bytes, images: ImageWork) -> Scored:
 
 async def score_tensor(lease: Lease, tensor: np.ndarray) -> Scored:
     """A tensor already in the model's input form ([1, H, W, C] of its input dtype) -> Scored."""
+    lease.admit()
     start = time.perf_counter()
     spec = lease.pool.engine.input
     if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:

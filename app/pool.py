@@ -1,8 +1,10 @@
 """A pool of interpreters for one (model, backend): one request per interpreter at a time.
 
-Admission first: a request takes a place (`admit()`) before it does any work; past
-`max_waiting` beyond the healthy interpreters it is refused at once with Busy (503 +
-Retry-After) instead of queueing without limit.
+Admission in two steps: before a request's body is read, `check_room()` refuses it at once
+(Busy: 503 + Retry-After) when the line is full, without taking anything; once its input has
+arrived, it takes a place (`admit()`) before any work on it. A place is held by requests
+running or waiting for an interpreter, at most `max_waiting` beyond the healthy ones, so a
+client sending its body slowly holds no place (it is bounded by the body deadline instead).
 
 Hand-off: each interpreter has its own thread, which takes the next job straight from the
 pool's thread-safe queue and completes the request's future through the event loop
@@ -192,20 +194,29 @@ class EnginePool:
 
     # -- admission -------------------------------------------------------------------------
 
+    def check_room(self) -> None:
+        """Refuse at once, as admit() would now, without taking a place (the check before a body)."""
+        with self._lock:
+            self._refuse_if_full()
+
     def admit(self) -> Place:
         """A place in line, or an error at once: every device unhealthy, or the line full."""
         with self._lock:
-            healthy = sum(m.healthy for m in self.members)
-            if healthy == 0:
-                raise DeviceHung(f"{self.label}: every device is unhealthy ("
-                                 + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in self.members)
-                                 + ")", self.retry_after_s)
-            if self._closed.is_set() or self._admitted >= healthy + self.max_waiting:
-                waiting = max(0, self._admitted - healthy)
-                raise Busy(f"{self.label}: all {healthy} interpreters busy and {waiting} requests already "
-                           "waiting", self.retry_after_s)
+            self._refuse_if_full()
             self._admitted += 1
         return Place(self)
+
+    def _refuse_if_full(self) -> None:
+        """Busy or DeviceHung if no place can be had now (called under self._lock)."""
+        healthy = sum(m.healthy for m in self.members)
+        if healthy == 0:
+            raise DeviceHung(f"{self.label}: every device is unhealthy ("
+                             + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in self.members)
+                             + ")", self.retry_after_s)
+        if self._closed.is_set() or self._admitted >= healthy + self.max_waiting:
+            waiting = max(0, self._admitted - healthy)
+            raise Busy(f"{self.label}: all {healthy} interpreters busy and {waiting} requests already "
+                       "waiting", self.retry_after_s)
 
     def _leave(self) -> None:
         with self._lock:

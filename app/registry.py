@@ -10,9 +10,10 @@ replaced version is retired: its interpreters are closed when its last lease end
 of one model are serialized; a reload that fails leaves the old version serving and the
 model "degraded", with the reason and when.
 
-Admission comes first: `lease()` takes the version and a place in the pool's bounded line
-before the caller reads a body or decodes anything, so an overloaded pool refuses in
-microseconds. Shutdown: `drain()` refuses new leases and waits (bounded) for the admitted
+Admission comes first: `lease()` holds the version and checks the pool's bounded line before
+the caller reads a body, so an overloaded pool refuses in microseconds; the request takes its
+place in line (`Lease.admit()`) once its input has arrived, before any work on it, so a client
+that sends its body slowly holds no place that others could use. Shutdown: `drain()` refuses new leases and waits (bounded) for the admitted
 ones, then `close()` closes every version.
 
 Clients see file names relative to the model directory; full paths go to the log only.
@@ -96,12 +97,12 @@ LoadedModel = ModelVersion
 
 @dataclass
 class Lease:
-    """A request's hold on one model version and its place in one of its pools, until answered."""
+    """A request's hold on one model version, and its place in one of its pools once admitted."""
 
     version: ModelVersion
     backend: str
     pool: EnginePool
-    place: Place
+    place: Place | None = None
 
     @property
     def model_dir(self) -> ModelDir:
@@ -111,22 +112,33 @@ class Lease:
     def quantizer(self) -> InputQuantizer:
         return self.version.quantizers[self.backend]
 
+    def admit(self) -> None:
+        """Take a place in the pool's line, now that the input is here and before any work on it:
+        Busy at once if the line filled since the room check. Once per lease; again is a no-op."""
+        if self.place is None:
+            self.place = self.pool.admit()
+
+    def release(self) -> None:
+        if self.place is not None:
+            self.place.release()
+
     async def run(self, tensor) -> RunResult:
         """The input tensor through one interpreter of the pool, within the pool's deadlines."""
+        self.admit()  # normally taken before the input's preprocessing; never run without one
         return await self.place.run(tensor)
 
     @contextmanager
     def another(self, backend: str | None = None) -> Iterator[Lease]:
-        """One more place in line on the same version (the next input of a batch), in the pool
-        of `backend` (default: this lease's). Refuses at once like lease(); only valid while
+        """One more admitted place on the same version (the next input of a batch), in the pool
+        of `backend` (default: this lease's). Refuses at once like admit(); only valid while
         this lease is held, which keeps the version alive."""
         key = self.backend if backend is None else backend
-        pool = self.version.pool(key)
-        place = pool.admit()
+        lease = Lease(self.version, key, self.version.pool(key))
+        lease.admit()
         try:
-            yield Lease(self.version, key, pool, place)
+            yield lease
         finally:
-            place.release()
+            lease.release()
 
 
 @dataclass
@@ -290,18 +302,20 @@ class Registry:
 
     @asynccontextmanager
     async def lease(self, name: str, backend: str | None = None) -> AsyncIterator[Lease]:
-        """Hold the model's current version and a place in its pool for `backend` (default:
-        the default backend) until the block ends. Refuses at once (NotReady, Busy, ...)."""
+        """Hold the model's current version until the block ends, for its pool on `backend`
+        (default: the default backend). Refuses at once (NotReady, Busy, ...) when the pool's
+        line is full now; the caller takes its place with `Lease.admit()` once its input is read."""
         version = self._hold(name)
         try:
             key = self.default_backend if backend is None else backend  # "" is a wrong name, not the default
             pool = version.pool(key)
             metrics.note_model(name, key)  # a refusal from here on is counted against this model
-            place = pool.admit()
+            pool.check_room()
+            lease = Lease(version, key, pool)
             try:
-                yield Lease(version, key, pool, place)
+                yield lease
             finally:
-                place.release()
+                lease.release()
         finally:
             self._let_go(version)
 

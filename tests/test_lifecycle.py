@@ -117,6 +117,33 @@ def test_drain_refuses_new_leases_and_waits_for_the_admitted_ones(models_copy):
         registry.close()
 
 
+def test_a_lease_checks_the_line_at_once_and_takes_its_place_only_when_admitted(models_copy):
+    registry = loaded_registry(models_copy, max_waiting=0)  # a line of 1
+    pool = registry.get(DEFAULT_MODEL).pool("cpu")
+
+    async def scenario():
+        async with registry.lease(DEFAULT_MODEL) as reading:  # a request still reading its body
+            assert pool.admitted == 0  # holds no place: a slow body blocks nobody
+            async with registry.lease(DEFAULT_MODEL) as ready:
+                ready.admit()  # its body arrived first: it takes the only place
+                assert pool.admitted == 1
+                with pytest.raises(Busy):
+                    async with registry.lease(DEFAULT_MODEL):  # the room check refuses at once
+                        pass
+                with pytest.raises(Busy):
+                    reading.admit()  # the line filled while it read: refused before any work
+                await ready.run(zeros(registry))
+            assert pool.admitted == 0
+            reading.admit()
+            return await reading.run(zeros(registry))
+
+    try:
+        assert asyncio.run(scenario()).output.shape == (1, 1000)
+        assert pool.admitted == 0 and registry.active == 0
+    finally:
+        registry.close()
+
+
 def test_labels_changed_on_disk_reach_new_requests_while_old_leases_keep_theirs(models_copy, cat_png):
     registry = loaded_registry(models_copy)
     images = ImageWork(1, 50_000_000)
@@ -243,27 +270,44 @@ def until(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def test_a_full_line_answers_503_in_milliseconds_before_reading_the_body(cat_png):
+def test_clients_stalling_their_bodies_hold_no_place_in_line(cat_png):
     service = Service({"EDGETPU_SERVE_WORKERS": "1", "EDGETPU_SERVE_MAX_WAITING": "0",
-                       "EDGETPU_SERVE_RETRY_AFTER_S": "2"})
+                       "EDGETPU_SERVE_BODY_TIMEOUT_S": "30"})
     try:
         service.wait_ready()
         data = cat_png.read_bytes()
-        holder = headers_only(service.port, len(data))  # admitted: holds the only place, body stalled
-        assert httpx.get(f"{service.url}/healthz").status_code == 200  # the server has read holder's headers
-        stalled = headers_only(service.port, len(data))
-        start = time.monotonic()
-        status, raw = response_of(stalled)  # answered without a byte of its body
-        refused_in = time.monotonic() - start
-        assert status == 503 and b"retry-after: 2" in raw.lower() and b'"error"' in raw
-        assert refused_in < 1.0, refused_in
-        stalled.close()
-        holder.sendall(data)
-        status, raw = response_of(holder)
-        assert status == 200 and b"predictions" in raw
-        holder.close()
+        stalled = [headers_only(service.port, len(data)) for _ in range(3)]  # more than the line of 1
+        assert httpx.get(f"{service.url}/healthz").status_code == 200  # the server has read their headers
+        for _ in range(3):  # served beside them, not refused for want of a place
+            r = httpx.post(f"{service.url}/v1/classify", content=data, headers={"content-type": "image/png"},
+                           timeout=ANSWER_S)
+            assert r.status_code == 200, r.text
+        for sock in stalled:  # and each is served when its body does come
+            sock.sendall(data)
+            status, raw = response_of(sock)
+            assert status == 200 and b"predictions" in raw
+            sock.close()
     finally:
         service.stop()
+
+
+def test_a_full_line_answers_503_before_reading_the_body(cat_png):
+    app = create_app(Settings(model_dir=MODELS, models=[DEFAULT_MODEL], workers=1, max_waiting=0,
+                              retry_after_s=2, warmup_at_start=False))
+    app.state.registry.load_all()  # the lifespan does this in a real process
+    place = app.state.registry.get(DEFAULT_MODEL).pool("cpu").admit()  # the line of 1 is full
+    try:
+        with TestClient(app) as client:
+            r = client.post("/v1/classify", content=b"not an image", headers={"content-type": "image/png"})
+            assert r.status_code == 503, r.text  # not the 400 the body would earn: it was never read
+            assert r.headers["retry-after"] == "2" and "busy" in r.json()["error"]
+            place.release()
+            r = client.post("/v1/classify", content=cat_png.read_bytes(), headers={"content-type": "image/png"})
+            assert r.status_code == 200, r.text
+    finally:
+        place.release()
+        app.state.registry.close()
+        app.state.images.close()
 
 
 def test_sigterm_after_reloads_answers_the_admitted_request_and_exits_0(cat_png):

@@ -1,7 +1,8 @@
 """POST /v1/classify and /v1/models/{name}/classify: an image in, the top-k classes out.
 
-Admission before work: the lease (model version + a place in the pool's line) is taken
-before the body is read, so a full line answers 503 at once, whatever the body is doing.
+Admission before work: the lease (the model version, and the room check on the pool's line) is
+taken before the body is read, so a full line answers 503 at once, whatever the body is doing;
+the place in line is taken once the body is here (a slow body holds none).
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ scores /v1 reports) and `raw` [N, classes], the output tensor as the model gave 
 its scale and zero point in the model's config). N inputs run as N invokes spread over the
 pool, answered in order. No web framework here: the router hands this module an InferRequest.
 
-Admission: the router takes one lease (the model version and a place in line) before it reads
-the body; a request of N inputs then takes N - 1 more places on the same version before any
-decoding, all or none: a line too short for the whole batch refuses it at once (Busy, 503).
+Admission: the router takes one lease (the model version, and a 503 at once if the line is
+full) before it reads the body; once the body is here, a request of N inputs takes N places on
+that version before any decoding, all or none: a line too short for the whole batch refuses it
+at once (Busy, 503).
 """
 
 from __future__ import annotations
@@ -120,11 +121,12 @@ async def infer(lease: Lease, backend: str, request: InferRequest, images: Image
 
 
 def _places(first: Lease, backend: str, n: int, places: ExitStack) -> list[Lease]:
-    """n places in line on the leased version: the admission place when it is on `backend`,
-    the others taken now. All or none: Busy from any admit() gives back those taken."""
+    """n places in line on the leased version, taken now (the body is here): the lease's own
+    when it is on `backend`, and more. All or none: Busy from any of them gives back those taken."""
     if backend == first.backend:
+        first.admit()
         return [first] + [places.enter_context(first.another()) for _ in range(n - 1)]
-    first.place.release()  # admitted on the default backend, asked for another: that line serves
+    # checked on the default backend's line, asked for another: that line serves, the lease takes no place
     return [places.enter_context(first.another(backend)) for _ in range(n)]
 
 

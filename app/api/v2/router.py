@@ -1,6 +1,6 @@
 """The Open Inference Protocol (KServe v2) REST front door: /v2/...
 
-Thin: take the lease (admission, before the body), read the body through the body budget,
+Thin: take the lease (the room check, before the body), read the body through the body budget,
 parse it (wire.py), call the core through infer.py, encode the answer. Every error becomes
 {"error": ...} through errors.py's table, handled inside the route so the connection stays
 open. `health` holds the routes that stay open like /healthz; `router` the ones that take
@@ -201,7 +201,7 @@ async def version_infer(name: str, version: str, request: Request, registry: Reg
 
 async def _infer(request: Request, registry: Registry, settings, images, name: str, version: str | None) -> Response:
     model = _model(registry, name, version)
-    # Admission before the body: a full line answers 503 whatever the body is doing.
+    # The room check before the body: a full line answers 503 whatever the body is doing.
     async with registry.lease(name, _backend(registry, model)) as lease:
         body = await read_limited(request, settings.max_body_bytes)
         encoding = request.headers.get("content-encoding")

@@ -8,7 +8,6 @@ place in line (`lease.admit()`) before decoding.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,9 @@ from app import metrics
 from app.errors import RequestError
 from app.imaging import decode, to_pixels
 from app.model_dir import ModelDir
+from app.pool import RunResult
 from app.registry import Lease
+from app.threads import lower_this_thread
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,24 @@ class ImageWork:
     threads also bounds the memory that image work can take under load.
     """
 
-    def __init__(self, threads: int, max_pixels: int, **decode_options):
+    def __init__(self, threads: int, max_pixels: int, nice: int = 0, **decode_options):
         self.max_pixels = max_pixels
         self.decode_options = decode_options  # imaging.decode's max_decoded_pixels, accept_damaged
-        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="image")
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="image", initializer=lower_this_thread,
+                                            initargs=(nice,))
 
-    async def prepare(self, data: bytes, lease: Lease) -> tuple[np.ndarray, float, float]:
-        """The input tensor, decode ms, preprocess ms."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._prepare, data, lease)
+    async def run(self, data: bytes, lease: Lease) -> tuple[RunResult, float, float]:
+        """Decode and preprocess on an image thread, which hands the tensor straight to the lease's
+        pool (no hop back through the event loop in between); the result, decode ms, preprocess ms."""
+        timings: list[float] = []
+
+        def prepare() -> np.ndarray:
+            tensor, decode_ms, preprocess_ms = self._prepare(data, lease)
+            timings.extend((decode_ms, preprocess_ms))
+            return tensor
+
+        result = await lease.run_after(prepare, self._executor)
+        return result, *timings
 
     def _prepare(self, data: bytes, lease: Lease):
         spec = lease.model_dir.manifest.input
@@ -86,8 +97,7 @@ async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, imag
     lease.admit()
     start = time.perf_counter()
     pool, model_dir = lease.pool, lease.model_dir
-    tensor, decode_ms, preprocess_ms = await images.prepare(data, lease)
-    result = await lease.run(tensor)
+    result, decode_ms, preprocess_ms = await images.run(data, lease)
     post_start = time.perf_counter()
     output = pool.engine.output
     predictions = top_predictions(
@@ -126,8 +136,8 @@ async def score_image(lease: Lease, data: bytes, images: ImageWork) -> Scored:
     """An encoded image (JPEG, PNG, ...) -> Scored, preprocessed exactly as classify() does."""
     lease.admit()
     start = time.perf_counter()
-    tensor, decode_ms, preprocess_ms = await images.prepare(data, lease)
-    return await _score(lease, tensor, start, {"decode": decode_ms, "preprocess": preprocess_ms})
+    result, decode_ms, preprocess_ms = await images.run(data, lease)
+    return _scored(lease, result, start, {"decode": decode_ms, "preprocess": preprocess_ms})
 
 
 async def score_tensor(lease: Lease, tensor: np.ndarray) -> Scored:
@@ -139,11 +149,10 @@ async def score_tensor(lease: Lease, tensor: np.ndarray) -> Scored:
         raise RequestError(f"model {lease.model_dir.name!r} on {lease.backend!r} takes a {spec.dtype.name} tensor "
                            f"of shape {list(spec.shape)}, got {tensor.dtype.name} {list(tensor.shape)}")
     # no decode or preprocess stage: none is timed (a zero would skew those histograms)
-    return await _score(lease, np.ascontiguousarray(tensor), start, {})
+    return _scored(lease, await lease.run(np.ascontiguousarray(tensor)), start, {})
 
 
-async def _score(lease: Lease, tensor: np.ndarray, start: float, timing_ms: dict[str, float]) -> Scored:
-    result = await lease.run(tensor)
+def _scored(lease: Lease, result: RunResult, start: float, timing_ms: dict[str, float]) -> Scored:
     output = lease.pool.engine.output
     values = scores(result.output, output.scale, output.zero_point, lease.model_dir)
     timing_ms = {**timing_ms, "queue": result.queue_ms, "inference": result.inference_ms,

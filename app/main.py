@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan,
                   description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
     images = ImageWork(image_threads(settings.image_threads, registry.host_cpu), settings.max_image_pixels,
+                       nice=settings.compute_nice,
                        max_decoded_pixels=settings.max_decoded_pixels, accept_damaged=settings.accept_damaged_images)
     app.state.settings = settings
     app.state.registry = registry

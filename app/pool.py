@@ -28,12 +28,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from app.engines import Engine, EngineOptions
 from app.errors import Busy, DeviceHung, InvokeTimeout
+from app.threads import lower_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -73,23 +75,31 @@ class RunResult:
 
 
 class _Job:
-    """One input on its way to an interpreter. Taken by exactly one side: an interpreter
-    thread (`take`) or the request giving up its wait (`cancel`), whichever comes first."""
+    """One input on its way to an interpreter, and the one future its request awaits.
 
-    __slots__ = ("x", "loop", "taken", "done", "member", "queued_at", "taken_at", "_token")
+    Taken by exactly one side: an interpreter thread (`claim()` before it runs it) or the
+    request giving up (`claim()` at its deadline, or when it is cancelled), whichever is first.
+    The future is settled from any thread through `_notify`; only the loop touches it directly."""
 
-    def __init__(self, x: np.ndarray, loop: asyncio.AbstractEventLoop):
+    __slots__ = ("x", "loop", "done", "member", "queued_at", "taken_at", "timer", "_token")
+
+    def __init__(self, x: np.ndarray | None, loop: asyncio.AbstractEventLoop):
         self.x = x
         self.loop = loop
-        self.taken = loop.create_future()
         self.done = loop.create_future()
         self.member: Member | None = None
-        self.queued_at = time.monotonic()
-        self.taken_at = 0.0
+        self.queued_at = 0.0
+        self.taken_at = 0.0   # set by the interpreter thread that takes it
+        self.timer: asyncio.TimerHandle | None = None
         self._token = threading.Lock()
 
     def claim(self) -> bool:
         return self._token.acquire(blocking=False)
+
+    @property
+    def abandoned(self) -> bool:
+        """Claimed before any interpreter took it: its request stopped waiting."""
+        return self._token.locked() and self.taken_at == 0.0
 
 
 def _settle(future: asyncio.Future, result=None, error: BaseException | None = None) -> None:
@@ -120,6 +130,11 @@ class Place:
     async def run(self, x: np.ndarray) -> RunResult:
         return await self.pool._run(x)
 
+    async def run_after(self, prepare: Callable[[], np.ndarray], executor: Executor) -> RunResult:
+        """`prepare()` on one of `executor`'s threads, which hands the input straight to the
+        interpreters' queue: no hop back through the event loop between the two."""
+        return await self.pool._run_after(prepare, executor)
+
     def release(self) -> None:
         if self._held:
             self._held = False
@@ -128,7 +143,8 @@ class Place:
 
 class EnginePool:
     def __init__(self, label: str, members: list[Member], max_waiting: int, wait_timeout_s: float,
-                 retry_after_s: float, watchdog: Watchdog | None = None, invoke_timeout_s: float = 30.0):
+                 retry_after_s: float, watchdog: Watchdog | None = None, invoke_timeout_s: float = 30.0,
+                 *, max_queue_ms: float = 0.0, thread_nice: int = 0):
         if not members:
             raise ValueError("a pool needs at least one engine")
         self.label = label
@@ -138,6 +154,9 @@ class EnginePool:
         self.invoke_timeout_s = invoke_timeout_s
         self.retry_after_s = retry_after_s
         self.watchdog = watchdog
+        self.max_queue_ms = max_queue_ms
+        self.thread_nice = thread_nice  # for interpreters that compute on the host's cores
+        self._invoke_ms: float | None = None  # recent invoke time (moving average), for admission by time
         self._lock = threading.Lock()
         # notified whenever a member's health changes: tests and shutdown wait on it, no polling
         self.changed = threading.Condition(self._lock)
@@ -217,6 +236,13 @@ class EnginePool:
             waiting = max(0, self._admitted - healthy)
             raise Busy(f"{self.label}: all {healthy} interpreters busy and {waiting} requests already "
                        "waiting", self.retry_after_s)
+        if self.max_queue_ms and self._invoke_ms is not None and self._admitted >= healthy:
+            # the new request waits for everyone ahead of it to be taken, `healthy` at a time
+            clears_ms = (self._admitted - healthy + 1) * self._invoke_ms / healthy
+            if clears_ms > self.max_queue_ms:
+                raise Busy(f"{self.label}: all {healthy} interpreters busy and the line ahead would take "
+                           f"~{clears_ms:.0f} ms to clear (EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})",
+                           self.retry_after_s)
 
     def _leave(self) -> None:
         with self._lock:
@@ -231,41 +257,91 @@ class EnginePool:
             place.release()
 
     # -- the request's side --------------------------------------------------------------------
+    # One future per request, settled by whichever thread finishes its part last (an interpreter
+    # with the output, an image thread with a decoding error), and one timer on the loop for its
+    # deadlines: an interpreter thread never has to reach the loop except to answer.
 
     async def _run(self, x: np.ndarray) -> RunResult:
         job = _Job(x, asyncio.get_running_loop())
+        self._queue(job)
+        return await self._outcome(job)
+
+    async def _run_after(self, prepare: Callable[[], np.ndarray], executor: Executor) -> RunResult:
+        job = _Job(None, asyncio.get_running_loop())
+        executor.submit(self._prepare_and_queue, job, prepare)
+        return await self._outcome(job)
+
+    def _prepare_and_queue(self, job: _Job, prepare: Callable[[], np.ndarray]) -> None:
+        """On an image thread: the input, then straight into the line."""
+        if job.abandoned:  # its request gave up while this thread was busy with others
+            return
+        try:
+            job.x = prepare()
+            self._queue(job)
+        except Exception as e:  # a bad image, the line full: handed to the request
+            _notify(job, job.done, error=e)
+
+    def _queue(self, job: _Job) -> None:
+        job.queued_at = time.monotonic()
         try:
             self._jobs.put_nowait(job)
         except queue.Full:
             raise Busy(f"{self.label}: the line is full", self.retry_after_s) from None
+
+    async def _outcome(self, job: _Job) -> RunResult:
+        # The first check comes at the earlier deadline: a job taken at once has its invoke
+        # limit from then, and one not taken is refused at the wait deadline.
+        start = time.monotonic()
+        job.timer = job.loop.call_at(job.loop.time() + min(self.wait_timeout_s, self._invoke_limit_s),
+                                     self._check_deadline, job, start + self.wait_timeout_s)
         try:
-            try:
-                async with asyncio.timeout(self.wait_timeout_s):
-                    await job.taken
-            except TimeoutError:
-                if job.claim():  # no interpreter took it: it never will now
-                    raise Busy(f"{self.label}: no interpreter free within {self.wait_timeout_s} s",
-                               self.retry_after_s) from None
-                # taken just as the wait ended: job.member is set, the invoke is under way
-            limit = self.watchdog.timeout_s if self.watchdog else self.invoke_timeout_s
-            try:
-                async with asyncio.timeout(limit):
-                    return await job.done
-            except TimeoutError:
-                if self.watchdog:
-                    self._quarantine(job.member)
-                    raise DeviceHung(f"{self.label}: {job.member.device or 'the device'} {self._hang_text}; it is "
-                                     "out of the pool while it is re-created", self.retry_after_s) from None
-                raise InvokeTimeout(f"{self.label}: the invoke did not finish within {limit} s "
-                                    "(EDGETPU_SERVE_INVOKE_TIMEOUT_S)", self.retry_after_s) from None
+            return await job.done
         except asyncio.CancelledError:
             job.claim()  # the request is gone: an interpreter that has not taken it skips it
             raise
+        finally:
+            job.timer.cancel()
+
+    @property
+    def _invoke_limit_s(self) -> float:
+        return self.watchdog.timeout_s if self.watchdog else self.invoke_timeout_s
+
+    def _check_deadline(self, job: _Job, wait_deadline: float) -> None:
+        """On the loop, at a deadline of the job: refuse it (not taken in time), fail it (its
+        invoke outlived its limit), or look again at the next deadline."""
+        if job.done.done():
+            return
+        now = time.monotonic()
+        if job.taken_at == 0.0:
+            if now < wait_deadline:
+                job.timer = job.loop.call_at(job.loop.time() + wait_deadline - now,
+                                             self._check_deadline, job, wait_deadline)
+                return
+            if job.claim():  # no interpreter took it: it never will now
+                job.done.set_exception(Busy(f"{self.label}: no interpreter free within {self.wait_timeout_s} s",
+                                            self.retry_after_s))
+                return
+            # taken just as the wait ended: its invoke is under way
+        limit = self._invoke_limit_s
+        invoke_deadline = job.taken_at + limit
+        if now < invoke_deadline:
+            job.timer = job.loop.call_at(job.loop.time() + invoke_deadline - now,
+                                         self._check_deadline, job, wait_deadline)
+            return
+        if self.watchdog:
+            self._quarantine(job.member)
+            job.done.set_exception(DeviceHung(
+                f"{self.label}: {job.member.device or 'the device'} {self._hang_text}; it is out of the pool "
+                "while it is re-created", self.retry_after_s))
+        else:
+            job.done.set_exception(InvokeTimeout(f"{self.label}: the invoke did not finish within {limit} s "
+                                                 "(EDGETPU_SERVE_INVOKE_TIMEOUT_S)", self.retry_after_s))
 
     # -- the interpreter's side ----------------------------------------------------------------
 
     def _serve(self, member: Member) -> None:
         """An interpreter's thread: next job, invoke, answer; until stopped or taken out."""
+        lower_this_thread(self.thread_nice)
         jobs = self._jobs
         while True:
             job = jobs.get()
@@ -274,16 +350,21 @@ class EnginePool:
             job.member, job.taken_at = member, time.monotonic()
             if not job.claim():  # its request stopped waiting
                 continue
-            _notify(job, job.taken, member)
             try:
                 result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request
                 _notify(job, job.done, error=e)
             else:
                 _notify(job, job.done, result)
+                if not result.cold:
+                    self._note_invoke(result.inference_ms)
             if not member.healthy:  # the watchdog took it out while this invoke hung
                 break
         member.engine.close()
+
+    def _note_invoke(self, ms: float) -> None:
+        # a moving average over the last ~10 invokes; a lost update between threads only delays it
+        self._invoke_ms = ms if self._invoke_ms is None else self._invoke_ms + 0.2 * (ms - self._invoke_ms)
 
     def _count_running(self, step: int) -> None:
         with self._lock:

@@ -26,10 +26,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from concurrent.futures import Executor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from app import metrics
 from app.engines import BACKENDS, Backend, EngineOptions, Fallback
@@ -126,6 +129,11 @@ class Lease:
         """The input tensor through one interpreter of the pool, within the pool's deadlines."""
         self.admit()  # normally taken before the input's preprocessing; never run without one
         return await self.place.run(tensor)
+
+    async def run_after(self, prepare: Callable[[], np.ndarray], executor: Executor) -> RunResult:
+        """`prepare()` on an `executor` thread, its tensor then straight through an interpreter."""
+        self.admit()
+        return await self.place.run_after(prepare, executor)
 
     @contextmanager
     def another(self, backend: str | None = None) -> Iterator[Lease]:
@@ -512,7 +520,8 @@ class Registry:
                                 lambda member: self._recreate(plugin, path, member), self.settings.watchdog_retry_s)
         pool = EnginePool(f"{model_dir.name}/{key}", members, self.settings.max_waiting,
                           self.settings.wait_timeout_s, self.settings.retry_after_s, watchdog,
-                          invoke_timeout_s=self.settings.invoke_timeout_s)
+                          invoke_timeout_s=self.settings.invoke_timeout_s, max_queue_ms=self.settings.max_queue_ms,
+                          thread_nice=self.settings.compute_nice if plugin.host_cpu else 0)
         try:
             spec = pool.engine.input
             _check_input_shape(model_dir, spec.shape)

@@ -191,3 +191,108 @@ def test_busy_and_waiting_count_invokes_under_way_and_inputs_not_yet_taken():
 
     assert asyncio.run(scenario()) == (1, 1)
     assert (pool.busy, pool.waiting) == (0, 0)
+
+
+class TimedEngineDouble:
+    """Test double: an engine whose every run takes `seconds`."""
+
+    def __init__(self, seconds: float):
+        self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
+        self.output = self.input
+        self.seconds = seconds
+
+    def run(self, x):
+        threading.Event().wait(self.seconds)
+        return x
+
+    def close(self):
+        pass
+
+
+def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
+    from concurrent.futures import ThreadPoolExecutor
+
+    engine = GatedEngineDouble()
+    engine.gate.set()
+    pool = pool_of(engine)
+    executor = ThreadPoolExecutor(1, thread_name_prefix="image")
+    threads = []
+
+    def prepare():
+        threads.append(threading.current_thread().name)
+        return np.array([[7, 9]], np.uint8)
+
+    def bad():
+        raise ValueError("not an image")
+
+    async def scenario():
+        place = pool.admit()
+        try:
+            result = await place.run_after(prepare, executor)
+        finally:
+            place.release()
+        with pytest.raises(ValueError, match="not an image"):  # the preparing thread's error reaches the request
+            await pool.admit().run_after(bad, executor)
+        return result
+
+    try:
+        result = asyncio.run(scenario())
+        assert threads[0].startswith("image") and result.output.tolist() == [[7, 9]]
+    finally:
+        executor.shutdown()
+        pool.close()
+
+
+def test_a_request_that_gave_up_before_its_input_was_prepared_costs_no_preparing():
+    from concurrent.futures import ThreadPoolExecutor
+
+    engine = GatedEngineDouble()
+    engine.gate.set()
+    pool = pool_of(engine, max_waiting=4)
+    executor = ThreadPoolExecutor(1)
+    blocker, prepared = threading.Event(), []
+
+    def prepare():
+        prepared.append(1)
+        return np.zeros((1, 2), np.uint8)
+
+    async def scenario():
+        executor.submit(blocker.wait, 10)  # the only image thread is busy
+        request = asyncio.create_task(pool.admit().run_after(prepare, executor))
+        await asyncio.sleep(0.05)
+        request.cancel()  # the client went away while its image waited for a thread
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
+        blocker.set()
+
+    try:
+        asyncio.run(scenario())
+        executor.shutdown(wait=True)
+        assert prepared == [] and pool.waiting == 0
+    finally:
+        pool.close()
+
+
+def test_admission_by_time_refuses_a_line_that_would_take_longer_than_max_queue_ms():
+    engine = TimedEngineDouble(0.02)  # 20 ms an invoke, one interpreter
+    pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=10, wait_timeout_s=5, retry_after_s=1,
+                      max_queue_ms=50)
+    x = np.zeros((1, 2), np.uint8)
+
+    async def scenario():
+        for _ in range(3):  # the pool learns its invoke time (the first run is cold, not counted)
+            await pool.run(x)
+        held = [pool.admit() for _ in range(3)]  # 1 running + 2 ahead: a new one waits ~3 x 20 ms
+        try:
+            with pytest.raises(Busy, match="MAX_QUEUE_MS"):
+                pool.admit()
+        finally:
+            held.pop().release()
+        pool.admit().release()  # 2 ahead of it: ~40 ms, within 50
+        for place in held:
+            place.release()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.close()

@@ -12,6 +12,8 @@ adds, per connection:
                the application asking for it -> 408
   connections: over MAX_CONNECTIONS open -> 503 at connect, before anything is read
   parse error: 400 with the parser's reason
+  head check:  the app's own refusal from the head alone (a full line: app/api/shedding.py)
+               -> its status, before the request reaches the application
 
 each as {"error": "..."} with `Connection: close`. A refused connection is half-closed and
 drained for LINGER_S, so the client reads the answer instead of a reset. Graceful shutdown
@@ -26,7 +28,8 @@ import functools
 import json
 import logging
 import signal
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import httptools
@@ -60,6 +63,18 @@ class HttpLimits:
                    retry_after_s=settings.retry_after_s)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An answer the server gives in the application's name, from a request's head alone."""
+    status: int
+    message: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+# The application's check of a request head: (method, request target) -> a Refusal, or None to go on.
+HeadCheck = Callable[[bytes, bytes], "Refusal | None"]
+
+
 class _Refused(Exception):
     """Raised inside a parser callback to stop parsing a request already answered."""
 
@@ -77,9 +92,10 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a head cap, read deadlines and a connection cap."""
 
-    def __init__(self, *args: Any, limits: HttpLimits, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: HttpLimits, head_check: HeadCheck | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
+        self.head_check = head_check
         self._refused = False
         self._in_head = True  # between requests or inside a request's head
         self._in_body = False
@@ -152,6 +168,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._in_body = True
         self._disarm()
+        if self.head_check is not None:
+            refusal = self.head_check(self.parser.get_method(), self.url)
+            if refusal is not None:  # no scope, no task, no middleware: a few tens of microseconds
+                self._refuse(refusal.status, refusal.message, refusal.headers)
+                raise _Refused
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None:
@@ -228,11 +249,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._deadline = None
 
 
-def config(app, settings: Settings, **overrides: Any) -> uvicorn.Config:
+def config(app, settings: Settings, head_check: HeadCheck | None = None, **overrides: Any) -> uvicorn.Config:
     """uvicorn's Config with our protocol and limits; overrides win."""
     options: dict[str, Any] = dict(
         host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
-        http=functools.partial(LimitedHttpToolsProtocol, limits=HttpLimits.from_settings(settings)),
+        http=functools.partial(LimitedHttpToolsProtocol, limits=HttpLimits.from_settings(settings),
+                               head_check=head_check),
         timeout_keep_alive=settings.keep_alive_timeout_s,
         limit_concurrency=None,  # ours is per connection, at connect, in JSON
         timeout_graceful_shutdown=settings.drain_timeout_s,
@@ -250,12 +272,12 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app, settings: Settings, **overrides: Any) -> None:
+def serve(app, settings: Settings, head_check: HeadCheck | None = None, **overrides: Any) -> None:
     """Run the app until SIGINT/SIGTERM. SIGTERM stops accepting and lets admitted requests finish
     within DRAIN_TIMEOUT_S; the lifespan then closes the interpreters (app/main.py)."""
     if settings.tune_malloc and not tune_malloc():
         log.info("not glibc: malloc left as it is")
-    server = _Server(config(app, settings, **overrides))
+    server = _Server(config(app, settings, head_check, **overrides))
     # A SIGTERM before uvicorn installs its handlers (or the one uvicorn re-raises once it is done)
     # asks the server to exit: never ignored, and the process exits 0.
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))

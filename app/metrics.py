@@ -66,6 +66,11 @@ def observe_input(model: str, backend: str, timing_ms: dict[str, float], cold: b
         COLD_STARTS.labels(model, backend).inc()
 
 
+def answered(protocol: str, model: str, backend: str, status: int) -> None:
+    """An inference request answered outside the application (the HTTP server's early refusal)."""
+    REQUESTS.labels(protocol, model, backend, str(status)).inc()
+
+
 def model_loaded(model: str, ok: bool) -> None:
     MODEL_LOADS.labels(model, "ok" if ok else "failed").inc()
 

@@ -1,0 +1,122 @@
+"""Load shedding from the request head: with the line full, the HTTP server itself answers an
+inference request 503 as soon as its head is parsed, in the app's words, and counts it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+
+from app.api.shedding import HeadAdmission
+from app.http_server import _Server, config
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import DEFAULT_MODEL, MODELS
+from tests.test_http_server import closed_by_server, read_response
+
+ANSWER_S = 10
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The real server (our protocol, uvicorn, the app) on a thread, the line of 1 under the test's control."""
+    settings = Settings(model_dir=MODELS, models=[DEFAULT_MODEL], backends=["cpu", "emulated"], workers=1,
+                        max_waiting=0, retry_after_s=2, warmup_at_start=False, host="127.0.0.1", port=free_port())
+    app = create_app(settings)
+    server = _Server(config(app, settings, head_check=HeadAdmission(app.state.registry)))
+    thread = threading.Thread(target=server.run, name="test-server", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{settings.port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the server did not become ready"
+        time.sleep(0.05)
+    try:
+        yield settings.port, app.state.registry
+    finally:
+        server.should_exit = True
+        thread.join(ANSWER_S)
+
+
+def head_only(port: int, target: str, length: int = 1000) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=ANSWER_S)
+    sock.sendall(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\nContent-Length: {length}\r\n\r\n"
+                 .encode())
+    return sock
+
+
+def refused(protocol: str, backend: str = "cpu") -> float:
+    labels = {"protocol": protocol, "model": DEFAULT_MODEL, "backend": backend, "status": "503"}
+    return REGISTRY.get_sample_value("edgetpu_serve_requests_total", labels) or 0.0
+
+
+@pytest.mark.parametrize("target,protocol", [
+    ("/v1/classify?top_k=3", "v1"),
+    (f"/v1/models/{DEFAULT_MODEL}/classify", "v1"),
+    (f"/v2/models/{DEFAULT_MODEL}/infer", "v2"),
+    (f"/v2/models/{DEFAULT_MODEL}/versions/1/infer", "v2"),
+])
+def test_a_full_line_is_answered_from_the_head_without_a_byte_of_body(served, target, protocol):
+    port, registry = served
+    place = registry.get(DEFAULT_MODEL).pool("cpu").admit()  # the line of 1 is full
+    before = refused(protocol)
+    try:
+        sock = head_only(port, target)
+        status, headers, body = read_response(sock)
+        assert status == 503 and headers["retry-after"] == "2" and headers["connection"] == "close"
+        assert "all 1 interpreters busy" in body["error"] and DEFAULT_MODEL in body["error"]
+        assert closed_by_server(sock, ANSWER_S)
+        sock.close()
+        assert refused(protocol) == before + 1  # counted like any other answer
+    finally:
+        place.release()
+
+
+def test_only_the_full_line_is_refused(served, cat_png):
+    port, registry = served
+    url = f"http://127.0.0.1:{port}"
+    place = registry.get(DEFAULT_MODEL).pool("cpu").admit()
+    try:
+        assert httpx.get(f"{url}/healthz").status_code == 200  # not an inference route
+        other = httpx.post(f"{url}/v1/classify?backend=emulated", content=cat_png.read_bytes(),
+                           headers={"content-type": "image/png"}, timeout=ANSWER_S)
+        assert other.status_code == 200, other.text  # another backend's line has room
+        unknown = httpx.post(f"{url}/v1/models/nope/classify", content=b"x", headers={"content-type": "image/png"})
+        assert unknown.status_code == 404  # not placed: the application answers as ever
+    finally:
+        place.release()
+    r = httpx.post(f"{url}/v1/classify", content=cat_png.read_bytes(), headers={"content-type": "image/png"},
+                   timeout=ANSWER_S)
+    assert r.status_code == 200, r.text
+
+
+def test_head_admission_places_a_request_as_the_application_would(served):
+    _, registry = served
+    check = HeadAdmission(registry)
+    place = registry.get(DEFAULT_MODEL).pool("cpu").admit()
+    try:
+        assert check(b"POST", b"/v1/classify").status == 503
+        assert check(b"POST", b"/v1/classify?backend=cpu&top_k=2").status == 503
+        assert check(b"POST", b"/v1/classify?top_k=2&backend=emulated") is None  # that line has room
+        assert check(b"GET", b"/v1/classify") is None
+        assert check(b"POST", b"/v1/classify/extra") is None
+        assert check(b"POST", b"/v1/models/eff%69cientnet_lite0/classify") is None  # encoded: the app decodes it
+        assert check(b"POST", b"/v1/classify?backend=nope") is None  # the app's 400
+    finally:
+        place.release()
+    assert check(b"POST", b"/v1/classify") is None

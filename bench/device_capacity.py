@@ -23,6 +23,7 @@ Example usage:
     python bench/device_capacity.py                      # D=2.5,5 ms; 1 and 2 devices
     python bench/device_capacity.py --device-ms 2.5 --devices 1 --concurrency 1,4,8 --duration 2
     python bench/device_capacity.py --checkout /work/main --checkout .   # two checkouts side by side
+    python bench/device_capacity.py --variant '' --variant 'GIL_SWITCH_MS=0.5'   # two settings side by side
     python bench/device_capacity.py --backend cpu --workers 1 --concurrency 1   # a real backend
     python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
     python bench/device_capacity.py --url http://board:8000 --device-ms 2.6     # a running service
@@ -144,7 +145,7 @@ class Service(ServiceProcess):
     started through the shared launcher running bench/device_launcher.py."""
 
     def __init__(self, checkout: Path, device_ms: float, devices: int, backend: str, image_threads: int | None,
-                 stages: bool = False, workers: int | None = None):
+                 stages: bool = False, workers: int | None = None, settings: dict[str, str] | None = None):
         self.checkout = checkout
         self.stats_file = Path(tempfile.mkstemp(prefix="device_capacity_", suffix=".json")[1])
         env = {"PYTHONPATH": str(checkout),
@@ -156,6 +157,7 @@ class Service(ServiceProcess):
                "BENCH_STATS_FILE": str(self.stats_file), "BENCH_STAGES": "1" if stages else "0"}
         if image_threads:
             env["EDGETPU_SERVE_IMAGE_THREADS"] = str(image_threads)
+        env.update({f"EDGETPU_SERVE_{name}": value for name, value in (settings or {}).items()})
         super().__init__(env, inherit_settings=False, argv=[sys.executable, str(LAUNCHER)], cwd=checkout)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> str:
@@ -448,6 +450,18 @@ def print_stages(title: str, results: list[dict]) -> None:
     print("| requests (c=1), p50 ms | " + " | ".join(f"{r['requests']}, {r['p50_ms']:.2f}" for r in results) + " |")
 
 
+def variant_settings(text: str) -> dict[str, str]:
+    """'GIL_SWITCH_MS=0.5 COMPUTE_NICE=5' -> {"GIL_SWITCH_MS": "0.5", "COMPUTE_NICE": "5"}."""
+    pairs = [item.partition("=") for item in text.split()]
+    if any(not sep or not name for name, sep, _ in pairs):
+        raise SystemExit(f"--variant takes NAME=VALUE pairs, got {text!r}")
+    return {name.upper().removeprefix("EDGETPU_SERVE_"): value for name, _, value in pairs}
+
+
+def run_name(checkout: Path, settings: dict[str, str]) -> str:
+    return f"{checkout} [{' '.join(f'{k}={v}' for k, v in settings.items())}]" if settings else str(checkout)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device-ms", default="2.5,5", help="simulated device times, ms (comma-separated)")
@@ -460,6 +474,9 @@ def main() -> int:
     parser.add_argument("--checkout", action="append", type=Path, default=None,
                         help="checkout(s) to serve from, side by side (default: this one); another checkout's "
                              "app runs with that checkout alone on PYTHONPATH")
+    parser.add_argument("--variant", action="append", default=None, metavar="'NAME=VALUE ...'",
+                        help="service settings (EDGETPU_SERVE_ prefix left out) to run side by side, each checkout "
+                             "once per variant; '' = the defaults. E.g. --variant '' --variant 'GIL_SWITCH_MS=0.5'")
     parser.add_argument("--backend", default="simtpu", help="backend to serve on (simtpu: the simulated device)")
     parser.add_argument("--workers", type=int, default=None, help="EDGETPU_SERVE_WORKERS for a real backend")
     parser.add_argument("--url", default=None, help="measure a running service instead (no CPU figures)")
@@ -477,7 +494,7 @@ def main() -> int:
     device_times = [float(d) for d in args.device_ms.split(",")] if (simulated or args.url) else [None]
     device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
     inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
-    checkouts = [c.resolve() for c in (args.checkout or [repo_root()])]
+    runs = [(c.resolve(), variant_settings(v)) for c in (args.checkout or [repo_root()]) for v in (args.variant or [""])]
     from app.inference import image_threads as default_image_threads
 
     # the service's own default for a device backend (this checkout's rule), for the bound too
@@ -511,29 +528,31 @@ def main() -> int:
                         bounds[item.name] = bound_without_http(item.jpeg, d, n, image_threads, args.duration)["req_s"]
                         report["bounds"].append({"input": item.name, "device_ms": d, "devices": n,
                                                  "req_s": bounds[item.name]})
-                for checkout in checkouts:
-                    with Service(checkout, d or 0, n, args.backend, args.image_threads, workers=args.workers) as svc:
+                for checkout, settings in runs:
+                    with Service(checkout, d or 0, n, args.backend, args.image_threads, workers=args.workers,
+                                 settings=settings) as svc:
                         v2 = v2_binary_request(svc.url, MODEL, inputs[0].jpeg)
                         rows = measure_service(svc, svc.url, inputs + ([v2] if v2 else []), levels, args.duration,
                                                d, n, workdir)
                     errors += sum(r["errors"] for r in rows)
                     for r in rows:
-                        r["checkout"] = str(checkout)
-                    title = (f"{checkout}: D = {d} ms, {n} device(s)" if simulated else
-                             f"{checkout}: backend {args.backend}, {n} worker(s)")
+                        r["checkout"], r["settings"] = str(checkout), settings
+                    name = run_name(checkout, settings)
+                    title = (f"{name}: D = {d} ms, {n} device(s)" if simulated else
+                             f"{name}: backend {args.backend}, {n} worker(s)")
                     print_rows(f"{title} (load average {load_average()})", rows, bounds)
                     if not v2:
                         print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
                               "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
                     report["points"] += rows
         if simulated and not args.no_stages:
-            for checkout in checkouts:
+            for checkout, settings in runs:
                 d = device_times[0]
-                with Service(checkout, d, 1, args.backend, args.image_threads, stages=True) as svc:
+                with Service(checkout, d, 1, args.backend, args.image_threads, stages=True, settings=settings) as svc:
                     results = [stage_pass(svc, item, args.duration, workdir) for item in inputs]
                 for r in results:
-                    r["checkout"] = str(checkout)
-                print_stages(f"{checkout}: server CPU ms per request by stage, c=1, D = {d} ms, 1 device "
+                    r["checkout"], r["settings"] = str(checkout), settings
+                print_stages(f"{run_name(checkout, settings)}: server CPU ms per request by stage, c=1, D = {d} ms, 1 device "
                              f"(load average {load_average()})", results)
                 report["stages"] += results
     if args.json:

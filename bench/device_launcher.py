@@ -115,8 +115,6 @@ def plug_in() -> None:
 
 
 def main() -> int:
-    if os.environ.get("XSWITCH"):
-        sys.setswitchinterval(float(os.environ["XSWITCH"]))
     plug_in()
     if os.environ.get("BENCH_STAGES") == "1":
         instrument()

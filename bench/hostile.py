@@ -317,7 +317,7 @@ async def large_bodies(svc: Service, count: int, bodies: list[bytes], label: str
 
 # -- overload: N concurrent clients from curl (C, event-driven) or from this process -------------
 
-CURL_MAX_PARALLEL = 300  # curl caps --parallel-max at 300: more clients than that, more curl processes
+CURL_MAX_PARALLEL = 300  # curl's --parallel-max limit (above it, silently 50): more clients, more curl processes
 CURL_TIMEOUT_S = 30      # per transfer, as the Python client's
 # time_total, not time_starttransfer: curl 7.88 stamps the latter when a POST's upload starts, not at the
 # answer's first byte. time_total is the time to the whole answer: under 1 KB of JSON with a Content-Length,

@@ -9,15 +9,21 @@
                  once with the budget out of the way (side by side, same run)
   images         decode time and peak RSS of the largest images each format may be
   cost           what the protocol subclass costs per request against plain uvicorn + httptools
-  overload       10x more concurrent clients than the service admits (workers + MAX_WAITING):
-                 503 latency, admitted latency vs the unloaded p99
+  overload       10x more concurrent clients than the service admits (workers + MAX_WAITING),
+                 each a new connection per request: 503 latency (by reason), admitted latency
+                 vs the unloaded p99, and the CPU the service and the load generator each used
 
-Every client is raw asyncio sockets (cheap enough to run 300 beside the service on 2 cores);
-every loop is bounded in count and time; the service is stopped at the end.
+The overload clients are curl --parallel processes (C), so that no Python event loop of ours
+stands between the service's answer and the figure; the CPU the service and the load generator
+each used is printed beside the figures (`--overload-client python` runs the asyncio client it
+replaced, for comparison). The other scenarios' clients are raw asyncio sockets (few connections,
+or connections that mostly wait). Every loop is bounded in count and time; the service is stopped
+at the end.
 
 Example usage:
-    python bench/hostile.py                 # all four, ~2 minutes
+    python bench/hostile.py                 # all six, ~3 minutes
     python bench/hostile.py --only bombs,slow --slow-clients 200
+    python bench/hostile.py --only overload --overload-client python   # the old client, side by side
 """
 
 from __future__ import annotations
@@ -25,13 +31,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import json
 import os
+import re
+import resource
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -94,15 +105,32 @@ class Service:
 
 # -- raw HTTP over asyncio ------------------------------------------------------------------------
 
-async def exchange(port: int, request: bytes, timeout_s: float = 30.0, reasons: dict | None = None
-                   ) -> tuple[int, float]:
-    """Send one request on a new connection; (status, seconds to the status line). 0 = no answer.
-    With `reasons`, the error message of each 503 is counted there (which limit said no)."""
+@dataclass
+class Answer:
+    """One request's outcome as the client saw it."""
+    status: int                # 0: no HTTP answer
+    seconds: float             # from the connect to the status line (curl: to the whole, small, answer)
+    reason: str | None = None  # a 503's error message, numbers as N (which limit said no)
+    error: str | None = None   # a transport error: no answer at all
+
+
+def reason_of(body: bytes) -> str:
+    """The error message of a JSON error body, its figures replaced by N so that equal reasons group."""
+    try:
+        message = str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        message = body[:60].decode("utf-8", "replace")
+    return re.sub(r"\b\d+(?:\.\d+)?\b", "N", message)[:90]
+
+
+async def exchange_answer(port: int, request: bytes, timeout_s: float = 30.0, read_reason: bool = False
+                          ) -> Answer:
+    """Send one request on a new connection and read the status line (and a 503's reason if asked)."""
     start = time.perf_counter()
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout_s)
-    except (OSError, asyncio.TimeoutError):
-        return 0, time.perf_counter() - start
+    except (OSError, asyncio.TimeoutError) as e:
+        return Answer(0, time.perf_counter() - start, error=type(e).__name__)
     try:
         async def send():
             try:
@@ -115,17 +143,29 @@ async def exchange(port: int, request: bytes, timeout_s: float = 30.0, reasons: 
         line = await asyncio.wait_for(reader.readline(), timeout_s)
         elapsed = time.perf_counter() - start
         sending.cancel()
-        status = int(line.split()[1]) if line.startswith(b"HTTP/") else 0
-        if reasons is not None and status == 503:
-            rest = await asyncio.wait_for(reader.read(1024), timeout_s)
-            message = rest.partition(b"\r\n\r\n")[2].decode("utf-8", "replace")
-            key = message.split(":")[1][:48].strip(' "') if ":" in message else message[:48]
-            reasons.setdefault(key, []).append(elapsed)
-        return status, elapsed
-    except (ConnectionError, OSError, asyncio.TimeoutError, ValueError, IndexError):
-        return 0, time.perf_counter() - start
+        if not line.startswith(b"HTTP/"):
+            return Answer(0, elapsed, error=f"no status line: {line[:40]!r}")
+        answer = Answer(int(line.split()[1]), elapsed)
+        if read_reason and answer.status == 503:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
+                length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                answer.reason = reason_of(await asyncio.wait_for(
+                    reader.readexactly(int(length.group(1))) if length else reader.read(), timeout_s))
+            except (ConnectionError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError,
+                    asyncio.LimitOverrunError) as e:
+                answer.reason = f"(body unreadable: {type(e).__name__})"  # the 503 itself did arrive
+        return answer
+    except (ConnectionError, OSError, asyncio.TimeoutError, ValueError, IndexError) as e:
+        return Answer(0, time.perf_counter() - start, error=type(e).__name__)
     finally:
         writer.close()
+
+
+async def exchange(port: int, request: bytes, timeout_s: float = 30.0) -> tuple[int, float]:
+    """Send one request on a new connection; (status, seconds to the status line). 0 = no answer."""
+    answer = await exchange_answer(port, request, timeout_s)
+    return answer.status, answer.seconds
 
 
 def post(path: str, body: bytes, content_type: str = "image/jpeg") -> bytes:
@@ -275,36 +315,141 @@ async def large_bodies(svc: Service, count: int, bodies: list[bytes], label: str
     print(f"| {label} | {count} | {statuses} | {elapsed:.1f} | {svc_idle:.0f} | {peak:.0f} | {after:.0f} |")
 
 
-async def overload(svc: Service, admitted: int, factor: int, request: bytes, per_client: int) -> None:
-    unloaded = []
-    for _ in range(100):
-        status, seconds = await exchange(svc.port, request)
-        if status == 200:
-            unloaded.append(seconds)
+# -- overload: N concurrent clients from curl (C, event-driven) or from this process -------------
+
+CURL_MAX_PARALLEL = 300  # curl's --parallel-max limit (above it, silently 50): more clients, more curl processes
+CURL_TIMEOUT_S = 30      # per transfer, as the Python client's
+# time_total, not time_starttransfer: curl 7.88 stamps the latter when a POST's upload starts, not at the
+# answer's first byte. time_total is the time to the whole answer: under 1 KB of JSON with a Content-Length,
+# written with its status line; and curl stops uploading when a status >= 300 arrives mid-body ("HTTP error
+# before end of send, stop sending"), so an early 503 is not held back by the rest of the upload.
+CURL_WRITE_OUT = "%{filename_effective} %{http_code} %{time_total} %{exitcode}\\n"
+
+
+def curl_requests(url: str, body: Path, content_type: str, clients: int, count: int, keep_alive: bool,
+                  workdir: Path) -> tuple[list[Answer], float]:
+    """`count` POSTs of `body` to `url`, `clients` at a time, by curl --parallel; (answers, curl's CPU s).
+
+    Each answer's body goes to a file of its own, read afterwards for a 503's reason. Without
+    keep_alive every request asks `Connection: close`, so each is a new connection, as a camera's
+    one-shot POST is; with it, curl reuses the connections of its pool."""
+    processes = -(-clients // CURL_MAX_PARALLEL)
+    headers = [f"Content-Type: {content_type}", "Expect:"]  # no 100-continue wait: the body goes at once
+    if not keep_alive:
+        headers.append("Connection: close")
+    commands = []
+    for p in range(processes):
+        parallel = clients // processes + (p < clients % processes)
+        transfers = count // processes + (p < count % processes)
+        if transfers == 0:
+            continue
+        config = [f'data-binary = "@{body}"'] + [f'header = "{h}"' for h in headers]
+        for i in range(transfers):
+            config += [f'url = "{url}"', f'output = "{workdir / f"answer-{p}-{i}"}"']
+        (workdir / f"curl-{p}.conf").write_text("\n".join(config) + "\n")
+        command = ["curl", "--silent", "--show-error", "--max-time", str(CURL_TIMEOUT_S), "--write-out",
+                   CURL_WRITE_OUT, "--config", str(workdir / f"curl-{p}.conf")]
+        if parallel > 1:
+            command[1:1] = ["--parallel", "--parallel-immediate", "--parallel-max", str(parallel)]
+        commands.append(command)
+    running = []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        for p, command in enumerate(commands):
+            out = (workdir / f"curl-{p}.out").open("w")  # a file, not a pipe: nothing stalls a curl mid-run
+            running.append((subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL), out))
+        for process, out in running:
+            process.wait(CURL_TIMEOUT_S * (-(-count // clients)) + 60)
+    finally:
+        for process, out in running:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            out.close()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    answers = []
+    for p in range(len(running)):
+        for line in (workdir / f"curl-{p}.out").read_text().splitlines():
+            path, code, seconds, exitcode = line.rsplit(" ", 3)
+            answer = Answer(int(code), float(seconds))
+            if exitcode != "0":
+                answer = Answer(0, answer.seconds, error=f"curl exit {exitcode}")
+            elif answer.status == 503:
+                answer.reason = reason_of(Path(path).read_bytes())
+            answers.append(answer)
+    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return answers, cpu_s
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a running process, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def overload(svc: Service, admitted: int, factor: int, body: bytes, per_client: int, unloaded_requests: int,
+             client: str, keep_alive: bool) -> None:
+    """The unloaded baseline (1 client), then admitted x factor concurrent clients, per_client requests each."""
     clients = admitted * factor
+    url = f"http://127.0.0.1:{svc.port}/v1/classify"
+    with tempfile.TemporaryDirectory(prefix="hostile-overload-") as tmp:
+        workdir = Path(tmp)
+        if client == "curl":
+            (workdir / "body.jpg").write_bytes(body)
 
-    reasons: dict[str, list[float]] = {}
+            def run(concurrent: int, count: int) -> tuple[list[Answer], float]:
+                return curl_requests(url, workdir / "body.jpg", "image/jpeg", concurrent, count, keep_alive, workdir)
+        else:
+            request = post("/v1/classify", body)
 
-    async def client() -> list[tuple[int, float]]:
-        return [await exchange(svc.port, request, 30, reasons) for _ in range(per_client)]
+            def run(concurrent: int, count: int) -> tuple[list[Answer], float]:
+                async def one_client(requests: int) -> list[Answer]:
+                    return [await exchange_answer(svc.port, request, CURL_TIMEOUT_S, read_reason=True)
+                            for _ in range(requests)]
 
-    start = time.perf_counter()
-    results = [r for rows in await asyncio.gather(*(client() for _ in range(clients))) for r in rows]
-    elapsed = time.perf_counter() - start
-    ok = [t for s, t in results if s == 200]
-    busy = [t for s, t in results if s == 503]
+                async def all_clients() -> list[list[Answer]]:
+                    shares = [count // concurrent + (i < count % concurrent) for i in range(concurrent)]
+                    return await asyncio.gather(*(one_client(n) for n in shares))
+
+                before = resource.getrusage(resource.RUSAGE_SELF)
+                answers = [a for rows in asyncio.run(all_clients()) for a in rows]
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                return answers, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+        unloaded, _ = run(1, unloaded_requests)
+        service_before = process_cpu_s(svc.process.pid)
+        start = time.perf_counter()
+        answers, client_cpu_s = run(clients, clients * per_client)
+        elapsed = time.perf_counter() - start
+        service_cpu_s = process_cpu_s(svc.process.pid) - service_before
+
+    generator = {"curl": "curl --parallel", "python": "Python asyncio, in this process"}[client]
+    connections = "keep-alive connections" if keep_alive else "a new connection per request"
     print(f"\n## overload: {clients} concurrent clients ({factor}x the {admitted} the service admits: workers + "
-          f"MAX_WAITING), {per_client} requests each, {elapsed:.1f} s")
+          f"MAX_WAITING), {per_client} requests each, {connections}; load generator: {generator}; {elapsed:.1f} s")
     print("| | n | p50 ms | p99 ms |")
     print("|---|---|---|---|")
-    print(f"| unloaded 200 (1 client) | {len(unloaded)} | {pct(unloaded, 50):.1f} | {pct(unloaded, 99):.1f} |")
+    ok_unloaded = [a.seconds for a in unloaded if a.status == 200]
+    ok = [a.seconds for a in answers if a.status == 200]
+    busy = [a.seconds for a in answers if a.status == 503]
+    print(f"| unloaded 200 (1 client) | {len(ok_unloaded)} | {pct(ok_unloaded, 50):.1f} | {pct(ok_unloaded, 99):.1f} |")
     print(f"| overload 200 | {len(ok)} | {pct(ok, 50):.1f} | {pct(ok, 99):.1f} |")
     print(f"| overload 503 | {len(busy)} | {pct(busy, 50):.1f} | {pct(busy, 99):.1f} |")
+    reasons: dict[str, list[float]] = {}
+    for a in answers:
+        if a.status == 503:
+            reasons.setdefault(a.reason or "?", []).append(a.seconds)
     for reason, times in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
         print(f"| 503 {reason!r} | {len(times)} | {pct(times, 50):.1f} | {pct(times, 99):.1f} |")
-    others = _count(s for s, _ in results if s not in (200, 503))
-    print(f"other statuses: {others or 'none'}; admitted p99 / unloaded p99 = "
-          f"{pct(ok, 99) / pct(unloaded, 99):.1f}x")
+    others = _count(f"{a.status} ({label})" for label, rows in (("unloaded", unloaded), ("overload", answers))
+                    for a in rows if a.status and a.status not in ((200,) if label == "unloaded" else (200, 503)))
+    errors = _count(f"{a.error} ({label})" for label, rows in (("unloaded", unloaded), ("overload", answers))
+                    for a in rows if not a.status)
+    print(f"other statuses: {others or 'none'}; transport errors: {errors or 'none'}; "
+          f"admitted p99 / unloaded p99 = {pct(ok, 99) / pct(ok_unloaded, 99):.1f}x")
+    print(f"CPU during the overload phase: service {service_cpu_s:.2f} s, load generator ({client}) "
+          f"{client_cpu_s:.2f} s, of {elapsed * (os.cpu_count() or 1):.2f} s the {os.cpu_count()} cores had "
+          f"in {elapsed:.2f} s")
 
 
 async def keep_alive_rate(port: int, requests: int) -> float:
@@ -387,8 +532,21 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=5.0, help="HEADER_TIMEOUT_S and BODY_TIMEOUT_S for the "
                         "slow-client run (the defaults, 10 and 60 s, make a long benchmark)")
     parser.add_argument("--bodies", type=int, default=48, help="concurrent large bodies (issue: 32-64)")
-    parser.add_argument("--overload-factor", type=int, default=10)
+    parser.add_argument("--overload-factor", type=int, default=10,
+                        help="overload: concurrent clients as a multiple of what the service admits")
+    parser.add_argument("--overload-requests", type=int, default=3, help="overload: requests per client")
+    parser.add_argument("--unloaded-requests", type=int, default=100,
+                        help="overload: sequential requests of the unloaded baseline (1 client)")
+    parser.add_argument("--overload-client", choices=("curl", "python"), default="curl",
+                        help="overload: the load generator: curl --parallel (C; its figures are the service's) or "
+                             "this script's asyncio client (its own cost on the same cores shows in its figures)")
+    parser.add_argument("--keep-alive", action="store_true",
+                        help="overload with curl: no Connection: close, curl reuses the connections of its pool")
+    parser.add_argument("--max-waiting", type=int, default=32, help="overload: the service's MAX_WAITING")
+    parser.add_argument("--workers", type=int, help="overload: the service's WORKERS (default: its own)")
     args = parser.parse_args()
+    if args.keep_alive and args.overload_client != "curl":
+        parser.error("--keep-alive needs --overload-client curl")
     only = set(args.only.split(","))
     small = photo_jpeg(640, 427)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; classify body: china.jpg 640x427 "
@@ -429,11 +587,13 @@ def main() -> int:
         protocol_cost(9, 2000)
 
     if "overload" in only:
-        svc = Service()
+        settings = {"max_waiting": args.max_waiting} | ({"workers": args.workers} if args.workers else {})
+        svc = Service(**settings)
         try:
-            settings = httpx.get(f"http://127.0.0.1:{svc.port}/v1/models").json()
-            workers = settings["models"][0]["backends"]["cpu"]["interpreters"]
-            asyncio.run(overload(svc, workers + 32, args.overload_factor, post("/v1/classify", small), 3))
+            models = httpx.get(f"http://127.0.0.1:{svc.port}/v1/models").json()
+            workers = models["models"][0]["backends"]["cpu"]["interpreters"]
+            overload(svc, workers + args.max_waiting, args.overload_factor, small, args.overload_requests,
+                     args.unloaded_requests, args.overload_client, args.keep_alive)
         finally:
             svc.stop()
     return 0

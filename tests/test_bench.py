@@ -183,3 +183,43 @@ def test_load_sweep_reports_service_and_raw_throughput():
             # duration (plus one overrunning request per thread per round): a throughput that breaks this
             # was not measured over the time it claims
             assert s["rps"] * s["p50"] / 1000 <= 2 * concurrent * 1.5, (side, s)
+
+
+OVERLOAD_ROW = re.compile(r"^\| (?P<name>[^|]+?) \| (?P<n>\d+) \| (?P<p50>[^|]+) \| (?P<p99>[^|]+) \|$")
+OVERLOAD_TAIL = re.compile(r"^other statuses: (?P<others>.+); transport errors: (?P<errors>.+); "
+                           r"admitted p99 / unloaded p99 = (?P<ratio>\d+\.\d)x$", re.M)
+OVERLOAD_CPU = re.compile(r"^CPU during the overload phase: service (?P<service>\d+\.\d\d) s, load generator "
+                          r"\((?P<client>\w+)\) (?P<generator>\d+\.\d\d) s, of (?P<available>\d+\.\d\d) s ", re.M)
+
+
+@pytest.mark.parametrize("client", ["curl", "python"])
+def test_hostile_overload_answers_every_request_with_200_or_503(client):
+    """5x overload of a service that admits 2 (1 interpreter + MAX_WAITING 1): 10 clients, 2 requests each."""
+    admitted, factor, per_client, unloaded = 2, 5, 2, 10
+    done = run(sys.executable, str(BENCH / "hostile.py"), "--only", "overload", "--overload-client", client,
+               "--workers", "1", "--max-waiting", str(admitted - 1), "--overload-factor", str(factor),
+               "--overload-requests", str(per_client), "--unloaded-requests", str(unloaded))
+    assert done.returncode == 0, done.stderr
+    assert f"{admitted * factor} concurrent clients ({factor}x the {admitted} the service admits" in done.stdout
+    rows = {}
+    for line in done.stdout.splitlines():
+        if (row := OVERLOAD_ROW.match(line)) and row["name"] != "":
+            rows[row["name"]] = (int(row["n"]), float(row["p50"]), float(row["p99"]))  # "nan" parses, fails below
+    # every request answered: the unloaded ones all 200, the overloaded ones 200 or 503, nothing else
+    assert rows["unloaded 200 (1 client)"][0] == unloaded, done.stdout
+    assert rows["overload 200"][0] + rows["overload 503"][0] == admitted * factor * per_client, done.stdout
+    tail = OVERLOAD_TAIL.search(done.stdout)
+    assert tail and tail["others"] == "none" and tail["errors"] == "none", done.stdout
+    # overloaded 5x, the service both served and refused; every 503 has its reason, the reasons add up
+    assert rows["overload 200"][0] > 0 and rows["overload 503"][0] > 0, done.stdout
+    reasons = {name: row for name, row in rows.items() if name.startswith("503 ")}
+    assert reasons and sum(n for n, _, _ in reasons.values()) == rows["overload 503"][0], done.stdout
+    assert all("?" not in name and "unreadable" not in name for name in reasons), reasons
+    for name, (n, p50, p99) in rows.items():
+        assert 0 < p50 <= p99, (name, done.stdout)
+    assert float(tail["ratio"]) > 0
+    cpu = OVERLOAD_CPU.search(done.stdout)
+    assert cpu and cpu["client"] == client, done.stdout
+    # the service did the overload phase's work; the whole run cannot have used more than the cores had
+    assert 0 < float(cpu["service"]) and 0 <= float(cpu["generator"]), done.stdout
+    assert float(cpu["service"]) + float(cpu["generator"]) <= float(cpu["available"]) + 0.05, done.stdout

@@ -381,15 +381,49 @@ def curl_requests(url: str, body: Path, content_type: str, clients: int, count: 
     return answers, cpu_s
 
 
+H2LOAD_PERIOD_MS = 10  # h2load's --rate-period: the arrivals come in bursts this far apart
+
+
+def h2load_requests(url: str, body: Path, content_type: str, count: int, per_second: float | None
+                    ) -> tuple[list[Answer], float]:
+    """`count` POSTs of `body` by h2load (nghttp2's load generator, C++), each on a new connection;
+    (answers, h2load's CPU s). With `per_second`, open loop: arrivals at that rate whatever the
+    answers (h2load's --rate: connections made per period, one request each); without, one client
+    sending them one after another. Times from h2load's per-request log (to the end of the answer)."""
+    with tempfile.NamedTemporaryFile(prefix="h2load-", suffix=".log") as log:
+        command = ["h2load", "--h1", "-n", str(count), "-d", str(body), "-H", f"content-type: {content_type}",
+                   f"--log-file={log.name}"]
+        if per_second:
+            per_period = max(1, round(per_second * H2LOAD_PERIOD_MS / 1000))
+            command += ["-c", str(count), "-r", str(per_period), f"--rate-period={H2LOAD_PERIOD_MS}ms"]
+        else:
+            command += ["-c", "1"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(command + [url], capture_output=True, text=True, timeout=CURL_TIMEOUT_S + count)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise RuntimeError(f"h2load failed: {done.stdout}{done.stderr}")
+        answers = []
+        for line in Path(log.name).read_text().splitlines():
+            _, status, micros = line.split("\t")[:3]
+            answers.append(Answer(int(status), int(micros) / 1e6) if int(status) > 0 else
+                           Answer(0, int(micros) / 1e6, error="no answer"))
+        missing = count - len(answers)  # requests h2load could not complete are not in its log
+        answers += [Answer(0, float("nan"), error="not completed")] * missing
+    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return answers, cpu_s
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a running process, all its threads (/proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def overload(svc: Service, admitted: int, factor: int, body: bytes, per_client: int, unloaded_requests: int,
-             client: str, keep_alive: bool) -> None:
-    """The unloaded baseline (1 client), then admitted x factor concurrent clients, per_client requests each."""
+def overload_closed(svc: Service, admitted: int, factor: int, body: bytes, per_client: int, unloaded_requests: int,
+                    client: str, keep_alive: bool) -> None:
+    """Closed loop: the unloaded baseline (1 client), then admitted x factor concurrent clients, per_client
+    requests each, every client sending its next request as soon as it has an answer."""
     clients = admitted * factor
     url = f"http://127.0.0.1:{svc.port}/v1/classify"
     with tempfile.TemporaryDirectory(prefix="hostile-overload-") as tmp:
@@ -425,8 +459,37 @@ def overload(svc: Service, admitted: int, factor: int, body: bytes, per_client: 
 
     generator = {"curl": "curl --parallel", "python": "Python asyncio, in this process"}[client]
     connections = "keep-alive connections" if keep_alive else "a new connection per request"
-    print(f"\n## overload: {clients} concurrent clients ({factor}x the {admitted} the service admits: workers + "
-          f"MAX_WAITING), {per_client} requests each, {connections}; load generator: {generator}; {elapsed:.1f} s")
+    print(f"\n## overload, closed loop: {clients} concurrent clients ({factor}x the {admitted} the service admits: "
+          f"workers + MAX_WAITING), {per_client} requests each, {connections}; load generator: {generator}; "
+          f"{elapsed:.1f} s")
+    print_overload(unloaded, answers, elapsed, service_cpu_s, client, client_cpu_s)
+
+
+def overload_open(svc: Service, workers: int, factor: int, body: bytes, seconds: float, unloaded_requests: int,
+                  title: str = "") -> None:
+    """Open loop: the unloaded baseline (1 client, one request after another), then requests arriving at
+    `factor` times the rate the service can serve (workers / the unloaded p50), each on a new connection,
+    for `seconds`: arrivals do not wait for answers, as independent cameras' do not."""
+    url = f"http://127.0.0.1:{svc.port}/v1/classify"
+    with tempfile.TemporaryDirectory(prefix="hostile-overload-") as tmp:
+        path = Path(tmp) / "body.jpg"
+        path.write_bytes(body)
+        unloaded, _ = h2load_requests(url, path, "image/jpeg", unloaded_requests, None)
+        capacity = workers / statistics.median(a.seconds for a in unloaded if a.status == 200)
+        rate = factor * capacity
+        service_before = process_cpu_s(svc.process.pid)
+        start = time.perf_counter()
+        answers, client_cpu_s = h2load_requests(url, path, "image/jpeg", round(rate * seconds), rate)
+        elapsed = time.perf_counter() - start
+        service_cpu_s = process_cpu_s(svc.process.pid) - service_before
+    print(f"\n## overload, open loop{title}: requests arriving at {rate:.0f}/s ({factor}x the ~{capacity:.0f}/s "
+          f"{workers} interpreters serve at the unloaded p50), each on a new connection, {len(answers)} in "
+          f"{elapsed:.1f} s; load generator: h2load (503 reasons: --overload-client curl)")
+    print_overload(unloaded, answers, elapsed, service_cpu_s, "h2load", client_cpu_s)
+
+
+def print_overload(unloaded: list[Answer], answers: list[Answer], elapsed: float, service_cpu_s: float,
+                   client: str, client_cpu_s: float) -> None:
     print("| | n | p50 ms | p99 ms |")
     print("|---|---|---|---|")
     ok_unloaded = [a.seconds for a in unloaded if a.status == 200]
@@ -437,8 +500,8 @@ def overload(svc: Service, admitted: int, factor: int, body: bytes, per_client: 
     print(f"| overload 503 | {len(busy)} | {pct(busy, 50):.1f} | {pct(busy, 99):.1f} |")
     reasons: dict[str, list[float]] = {}
     for a in answers:
-        if a.status == 503:
-            reasons.setdefault(a.reason or "?", []).append(a.seconds)
+        if a.status == 503 and a.reason is not None:
+            reasons.setdefault(a.reason, []).append(a.seconds)
     for reason, times in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
         print(f"| 503 {reason!r} | {len(times)} | {pct(times, 50):.1f} | {pct(times, 99):.1f} |")
     others = _count(f"{a.status} ({label})" for label, rows in (("unloaded", unloaded), ("overload", answers))
@@ -537,9 +600,14 @@ def main() -> int:
     parser.add_argument("--overload-requests", type=int, default=3, help="overload: requests per client")
     parser.add_argument("--unloaded-requests", type=int, default=100,
                         help="overload: sequential requests of the unloaded baseline (1 client)")
-    parser.add_argument("--overload-client", choices=("curl", "python"), default="curl",
-                        help="overload: the load generator: curl --parallel (C; its figures are the service's) or "
-                             "this script's asyncio client (its own cost on the same cores shows in its figures)")
+    parser.add_argument("--overload-client", choices=("h2load", "curl", "python"), default="h2load",
+                        help="overload: h2load, open loop (arrivals at --overload-factor x the service's rate); or a "
+                             "closed loop of --overload-factor x the admitted count concurrent clients: curl "
+                             "--parallel (C, with each 503's reason) or this script's asyncio client")
+    parser.add_argument("--overload-seconds", type=float, default=3.0, help="overload, open loop: how long")
+    parser.add_argument("--overload-variant", action="append", default=None, metavar="'NAME=VALUE ...'",
+                        help="overload: service settings (EDGETPU_SERVE_ prefix left out) to run side by side, "
+                             "one service each; '' = the defaults")
     parser.add_argument("--keep-alive", action="store_true",
                         help="overload with curl: no Connection: close, curl reuses the connections of its pool")
     parser.add_argument("--max-waiting", type=int, default=32, help="overload: the service's MAX_WAITING")
@@ -587,15 +655,22 @@ def main() -> int:
         protocol_cost(9, 2000)
 
     if "overload" in only:
-        settings = {"max_waiting": args.max_waiting} | ({"workers": args.workers} if args.workers else {})
-        svc = Service(**settings)
-        try:
-            models = httpx.get(f"http://127.0.0.1:{svc.port}/v1/models").json()
-            workers = models["models"][0]["backends"]["cpu"]["interpreters"]
-            overload(svc, workers + args.max_waiting, args.overload_factor, small, args.overload_requests,
-                     args.unloaded_requests, args.overload_client, args.keep_alive)
-        finally:
-            svc.stop()
+        for variant in args.overload_variant or [""]:
+            settings = {"max_waiting": args.max_waiting} | ({"workers": args.workers} if args.workers else {})
+            settings |= {name.lower(): value for name, _, value in (pair.partition("=") for pair in variant.split())}
+            svc = Service(**settings)
+            try:
+                models = httpx.get(f"http://127.0.0.1:{svc.port}/v1/models").json()
+                workers = models["models"][0]["backends"]["cpu"]["interpreters"]
+                if args.overload_client == "h2load":
+                    overload_open(svc, workers, args.overload_factor, small, args.overload_seconds,
+                                  args.unloaded_requests, f" [{variant}]" if variant else "")
+                else:
+                    overload_closed(svc, workers + args.max_waiting, args.overload_factor, small,
+                                    args.overload_requests, args.unloaded_requests, args.overload_client,
+                                    args.keep_alive)
+            finally:
+                svc.stop()
     return 0
 
 

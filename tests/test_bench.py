@@ -223,3 +223,30 @@ def test_hostile_overload_answers_every_request_with_200_or_503(client):
     # the service did the overload phase's work; the whole run cannot have used more than the cores had
     assert 0 < float(cpu["service"]) and 0 <= float(cpu["generator"]), done.stdout
     assert float(cpu["service"]) + float(cpu["generator"]) <= float(cpu["available"]) + 0.05, done.stdout
+
+
+OPEN_LOOP_HEAD = re.compile(r"^## overload, open loop: requests arriving at (?P<rate>\d+)/s \(5x the ~(?P<capacity>\d+)/s "
+                            r"1 interpreters serve at the unloaded p50\), each on a new connection, (?P<n>\d+) in ",
+                            re.M)
+
+
+def test_hostile_open_loop_overload_answers_every_arrival_with_200_or_503():
+    """Arrivals at 5x what one interpreter serves, for 1 s, by h2load: every one answered, 200 or 503."""
+    done = run(sys.executable, str(BENCH / "hostile.py"), "--only", "overload", "--overload-client", "h2load",
+               "--workers", "1", "--max-waiting", "1", "--overload-factor", "5", "--overload-seconds", "1",
+               "--unloaded-requests", "10")
+    assert done.returncode == 0, done.stderr
+    head = OPEN_LOOP_HEAD.search(done.stdout)
+    assert head, done.stdout
+    rows = {row["name"]: (int(row["n"]), float(row["p50"]), float(row["p99"]))
+            for line in done.stdout.splitlines() if (row := OVERLOAD_ROW.match(line)) and row["name"] != ""}
+    assert rows["unloaded 200 (1 client)"][0] == 10, done.stdout
+    # every arrival answered: 200 or 503, nothing else, no transport error
+    assert rows["overload 200"][0] + rows["overload 503"][0] == int(head["n"]), done.stdout
+    assert rows["overload 200"][0] > 0 and rows["overload 503"][0] > 0, done.stdout
+    tail = OVERLOAD_TAIL.search(done.stdout)
+    assert tail and tail["others"] == "none" and tail["errors"] == "none", done.stdout
+    for name, (n, p50, p99) in rows.items():
+        assert 0 < p50 <= p99, (name, done.stdout)
+    cpu = OVERLOAD_CPU.search(done.stdout)
+    assert cpu and cpu["client"] == "h2load" and float(cpu["service"]) > 0, done.stdout

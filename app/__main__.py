@@ -10,13 +10,11 @@ from app.errors import ServeError
 from app.http_server import serve
 from app.main import create_app
 from app.settings import Settings
-from app.threads import set_gil_switch_interval
 
 
 def main() -> int:
     settings = Settings()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    set_gil_switch_interval(settings.gil_switch_ms)
     try:
         app = create_app(settings)
     except ServeError as e:

@@ -47,9 +47,6 @@ class Settings(BaseSettings):
     # interpreters, image work), so the event loop, which answers and refuses, runs first when
     # they fill every core (app/threads.py). 0 = as the process.
     compute_nice: int = Field(default=10, ge=0, le=19)
-    # How long a thread busy in Python keeps the GIL from one that wants it, such as a device's
-    # thread with an answer and an idle device (app/threads.py). Python's own default is 5 ms.
-    gil_switch_ms: float = Field(default=5.0, gt=0, le=100)
     # The deadline of one invoke on a backend without a watchdog: past it the request gets a 504.
     invoke_timeout_s: float = Field(default=30.0, gt=0)
     # SIGTERM: requests already admitted get this long to finish before interpreters are closed.

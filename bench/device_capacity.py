@@ -23,7 +23,7 @@ Example usage:
     python bench/device_capacity.py                      # D=2.5,5 ms; 1 and 2 devices
     python bench/device_capacity.py --device-ms 2.5 --devices 1 --concurrency 1,4,8 --duration 2
     python bench/device_capacity.py --checkout /work/main --checkout .   # two checkouts side by side
-    python bench/device_capacity.py --variant '' --variant 'GIL_SWITCH_MS=0.5'   # two settings side by side
+    python bench/device_capacity.py --variant '' --variant 'COMPUTE_NICE=0'   # two settings side by side
     python bench/device_capacity.py --backend cpu --workers 1 --concurrency 1   # a real backend
     python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
     python bench/device_capacity.py --url http://board:8000 --device-ms 2.6     # a running service
@@ -451,7 +451,7 @@ def print_stages(title: str, results: list[dict]) -> None:
 
 
 def variant_settings(text: str) -> dict[str, str]:
-    """'GIL_SWITCH_MS=0.5 COMPUTE_NICE=5' -> {"GIL_SWITCH_MS": "0.5", "COMPUTE_NICE": "5"}."""
+    """'MAX_QUEUE_MS=30 COMPUTE_NICE=5' -> {"MAX_QUEUE_MS": "30", "COMPUTE_NICE": "5"}."""
     pairs = [item.partition("=") for item in text.split()]
     if any(not sep or not name for name, sep, _ in pairs):
         raise SystemExit(f"--variant takes NAME=VALUE pairs, got {text!r}")
@@ -476,7 +476,7 @@ def main() -> int:
                              "app runs with that checkout alone on PYTHONPATH")
     parser.add_argument("--variant", action="append", default=None, metavar="'NAME=VALUE ...'",
                         help="service settings (EDGETPU_SERVE_ prefix left out) to run side by side, each checkout "
-                             "once per variant; '' = the defaults. E.g. --variant '' --variant 'GIL_SWITCH_MS=0.5'")
+                             "once per variant; '' = the defaults. E.g. --variant '' --variant 'COMPUTE_NICE=0'")
     parser.add_argument("--backend", default="simtpu", help="backend to serve on (simtpu: the simulated device)")
     parser.add_argument("--workers", type=int, default=None, help="EDGETPU_SERVE_WORKERS for a real backend")
     parser.add_argument("--url", default=None, help="measure a running service instead (no CPU figures)")

@@ -56,9 +56,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                                          trim_after_burst=settings.tune_malloc))
     app.include_router(health.router)
     app.include_router(models.router, dependencies=[auth.InferenceKey])
-    app.include_router(classify.router, dependencies=[auth.InferenceKey])
+    app.include_router(classify.router)  # its routes check the inference key themselves (DirectRoute)
     app.include_router(devices.router, dependencies=[auth.InferenceKey])
     app.include_router(v2.health)  # open, like /healthz
+    app.include_router(v2.inference)  # its routes check the inference key themselves (DirectRoute)
     app.include_router(v2.router, dependencies=[auth.InferenceKey])
     metrics.install(app)  # /metrics: open until inference keys are set, like /v1
     page.install(app)

@@ -4,7 +4,8 @@ Under overload the event loop answers every refusal itself, so what one 503 cost
 503s come back; for admitted requests it is the framework's share of a request's CPU. Measured
 in-process: each request is driven straight into the ASGI app (a fake scope, receive and send, no
 socket, no HTTP parser), and the loop thread's CPU clock (time.thread_time) is read around a block
-of requests; image work and the invoke run on other threads and are not counted. 503s: the pool's
+of requests; image work and the invoke run on other threads and are not counted. Logging is set up
+as the service sets it (INFO), written to /dev/null. 503s: the pool's
 only interpreter is held, with no waiting room, so every request is refused at admission. The
 harness row is the same loop around an ASGI app that answers at once: the part of each figure that
 is the benchmark's own.
@@ -132,10 +133,17 @@ async def ready(app, timeout_s: float = 120.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def measure(root: Path, rounds: int, n: int, only: list[str]) -> dict[str, list[float]]:
+def log_as_the_service_does() -> None:
+    """app/__main__.py's logging (INFO, one formatted line per record), written to /dev/null: what
+    the service logs per request is part of what a request costs the loop."""
     import logging
 
-    logging.disable(logging.CRITICAL)  # the same for every checkout: log output is not what is measured here
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=open(os.devnull, "w"), force=True)
+
+
+async def measure(root: Path, rounds: int, n: int, only: list[str]) -> dict[str, list[float]]:
+    log_as_the_service_does()
     app = build_app(root)
     requests = Requests(root, _photo_224())
     figures: dict[str, list[float]] = {s: [] for s in only}
@@ -161,10 +169,9 @@ async def measure(root: Path, rounds: int, n: int, only: list[str]) -> dict[str,
 
 async def profile(root: Path, scenario: str, n: int, lines: int) -> None:
     import cProfile
-    import logging
     import pstats
 
-    logging.disable(logging.CRITICAL)
+    log_as_the_service_does()
     app = build_app(root)
     req = Requests(root, _photo_224()).of(scenario)
     async with app.router.lifespan_context(app):

@@ -22,6 +22,7 @@ from app.api.auth import check_inference_key
 from app.api.body import hold_more, read_limited
 from app.api.deps import RegistryDep, SettingsDep
 from app.api.direct import DirectRoute
+from app.api.errors import REFUSED, refusals
 from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
@@ -48,6 +49,8 @@ class V2Route(DirectRoute):
                 return await handler(request)
             except ServeError as e:
                 status = status_of(e)
+                if status == REFUSED:
+                    refusals.refused(request.method, request.scope["path"], e)
                 return JSONResponse({"error": str(e)}, status_code=status, headers=retry_after(e))
             except (RequestValidationError, StarletteHTTPException):
                 raise  # the app's own handlers answer these with their 4xx

@@ -54,12 +54,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.add_middleware(HoldBodyBudget, budget=ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
                                                          trim_after_burst=settings.tune_malloc))
+    # The inference routes first: every request is matched against the routes in order, and these
+    # are the ones under load. They check the inference key themselves (DirectRoute).
+    app.include_router(classify.router)
+    app.include_router(v2.inference)
     app.include_router(health.router)
     app.include_router(models.router, dependencies=[auth.InferenceKey])
-    app.include_router(classify.router)  # its routes check the inference key themselves (DirectRoute)
     app.include_router(devices.router, dependencies=[auth.InferenceKey])
     app.include_router(v2.health)  # open, like /healthz
-    app.include_router(v2.inference)  # its routes check the inference key themselves (DirectRoute)
     app.include_router(v2.router, dependencies=[auth.InferenceKey])
     metrics.install(app)  # /metrics: open until inference keys are set, like /v1
     page.install(app)

@@ -19,6 +19,11 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# FastAPI's native OpenTelemetry, off: the service's monitoring is Prometheus (/metrics), no
+# OpenTelemetry SDK is installed, and asking per request whether one is configured cost ~7 us of
+# event-loop CPU (bench/loop_cost.py).
+NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
+
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
@@ -43,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await asyncio.to_thread(registry.close)
             images.close()
 
-    app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan, telemetry=NO_OPENTELEMETRY,
                   description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
     images = ImageWork(image_threads(settings.image_threads, registry.host_cpu), settings.max_image_pixels,
                        max_decoded_pixels=settings.max_decoded_pixels, accept_damaged=settings.accept_damaged_images)

@@ -167,7 +167,7 @@ async def measure(root: Path, rounds: int, n: int, only: list[str]) -> dict[str,
     return figures
 
 
-async def profile(root: Path, scenario: str, n: int, lines: int) -> None:
+async def profile(root: Path, scenario: str, n: int, lines: int, sort: str = "cumulative") -> None:
     import cProfile
     import pstats
 
@@ -184,7 +184,7 @@ async def profile(root: Path, scenario: str, n: int, lines: int) -> None:
         profiler.disable()
         if place is not None:
             place.release()
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(lines)
+    pstats.Stats(profiler).sort_stats(sort).print_stats(lines)
 
 
 # ---- side by side --------------------------------------------------------------------------
@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-n", type=int, default=2000, help="503s per round (admitted requests: a tenth of it)")
     parser.add_argument("--only", default=",".join(SCENARIOS), help="scenarios, comma-separated")
     parser.add_argument("--profile", metavar="SCENARIO", help="cProfile one scenario of this checkout instead")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats keys: cumulative, tottime, ...)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.profile:
         sys.path.insert(0, str(ROOT))
-        asyncio.run(profile(ROOT, args.profile, args.n, 40))
+        asyncio.run(profile(ROOT, args.profile, args.n, 40, args.sort))
         return
 
     checkouts = {"this": ROOT} if args.against is None else {"before": args.against.resolve(), "after": ROOT}

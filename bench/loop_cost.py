@@ -13,10 +13,16 @@ is the benchmark's own.
 `--against DIR` measures another checkout (e.g. the main branch) in the same run: each checkout in
 its own subprocess, rounds alternating between them, medians side by side with their ratio.
 
+`--http` measures refusals over real HTTP instead: the service (bench/device_launcher.py, one simulated
+device of 60 s, no waiting room) with its only place held by one request, `wrk` POSTing the 224x224
+JPEG to /v1 classify for 2 s per concurrency; the figure is the whole server process's CPU (every
+thread, /proc schedstat) per 503, beside wrk's rate and latencies.
+
 Example usage:
     python bench/loop_cost.py                       # this checkout, medians of 5 rounds
     python bench/loop_cost.py --against /work/main  # before/after side by side
     python bench/loop_cost.py --profile "v1 classify 503"   # where one scenario's time goes
+    python bench/loop_cost.py --http --against /work/main   # 503s over HTTP, server CPU per request
 """
 
 from __future__ import annotations
@@ -187,6 +193,78 @@ async def profile(root: Path, scenario: str, n: int, lines: int, sort: str = "cu
     pstats.Stats(profiler).sort_stats(sort).print_stats(lines)
 
 
+# ---- over HTTP ----------------------------------------------------------------------------
+
+HTTP_CONCURRENCY = (1, 8, 64)
+
+
+def _process_cpu_ns(pid: int) -> int:
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            pass  # a thread that just ended
+    return total
+
+
+def http_refusals(root: Path, seconds: float) -> dict[str, list[float]]:
+    """Per concurrency: [server CPU ms per 503, 503s per second, p50 ms, p99 ms]."""
+    import tempfile
+    import threading
+    import urllib.request
+
+    from bench.device_capacity import LAUNCHER, Input, wrk_run
+    from bench.service import ServiceProcess
+
+    work = Path(tempfile.mkdtemp(prefix="loop_cost_"))
+    env = {"PYTHONPATH": str(root), "EDGETPU_SERVE_BACKENDS": "simtpu", "EDGETPU_SERVE_MODELS": MODEL,
+           "EDGETPU_SERVE_WORKERS": "1", "EDGETPU_SERVE_MAX_WAITING": "0", "EDGETPU_SERVE_WAIT_TIMEOUT_S": "100",
+           "EDGETPU_SERVE_LOG_LEVEL": "warning", "BENCH_DEVICE_MS": "60000", "BENCH_DEVICES": "1",
+           "BENCH_STATS_FILE": str(work / "stats.json"), "BENCH_STAGES": "0"}
+    jpeg = _photo_224()
+    figures: dict[str, list[float]] = {}
+    service = ServiceProcess(env, inherit_settings=False, argv=[sys.executable, str(LAUNCHER)], cwd=root)
+    try:
+        service.wait_ready()
+
+        def hold():  # the only place, for the device's 60 s; ends with an error when the service stops
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"{service.url}/v1/classify", data=jpeg,
+                                                              headers={"content-type": "image/jpeg"}), timeout=90)
+            except OSError:
+                pass
+
+        threading.Thread(target=hold, daemon=True).start()
+        time.sleep(0.5)
+        item = Input("224x224 JPEG", jpeg, "image/jpeg")
+        for concurrency in HTTP_CONCURRENCY:
+            before = _process_cpu_ns(service.process.pid)
+            run = wrk_run(service.url, item, concurrency, seconds, work)
+            cpu_ms = (_process_cpu_ns(service.process.pid) - before) / 1e6
+            if run["errors"] != run["requests"]:  # wrk counts every non-2xx as an error: all must be refused
+                raise RuntimeError(f"{run['requests'] - run['errors']} requests were not refused")
+            figures[f"c={concurrency}"] = [cpu_ms / run["requests"], run["req_s"], run["p50_ms"], run["p99_ms"]]
+    finally:
+        service.stop()
+    return figures
+
+
+def _print_http(figures: dict[str, dict[str, list[list[float]]]]) -> None:
+    labels = list(figures)
+    print("503s over HTTP (wrk, 2 s per level): server CPU ms per request (every thread), medians of rounds")
+    print(f"{'concurrency':<12}" + "".join(f"{label + ' CPU ms':>16}{'503/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
+                                           for label in labels) + ("  CPU ratio" if len(labels) == 2 else ""))
+    for level in next(iter(figures.values())):
+        cells, cpu = "", []
+        for label in labels:
+            rounds = figures[label][level]
+            med = [statistics.median(r[i] for r in rounds) for i in range(4)]
+            cpu.append(med[0])
+            cells += f"{med[0]:>16.3f}{med[1]:>8.0f}{med[2]:>8.2f}{med[3]:>8.1f}"
+        print(f"{level:<12}{cells}" + (f"{cpu[1] / cpu[0]:>11.2f}" if len(cpu) == 2 else ""))
+
+
 # ---- side by side --------------------------------------------------------------------------
 
 def _run_worker(root: Path, rounds: int, n: int, only: list[str]) -> dict[str, list[float]]:
@@ -206,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default=",".join(SCENARIOS), help="scenarios, comma-separated")
     parser.add_argument("--profile", metavar="SCENARIO", help="cProfile one scenario of this checkout instead")
     parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats keys: cumulative, tottime, ...)")
+    parser.add_argument("--http", action="store_true", help="503s over real HTTP (wrk) instead, server CPU per request")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -221,6 +300,15 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     checkouts = {"this": ROOT} if args.against is None else {"before": args.against.resolve(), "after": ROOT}
+    if args.http:
+        sys.path.insert(0, str(ROOT))
+        by_checkout: dict[str, dict[str, list[list[float]]]] = {label: {} for label in checkouts}
+        for _ in range(args.rounds):
+            for label, root in checkouts.items():
+                for level, values in http_refusals(root, 2.0).items():
+                    by_checkout[label].setdefault(level, []).append(values)
+        print(json.dumps(by_checkout)) if args.json else _print_http(by_checkout)
+        return
     figures: dict[str, dict[str, list[float]]] = {label: {} for label in checkouts}
     for _ in range(args.rounds):  # alternating, one round each, so drift hits both alike
         for label, root in checkouts.items():

@@ -93,3 +93,19 @@ def test_the_inference_routes_solve_no_dependencies(monkeypatch):
     assert solved == []
     client.get("/v1/models")  # an ordinary route: solved as ever, so the probe above could see one
     assert len(solved) == 1
+
+
+async def scoped(tenant: str, name: str, top_k: TopK = 5) -> Response:
+    return Response(f"{tenant} {name} {top_k}")
+
+
+def test_a_path_parameter_in_the_inclusion_prefix_is_read_from_the_path():
+    answers = []
+    for route_class in (DirectRoute, APIRoute):
+        app = FastAPI()
+        router = APIRouter(route_class=route_class)
+        router.get("/m/{name}")(scoped)
+        app.include_router(router, prefix="/t/{tenant}")
+        r = TestClient(app).get("/t/acme/m/x?top_k=2&tenant=other")
+        answers.append((r.status_code, r.text))
+    assert answers[0] == answers[1] == (200, "acme x 2")

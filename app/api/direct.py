@@ -62,8 +62,9 @@ class _Parameter:
                           for error in e.errors(include_url=False))
 
 
-def direct_parameters(route: APIRoute) -> list[_Parameter] | None:
-    """The handler's parameters as DirectRoute reads them, or None if it cannot (FastAPI's handler runs it)."""
+def direct_parameters(route: APIRoute, path_names: set[str]) -> list[_Parameter] | None:
+    """The handler's parameters as DirectRoute reads them, or None if it cannot (FastAPI's handler runs it).
+    `path_names`: the parameters of the full path, prefixes included."""
     endpoint = route.endpoint
     if not inspect.iscoroutinefunction(endpoint):
         return None
@@ -71,7 +72,6 @@ def direct_parameters(route: APIRoute) -> list[_Parameter] | None:
     returns = hints.get("return")
     if not (inspect.isclass(returns) and issubclass(returns, Response)):
         return None  # what it returns would need FastAPI's serialization
-    path_names = set(route.param_convertors)
     found = []
     for name, parameter in inspect.signature(endpoint).parameters.items():
         annotation = hints.get(name, parameter.annotation)
@@ -108,15 +108,16 @@ def _scalar(annotation) -> bool:
     return all(a in (str, int, float, bool) for a in args)
 
 
-def _inclusion_dependencies() -> list:
-    """The dependencies of the router inclusion this handler is being built for (FastAPI builds
-    one handler per inclusion). Unknown (a FastAPI without this hook): reported as one, so the
-    route falls back to FastAPI's own handler rather than skip a dependency."""
+_UNKNOWN = object()
+
+
+def _inclusion():
+    """The router inclusion this handler is being built for (FastAPI builds one handler per
+    inclusion, its path prefixed and its dependencies added), None for the route itself, or
+    _UNKNOWN on a FastAPI without this hook: then the route falls back to FastAPI's own handler
+    rather than risk skipping a dependency."""
     context_var = getattr(routing, "_effective_route_context_var", None)
-    if context_var is None:
-        return [None]
-    context = context_var.get()
-    return list(getattr(context, "dependencies", None) or []) if context is not None else []
+    return _UNKNOWN if context_var is None else context_var.get()
 
 
 class DirectRoute(APIRoute):
@@ -132,7 +133,11 @@ class DirectRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         checks = self.checks
-        parameters = None if self.dependencies or _inclusion_dependencies() else direct_parameters(self)
+        inclusion = _inclusion()
+        route = self if inclusion is None else inclusion
+        parameters = None
+        if inclusion is not _UNKNOWN and not getattr(route, "dependencies", [None]):
+            parameters = direct_parameters(self, set(getattr(route, "param_convertors", self.param_convertors)))
         if parameters is None:
             solved = super().get_route_handler()
 

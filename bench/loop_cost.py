@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-n", type=int, default=2000, help="503s per round (admitted requests: a tenth of it)")
     parser.add_argument("--only", default=",".join(SCENARIOS), help="scenarios, comma-separated")
     parser.add_argument("--profile", metavar="SCENARIO", help="cProfile one scenario of this checkout instead")
-    parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats keys: cumulative, tottime, ...)")
+    parser.add_argument("--sort", default="cumulative",
+                        help="the profile's order (pstats keys: cumulative, tottime, ...)")
     parser.add_argument("--http", action="store_true", help="503s over real HTTP (wrk) instead, server CPU per request")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -320,7 +321,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     labels = list(checkouts)
     print(f"event-loop CPU per request, ms (median of {args.rounds} rounds; in-process ASGI, {MODEL}, cpu)")
-    print(f"{'scenario':<18}" + "".join(f"{label:>10}" for label in labels) + ("     ratio" if len(labels) == 2 else ""))
+    ratio_title = "     ratio" if len(labels) == 2 else ""
+    print(f"{'scenario':<18}" + "".join(f"{label:>10}" for label in labels) + ratio_title)
     for scenario in [*only, "harness"]:
         row = [medians[label][scenario] for label in labels]
         ratio = f"{row[1] / row[0]:>10.2f}" if len(row) == 2 else ""

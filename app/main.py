@@ -19,6 +19,11 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# FastAPI's native OpenTelemetry, off: the service's monitoring is Prometheus (/metrics), no
+# OpenTelemetry SDK is installed, and asking per request whether one is configured cost ~7 us of
+# event-loop CPU (bench/loop_cost.py).
+NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
+
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
@@ -43,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await asyncio.to_thread(registry.close)
             images.close()
 
-    app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="edgetpu-serve", version="0.1.0", lifespan=lifespan, telemetry=NO_OPENTELEMETRY,
                   description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
     images = ImageWork(image_threads(settings.image_threads, registry.host_cpu), settings.max_image_pixels,
                        nice=settings.compute_nice,
@@ -55,9 +60,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.add_middleware(HoldBodyBudget, budget=ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
                                                          trim_after_burst=settings.tune_malloc))
+    # The inference routes first: every request is matched against the routes in order, and these
+    # are the ones under load. They check the inference key themselves (DirectRoute).
+    app.include_router(classify.router)
+    app.include_router(v2.inference)
     app.include_router(health.router)
     app.include_router(models.router, dependencies=[auth.InferenceKey])
-    app.include_router(classify.router, dependencies=[auth.InferenceKey])
     app.include_router(devices.router, dependencies=[auth.InferenceKey])
     app.include_router(v2.health)  # open, like /healthz
     app.include_router(v2.router, dependencies=[auth.InferenceKey])

@@ -1,7 +1,11 @@
 """API keys: an inference level and an admin level, as dependencies any router can carry.
 
-    app.include_router(router, dependencies=[InferenceKey])   # classify, models, devices, /v2 ...
+    app.include_router(router, dependencies=[InferenceKey])   # models, devices, /v2 metadata ...
     @router.post("/{name}/reload", dependencies=[AdminKey])     # reload, load, unload
+    check_inference_key(request)                               # first line of a DirectRoute handler
+
+The inference routes (/v1 classify, /v2 infer) are DirectRoutes (app/api/direct.py): no dependency
+solving per request, so they call check_inference_key themselves, with the same answers.
 
 A key is sent as `Authorization: Bearer <key>` or `X-API-Key: <key>`. Inference endpoints
 are open until inference keys are set; an admin key is also an inference key. Admin
@@ -95,7 +99,9 @@ def _unauthorized(message: str) -> HTTPException:
     return HTTPException(401, message, headers=CHALLENGE)
 
 
-async def require_inference_key(request: Request) -> None:
+def check_inference_key(request: Request) -> None:
+    """401 (HTTPException with the Bearer challenge) unless the request carries an inference or
+    admin key; nothing to check while no inference key is set."""
     keys: ApiKeys = request.app.state.api_keys
     if not keys.inference:
         return
@@ -104,6 +110,10 @@ async def require_inference_key(request: Request) -> None:
         raise _unauthorized("an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
     if not (matches(given, keys.inference) | matches(given, keys.admin)):
         raise _unauthorized("the API key is not valid")
+
+
+async def require_inference_key(request: Request) -> None:
+    check_inference_key(request)
 
 
 async def require_admin_key(request: Request) -> None:

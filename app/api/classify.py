@@ -3,6 +3,9 @@
 Admission before work: the lease (the model version, and the room check on the pool's line) is
 taken before the body is read, so a full line answers 503 at once, whatever the body is doing;
 the place in line is taken once the body is here (a slow body holds none).
+
+DirectRoutes (app/api/direct.py): the query parameters are validated from the signatures below
+without FastAPI's dependency solving, after the API key check (first, as a dependency was).
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Query, Request, Response
 
+from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
+from app.api.direct import DirectRoute
 from app.api.schemas import ClassifyResponse, ErrorResponse
 from app.errors import InvalidParameter
 from app.inference import Classification, classify
 
-router = APIRouter(prefix="/v1", tags=["classify"])
+router = APIRouter(prefix="/v1", tags=["classify"], route_class=DirectRoute.checking(check_inference_key))
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
 TopK = Annotated[int, Query(ge=1, description="how many classes to return (at most EDGETPU_SERVE_MAX_TOP_K)")]
@@ -25,9 +30,9 @@ Threshold = Annotated[float, Query(ge=0.0, le=1.0, description="drop classes sco
 Backend = Annotated[str | None, Query(max_length=32, description="cpu, edgetpu, emulated; default: the first configured")]
 
 
-async def _classify(request: Request, name: str | None, top_k: int, threshold: float, backend: str | None):
-    # The app's state read here, not through three Depends: FastAPI's dependency solving cost
-    # ~40-70 us of event-loop CPU per request (measured on an in-process ASGI loop).
+async def _classify(request: Request, name: str | None, top_k: int, threshold: float,
+                    backend: str | None) -> Response:
+    # The app's state read here, not through Depends (bench/loop_cost.py).
     state = request.app.state
     registry, settings, images = state.registry, state.settings, state.images
     name = settings.default_model if name is None else name
@@ -50,12 +55,13 @@ def response_body(result: Classification) -> bytes:
 
 @router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, openapi_extra=OPENAPI_REQUEST_BODY,
              summary="Classify an image with the default model")
-async def classify_default(request: Request, top_k: TopK = 5, threshold: Threshold = 0.0, backend: Backend = None):
+async def classify_default(request: Request, top_k: TopK = 5, threshold: Threshold = 0.0,
+                           backend: Backend = None) -> Response:
     return await _classify(request, None, top_k, threshold, backend)
 
 
 @router.post("/models/{name}/classify", response_model=ClassifyResponse, responses=ERRORS,
              openapi_extra=OPENAPI_REQUEST_BODY, summary="Classify an image with a named model")
 async def classify_named(name: str, request: Request, top_k: TopK = 5, threshold: Threshold = 0.0,
-                         backend: Backend = None):
+                         backend: Backend = None) -> Response:
     return await _classify(request, name, top_k, threshold, backend)

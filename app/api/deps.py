@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.inference import ImageWork
 from app.registry import Registry
 from app.settings import Settings
 
@@ -20,10 +19,5 @@ async def get_registry(request: Request) -> Registry:
     return request.app.state.registry
 
 
-async def get_images(request: Request) -> ImageWork:
-    return request.app.state.images
-
-
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-ImagesDep = Annotated[ImageWork, Depends(get_images)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]

@@ -1,8 +1,17 @@
-"""Domain errors -> HTTP status, in one table. Every error body is {"error": "..."}."""
+"""Domain errors -> HTTP status, in one table. Every error body is {"error": "..."}.
+
+Logging: a 503 (a full line, a full body budget, a model not ready, devices out) is a refusal the
+client is told to retry, and under overload there is one per request: RefusalLog writes the first
+in full and then one line per window summing up the rest (every one is still counted in
+Prometheus, app/metrics.py). Other 5xx (an invoke past its deadline, a bug) are logged one by one
+at ERROR; 4xx are the client's business and not logged (a hostile client would fill the log).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import Counter
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -54,6 +63,46 @@ STATUS: tuple[tuple[type[ServeError], int], ...] = (
 )
 
 
+REFUSED = 503
+REFUSAL_LOG_WINDOW_S = 10.0
+
+
+class RefusalLog:
+    """Refusals logged without a line per request: the first after a quiet window in full (WARNING),
+    then, while they go on, one line per window: how many, of which kind. The summary is written
+    by a timer on the event loop when the window closes, so the last one of a burst is not lost."""
+
+    def __init__(self, logger: logging.Logger, window_s: float = REFUSAL_LOG_WINDOW_S):
+        self.log = logger
+        self.window_s = window_s
+        self.counts: Counter[str] = Counter()
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def refused(self, method: str, path: str, error: Exception) -> None:
+        """Call on the event loop, once per refused request."""
+        loop = asyncio.get_running_loop()
+        if self._timer is not None and self._loop is loop:
+            self.counts[type(error).__name__] += 1  # a bounded set of keys, whatever the paths
+            return
+        self.log.warning("%s %s: %d %s (further refusals are summed up every %g s)", method, path, REFUSED, error,
+                         self.window_s)
+        self.counts.clear()
+        self._loop, self._timer = loop, loop.call_later(self.window_s, self._close_window)
+
+    def _close_window(self) -> None:
+        if not self.counts:  # quiet: the next refusal is logged in full
+            self._timer = None
+            return
+        self.log.warning("refused %d more requests (%d) in the last %g s: %s", sum(self.counts.values()), REFUSED,
+                         self.window_s, ", ".join(f"{n} x {what}" for what, n in self.counts.most_common()))
+        self.counts.clear()
+        self._timer = self._loop.call_later(self.window_s, self._close_window)
+
+
+refusals = RefusalLog(log)  # one per process, as the log it writes to
+
+
 def status_of(error: ServeError) -> int:
     for cls, status in STATUS:
         if isinstance(error, cls):
@@ -68,7 +117,9 @@ def error_response(status: int, message: str, headers: dict | None = None) -> JS
 async def _serve_error(request: Request, exc: ServeError) -> JSONResponse:
     status = status_of(exc)
     headers = {"Retry-After": str(int(exc.retry_after_s))} if isinstance(exc, Busy) else None
-    if status >= 500:
+    if status == REFUSED:
+        refusals.refused(request.method, request.scope["path"], exc)
+    elif status >= 500:
         log.error("%s %s: %s", request.method, request.url.path, exc)
     return error_response(status, str(exc), headers)
 

@@ -4,7 +4,8 @@ Thin: take the lease (the room check, before the body), read the body through th
 parse it (wire.py), call the core through infer.py, encode the answer. Every error becomes
 {"error": ...} through errors.py's table, handled inside the route so the connection stays
 open. `health` holds the routes that stay open like /healthz; `router` the ones that take
-the inference key (app/main.py).
+the inference key (app/main.py); `inference` the two infer routes, DirectRoutes (app/api/direct.py):
+no dependency solving per request, the inference key checked first by the route itself.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from collections.abc import Callable
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.auth import check_inference_key
 from app.api.body import hold_more, read_limited
-from app.api.deps import ImagesDep, RegistryDep, SettingsDep
+from app.api.deps import RegistryDep, SettingsDep
+from app.api.direct import DirectRoute
+from app.api.errors import REFUSED, refusals
 from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
@@ -34,8 +37,9 @@ SERVER_VERSION = "0.1.0"
 EXTENSIONS = ["binary_tensor_data", "classification", "model_configuration", "parameters"]
 
 
-class V2Route(APIRoute):
-    """Every failure answered as the protocol says, without leaving the route."""
+class V2Route(DirectRoute):
+    """Every failure answered as the protocol says, without leaving the route. (A DirectRoute:
+    the routes with Depends run through FastAPI's handler as any APIRoute.)"""
 
     def get_route_handler(self) -> Callable:
         handler = super().get_route_handler()
@@ -45,6 +49,8 @@ class V2Route(APIRoute):
                 return await handler(request)
             except ServeError as e:
                 status = status_of(e)
+                if status == REFUSED:
+                    refusals.refused(request.method, request.scope["path"], e)
                 return JSONResponse({"error": str(e)}, status_code=status, headers=retry_after(e))
             except (RequestValidationError, StarletteHTTPException):
                 raise  # the app's own handlers answer these with their 4xx
@@ -58,6 +64,7 @@ class V2Route(APIRoute):
 TAGS = ["v2 (Open Inference Protocol)"]
 router = APIRouter(prefix="/v2", tags=TAGS, route_class=V2Route)
 health = APIRouter(prefix="/v2/health", tags=TAGS, route_class=V2Route)
+inference = APIRouter(prefix="/v2", tags=TAGS, route_class=V2Route.checking(check_inference_key))
 
 
 def _errors(*statuses: int) -> dict:
@@ -185,21 +192,21 @@ INFER_REQUEST_BODY = {"requestBody": {"required": True, "content": {
 }}}
 
 
-@router.post("/models/{name}/infer", summary="Inference: tensors or encoded images in, scores out",
-             description=INFER_DESCRIPTION, responses=INFER_ERRORS, openapi_extra=INFER_REQUEST_BODY)
-async def model_infer(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-                      images: ImagesDep):
-    return await _infer(request, registry, settings, images, name, None)
+@inference.post("/models/{name}/infer", summary="Inference: tensors or encoded images in, scores out",
+                description=INFER_DESCRIPTION, responses=INFER_ERRORS, openapi_extra=INFER_REQUEST_BODY)
+async def model_infer(name: str, request: Request) -> Response:
+    return await _infer(request, name, None)
 
 
-@router.post("/models/{name}/versions/{version}/infer", summary="Inference on one version",
-             description=INFER_DESCRIPTION, responses=INFER_ERRORS, openapi_extra=INFER_REQUEST_BODY)
-async def version_infer(name: str, version: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-                        images: ImagesDep):
-    return await _infer(request, registry, settings, images, name, version)
+@inference.post("/models/{name}/versions/{version}/infer", summary="Inference on one version",
+                description=INFER_DESCRIPTION, responses=INFER_ERRORS, openapi_extra=INFER_REQUEST_BODY)
+async def version_infer(name: str, version: str, request: Request) -> Response:
+    return await _infer(request, name, version)
 
 
-async def _infer(request: Request, registry: Registry, settings, images, name: str, version: str | None) -> Response:
+async def _infer(request: Request, name: str, version: str | None) -> Response:
+    state = request.app.state  # read here, not through Depends (bench/loop_cost.py)
+    registry, settings, images = state.registry, state.settings, state.images
     model = _model(registry, name, version)
     # The room check before the body: a full line answers 503 whatever the body is doing.
     async with registry.lease(name, _backend(registry, model)) as lease:

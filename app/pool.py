@@ -40,6 +40,10 @@ from app.threads import lower_this_thread
 log = logging.getLogger(__name__)
 
 _STOP = object()  # one per interpreter thread: end after the jobs queued before it
+# A pool is overloaded from a refusal for want of room until it has refused nobody for this long;
+# while it is, the line is bounded by time (max_queue_ms) as well as by count: a request is refused
+# on arrival if the line ahead would take longer than that, and when taken if it waited longer.
+OVERLOAD_HOLD_S = 2.0
 
 
 @dataclass
@@ -157,6 +161,7 @@ class EnginePool:
         self.max_queue_ms = max_queue_ms
         self.thread_nice = thread_nice  # for interpreters that compute on the host's cores
         self._invoke_ms: float | None = None  # recent invoke time (moving average), for admission by time
+        self._overloaded_until = 0.0  # monotonic time; see OVERLOAD_HOLD_S
         self._lock = threading.Lock()
         # notified whenever a member's health changes: tests and shutdown wait on it, no polling
         self.changed = threading.Condition(self._lock)
@@ -232,17 +237,28 @@ class EnginePool:
             raise DeviceHung(f"{self.label}: every device is unhealthy ("
                              + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in self.members)
                              + ")", self.retry_after_s)
-        if self._closed.is_set() or self._admitted >= healthy + self.max_waiting:
-            waiting = max(0, self._admitted - healthy)
-            raise Busy(f"{self.label}: all {healthy} interpreters busy and {waiting} requests already "
-                       "waiting", self.retry_after_s)
-        if self.max_queue_ms and self._invoke_ms is not None and self._admitted >= healthy:
-            # the new request waits for everyone ahead of it to be taken, `healthy` at a time
+        if self._closed.is_set():
+            raise Busy(f"{self.label}: closed (shutting down, or replaced by a reload)", self.retry_after_s)
+        now = time.monotonic()
+        if self._admitted >= healthy + self.max_waiting:
+            self._overloaded_until = now + OVERLOAD_HOLD_S
+            raise Busy(f"{self.label}: all {healthy} interpreters busy and {self._admitted - healthy} requests "
+                       "already waiting", self.retry_after_s)
+        if (self.max_queue_ms and now < self._overloaded_until and self._invoke_ms is not None
+                and self._admitted >= healthy):
+            # Overloaded: more arrive than the interpreters serve, so a deeper line only adds latency.
+            # The new request waits for everyone ahead of it to be taken, `healthy` at a time.
             clears_ms = (self._admitted - healthy + 1) * self._invoke_ms / healthy
             if clears_ms > self.max_queue_ms:
-                raise Busy(f"{self.label}: all {healthy} interpreters busy and the line ahead would take "
-                           f"~{clears_ms:.0f} ms to clear (EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})",
+                self._overloaded_until = now + OVERLOAD_HOLD_S
+                raise Busy(f"{self.label}: overloaded, all {healthy} interpreters busy and the line ahead would "
+                           f"take ~{clears_ms:.0f} ms to clear (EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})",
                            self.retry_after_s)
+
+    @property
+    def overloaded(self) -> bool:
+        """Refused a request for want of room within the last OVERLOAD_HOLD_S."""
+        return time.monotonic() < self._overloaded_until
 
     def _leave(self) -> None:
         with self._lock:
@@ -349,6 +365,14 @@ class EnginePool:
                 break
             job.member, job.taken_at = member, time.monotonic()
             if not job.claim():  # its request stopped waiting
+                continue
+            waited_ms = (job.taken_at - job.queued_at) * 1000
+            if self.max_queue_ms and waited_ms > self.max_queue_ms and self.overloaded:
+                # Overloaded and late (it joined a deep line, before the bound by time applied): a 503 now,
+                # and the interpreter goes to the next, so no request waits past the bound (CoDel's idea).
+                _notify(job, job.done, error=Busy(
+                    f"{self.label}: overloaded, this request waited {waited_ms:.0f} ms for an interpreter "
+                    f"(EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})", self.retry_after_s))
                 continue
             try:
                 result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)

@@ -40,9 +40,11 @@ class Settings(BaseSettings):
     cpu_threads: int = Field(default=1, ge=1, le=64, description="threads per CPU interpreter")
     max_waiting: int = Field(default=32, ge=0, description="requests allowed to wait per pool before 503")
     wait_timeout_s: float = Field(default=10.0, gt=0, description="longest wait for an interpreter before 503")
-    # Admission by time as well as by count: a request is refused (503) when the line ahead of it
-    # would take longer than this to clear, from the pool's recent invoke times. 0 = count only.
-    max_queue_ms: float = Field(default=0.0, ge=0)
+    # Under overload, admission by time as well as by count: once a pool's line has overflowed
+    # (MAX_WAITING), and until it has refused nobody for 2 s, a request is also refused (503) when
+    # the line ahead of it would take longer than this to clear, from the recent invoke times.
+    # A line that never overflows is never bounded by time. 0 = by count only.
+    max_queue_ms: float = Field(default=30.0, ge=0)
     # Nice steps below the process for the threads that compute on the host's cores (CPU
     # interpreters, image work), so the event loop, which answers and refuses, runs first when
     # they fill every core (app/threads.py). 0 = as the process.

@@ -273,26 +273,66 @@ def test_a_request_that_gave_up_before_its_input_was_prepared_costs_no_preparing
         pool.close()
 
 
-def test_admission_by_time_refuses_a_line_that_would_take_longer_than_max_queue_ms():
+def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only():
+    from app import pool as pool_module
+
     engine = TimedEngineDouble(0.02)  # 20 ms an invoke, one interpreter
-    pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=10, wait_timeout_s=5, retry_after_s=1,
+    pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=4, wait_timeout_s=5, retry_after_s=1,
                       max_queue_ms=50)
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
         for _ in range(3):  # the pool learns its invoke time (the first run is cold, not counted)
             await pool.run(x)
-        held = [pool.admit() for _ in range(3)]  # 1 running + 2 ahead: a new one waits ~3 x 20 ms
-        try:
-            with pytest.raises(Busy, match="MAX_QUEUE_MS"):
-                pool.admit()
-        finally:
-            held.pop().release()
-        pool.admit().release()  # 2 ahead of it: ~40 ms, within 50
-        for place in held:
+        held = [pool.admit() for _ in range(5)]  # not overloaded: the whole line of 1 + 4, ~100 ms deep
+        assert not pool.overloaded
+        with pytest.raises(Busy, match="4 requests already waiting"):
+            pool.admit()  # the line overflows: the pool is overloaded from now
+        assert pool.overloaded
+        for place in held[2:]:
+            place.release()  # 1 running + 1 ahead: a new one would wait ~2 x 20 ms
+        extra = pool.admit()
+        with pytest.raises(Busy, match="overloaded.*MAX_QUEUE_MS 50"):
+            pool.admit()  # ~3 x 20 ms ahead: within the count, over the time bound
+        extra.release()
+        held[1].release()
+        pool._overloaded_until = 0.0  # as if OVERLOAD_HOLD_S had passed without a refusal
+        more = [pool.admit() for _ in range(4)]  # by count only again
+        for place in more + held[:1]:
             place.release()
 
     try:
+        assert pool_module.OVERLOAD_HOLD_S > 0
         asyncio.run(scenario())
+        assert pool.admitted == 0
+    finally:
+        pool.close()
+
+
+def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_its_turn_comes():
+    engine = GatedEngineDouble()
+    pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=2, wait_timeout_s=5, retry_after_s=1,
+                      max_queue_ms=30)
+    x = np.zeros((1, 2), np.uint8)
+
+    async def scenario():
+        first = asyncio.ensure_future(pool.run(x))  # runs, held at the gate
+        while not engine.started.is_set():
+            await asyncio.sleep(0.001)
+        late = asyncio.ensure_future(pool.run(x))   # joins the line before any overload
+        await asyncio.sleep(0.01)
+        third = pool.admit()  # the line of 1 + 2 is full
+        with pytest.raises(Busy):
+            pool.admit()  # and overflows: overloaded from now
+        third.release()
+        await asyncio.sleep(0.05)  # `late` has now waited ~60 ms, past the 30 ms bound
+        engine.gate.set()
+        assert (await first).output.shape == (1, 2)
+        with pytest.raises(Busy, match="waited .* ms for an interpreter"):
+            await late
+
+    try:
+        asyncio.run(scenario())
+        assert pool.admitted == 0
     finally:
         pool.close()

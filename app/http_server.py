@@ -168,7 +168,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._in_body = True
         self._disarm()
-        if self.head_check is not None:
+        previous = self.cycle  # a pipelined request's predecessor may still be answering: not ours to cut
+        if self.head_check is not None and (previous is None or previous.response_complete):
             refusal = self.head_check(self.parser.get_method(), self.url)
             if refusal is not None:  # no scope, no task, no middleware: a few tens of microseconds
                 self._refuse(refusal.status, refusal.message, refusal.headers)

@@ -249,11 +249,17 @@ class EnginePool:
             # Overloaded: more arrive than the interpreters serve, so a deeper line only adds latency.
             # The new request waits for everyone ahead of it to be taken, `healthy` at a time.
             clears_ms = (self._admitted - healthy + 1) * self._invoke_ms / healthy
-            if clears_ms > self.max_queue_ms:
+            if clears_ms > self._queue_bound_ms:
                 self._overloaded_until = now + OVERLOAD_HOLD_S
                 raise Busy(f"{self.label}: overloaded, all {healthy} interpreters busy and the line ahead would "
                            f"take ~{clears_ms:.0f} ms to clear (EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})",
                            self.retry_after_s)
+
+    @property
+    def _queue_bound_ms(self) -> float:
+        """MAX_QUEUE_MS, but never less than one invoke: an interpreter that finishes always finds the
+        next input ready (a model slower than the bound would otherwise idle while each is decoded)."""
+        return max(self.max_queue_ms, self._invoke_ms or 0.0)
 
     @property
     def overloaded(self) -> bool:
@@ -293,6 +299,8 @@ class EnginePool:
             return
         try:
             job.x = prepare()
+            if job.abandoned:  # gave up while its input was prepared
+                return
             self._queue(job)
         except Exception as e:  # a bad image, the line full: handed to the request
             _notify(job, job.done, error=e)
@@ -330,7 +338,8 @@ class EnginePool:
         now = time.monotonic()
         if job.taken_at == 0.0:
             if now < wait_deadline:
-                job.timer = job.loop.call_at(job.loop.time() + wait_deadline - now,
+                # again at least every invoke limit: a job taken meanwhile has its deadline from then
+                job.timer = job.loop.call_at(job.loop.time() + min(wait_deadline - now, self._invoke_limit_s),
                                              self._check_deadline, job, wait_deadline)
                 return
             if job.claim():  # no interpreter took it: it never will now
@@ -367,7 +376,7 @@ class EnginePool:
             if not job.claim():  # its request stopped waiting
                 continue
             waited_ms = (job.taken_at - job.queued_at) * 1000
-            if self.max_queue_ms and waited_ms > self.max_queue_ms and self.overloaded:
+            if self.max_queue_ms and waited_ms > self._queue_bound_ms and self.overloaded:
                 # Overloaded and late (it joined a deep line, before the bound by time applied): a 503 now,
                 # and the interpreter goes to the next, so no request waits past the bound (CoDel's idea).
                 _notify(job, job.done, error=Busy(

@@ -92,3 +92,39 @@ def test_the_invoke_deadline_runs_from_the_take_not_from_the_queueing():
 
     assert 0.19 <= asyncio.run(scenario()) < 0.45
     pool.close()
+
+
+class ScriptedEngineDouble:
+    """Test double: run() takes the next of the given durations (s)."""
+
+    def __init__(self, durations):
+        self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
+        self.output = self.input
+        self.durations = list(durations)
+
+    def run(self, x):
+        time.sleep(self.durations.pop(0))
+        return x
+
+    def close(self):
+        pass
+
+
+def test_an_invoke_taken_late_in_its_wait_still_times_out_at_its_own_limit():
+    # the third request is taken at ~0.8 s of its 3 s wait; its invoke hangs: the 0.5 s limit from
+    # the take answers it at ~1.3 s, not at the wait deadline
+    pool = pool_of(ScriptedEngineDouble([0.01, 0.4, 0.4, 4.0]), wait_s=3.0, invoke_s=0.5)
+
+    async def scenario():
+        await pool.run(X)  # the cold first run
+        start = time.monotonic()
+        runs = [asyncio.ensure_future(pool.run(X)) for _ in range(3)]
+        await runs[0], await runs[1]
+        with pytest.raises(InvokeTimeout):
+            await runs[2]
+        return time.monotonic() - start
+
+    try:
+        assert asyncio.run(scenario()) < 1.6
+    finally:
+        pool.close()

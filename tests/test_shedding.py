@@ -3,6 +3,7 @@ inference request 503 as soon as its head is parsed, in the app's words, and cou
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -117,6 +118,46 @@ def test_head_admission_places_a_request_as_the_application_would(served):
         assert check(b"POST", b"/v1/classify/extra") is None
         assert check(b"POST", b"/v1/models/eff%69cientnet_lite0/classify") is None  # encoded: the app decodes it
         assert check(b"POST", b"/v1/classify?backend=nope") is None  # the app's 400
+        assert check(b"POST", b"/v1/classify?backend=cpu&backend=emulated") is None  # the last one counts
+        assert check(b"POST", b"/v1/classify?back%65nd=emulated") is None  # a key decoded as the app does
+        assert check(b"POST", f"/v2/models/{DEFAULT_MODEL}/versions/9/infer".encode()) is None  # the app's 404
     finally:
         place.release()
     assert check(b"POST", b"/v1/classify") is None
+
+
+def test_a_pipelined_request_is_left_to_the_application_which_answers_in_order(served, cat_png):
+    port, registry = served
+    data = cat_png.read_bytes()
+    place = registry.get(DEFAULT_MODEL).pool("cpu").admit()  # cpu's line full, emulated's free
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=ANSWER_S)
+        head = "POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\nContent-Length: {}\r\n\r\n"
+        sock.sendall(head.format("/v1/classify?backend=emulated", len(data)).encode() + data
+                     + head.format("/v1/classify", len(data)).encode() + data)
+        answers = responses(sock, 2)
+        assert answers[0][0] == 200 and answers[0][1]["backend"] == "emulated", answers  # not replaced by the 503
+        assert answers[1][0] == 503 and "busy" in answers[1][1]["error"], answers
+        sock.close()
+    finally:
+        place.release()
+
+
+def responses(sock: socket.socket, count: int) -> list[tuple[int, dict]]:
+    """`count` responses read off one connection in order (status, JSON body), each by its Content-Length."""
+    data, out = b"", []
+    while len(out) < count:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after {len(out)} responses"
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        length = next(int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length")
+        while len(data) < length:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed mid-body"
+            data += chunk
+        out.append((int(lines[0].split()[1]), json.loads(data[:length])))
+        data = data[length:]
+    return out

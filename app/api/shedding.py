@@ -9,24 +9,27 @@ included (bench/hostile.py --only overload). `HeadAdmission` is the check the se
 Retry-After. Everything else, and every request it cannot place (an unknown model or backend, an
 encoded path), goes on to the application, which answers it as before.
 
-A refusal here comes before the API key is checked: when the line is full, a request without a
-valid key gets the 503 too (it says nothing about the keys, and the 401 would cost the loop the
-same as serving the request's refusal). Each is counted in Prometheus like any other answer.
+A refusal here comes before the application's own checks: when the line is full, a request without a
+valid key, or with a bad parameter (a top_k over the limit), gets the 503 too (it says nothing about
+the keys, and the 401 or 422 would cost the loop as much as the refusal). Each is counted in
+Prometheus like any other answer. A pipelined request (sent before the previous one's answer) goes
+to the application, which answers in order.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qs
+from urllib.parse import parse_qsl
 
 from app import metrics
+from app.api.v2.infer import VERSION
 from app.errors import Busy, DeviceHung
 from app.http_server import Refusal
 from app.registry import Registry
 
 # The inference routes (app/api/classify.py, app/api/v2/router.py): protocol label and model name.
 V1_CLASSIFY = re.compile(rb"/v1/(?:models/([^/]+)/)?classify")
-V2_INFER = re.compile(rb"/v2/models/([^/]+)(?:/versions/[^/]+)?/infer")
+V2_INFER = re.compile(rb"/v2/models/([^/]+)(?:/versions/" + VERSION.encode() + rb")?/infer")
 
 
 class HeadAdmission:
@@ -42,7 +45,7 @@ class HeadAdmission:
         if match := V1_CLASSIFY.fullmatch(path):
             protocol = "v1"
             name = match.group(1)
-            backend = _query_value(query, b"backend") if query else None
+            backend = _query_value(query, b"backend")
         elif match := V2_INFER.fullmatch(path):
             protocol, name, backend = "v2", match.group(1), None  # a v2 body may name another: not read
         else:
@@ -69,8 +72,5 @@ class HeadAdmission:
 
 
 def _query_value(query: bytes, name: bytes) -> str | None:
-    """The first value of a query parameter, as the application will read it (None if absent)."""
-    if name not in query:
-        return None
-    values = parse_qs(query.decode("latin-1"), keep_blank_values=True).get(name.decode())
-    return values[0] if values else None
+    """A query parameter as the application reads it: decoded, the last of repeated ones (Starlette's rule)."""
+    return dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True)).get(name.decode())

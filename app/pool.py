@@ -85,13 +85,14 @@ class _Job:
     request giving up (`claim()` at its deadline, or when it is cancelled), whichever is first.
     The future is settled from any thread through `_notify`; only the loop touches it directly."""
 
-    __slots__ = ("x", "loop", "done", "member", "queued_at", "taken_at", "timer", "_token")
+    __slots__ = ("x", "loop", "done", "member", "created_at", "queued_at", "taken_at", "timer", "_token")
 
     def __init__(self, x: np.ndarray | None, loop: asyncio.AbstractEventLoop):
         self.x = x
         self.loop = loop
         self.done = loop.create_future()
         self.member: Member | None = None
+        self.created_at = time.monotonic()  # its request's place in line was taken just before
         self.queued_at = 0.0
         self.taken_at = 0.0   # set by the interpreter thread that takes it
         self.timer: asyncio.TimerHandle | None = None
@@ -255,6 +256,18 @@ class EnginePool:
                            f"take ~{clears_ms:.0f} ms to clear (EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})",
                            self.retry_after_s)
 
+    def _too_late(self, job: _Job, now: float) -> Busy | None:
+        """Overloaded, and this request has waited longer than the bound since it was admitted (for an
+        image thread or an interpreter): it joined a deep line before the bound by time applied, and
+        is refused rather than served late (CoDel's idea), so none waits past the bound."""
+        if not self.max_queue_ms:
+            return None
+        waited_ms = (now - job.created_at) * 1000
+        if waited_ms <= self._queue_bound_ms or not self.overloaded:
+            return None
+        return Busy(f"{self.label}: overloaded, this request waited {waited_ms:.0f} ms in line "
+                    f"(EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})", self.retry_after_s)
+
     @property
     def _queue_bound_ms(self) -> float:
         """MAX_QUEUE_MS, but never less than one invoke: an interpreter that finishes always finds the
@@ -296,6 +309,10 @@ class EnginePool:
     def _prepare_and_queue(self, job: _Job, prepare: Callable[[], np.ndarray]) -> None:
         """On an image thread: the input, then straight into the line."""
         if job.abandoned:  # its request gave up while this thread was busy with others
+            return
+        late = self._too_late(job, time.monotonic())
+        if late is not None and job.claim():  # overloaded, and it waited its bound for this thread
+            _notify(job, job.done, error=late)
             return
         try:
             job.x = prepare()
@@ -375,13 +392,9 @@ class EnginePool:
             job.member, job.taken_at = member, time.monotonic()
             if not job.claim():  # its request stopped waiting
                 continue
-            waited_ms = (job.taken_at - job.queued_at) * 1000
-            if self.max_queue_ms and waited_ms > self._queue_bound_ms and self.overloaded:
-                # Overloaded and late (it joined a deep line, before the bound by time applied): a 503 now,
-                # and the interpreter goes to the next, so no request waits past the bound (CoDel's idea).
-                _notify(job, job.done, error=Busy(
-                    f"{self.label}: overloaded, this request waited {waited_ms:.0f} ms for an interpreter "
-                    f"(EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})", self.retry_after_s))
+            late = self._too_late(job, job.taken_at)
+            if late is not None:  # a 503 now, and the interpreter goes to the next
+                _notify(job, job.done, error=late)
                 continue
             try:
                 result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)

@@ -328,11 +328,45 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
         await asyncio.sleep(0.05)  # `late` has now waited ~60 ms, past the 30 ms bound
         engine.gate.set()
         assert (await first).output.shape == (1, 2)
-        with pytest.raises(Busy, match="waited .* ms for an interpreter"):
+        with pytest.raises(Busy, match="waited .* ms in line"):
             await late
 
     try:
         asyncio.run(scenario())
         assert pool.admitted == 0
     finally:
+        pool.close()
+
+
+def test_under_overload_an_input_that_waited_past_max_queue_ms_for_an_image_thread_is_not_prepared():
+    from concurrent.futures import ThreadPoolExecutor
+
+    engine = GatedEngineDouble()
+    engine.gate.set()
+    pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=0, wait_timeout_s=5, retry_after_s=1,
+                      max_queue_ms=30)
+    executor = ThreadPoolExecutor(1)
+    blocker, prepared = threading.Event(), []
+
+    def prepare():
+        prepared.append(1)
+        return np.zeros((1, 2), np.uint8)
+
+    async def scenario():
+        place = pool.admit()
+        with pytest.raises(Busy):
+            pool.admit()  # the line of 1 overflows: overloaded
+        executor.submit(blocker.wait, 10)  # the only image thread is busy for a while
+        request = asyncio.ensure_future(place.run_after(prepare, executor))
+        await asyncio.sleep(0.06)  # past the 30 ms bound, waiting for the image thread
+        blocker.set()
+        with pytest.raises(Busy, match="waited .* ms in line"):
+            await request
+        place.release()
+
+    try:
+        asyncio.run(scenario())
+        assert prepared == [] and pool.admitted == 0  # refused without its decoding
+    finally:
+        executor.shutdown()
         pool.close()

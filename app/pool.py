@@ -265,7 +265,7 @@ class EnginePool:
         waited_ms = (now - job.created_at) * 1000
         if waited_ms <= self._queue_bound_ms or not self.overloaded:
             return None
-        return Busy(f"{self.label}: overloaded, this request waited {waited_ms:.0f} ms in line "
+        return Busy(f"{self.label}: overloaded, every interpreter busy: this request waited {waited_ms:.0f} ms in line "
                     f"(EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})", self.retry_after_s)
 
     @property

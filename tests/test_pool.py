@@ -244,31 +244,23 @@ def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
 
 
 def test_a_request_that_gave_up_before_its_input_was_prepared_costs_no_preparing():
-    from concurrent.futures import ThreadPoolExecutor
-
     engine = GatedEngineDouble()
     engine.gate.set()
     pool = pool_of(engine, max_waiting=4)
-    executor = ThreadPoolExecutor(1)
-    blocker, prepared = threading.Event(), []
-
-    def prepare():
-        prepared.append(1)
-        return np.zeros((1, 2), np.uint8)
+    images = BusyImageThread()
 
     async def scenario():
-        executor.submit(blocker.wait, 10)  # the only image thread is busy
-        request = asyncio.create_task(pool.admit().run_after(prepare, executor))
+        request = asyncio.create_task(pool.admit().run_after(images.prepare, images.executor))
         await asyncio.sleep(0.05)
         request.cancel()  # the client went away while its image waited for a thread
         with contextlib.suppress(asyncio.CancelledError):
             await request
-        blocker.set()
+        images.free()
 
     try:
         asyncio.run(scenario())
-        executor.shutdown(wait=True)
-        assert prepared == [] and pool.waiting == 0
+        images.close()
+        assert images.prepared == [] and pool.waiting == 0
     finally:
         pool.close()
 
@@ -339,34 +331,48 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
 
 
 def test_under_overload_an_input_that_waited_past_max_queue_ms_for_an_image_thread_is_not_prepared():
-    from concurrent.futures import ThreadPoolExecutor
-
     engine = GatedEngineDouble()
     engine.gate.set()
     pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=0, wait_timeout_s=5, retry_after_s=1,
                       max_queue_ms=30)
-    executor = ThreadPoolExecutor(1)
-    blocker, prepared = threading.Event(), []
-
-    def prepare():
-        prepared.append(1)
-        return np.zeros((1, 2), np.uint8)
+    images = BusyImageThread()
 
     async def scenario():
         place = pool.admit()
         with pytest.raises(Busy):
             pool.admit()  # the line of 1 overflows: overloaded
-        executor.submit(blocker.wait, 10)  # the only image thread is busy for a while
-        request = asyncio.ensure_future(place.run_after(prepare, executor))
+        request = asyncio.ensure_future(place.run_after(images.prepare, images.executor))
         await asyncio.sleep(0.06)  # past the 30 ms bound, waiting for the image thread
-        blocker.set()
+        images.free()
         with pytest.raises(Busy, match="waited .* ms in line"):
             await request
         place.release()
 
     try:
         asyncio.run(scenario())
-        assert prepared == [] and pool.admitted == 0  # refused without its decoding
+        assert images.prepared == [] and pool.admitted == 0  # refused without its decoding
     finally:
-        executor.shutdown()
+        images.close()
         pool.close()
+
+
+class BusyImageThread:
+    """One image thread, held busy until `free()`, and a prepare() that records that it ran."""
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.executor = ThreadPoolExecutor(1)
+        self.blocker, self.prepared = threading.Event(), []
+        self.executor.submit(self.blocker.wait, 10)
+
+    def prepare(self):
+        self.prepared.append(1)
+        return np.zeros((1, 2), np.uint8)
+
+    def free(self):
+        self.blocker.set()
+
+    def close(self):
+        self.free()
+        self.executor.shutdown(wait=True)

@@ -2,8 +2,8 @@
 
 Every front door (the native REST API, the Open Inference Protocol) calls it the same way:
 `async with registry.lease(model, backend) as lease:` first (a 503 at once if the line is
-full), then read the body, then `await classify(lease, data, ...)`, which takes the request's
-place in line (`lease.admit()`) before decoding.
+full), then read the body, then `await classify(lease, data, ...)`, whose run through the lease
+takes the request's place in line (`Lease.admit()`) before the image is decoded.
 """
 
 from __future__ import annotations
@@ -93,8 +93,7 @@ class ImageWork:
 
 
 async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, images: ImageWork) -> Classification:
-    """One image through the leased model version, admitted before its decode."""
-    lease.admit()
+    """One image through the leased model version (its place in line taken before its decode)."""
     start = time.perf_counter()
     pool, model_dir = lease.pool, lease.model_dir
     result, decode_ms, preprocess_ms = await images.run(data, lease)
@@ -134,7 +133,6 @@ class Scored:
 
 async def score_image(lease: Lease, data: bytes, images: ImageWork) -> Scored:
     """An encoded image (JPEG, PNG, ...) -> Scored, preprocessed exactly as classify() does."""
-    lease.admit()
     start = time.perf_counter()
     result, decode_ms, preprocess_ms = await images.run(data, lease)
     return _scored(lease, result, start, {"decode": decode_ms, "preprocess": preprocess_ms})
@@ -142,7 +140,6 @@ async def score_image(lease: Lease, data: bytes, images: ImageWork) -> Scored:
 
 async def score_tensor(lease: Lease, tensor: np.ndarray) -> Scored:
     """A tensor already in the model's input form ([1, H, W, C] of its input dtype) -> Scored."""
-    lease.admit()
     start = time.perf_counter()
     spec = lease.pool.engine.input
     if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:

@@ -66,9 +66,19 @@ def observe_input(model: str, backend: str, timing_ms: dict[str, float], cold: b
         COLD_STARTS.labels(model, backend).inc()
 
 
+# (protocol, model, backend, status) -> its counter: labels() takes ~3 us a call, a dict lookup
+# ~0.1; bounded as the label values are (module docstring)
+_answers: dict[tuple[str, str, str, int], Counter] = {}
+
+
 def answered(protocol: str, model: str, backend: str, status: int) -> None:
-    """An inference request answered outside the application (the HTTP server's early refusal)."""
-    REQUESTS.labels(protocol, model, backend, str(status)).inc()
+    """An inference request answered: by the application (RequestCounter) or, refused from its
+    head, by the HTTP server (app/api/shedding.py)."""
+    key = (protocol, model, backend, status)
+    counter = _answers.get(key)
+    if counter is None:
+        counter = _answers[key] = REQUESTS.labels(protocol, model, backend, str(status))
+    counter.inc()
 
 
 def model_loaded(model: str, ok: bool) -> None:
@@ -84,9 +94,6 @@ class RequestCounter:
     def __init__(self, app, protocols: dict[str, str]):
         self.app = app
         self.protocols = protocols  # path prefix -> protocol label; other paths are not counted
-        # (protocol, model, backend, status) -> its counter: labels() takes ~3 us a call, a dict
-        # lookup ~0.1; bounded as the label values are (module docstring)
-        self._counters: dict[tuple[str, str, str, int], object] = {}
 
     async def __call__(self, scope, receive, send):
         protocol = self._protocol(scope)
@@ -105,11 +112,7 @@ class RequestCounter:
             await self.app(scope, receive, send_and_watch)
         finally:
             _request.reset(token)
-            key = (protocol, labels["model"], labels["backend"], status["code"])
-            counter = self._counters.get(key)
-            if counter is None:
-                counter = self._counters[key] = REQUESTS.labels(*key[:3], str(key[3]))
-            counter.inc()
+            answered(protocol, labels["model"], labels["backend"], status["code"])
 
     def _protocol(self, scope) -> str | None:
         if scope["type"] != "http" or scope["method"] != "POST":

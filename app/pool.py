@@ -92,7 +92,8 @@ class _Job:
         self.loop = loop
         self.done = loop.create_future()
         self.member: Member | None = None
-        self.created_at = time.monotonic()  # its request's place in line was taken just before
+        self.created_at = time.monotonic()  # its request's place in line was taken just before; the
+        # wait deadline and the bound by time under overload run from here
         self.queued_at = 0.0
         self.taken_at = 0.0   # set by the interpreter thread that takes it
         self.timer: asyncio.TimerHandle | None = None
@@ -332,9 +333,8 @@ class EnginePool:
     async def _outcome(self, job: _Job) -> RunResult:
         # The first check comes at the earlier deadline: a job taken at once has its invoke
         # limit from then, and one not taken is refused at the wait deadline.
-        start = time.monotonic()
         job.timer = job.loop.call_at(job.loop.time() + min(self.wait_timeout_s, self._invoke_limit_s),
-                                     self._check_deadline, job, start + self.wait_timeout_s)
+                                     self._check_deadline, job)
         try:
             return await job.done
         except asyncio.CancelledError:
@@ -347,17 +347,18 @@ class EnginePool:
     def _invoke_limit_s(self) -> float:
         return self.watchdog.timeout_s if self.watchdog else self.invoke_timeout_s
 
-    def _check_deadline(self, job: _Job, wait_deadline: float) -> None:
+    def _check_deadline(self, job: _Job) -> None:
         """On the loop, at a deadline of the job: refuse it (not taken in time), fail it (its
         invoke outlived its limit), or look again at the next deadline."""
         if job.done.done():
             return
         now = time.monotonic()
+        wait_deadline = job.created_at + self.wait_timeout_s
         if job.taken_at == 0.0:
             if now < wait_deadline:
                 # again at least every invoke limit: a job taken meanwhile has its deadline from then
                 job.timer = job.loop.call_at(job.loop.time() + min(wait_deadline - now, self._invoke_limit_s),
-                                             self._check_deadline, job, wait_deadline)
+                                             self._check_deadline, job)
                 return
             if job.claim():  # no interpreter took it: it never will now
                 job.done.set_exception(Busy(f"{self.label}: no interpreter free within {self.wait_timeout_s} s",
@@ -367,8 +368,7 @@ class EnginePool:
         limit = self._invoke_limit_s
         invoke_deadline = job.taken_at + limit
         if now < invoke_deadline:
-            job.timer = job.loop.call_at(job.loop.time() + invoke_deadline - now,
-                                         self._check_deadline, job, wait_deadline)
+            job.timer = job.loop.call_at(job.loop.time() + invoke_deadline - now, self._check_deadline, job)
             return
         if self.watchdog:
             self._quarantine(job.member)

@@ -12,8 +12,9 @@ model "degraded", with the reason and when.
 
 Admission comes first: `lease()` holds the version and checks the pool's bounded line before
 the caller reads a body, so an overloaded pool refuses in microseconds; the request takes its
-place in line (`Lease.admit()`) once its input has arrived, before any work on it, so a client
-that sends its body slowly holds no place that others could use. Shutdown: `drain()` refuses new leases and waits (bounded) for the admitted
+place in line (`Lease.admit()`, which `Lease.run` and `run_after` do first) once its input has
+arrived, before any work on it, so a client that sends its body slowly holds no place that
+others could use. Shutdown: `drain()` refuses new leases and waits (bounded) for the admitted
 ones, then `close()` closes every version.
 
 Clients see file names relative to the model directory; full paths go to the log only.
@@ -127,11 +128,12 @@ class Lease:
 
     async def run(self, tensor) -> RunResult:
         """The input tensor through one interpreter of the pool, within the pool's deadlines."""
-        self.admit()  # normally taken before the input's preprocessing; never run without one
+        self.admit()  # a no-op when taken already (a batch takes all its places first)
         return await self.place.run(tensor)
 
     async def run_after(self, prepare: Callable[[], np.ndarray], executor: Executor) -> RunResult:
-        """`prepare()` on an `executor` thread, its tensor then straight through an interpreter."""
+        """`prepare()` on an `executor` thread, its tensor then straight through an interpreter;
+        the place in line is taken first, before `prepare()` does any work."""
         self.admit()
         return await self.place.run_after(prepare, executor)
 

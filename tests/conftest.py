@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -58,6 +59,13 @@ def coffee_png() -> Path:
 @pytest.fixture(scope="session")
 def china_jpg() -> Path:
     return photo("scikit-learn", "sklearn/datasets/images/china.jpg")
+
+
+@pytest.fixture
+def models_copy(tmp_path):
+    """The default model's directory copied, for tests that change or reload it."""
+    shutil.copytree(MODELS / DEFAULT_MODEL, tmp_path / DEFAULT_MODEL)
+    return tmp_path
 
 
 @pytest.fixture(scope="session")

@@ -31,12 +31,6 @@ ANSWER_S = 10    # bound on any single answer
 TFLITE = f"{DEFAULT_MODEL}_int8.tflite"
 
 
-@pytest.fixture
-def models_copy(tmp_path):
-    shutil.copytree(MODELS / DEFAULT_MODEL, tmp_path / DEFAULT_MODEL)
-    return tmp_path
-
-
 def loaded_registry(model_dir, **kw) -> Registry:
     registry = Registry(Settings(model_dir=model_dir, workers=1, **kw))
     registry.configure()

@@ -31,9 +31,9 @@ class GatedEngineDouble:
         pass
 
 
-def pool_of(engine, max_waiting=0, timeout=5.0, invoke_timeout=30.0) -> EnginePool:
+def pool_of(engine, max_waiting=0, timeout=5.0, invoke_timeout=30.0, max_queue_ms=0.0) -> EnginePool:
     return EnginePool("t", [Member(engine, 1.0)], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
-                      invoke_timeout_s=invoke_timeout)
+                      invoke_timeout_s=invoke_timeout, max_queue_ms=max_queue_ms)
 
 
 def test_real_engine_first_run_is_cold_then_warm():
@@ -269,8 +269,7 @@ def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only
     from app import pool as pool_module
 
     engine = TimedEngineDouble(0.02)  # 20 ms an invoke, one interpreter
-    pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=4, wait_timeout_s=5, retry_after_s=1,
-                      max_queue_ms=50)
+    pool = pool_of(engine, max_waiting=4, max_queue_ms=50)
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
@@ -303,8 +302,7 @@ def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only
 
 def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_its_turn_comes():
     engine = GatedEngineDouble()
-    pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=2, wait_timeout_s=5, retry_after_s=1,
-                      max_queue_ms=30)
+    pool = pool_of(engine, max_waiting=2, max_queue_ms=30)
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
@@ -333,8 +331,7 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
 def test_under_overload_an_input_that_waited_past_max_queue_ms_for_an_image_thread_is_not_prepared():
     engine = GatedEngineDouble()
     engine.gate.set()
-    pool = EnginePool("t", [Member(engine, 1.0)], max_waiting=0, wait_timeout_s=5, retry_after_s=1,
-                      max_queue_ms=30)
+    pool = pool_of(engine, max_queue_ms=30)
     images = BusyImageThread()
 
     async def scenario():

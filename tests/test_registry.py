@@ -1,17 +1,9 @@
-import shutil
-
 import pytest
 
 from app.errors import BackendNotAvailable, ModelDirError, ModelNotFound, NotReady, ServeError
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
-
-
-@pytest.fixture
-def models_copy(tmp_path):
-    shutil.copytree(MODELS / DEFAULT_MODEL, tmp_path / DEFAULT_MODEL)
-    return tmp_path
 
 
 def registry_for(model_dir, **kw) -> Registry:

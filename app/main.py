@@ -13,7 +13,7 @@ from app.api.body import HoldBodyBudget
 from app.api.v2 import router as v2
 from app.imaging import reuse_image_buffers
 from app.inference import ImageWork, image_threads
-from app.memory import ByteBudget
+from app.memory import TRIM_AFTER_BYTES, ByteBudget
 from app.registry import Registry
 from app.settings import Settings
 
@@ -58,8 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.images = images
     app.state.api_keys = auth.ApiKeys.from_settings(settings)
     errors.install(app)
-    app.add_middleware(HoldBodyBudget, budget=ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
-                                                         trim_after_burst=settings.tune_malloc))
+    budget = ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
+                        trim_after_bytes=TRIM_AFTER_BYTES if settings.tune_malloc else None)
+    app.add_middleware(HoldBodyBudget, budget=budget)
     # The inference routes first: every request is matched against the routes in order, and these
     # are the ones under load. They check the inference key themselves (DirectRoute).
     app.include_router(classify.router)

@@ -1,6 +1,7 @@
 """The byte budget for bodies in flight, and glibc's malloc settings."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -75,3 +76,52 @@ def test_more_than_the_budget_can_never_be_reserved():
 
 def test_malloc_is_tuned_on_glibc():
     assert tune_malloc()  # the service's platforms (Debian images, Mendel) are glibc
+
+
+def test_malloc_is_trimmed_after_a_burst_of_bodies_not_after_every_small_one():
+    async def main():
+        trims = []
+        budget = ByteBudget(100, trim_after_bytes=50, trim=lambda: trims.append(budget.reserved))
+        for _ in range(20):  # one small body at a time: the line empties after each, no burst
+            await budget.acquire(10, 1)
+            budget.release(10)
+        await asyncio.sleep(0.05)
+        assert trims == []
+        await budget.acquire(30, 1)
+        await budget.acquire(30, 1)  # 60 at once: a burst
+        budget.release(30)
+        await asyncio.sleep(0.05)
+        assert trims == []  # not while bodies of the burst are still held
+        budget.release(30)
+        await asyncio.sleep(0.05)
+        assert trims == [0]
+    run(main())
+
+
+def test_bursts_in_quick_succession_are_trimmed_once_per_interval(monkeypatch):
+    monkeypatch.setattr("app.memory.TRIM_INTERVAL_S", 0.3)
+
+    async def main():
+        trims = []
+        budget = ByteBudget(100, trim_after_bytes=50, trim=lambda: trims.append(time.monotonic()))
+        for _ in range(3):
+            await budget.acquire(60, 1)
+            budget.release(60)
+            await asyncio.sleep(0.05)
+        assert len(trims) == 1  # the first at once; the next two wait for the interval's end
+        await asyncio.sleep(0.4)
+        assert len(trims) == 2 and trims[1] - trims[0] >= 0.29
+        await asyncio.sleep(0.4)
+        assert len(trims) == 2  # the two later bursts were one
+    run(main())
+
+
+def test_no_trim_when_switched_off():
+    async def main():
+        trims = []
+        budget = ByteBudget(100, trim_after_bytes=None, trim=lambda: trims.append(1))
+        await budget.acquire(100, 1)
+        budget.release(100)
+        await asyncio.sleep(0.05)
+        assert trims == []
+    run(main())

@@ -14,7 +14,8 @@ and for the invoke itself the watchdog's timeout (then DeviceHung) or `invoke_ti
 (then InvokeTimeout, 504).
 
 With a watchdog, an invoke that outlives its timeout (a USB Accelerator that hangs until
-it resets) fails its request, takes that interpreter out of the pool (unhealthy), and a
+it resets) fails its request, takes that interpreter out of the pool (unhealthy; also when
+its client has given up meanwhile, as clients with shorter timeouts do), and a
 background thread re-creates it (a new interpreter and delegate for the same device) until
 that succeeds. The hung invoke cannot be killed: its thread is a daemon, so it never holds
 up the process's exit; it closes its interpreter and ends if the invoke ever returns.
@@ -85,7 +86,7 @@ class _Job:
     request giving up (`claim()` at its deadline, or when it is cancelled), whichever is first.
     The future is settled from any thread through `_notify`; only the loop touches it directly."""
 
-    __slots__ = ("x", "loop", "done", "member", "created_at", "queued_at", "taken_at", "timer", "_token")
+    __slots__ = ("x", "loop", "done", "member", "created_at", "queued_at", "taken_at", "finished", "timer", "_token")
 
     def __init__(self, x: np.ndarray | None, loop: asyncio.AbstractEventLoop):
         self.x = x
@@ -96,6 +97,7 @@ class _Job:
         # wait deadline and the bound by time under overload run from here
         self.queued_at = 0.0
         self.taken_at = 0.0   # set by the interpreter thread that takes it
+        self.finished = False  # set by that thread once its invoke has returned
         self.timer: asyncio.TimerHandle | None = None
         self._token = threading.Lock()
 
@@ -335,13 +337,17 @@ class EnginePool:
         # limit from then, and one not taken is refused at the wait deadline.
         job.timer = job.loop.call_at(job.loop.time() + min(self.wait_timeout_s, self._invoke_limit_s),
                                      self._check_deadline, job)
+        watched = False
         try:
             return await job.done
         except asyncio.CancelledError:
-            job.claim()  # the request is gone: an interpreter that has not taken it skips it
+            # The request is gone: an interpreter that has not taken its input skips it. One that
+            # has stays watched: a hang is the device's, whether or not anybody waits for the answer.
+            watched = not job.claim() and self.watchdog is not None
             raise
         finally:
-            job.timer.cancel()
+            if not watched:
+                job.timer.cancel()
 
     @property
     def _invoke_limit_s(self) -> float:
@@ -350,7 +356,7 @@ class EnginePool:
     def _check_deadline(self, job: _Job) -> None:
         """On the loop, at a deadline of the job: refuse it (not taken in time), fail it (its
         invoke outlived its limit), or look again at the next deadline."""
-        if job.done.done():
+        if job.finished or (job.done.done() and not job.done.cancelled()):  # cancelled: still watched
             return
         now = time.monotonic()
         wait_deadline = job.created_at + self.wait_timeout_s
@@ -372,7 +378,7 @@ class EnginePool:
             return
         if self.watchdog:
             self._quarantine(job.member)
-            job.done.set_exception(DeviceHung(
+            _settle(job.done, error=DeviceHung(
                 f"{self.label}: {job.member.device or 'the device'} {self._hang_text}; it is out of the pool "
                 "while it is re-created", self.retry_after_s))
         else:
@@ -399,8 +405,10 @@ class EnginePool:
             try:
                 result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request
+                job.finished = True
                 _notify(job, job.done, error=e)
             else:
+                job.finished = True
                 _notify(job, job.done, result)
                 if not result.cold:
                     self._note_invoke(result.inference_ms)

@@ -133,6 +133,44 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
     assert first.engine.closed
 
 
+def test_a_hang_whose_client_has_gone_still_takes_the_device_out():
+    """Clients often give up sooner than the watchdog: the hang is the device's, not the request's."""
+    recreate_gate = threading.Event()
+    pool = pool_of(1, recreate_gate)
+    (only,) = pool.members
+    x = np.zeros((1, 224, 224, 3), np.uint8)
+
+    async def scenario():
+        HangingEngineDouble.hang_next.set()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(pool.run(x), WATCHDOG_S / 3)  # the client leaves mid-invoke
+        assert only.engine.hanging.is_set() and only.healthy
+        await asyncio.sleep(WATCHDOG_S * 2)  # the loop runs on; the watchdog's deadline passes
+        assert not only.healthy and "watchdog" in only.problem
+        recreate_gate.set()
+        await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not only, "re-created")
+        return await pool.run(x)
+
+    assert asyncio.run(scenario()).output.shape == (1, 1000)
+
+
+def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
+    pool = pool_of(1)
+    (only,) = pool.members
+    x = np.zeros((1, 224, 224, 3), np.uint8)
+
+    async def scenario():
+        HangingEngineDouble.hang_next.set()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(pool.run(x), WATCHDOG_S / 3)
+        only.engine.released.set()  # the invoke returns within the watchdog's time
+        await asyncio.sleep(WATCHDOG_S * 2)
+        return await pool.run(x)
+
+    assert asyncio.run(scenario()).output.shape == (1, 1000)
+    assert only.healthy and pool.members == [only]
+
+
 def test_with_every_device_hung_requests_fail_fast_until_one_is_back():
     recreate_gate = threading.Event()
     pool = pool_of(1, recreate_gate)

@@ -79,6 +79,9 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
     if image.format == "JPEG" and image.mode in JPEG_MODES:
         image = _decode_jpeg(data, image, spec, accept_damaged)
     else:
+        if image.format == "JPEG" and not accept_damaged:
+            # CMYK and YCCK: the pixels are Pillow's (its CMYK -> RGB), the check libjpeg-turbo's
+            _libjpeg_decode(data, "CMYK", width, height, _draft_size(width, height, spec), strict=True)
         if image.format == "JPEG":
             # DCT-domain downscaling: decodes at 1/2, 1/4 or 1/8 size while staying >= what
             # the crop needs, so the later resize still has at least the model's resolution.
@@ -97,7 +100,8 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
 
 
 # JPEG colour spaces decoded by libjpeg-turbo through simplejpeg (which reports corrupt data);
-# others (CMYK, YCCK) go through Pillow, which silently repairs what it can.
+# others (CMYK, YCCK) are decoded by Pillow, which silently repairs what it can, after a check
+# through libjpeg-turbo (a second decode, at reduced size, for these rare files).
 JPEG_MODES = {"RGB": "RGB", "L": "GRAY"}
 
 
@@ -106,11 +110,23 @@ def _decode_jpeg(data, header: Image.Image, spec: InputSpec, accept_damaged: boo
     its libjpeg message hook does nothing), at the scale Pillow's draft() would pick and with the
     same IDCT (islow) and upsampling (fancy), so the pixels are Pillow's, byte for byte."""
     width, height = header.size
-    scale = _jpeg_scale(width, height, _draft_size(width, height, spec))
+    pixels = _libjpeg_decode(data, JPEG_MODES[header.mode], width, height, _draft_size(width, height, spec),
+                             strict=not accept_damaged)
+    image = Image.fromarray(pixels[:, :, 0] if header.mode == "L" else pixels, header.mode)
+    image.info.update(header.info)
+    orientation = header.getexif().get(ExifTags.Base.Orientation)
+    if orientation is not None:
+        image.getexif()[ExifTags.Base.Orientation] = orientation
+    return image
+
+
+def _libjpeg_decode(data, colorspace: str, width: int, height: int, size: tuple[int, int], strict: bool) -> np.ndarray:
+    """simplejpeg at the DCT scale draft() picks for `size`; strict: libjpeg's warnings are BadImage."""
+    scale = _jpeg_scale(width, height, size)
     try:
-        pixels = simplejpeg.decode_jpeg(
-            bytes(data) if isinstance(data, memoryview) else data, colorspace=JPEG_MODES[header.mode],
-            min_width=-(-width // scale), min_height=-(-height // scale), strict=not accept_damaged)
+        return simplejpeg.decode_jpeg(
+            bytes(data) if isinstance(data, memoryview) else data, colorspace=colorspace,
+            min_width=-(-width // scale), min_height=-(-height // scale), strict=strict)
     except ValueError as e:
         # libjpeg's warnings: "Corrupt JPEG data: ...", "Premature end of JPEG file" (truncated)
         reason = str(e)
@@ -120,12 +136,6 @@ def _decode_jpeg(data, header: Image.Image, spec: InputSpec, accept_damaged: boo
             raise BadImage(f"damaged image: {reason}; EDGETPU_SERVE_ACCEPT_DAMAGED_IMAGES=true decodes it anyway") \
                 from None
         raise BadImage(f"cannot decode image: {reason}") from None
-    image = Image.fromarray(pixels[:, :, 0] if header.mode == "L" else pixels, header.mode)
-    image.info.update(header.info)
-    orientation = header.getexif().get(ExifTags.Base.Orientation)
-    if orientation is not None:
-        image.getexif()[ExifTags.Base.Orientation] = orientation
-    return image
 
 
 def _jpeg_scale(width: int, height: int, size: tuple[int, int]) -> int:

@@ -172,6 +172,23 @@ def test_corrupt_jpeg_is_decoded_when_damage_is_accepted(china_jpg):
     assert image.size == decode(china_jpg.read_bytes(), SPEC, BIG).size  # decoded like the intact file
 
 
+def _cmyk_jpeg(china_jpg) -> bytes:
+    return encode(Image.open(china_jpg).convert("CMYK"), "JPEG", quality=90)
+
+
+def test_a_damaged_cmyk_jpeg_is_refused_too(china_jpg):
+    damaged = _corrupt_entropy_data(_cmyk_jpeg(china_jpg))
+    assert Image.open(io.BytesIO(damaged)).mode == "CMYK"  # decoded by Pillow, which repairs in silence
+    with pytest.raises(BadImage, match="damaged image: Corrupt JPEG data.*ACCEPT_DAMAGED_IMAGES"):
+        decode(damaged, SPEC, BIG)
+    assert decode(damaged, SPEC, BIG, accept_damaged=True).mode == "RGB"
+
+
+def test_an_intact_cmyk_jpeg_has_pillows_pixels(china_jpg):
+    data = _cmyk_jpeg(china_jpg)
+    assert np.array_equal(np.asarray(decode(data, SPEC, BIG)), _old_pillow_decode(data, SPEC))
+
+
 def test_png_with_a_bad_idat_checksum_is_refused_by_default(coffee_png):
     damaged = _png_with_bad_idat_crc(Image.open(coffee_png))
     with pytest.raises(BadImage, match="PNG chunk 'IDAT' .* fails its CRC"):

@@ -49,6 +49,10 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
     """
     if not data:
         raise BadImage("empty image")
+    plain = _plain_jpeg_header(data)
+    if plain is not None:
+        return _to_mode(_decode_plain_jpeg(data, plain, spec, max_pixels, accept_damaged),
+                        "L" if spec.channels == 1 else "RGB")
     try:
         with warnings.catch_warnings():
             # Pillow's own bomb check warns or raises by its global limit; ours is per call.
@@ -118,6 +122,51 @@ def _decode_jpeg(data, header: Image.Image, spec: InputSpec, accept_damaged: boo
     if orientation is not None:
         image.getexif()[ExifTags.Base.Orientation] = orientation
     return image
+
+
+# Segments of a JPEG that change nothing about its pixels or orientation: APP0 (JFIF), APP3-APP15
+# (APP14: Adobe, which libjpeg reads itself), DQT, DHT, DRI, COM. APP1 (Exif, XMP) and APP2 (ICC,
+# MPF) go the whole way through Pillow.
+_PLAIN_SEGMENTS = frozenset([0xE0, *range(0xE3, 0xF0), 0xDB, 0xC4, 0xDD, 0xFE])
+_PLAIN_FRAMES = {0xC0, 0xC1, 0xC2}  # baseline, extended, progressive Huffman
+_PLAIN_MODES = {1: "L", 3: "RGB"}    # components -> the mode Pillow gives them
+
+
+def _plain_jpeg_header(data) -> tuple[int, int, str] | None:
+    """(width, height, mode) of a JPEG whose header holds nothing but what libjpeg-turbo needs (no
+    Exif, so no orientation), read in a few microseconds; None for anything else, which Pillow
+    opens (its header parser reads marker by marker through Python: ~0.2 ms of a 224x224 JPEG's ~1 ms)."""
+    view = memoryview(data)
+    if view[:3] != b"\xff\xd8\xff":
+        return None
+    pos, end, size = 2, len(view), None
+    while pos + 4 <= end and view[pos] == 0xFF:
+        marker, length = view[pos + 1], int.from_bytes(view[pos + 2:pos + 4], "big")
+        if marker == 0xDA:  # start of scan: the header is complete
+            return size
+        if marker in _PLAIN_FRAMES:
+            if size is not None or pos + 10 > end:
+                return None
+            height, width = int.from_bytes(view[pos + 5:pos + 7], "big"), int.from_bytes(view[pos + 7:pos + 9], "big")
+            mode = _PLAIN_MODES.get(view[pos + 9])
+            if mode is None or width == 0 or height == 0:
+                return None
+            size = (width, height, mode)
+        elif marker not in _PLAIN_SEGMENTS or length < 2:
+            return None
+        pos += 2 + length
+    return None
+
+
+def _decode_plain_jpeg(data, header: tuple[int, int, str], spec: InputSpec, max_pixels: int,
+                       accept_damaged: bool) -> Image.Image:
+    """_decode_jpeg for a header _plain_jpeg_header read: the same pixels, without Pillow's parse."""
+    width, height, mode = header
+    if width * height > max_pixels:
+        raise ImageTooLarge(f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels}")
+    pixels = _libjpeg_decode(data, JPEG_MODES[mode], width, height, _draft_size(width, height, spec),
+                             strict=not accept_damaged)
+    return Image.fromarray(pixels[:, :, 0] if mode == "L" else pixels, mode)
 
 
 def _libjpeg_decode(data, colorspace: str, width: int, height: int, size: tuple[int, int], strict: bool) -> np.ndarray:

@@ -172,6 +172,54 @@ def test_corrupt_jpeg_is_decoded_when_damage_is_accepted(china_jpg):
     assert image.size == decode(china_jpg.read_bytes(), SPEC, BIG).size  # decoded like the intact file
 
 
+@pytest.mark.parametrize("mode, options", [
+    ("RGB", {"quality": 90, "subsampling": 0}), ("RGB", {"quality": 75, "subsampling": 2}),
+    ("RGB", {"quality": 85, "progressive": True}), ("L", {"quality": 90}),
+    ("RGB", {"quality": 90, "comment": b"a COM segment", "dpi": (300, 300)}),
+])
+@pytest.mark.parametrize("side", [32, 224])
+def test_a_plain_jpeg_header_is_read_without_pillow_and_gives_the_same_pixels(cat_png, monkeypatch, mode, options,
+                                                                             side):
+    data = encode(Image.open(cat_png).convert(mode), "JPEG", **options)
+    spec = SPEC.model_copy(update={"width": side, "height": side})
+    through_pillow = _decode_forcing_pillow(data, spec, monkeypatch)
+
+    def no_pillow_open(*args, **kwargs):
+        raise AssertionError("Image.open called for a plain JPEG")
+    with monkeypatch.context() as patch:
+        patch.setattr("app.imaging.Image.open", no_pillow_open)
+        plain = decode(data, spec, BIG)
+    assert plain.mode == through_pillow.mode == "RGB" and plain.size == through_pillow.size
+    assert np.array_equal(np.asarray(plain), np.asarray(through_pillow))
+
+
+def _decode_forcing_pillow(data, spec, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr("app.imaging._plain_jpeg_header", lambda data: None)
+        return decode(data, spec, BIG)
+
+
+@pytest.mark.parametrize("kind", ["exif", "icc", "cmyk", "truncated header", "not a jpeg"])
+def test_anything_but_a_plain_jpeg_header_goes_through_pillow(cat_png, kind):
+    from app.imaging import _plain_jpeg_header
+    image = Image.open(cat_png).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = 1
+    data = {"exif": lambda: encode(image, "JPEG", exif=exif),
+            "icc": lambda: encode(image, "JPEG", icc_profile=b"\0" * 128),
+            "cmyk": lambda: encode(image.convert("CMYK"), "JPEG"),
+            "truncated header": lambda: encode(image, "JPEG")[:300],
+            "not a jpeg": lambda: encode(image, "PNG")}[kind]()
+    assert _plain_jpeg_header(data) is None
+
+
+def test_a_plain_jpeg_over_the_pixel_limit_is_refused_before_decoding(cat_png):
+    data = encode(Image.open(cat_png).convert("RGB"), "JPEG")
+    width, height = Image.open(io.BytesIO(data)).size
+    with pytest.raises(ImageTooLarge, match=f"image is {width}x{height} = {width * height} pixels"):
+        decode(data, SPEC, width * height - 1)
+
+
 def _cmyk_jpeg(china_jpg) -> bytes:
     return encode(Image.open(china_jpg).convert("CMYK"), "JPEG", quality=90)
 

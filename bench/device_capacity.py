@@ -301,7 +301,11 @@ def device_time_ms(url: str, item: Input, n: int = 20) -> float:
         request = urllib.request.Request(url + (item.path or f"/v1/models/{MODEL}/classify?top_k=5"),
                                          data=item.body, headers={"Content-Type": item.content_type, **item.headers})
         with urllib.request.urlopen(request, timeout=30) as r:
-            values.append(json.loads(r.read())["timing_ms"]["inference"])
+            body, json_size = r.read(), r.headers.get("Inference-Header-Content-Length")
+        answer = json.loads(body[:int(json_size)] if json_size else body)
+        # /v1 reports timing_ms; OIP v2 the same stages as parameters (ahead of binary outputs)
+        values.append(answer["timing_ms"]["inference"] if "timing_ms" in answer
+                      else answer["parameters"]["inference_ms"])
     return float(np.median(values))
 
 

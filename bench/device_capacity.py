@@ -23,6 +23,7 @@ Example usage:
     python bench/device_capacity.py                      # D=2.5,5 ms; 1 and 2 devices
     python bench/device_capacity.py --device-ms 2.5 --devices 1 --concurrency 1,4,8 --duration 2
     python bench/device_capacity.py --checkout /work/main --checkout .   # two checkouts side by side
+                                       # (all services up at once, points in alternating rounds: --rounds, 3)
     python bench/device_capacity.py --variant '' --variant 'COMPUTE_NICE=0'   # two settings side by side
     python bench/device_capacity.py --backend cpu --workers 1 --concurrency 1   # a real backend
     python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
@@ -32,6 +33,7 @@ Example usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -311,29 +313,80 @@ def device_time_ms(url: str, item: Input, n: int = 20) -> float:
 
 def measure_service(service: Service | None, url: str, inputs: list[Input], levels: list[int], seconds: float,
                     device_ms: float | None, devices: int, workdir: Path) -> list[dict]:
-    rows = []
-    names = {}
-    for item in inputs:
-        wrk_run(url, item, max(levels), WARMUP_S, workdir)  # warm: threads created, caches filled
-        d_ms = device_ms if device_ms is not None else device_time_ms(url, item)
-        if service:
-            names = {int(k): v for k, v in service.stats()["threads"].items()}
+    """One service alone: each input at each concurrency, once."""
+    return measure_side_by_side([(service, url, inputs)], levels, seconds, device_ms, devices, workdir, 1)[0]
+
+
+def measure_side_by_side(sides: list[tuple[Service | None, str, list[Input]]], levels: list[int], seconds: float,
+                         device_ms: float | None, devices: int, workdir: Path, rounds: int) -> list[list[dict]]:
+    """Several services up at once, measured point by point in alternating rounds, each figure the
+    median over the rounds: one service after another was biased by whatever the machine did
+    meanwhile (the same checkout measured twice in a row: 2.95 and 3.26 ms of CPU per request)."""
+    names = [input_names(side_inputs) for _, _, side_inputs in sides]
+    rows: list[list[dict]] = [[] for _ in sides]
+    for name in dict.fromkeys(n for side_names in names for n in side_names):
+        prepared = []
+        for service, url, side_inputs in sides:
+            item = next((i for i in side_inputs if i.name == name), None)
+            if item is None:
+                prepared.append(None)
+                continue
+            wrk_run(url, item, max(levels), WARMUP_S, workdir)  # warm: threads created, caches filled
+            d_ms = device_ms if device_ms is not None else device_time_ms(url, item)
+            threads = {int(k): v for k, v in service.stats()["threads"].items()} if service else {}
+            prepared.append((item, d_ms, threads))
         for c in levels:
-            before = service.thread_cpu_ns() if service else {}
-            figures = wrk_run(url, item, c, seconds, workdir)
-            row = {"input": item.name, "concurrency": c, "device_ms": d_ms, "devices": devices, **figures,
-                   "device_busy": figures["req_s"] * d_ms / 1000 / devices}
-            if service:
-                after = service.thread_cpu_ns()
-                per_kind: dict[str, float] = {}
-                for tid, ns in after.items():
-                    kind = thread_kind(names.get(tid, ""))
-                    per_kind[kind] = per_kind.get(kind, 0) + (ns - before.get(tid, 0))
-                n = max(1, figures["requests"])
-                row["cpu_ms_per_request"] = {k: v / n / 1e6 for k, v in per_kind.items()}
-                row["cpu_ms_per_request_total"] = sum(per_kind.values()) / n / 1e6
-            rows.append(row)
+            points: list[list[dict]] = [[] for _ in sides]
+            for _ in range(rounds):
+                for i, (service, url, _) in enumerate(sides):
+                    if prepared[i] is not None:
+                        item, d_ms, threads = prepared[i]
+                        points[i].append(measure_point(service, url, item, c, seconds, d_ms, devices, threads,
+                                                       workdir))
+            for i, side_points in enumerate(points):
+                if side_points:
+                    rows[i].append(median_point(side_points))
     return rows
+
+
+def input_names(inputs: list[Input]) -> list[str]:
+    return [item.name for item in inputs]
+
+
+def measure_point(service: Service | None, url: str, item: Input, c: int, seconds: float, d_ms: float, devices: int,
+                  threads: dict[int, str], workdir: Path) -> dict:
+    before = service.thread_cpu_ns() if service else {}
+    figures = wrk_run(url, item, c, seconds, workdir)
+    row = {"input": item.name, "concurrency": c, "device_ms": d_ms, "devices": devices, **figures,
+           "device_busy": figures["req_s"] * d_ms / 1000 / devices}
+    if service:
+        after = service.thread_cpu_ns()
+        per_kind: dict[str, float] = {}
+        for tid, ns in after.items():
+            kind = thread_kind(threads.get(tid, ""))
+            per_kind[kind] = per_kind.get(kind, 0) + (ns - before.get(tid, 0))
+        n = max(1, figures["requests"])
+        row["cpu_ms_per_request"] = {k: v / n / 1e6 for k, v in per_kind.items()}
+        row["cpu_ms_per_request_total"] = sum(per_kind.values()) / n / 1e6
+    return row
+
+
+def median_point(points: list[dict]) -> dict:
+    """Each figure's median over the rounds (errors: their sum); CPU by thread kind each its own median."""
+    if len(points) == 1:
+        return points[0]
+    row = dict(points[0])
+    for key in ("req_s", "p50_ms", "p99_ms", "device_busy", "cpu_ms_per_request_total"):
+        if key in row:
+            row[key] = float(np.median([p[key] for p in points]))
+    for key in ("requests", "errors"):
+        row[key] = sum(p[key] for p in points)
+    if "cpu_ms_per_request" in row:
+        kinds = {k for p in points for k in p["cpu_ms_per_request"]}
+        row["cpu_ms_per_request"] = {k: float(np.median([p["cpu_ms_per_request"].get(k, 0.0) for p in points]))
+                                     for k in kinds}
+    row["rounds"] = len(points)
+    return row
 
 
 def stage_pass(service: Service, item: Input, seconds: float, workdir: Path) -> dict:
@@ -485,6 +538,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=None, help="EDGETPU_SERVE_WORKERS for a real backend")
     parser.add_argument("--url", default=None, help="measure a running service instead (no CPU figures)")
     parser.add_argument("--no-stages", action="store_true", help="skip the per-stage CPU pass")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="alternating rounds per point, medians reported (default: 3 when several checkouts "
+                             "or variants run side by side, else 1)")
     parser.add_argument("--peer", action="store_true",
                         help="instead: the cpu backend (WORKERS=--workers, default 1) against bench/naive_peer.py")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
@@ -499,6 +555,7 @@ def main() -> int:
     device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
     inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
     runs = [(c.resolve(), variant_settings(v)) for c in (args.checkout or [repo_root()]) for v in (args.variant or [""])]
+    rounds = args.rounds or (3 if len(runs) > 1 else 1)
     from app.inference import image_threads as default_image_threads
 
     # the service's own default for a device backend (this checkout's rule), for the bound too
@@ -532,20 +589,25 @@ def main() -> int:
                         bounds[item.name] = bound_without_http(item.jpeg, d, n, image_threads, args.duration)["req_s"]
                         report["bounds"].append({"input": item.name, "device_ms": d, "devices": n,
                                                  "req_s": bounds[item.name]})
-                for checkout, settings in runs:
-                    with Service(checkout, d or 0, n, args.backend, args.image_threads, workers=args.workers,
-                                 settings=settings) as svc:
+                with contextlib.ExitStack() as stack:
+                    sides = []
+                    for checkout, settings in runs:
+                        svc = stack.enter_context(Service(checkout, d or 0, n, args.backend, args.image_threads,
+                                                          workers=args.workers, settings=settings))
                         v2 = v2_binary_request(svc.url, MODEL, inputs[0].jpeg)
-                        rows = measure_service(svc, svc.url, inputs + ([v2] if v2 else []), levels, args.duration,
-                                               d, n, workdir)
+                        sides.append((svc, svc.url, inputs + ([v2] if v2 else [])))
+                    measured = measure_side_by_side(sides, levels, args.duration, d, n, workdir, rounds)
+                for (checkout, settings), (_, _, side_inputs), rows in zip(runs, sides, measured):
                     errors += sum(r["errors"] for r in rows)
                     for r in rows:
                         r["checkout"], r["settings"] = str(checkout), settings
                     name = run_name(checkout, settings)
                     title = (f"{name}: D = {d} ms, {n} device(s)" if simulated else
                              f"{name}: backend {args.backend}, {n} worker(s)")
+                    if rounds > 1:
+                        title += f", medians of {rounds} alternating rounds"
                     print_rows(f"{title} (load average {load_average()})", rows, bounds)
-                    if not v2:
+                    if len(side_inputs) == len(inputs):
                         print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
                               "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
                     report["points"] += rows

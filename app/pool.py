@@ -86,7 +86,8 @@ class _Job:
     request giving up (`claim()` at its deadline, or when it is cancelled), whichever is first.
     The future is settled from any thread through `_notify`; only the loop touches it directly."""
 
-    __slots__ = ("x", "loop", "done", "member", "created_at", "queued_at", "taken_at", "finished", "timer", "_token")
+    __slots__ = ("x", "loop", "done", "member", "created_at", "queued_at", "taken_at", "invoking", "finished", "timer",
+                 "_token")
 
     def __init__(self, x: np.ndarray | None, loop: asyncio.AbstractEventLoop):
         self.x = x
@@ -97,7 +98,8 @@ class _Job:
         # wait deadline and the bound by time under overload run from here
         self.queued_at = 0.0
         self.taken_at = 0.0   # set by the interpreter thread that takes it
-        self.finished = False  # set by that thread once its invoke has returned
+        self.invoking = False  # set by that thread just before the invoke: the input is on the device
+        self.finished = False  # set by that thread once the invoke has returned
         self.timer: asyncio.TimerHandle | None = None
         self._token = threading.Lock()
 
@@ -356,8 +358,8 @@ class EnginePool:
     def _check_deadline(self, job: _Job) -> None:
         """On the loop, at a deadline of the job: refuse it (not taken in time), fail it (its
         invoke outlived its limit), or look again at the next deadline."""
-        if job.finished or (job.done.done() and not job.done.cancelled()):  # cancelled: still watched
-            return
+        if job.finished or (job.done.done() and not (job.done.cancelled() and job.invoking)):
+            return  # answered, or its request gone and no invoke to watch (a cancelled one is watched)
         now = time.monotonic()
         wait_deadline = job.created_at + self.wait_timeout_s
         if job.taken_at == 0.0:
@@ -402,6 +404,7 @@ class EnginePool:
             if late is not None:  # a 503 now, and the interpreter goes to the next
                 _notify(job, job.done, error=late)
                 continue
+            job.invoking = True
             try:
                 result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request

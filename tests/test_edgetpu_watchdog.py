@@ -9,14 +9,16 @@ import asyncio
 import io
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
+import app.pool
 from app.engines import Backend, TensorSpec, register, unregister
-from app.errors import DeviceHung
+from app.errors import Busy, DeviceHung
 from app.main import create_app
 from app.pool import EnginePool, Member, Watchdog
 from app.registry import Registry
@@ -169,6 +171,42 @@ def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
 
     assert asyncio.run(scenario()).output.shape == (1, 1000)
     assert only.healthy and pool.members == [only]
+
+
+@pytest.mark.parametrize("where", ["interpreter", "image thread"])
+def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch, where):
+    """Refused as too late under overload (by the interpreter or the image thread that took it), its
+    client leaving while the refusal is on its way: no invoke ran, so the watchdog has nothing to watch."""
+    pool = pool_of(1)
+    pool.wait_timeout_s = WATCHDOG_S  # both of its deadlines pass while the test waits
+    pool._too_late = lambda job, now: Busy("overloaded", 1)
+    (only,) = pool.members
+    refusing, go_on = threading.Event(), threading.Event()
+    notify = app.pool._notify
+
+    def slow_refusal(job, future, result=None, error=None):
+        if isinstance(error, Busy):
+            refusing.set()
+            go_on.wait(EVENTUALLY_S)
+        notify(job, future, result, error)
+    monkeypatch.setattr(app.pool, "_notify", slow_refusal)
+    x = np.zeros((1, 224, 224, 3), np.uint8)
+    errors = []
+
+    async def scenario():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        with ThreadPoolExecutor(1) as images:
+            request = asyncio.ensure_future(pool.run(x) if where == "interpreter" else
+                                            pool._run_after(lambda: x, images))
+            await asyncio.to_thread(refusing.wait, EVENTUALLY_S)
+            request.cancel()  # the client leaves
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            go_on.set()
+            await asyncio.sleep(WATCHDOG_S * 3)
+
+    asyncio.run(scenario())
+    assert only.healthy and pool.members == [only] and errors == []
 
 
 def test_with_every_device_hung_requests_fail_fast_until_one_is_back():

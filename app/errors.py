@@ -83,5 +83,9 @@ class BadImage(RequestError):
     """The bytes are not an image we decode (unknown format, corrupt, truncated)."""
 
 
+class DamagedImage(BadImage):
+    """The decoder reports damaged data (corrupt blocks, a truncated file, a wrong checksum)."""
+
+
 class ImageTooLarge(RequestError):
     """The image decodes to more pixels than allowed (decompression bomb guard)."""

@@ -18,7 +18,7 @@ import numpy as np
 import simplejpeg
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
-from app.errors import BadImage, ImageTooLarge
+from app.errors import BadImage, DamagedImage, ImageTooLarge
 from app.model_dir import InputSpec
 
 # Formats decoded by Pillow's own code. Others (EPS runs Ghostscript, ...) are refused.
@@ -84,8 +84,14 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
         image = _decode_jpeg(data, image, spec, accept_damaged)
     else:
         if image.format == "JPEG" and not accept_damaged:
-            # CMYK and YCCK: the pixels are Pillow's (its CMYK -> RGB), the check libjpeg-turbo's
-            _libjpeg_decode(data, "CMYK", width, height, _draft_size(width, height, spec), strict=True)
+            # CMYK and YCCK: the pixels are Pillow's (its CMYK -> RGB), the check for damage libjpeg-turbo's;
+            # what TurboJPEG cannot read otherwise (sampling it does not classify, say) Pillow decides
+            try:
+                _libjpeg_decode(data, "CMYK", width, height, _draft_size(width, height, spec), strict=True)
+            except DamagedImage:
+                raise
+            except BadImage:
+                pass
         if image.format == "JPEG":
             # DCT-domain downscaling: decodes at 1/2, 1/4 or 1/8 size while staying >= what
             # the crop needs, so the later resize still has at least the model's resolution.
@@ -135,7 +141,9 @@ _PLAIN_MODES = {1: "L", 3: "RGB"}    # components -> the mode Pillow gives them
 def _plain_jpeg_header(data) -> tuple[int, int, str] | None:
     """(width, height, mode) of a JPEG whose header holds nothing but what libjpeg-turbo needs (no
     Exif, so no orientation), read in a few microseconds; None for anything else, which Pillow
-    opens (its header parser reads marker by marker through Python: ~0.2 ms of a 224x224 JPEG's ~1 ms)."""
+    opens (its header parser reads marker by marker through Python: ~0.2 ms of a 224x224 JPEG's ~1 ms).
+    The segments are not parsed: a short JFIF or Adobe segment, say, which Pillow's parser refused,
+    is ignored here as libjpeg ignores it, and the image decodes."""
     view = memoryview(data)
     if view[:3] != b"\xff\xd8\xff":
         return None
@@ -182,8 +190,8 @@ def _libjpeg_decode(data, colorspace: str, width: int, height: int, size: tuple[
         if "Premature end of JPEG file" in reason:
             reason = f"the file is truncated ({reason})"
         if "Corrupt" in reason or "truncated" in reason:
-            raise BadImage(f"damaged image: {reason}; EDGETPU_SERVE_ACCEPT_DAMAGED_IMAGES=true decodes it anyway") \
-                from None
+            raise DamagedImage(f"damaged image: {reason}; EDGETPU_SERVE_ACCEPT_DAMAGED_IMAGES=true decodes it "
+                               "anyway") from None
         raise BadImage(f"cannot decode image: {reason}") from None
 
 
@@ -206,8 +214,8 @@ def check_png_checksums(data) -> None:
         kind = bytes(view[pos + 4:pos + 8])
         stored = int.from_bytes(view[chunk_end:chunk_end + 4], "big")
         if zlib.crc32(view[pos + 4:chunk_end]) != stored:
-            raise BadImage(f"damaged image: PNG chunk {kind.decode('latin-1')!r} at byte {pos} fails its CRC "
-                           "check (EDGETPU_SERVE_ACCEPT_DAMAGED_IMAGES=true decodes it anyway)")
+            raise DamagedImage(f"damaged image: PNG chunk {kind.decode('latin-1')!r} at byte {pos} fails its CRC "
+                               "check (EDGETPU_SERVE_ACCEPT_DAMAGED_IMAGES=true decodes it anyway)")
         if kind == b"IEND":
             return
         pos = chunk_end + 4

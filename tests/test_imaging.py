@@ -232,6 +232,15 @@ def test_a_damaged_cmyk_jpeg_is_refused_too(china_jpg):
     assert decode(damaged, SPEC, BIG, accept_damaged=True).mode == "RGB"
 
 
+def test_a_cmyk_jpeg_turbojpeg_cannot_classify_is_left_to_pillow():
+    # cyan sampled 2x2, the rest 1x1: valid, decoded by Pillow; TurboJPEG cannot name its subsampling
+    data = bytearray(encode(Image.new("CMYK", (56, 32), (127, 127, 127, 127)), "JPEG", quality=90))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = (64).to_bytes(2, "big") * 2
+    data[sof + 11] = 0x22
+    assert decode(bytes(data), SPEC, BIG).size == (32, 32)  # 64x64, drafted at 1/2 for the 32x32 model
+
+
 def test_an_intact_cmyk_jpeg_has_pillows_pixels(china_jpg):
     data = _cmyk_jpeg(china_jpg)
     assert np.array_equal(np.asarray(decode(data, SPEC, BIG)), _old_pillow_decode(data, SPEC))

@@ -79,23 +79,25 @@ class ByteBudget:
     """At most `capacity` bytes reserved at once; waiters served in arrival order.
 
     Used from the event loop only. When the last reservation of a burst is released (a burst:
-    `trim_after_bytes` or more reserved at once since the last trim), `trim` (malloc_trim) runs on
-    a thread so the memory goes back to the OS; at most once per TRIM_INTERVAL_S, a trim due
-    sooner waits for the interval's end. trim_after_bytes None: never.
+    `trim_after_bytes` or more reserved at once since the last trim), `trimmer` (malloc_trim) runs
+    on a thread so the memory goes back to the OS; at most once per TRIM_INTERVAL_S, a trim due
+    sooner waits for the interval's end (and for the end of a burst begun meanwhile).
+    trim_after_bytes None: never.
     """
 
     def __init__(self, capacity: int, retry_after_s: float = 1.0, trim_after_bytes: int | None = TRIM_AFTER_BYTES,
-                 trim: Callable[[], None] | None = None):
+                 trimmer: Callable[[], None] = trim):
         self.capacity = capacity
         self.trim_after_bytes = trim_after_bytes
         self.retry_after_s = retry_after_s
         self.reserved = 0
         self.peak = 0
         self._waiters: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
-        self._trim = trim or globals()["trim"]
+        self._trimmer = trimmer
         self._burst_peak = 0  # the most reserved at once since the last trim
         self._last_trim = -math.inf  # monotonic
         self._trim_due: asyncio.TimerHandle | None = None
+        self._trim_loop: asyncio.AbstractEventLoop | None = None  # the loop _trim_due is on
 
     async def acquire(self, size: int, timeout_s: float) -> None:
         if size > self.capacity:
@@ -124,17 +126,22 @@ class ByteBudget:
     def release(self, size: int) -> None:
         self.reserved -= size
         self._grant()
-        if (self.reserved == 0 and self.trim_after_bytes is not None and self._burst_peak >= self.trim_after_bytes
-                and self._trim_due is None):
+        if self.reserved == 0 and self.trim_after_bytes is not None and self._burst_peak >= self.trim_after_bytes:
             loop = asyncio.get_running_loop()
-            wait_s = self._last_trim + TRIM_INTERVAL_S - time.monotonic()
-            self._trim_due = loop.call_later(max(0.0, wait_s), self._start_trim, loop)
+            if self._trim_due is None or self._trim_loop is not loop:  # one left on an ended loop never runs
+                wait_s = self._last_trim + TRIM_INTERVAL_S - time.monotonic()
+                self._trim_due, self._trim_loop = loop.call_later(max(0.0, wait_s), self._start_trim, loop), loop
 
     def _start_trim(self, loop: asyncio.AbstractEventLoop) -> None:
         self._trim_due = None
-        self._burst_peak = self.reserved  # a burst under way now counts from here
+        if self.reserved:  # a burst begun meanwhile: trimmed when it ends
+            return
+        self._burst_peak = 0
         self._last_trim = time.monotonic()
-        loop.run_in_executor(None, self._trim)
+        try:
+            loop.run_in_executor(None, self._trimmer)
+        except RuntimeError:  # the loop is shutting down its executor: nothing left to trim for
+            pass
 
     def _take(self, size: int) -> None:
         self.reserved += size

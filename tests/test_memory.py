@@ -6,7 +6,7 @@ import time
 import pytest
 
 from app.errors import Busy
-from app.memory import ByteBudget, Reservation, tune_malloc
+from app.memory import TRIM_INTERVAL_S, ByteBudget, Reservation, tune_malloc
 
 
 def run(coro):
@@ -81,7 +81,7 @@ def test_malloc_is_tuned_on_glibc():
 def test_malloc_is_trimmed_after_a_burst_of_bodies_not_after_every_small_one():
     async def main():
         trims = []
-        budget = ByteBudget(100, trim_after_bytes=50, trim=lambda: trims.append(budget.reserved))
+        budget = ByteBudget(100, trim_after_bytes=50, trimmer=lambda: trims.append(budget.reserved))
         for _ in range(20):  # one small body at a time: the line empties after each, no burst
             await budget.acquire(10, 1)
             budget.release(10)
@@ -98,28 +98,54 @@ def test_malloc_is_trimmed_after_a_burst_of_bodies_not_after_every_small_one():
     run(main())
 
 
-def test_bursts_in_quick_succession_are_trimmed_once_per_interval(monkeypatch):
-    monkeypatch.setattr("app.memory.TRIM_INTERVAL_S", 0.3)
-
+def test_bursts_in_quick_succession_are_trimmed_once_per_interval():
     async def main():
         trims = []
-        budget = ByteBudget(100, trim_after_bytes=50, trim=lambda: trims.append(time.monotonic()))
+        budget = ByteBudget(100, trim_after_bytes=50, trimmer=lambda: trims.append(time.monotonic()))
         for _ in range(3):
             await budget.acquire(60, 1)
             budget.release(60)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
         assert len(trims) == 1  # the first at once; the next two wait for the interval's end
-        await asyncio.sleep(0.4)
-        assert len(trims) == 2 and trims[1] - trims[0] >= 0.29
-        await asyncio.sleep(0.4)
-        assert len(trims) == 2  # the two later bursts were one
+        await asyncio.sleep(TRIM_INTERVAL_S * 1.5)
+        assert len(trims) == 2 and trims[1] - trims[0] >= TRIM_INTERVAL_S * 0.99  # the two later bursts were one
     run(main())
+
+
+def test_a_trim_due_waits_for_a_burst_begun_meanwhile_and_one_left_on_an_ended_loop_is_replaced():
+    trims = []
+    budget = ByteBudget(200, trim_after_bytes=50, trimmer=lambda: trims.append(budget.reserved))
+
+    async def burst(hold_s: float = 0.0):
+        await budget.acquire(60, 1)
+        await asyncio.sleep(hold_s)
+        budget.release(60)
+
+    async def first():
+        await burst()
+        await asyncio.sleep(0.01)
+        await burst()  # its trim is due in a second; the loop ends before
+    run(first())
+    assert trims == [0]
+
+    async def second():
+        await burst()  # the deferral left on the ended loop does not hold this one up
+        await asyncio.sleep(TRIM_INTERVAL_S * 1.2)
+        assert trims == [0, 0]
+        await burst()  # its trim is due in a second (the last was just now) ...
+        await budget.acquire(60, 1)  # ... and when it comes, 60 are held again
+        await asyncio.sleep(TRIM_INTERVAL_S * 1.2)
+        assert trims == [0, 0]
+        budget.release(60)
+        await asyncio.sleep(0.05)
+        assert trims == [0, 0, 0]
+    run(second())
 
 
 def test_no_trim_when_switched_off():
     async def main():
         trims = []
-        budget = ByteBudget(100, trim_after_bytes=None, trim=lambda: trims.append(1))
+        budget = ByteBudget(100, trim_after_bytes=None, trimmer=lambda: trims.append(1))
         await budget.acquire(100, 1)
         budget.release(100)
         await asyncio.sleep(0.05)

@@ -133,6 +133,8 @@ def _places(first: Lease, backend: str, n: int, places: ExitStack) -> list[Lease
 async def _all(runs: list[Coroutine]) -> list[Scored]:
     """Every run, in order. On the first failure the others are cancelled and waited for, so no
     input is still running once its place in line is given back."""
+    if len(runs) == 1:  # the common case, awaited as it is: no task (its creation and bookkeeping) for it
+        return [await runs[0]]
     tasks = [asyncio.ensure_future(run) for run in runs]
     try:
         return await asyncio.gather(*tasks)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.errors import BodyTooLarge, RequestError
+from app.inference import top_order
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_CONTENT_TYPE = "application/octet-stream"
@@ -287,9 +288,8 @@ def _requested_output(raw, i: int, binary_default: bool) -> RequestedOutput:
 def classification(values: np.ndarray, k: int, labels: tuple[str, ...]) -> list[bytes]:
     """The classification extension for one row: the k best as b"score:index:label", best first
     (equal scores in class order), each score as the output tensor holds it."""
-    order = np.argsort(-values.astype(np.float64), kind="stable")[:k]
     out = []
-    for i in order:
+    for i in top_order(values.astype(np.float64), k):
         label = labels[i] if i < len(labels) else ""
         value = values[i]
         text = repr(float(value)) if values.dtype.kind == "f" else str(int(value))

@@ -23,6 +23,9 @@ from app.model_dir import InputSpec
 
 # Formats decoded by Pillow's own code. Others (EPS runs Ghostscript, ...) are refused.
 DECODABLE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")
+# What Pillow's JPEG plugin opens: JPEG, and MPO (a JPEG followed by more images: 3D cameras, and the
+# gain map of Ultra HDR phone photos), whose first image, the photo, is decoded as any JPEG.
+JPEG_FORMATS = ("JPEG", "MPO")
 RESAMPLE = Image.Resampling.BILINEAR
 # Pillow frees every image's pixel memory by default, so each request pays fresh pages for
 # its decoded and resized images (about 1 ms of a 640x427 JPEG's 5 ms here). Keeping a few
@@ -73,17 +76,18 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
         )
     if width == 0 or height == 0:
         raise BadImage(f"image has no pixels ({width}x{height})")
-    if image.format != "JPEG" and max_decoded_pixels is not None and width * height > max_decoded_pixels:
+    is_jpeg = image.format in JPEG_FORMATS
+    if not is_jpeg and max_decoded_pixels is not None and width * height > max_decoded_pixels:
         raise ImageTooLarge(
             f"a {image.format} image of {width}x{height} = {width * height} pixels is decoded whole; the limit "
             f"for formats other than JPEG is {max_decoded_pixels} pixels (JPEGs decode at reduced size)"
         )
     if image.format == "PNG" and not accept_damaged:
         check_png_checksums(data)
-    if image.format == "JPEG" and image.mode in JPEG_MODES:
+    if is_jpeg and image.mode in JPEG_MODES:
         image = _decode_jpeg(data, image, spec, accept_damaged)
     else:
-        if image.format == "JPEG" and not accept_damaged:
+        if is_jpeg and not accept_damaged:
             # CMYK and YCCK: the pixels are Pillow's (its CMYK -> RGB), the check for damage libjpeg-turbo's;
             # what TurboJPEG cannot read otherwise (sampling it does not classify, say) Pillow decides
             try:
@@ -92,7 +96,7 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
                 raise
             except BadImage:
                 pass
-        if image.format == "JPEG":
+        if is_jpeg:
             # DCT-domain downscaling: decodes at 1/2, 1/4 or 1/8 size while staying >= what
             # the crop needs, so the later resize still has at least the model's resolution.
             image.draft(image.mode, _draft_size(width, height, spec))

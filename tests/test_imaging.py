@@ -220,6 +220,28 @@ def test_a_plain_jpeg_over_the_pixel_limit_is_refused_before_decoding(cat_png):
         decode(data, SPEC, width * height - 1)
 
 
+def _mpo(china_jpg) -> bytes:
+    """What a 3D camera or an Ultra HDR phone photo is: a JPEG followed by another image."""
+    photo = Image.open(china_jpg)
+    return encode(photo, "MPO", save_all=True, append_images=[photo.resize((64, 43))], quality=90)
+
+
+def test_an_mpo_photo_is_decoded_as_the_jpeg_it_starts_with(china_jpg):
+    data = _mpo(china_jpg)
+    assert Image.open(io.BytesIO(data)).format == "MPO"
+    spec = SPEC.model_copy(update={"width": 100, "height": 100})
+    image = decode(data, spec, BIG, max_decoded_pixels=1000)  # at reduced size, not under the whole-image limit
+    assert image.size == (160, 107)
+    assert np.array_equal(np.asarray(image), _old_pillow_decode(data, spec))
+
+
+def test_a_damaged_mpo_photo_is_refused(china_jpg):
+    damaged = bytearray(_mpo(china_jpg))
+    damaged[len(damaged) // 3:len(damaged) // 3 + 64] = np.random.default_rng(1).integers(0, 256, 64, np.uint8).tobytes()
+    with pytest.raises(BadImage, match="damaged image"):
+        decode(bytes(damaged), SPEC, BIG)
+
+
 def _cmyk_jpeg(china_jpg) -> bytes:
     return encode(Image.open(china_jpg).convert("CMYK"), "JPEG", quality=90)
 

@@ -52,10 +52,12 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
     """
     if not data:
         raise BadImage("empty image")
+    model_mode = "L" if spec.channels == 1 else "RGB"
     plain = _plain_jpeg_header(data)
-    if plain is not None:
-        return _to_mode(_decode_plain_jpeg(data, plain, spec, max_pixels, accept_damaged),
-                        "L" if spec.channels == 1 else "RGB")
+    if plain is not None:  # no orientation to apply: straight to libjpeg-turbo
+        width, height, mode = plain
+        _check_pixels(width, height, max_pixels)
+        return _to_mode(_libjpeg_image(data, width, height, mode, spec, accept_damaged), model_mode)
     try:
         with warnings.catch_warnings():
             # Pillow's own bomb check warns or raises by its global limit; ours is per call.
@@ -70,10 +72,7 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
     except (OSError, ValueError, SyntaxError) as e:
         raise BadImage(f"cannot read image header: {e}") from None
     width, height = image.size
-    if width * height > max_pixels:
-        raise ImageTooLarge(
-            f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels}"
-        )
+    _check_pixels(width, height, max_pixels)
     if width == 0 or height == 0:
         raise BadImage(f"image has no pixels ({width}x{height})")
     is_jpeg = image.format in JPEG_FORMATS
@@ -110,7 +109,7 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
             raise BadImage(f"cannot decode image: {e}") from None
     # in place: without an orientation tag the copying form copies every pixel for nothing
     ImageOps.exif_transpose(image, in_place=True)
-    return _to_mode(image, "L" if spec.channels == 1 else "RGB")
+    return _to_mode(image, model_mode)
 
 
 # JPEG colour spaces decoded by libjpeg-turbo through simplejpeg (which reports corrupt data);
@@ -123,10 +122,7 @@ def _decode_jpeg(data, header: Image.Image, spec: InputSpec, accept_damaged: boo
     """Pixels through libjpeg-turbo with its warnings surfaced (Pillow's decoder discards them:
     its libjpeg message hook does nothing), at the scale Pillow's draft() would pick and with the
     same IDCT (islow) and upsampling (fancy), so the pixels are Pillow's, byte for byte."""
-    width, height = header.size
-    pixels = _libjpeg_decode(data, JPEG_MODES[header.mode], width, height, _draft_size(width, height, spec),
-                             strict=not accept_damaged)
-    image = Image.fromarray(pixels[:, :, 0] if header.mode == "L" else pixels, header.mode)
+    image = _libjpeg_image(data, *header.size, header.mode, spec, accept_damaged)
     image.info.update(header.info)
     orientation = header.getexif().get(ExifTags.Base.Orientation)
     if orientation is not None:
@@ -170,12 +166,13 @@ def _plain_jpeg_header(data) -> tuple[int, int, str] | None:
     return None
 
 
-def _decode_plain_jpeg(data, header: tuple[int, int, str], spec: InputSpec, max_pixels: int,
-                       accept_damaged: bool) -> Image.Image:
-    """_decode_jpeg for a header _plain_jpeg_header read: the same pixels, without Pillow's parse."""
-    width, height, mode = header
+def _check_pixels(width: int, height: int, max_pixels: int) -> None:
     if width * height > max_pixels:
         raise ImageTooLarge(f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels}")
+
+
+def _libjpeg_image(data, width: int, height: int, mode: str, spec: InputSpec, accept_damaged: bool) -> Image.Image:
+    """An RGB or L JPEG's pixels through libjpeg-turbo, at the scale draft() would pick, as a Pillow image."""
     pixels = _libjpeg_decode(data, JPEG_MODES[mode], width, height, _draft_size(width, height, spec),
                              strict=not accept_damaged)
     return Image.fromarray(pixels[:, :, 0] if mode == "L" else pixels, mode)

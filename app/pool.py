@@ -405,16 +405,15 @@ class EnginePool:
                 _notify(job, job.done, error=late)
                 continue
             job.invoking = True
+            result, error = None, None
             try:
                 result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request
-                job.finished = True
-                _notify(job, job.done, error=e)
-            else:
-                job.finished = True
-                _notify(job, job.done, result)
-                if not result.cold:
-                    self._note_invoke(result.inference_ms)
+                error = e
+            job.finished = True
+            _notify(job, job.done, result, error)
+            if result is not None and not result.cold:
+                self._note_invoke(result.inference_ms)
             if not member.healthy:  # the watchdog took it out while this invoke hung
                 break
         member.engine.close()

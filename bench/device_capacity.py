@@ -184,14 +184,37 @@ class Service(ServiceProcess):
         raise RuntimeError("the launcher did not write its stats")
 
     def thread_cpu_ns(self) -> dict[int, int]:
-        """Each live thread's CPU time so far (schedstat: ns on the CPU)."""
-        out = {}
-        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
-            try:
-                out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
-            except (OSError, ValueError):
-                pass
-        return out
+        return thread_cpu_ns(self.process.pid)
+
+
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """Each live thread's CPU time so far (schedstat: ns on the CPU)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+FLOOR = Path(__file__).resolve().parent / "floor_server.py"
+
+
+class FloorServer(ServiceProcess):
+    """bench/floor_server.py (everything on the event loop, nothing but the work) with the same
+    simulated device: what concurrency 1 costs at the least on this machine and HTTP stack."""
+
+    def __init__(self, device_ms: float):
+        port = free_port()
+        super().__init__({"PYTHONPATH": str(repo_root()), "FLOOR_PORT": str(port), "BENCH_DEVICE_MS": str(device_ms)},
+                         argv=[sys.executable, str(FLOOR)], port=port, ready_path="/")
+
+    def stats(self) -> dict:
+        return {"threads": {str(self.process.pid): "event loop"}}
+
+    def thread_cpu_ns(self) -> dict[int, int]:
+        return thread_cpu_ns(self.process.pid)
 
 
 def thread_kind(name: str) -> str:
@@ -539,10 +562,13 @@ def main() -> int:
     parser.add_argument("--url", default=None, help="measure a running service instead (no CPU figures)")
     parser.add_argument("--no-stages", action="store_true", help="skip the per-stage CPU pass")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="alternating rounds per point, medians reported (default: 3 when several checkouts "
-                             "or variants run side by side, else 1)")
+                        help="alternating rounds per point, medians reported (default: 3 when several checkouts, "
+                             "variants or the floor run side by side, else 1)")
     parser.add_argument("--peer", action="store_true",
                         help="instead: the cpu backend (WORKERS=--workers, default 1) against bench/naive_peer.py")
+    parser.add_argument("--floor", action="store_true",
+                        help="also, side by side: bench/floor_server.py, the least a server on this HTTP stack does "
+                             "per request (all on the event loop, one request at a time): the floor for c=1")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -555,7 +581,7 @@ def main() -> int:
     device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
     inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
     runs = [(c.resolve(), variant_settings(v)) for c in (args.checkout or [repo_root()]) for v in (args.variant or [""])]
-    rounds = args.rounds or (3 if len(runs) > 1 else 1)
+    rounds = args.rounds or (3 if len(runs) > 1 or args.floor else 1)
     from app.inference import image_threads as default_image_threads
 
     # the service's own default for a device backend (this checkout's rule), for the bound too
@@ -596,18 +622,22 @@ def main() -> int:
                                                           workers=args.workers, settings=settings))
                         v2 = v2_binary_request(svc.url, MODEL, inputs[0].jpeg)
                         sides.append((svc, svc.url, inputs + ([v2] if v2 else [])))
+                    names = [run_name(checkout, settings) for checkout, settings in runs]
+                    if args.floor and n == 1:
+                        floor = stack.enter_context(FloorServer(d))
+                        sides.append((floor, floor.url, inputs))
+                        names.append("floor (bench/floor_server.py: all on the event loop, no limits)")
                     measured = measure_side_by_side(sides, levels, args.duration, d, n, workdir, rounds)
-                for (checkout, settings), (_, _, side_inputs), rows in zip(runs, sides, measured):
+                for name, (_, _, side_inputs), rows in zip(names, sides, measured):
                     errors += sum(r["errors"] for r in rows)
                     for r in rows:
-                        r["checkout"], r["settings"] = str(checkout), settings
-                    name = run_name(checkout, settings)
+                        r["run"] = name
                     title = (f"{name}: D = {d} ms, {n} device(s)" if simulated else
                              f"{name}: backend {args.backend}, {n} worker(s)")
                     if rounds > 1:
                         title += f", medians of {rounds} alternating rounds"
                     print_rows(f"{title} (load average {load_average()})", rows, bounds)
-                    if len(side_inputs) == len(inputs):
+                    if len(side_inputs) == len(inputs) and not name.startswith("floor"):
                         print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
                               "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
                     report["points"] += rows

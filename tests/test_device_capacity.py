@@ -22,7 +22,7 @@ def test_device_capacity_measures_the_simulated_device_and_the_stages(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGETPU_SERVE_", "BENCH_"))}
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "device_capacity.py"), "--device-ms", str(DEVICE_MS),
                            "--devices", "1", "--concurrency", "1,4", "--duration", "1", "--inputs", "224",
-                           "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+                           "--floor", "--rounds", "1", "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "| 224x224 JPEG | 4 |" in done.stdout and "total server CPU" in done.stdout
     figures = json.loads(out.read_text())
@@ -33,8 +33,11 @@ def test_device_capacity_measures_the_simulated_device_and_the_stages(tmp_path):
         assert point["p99_ms"] >= point["p50_ms"] >= DEVICE_MS
         cpu = point["cpu_ms_per_request"]
         assert cpu["event loop"] > 0  # the threads were named and found
-        if "JPEG" in point["input"]:  # the raw tensor through /v2 has no image work
-            assert cpu["image"] > 0
+        if "JPEG" in point["input"] and not point["run"].startswith("floor"):
+            assert cpu["image"] > 0  # the raw tensor through /v2 has no image work, the floor no image thread
+    floor = [p for p in figures["points"] if p["run"].startswith("floor")]
+    # the floor serves the JPEG at each concurrency, one request at a time: never above the device's rate
+    assert [p["concurrency"] for p in floor] == [1, 4] and all(p["req_s"] <= 1000 / DEVICE_MS * 1.05 for p in floor)
     (bound,) = figures["bounds"]
     assert 0 < bound["req_s"] <= 1000 / DEVICE_MS * 1.05
     (stages,) = figures["stages"]

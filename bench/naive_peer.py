@@ -3,6 +3,10 @@ robmarkcole's tensorflow-lite-rest-server (FastAPI; one interpreter invoked on t
 the multipart upload opened by Pillow and stretched to the input size; top-1), moved onto
 ai-edge-litert and pointed at our default model. Not a copy of its code; not part of the product.
 
+PEER_PREPROCESS=exact (with the repository on PYTHONPATH) makes it a fairer peer: the image goes through
+our own preprocessing (app.imaging: the center crop scaled to the model's input, the same tensor bytes
+the service hands its interpreter) instead of the stretch, so the two differ only in the serving around it.
+
     PEER_MODEL=models/efficientnet_lite0/efficientnet_lite0_int8.tflite PEER_PORT=5000 python bench/naive_peer.py
 """
 
@@ -26,11 +30,25 @@ output_details = interpreter.get_output_details()
 height, width = input_details[0]["shape"][1:3]
 
 
+if os.environ.get("PEER_PREPROCESS") == "exact":
+    from app.imaging import prepare, reuse_image_buffers
+    from app.model_dir import read_model_dir
+
+    SPEC = read_model_dir(os.path.dirname(MODEL)).manifest.input  # uint8 input, identity quantization
+    reuse_image_buffers()
+
+    def to_tensor(contents: bytes) -> np.ndarray:
+        return prepare(contents, SPEC, 50_000_000)[None, ...]
+else:
+    def to_tensor(contents: bytes) -> np.ndarray:
+        picture = Image.open(io.BytesIO(contents)).convert("RGB").resize((width, height))
+        return np.expand_dims(picture, axis=0)
+
+
 @app.post("/v1/vision/scene")
 async def predict_scene(image: UploadFile = File(...)):
     contents = await image.read()
-    picture = Image.open(io.BytesIO(contents)).convert("RGB").resize((width, height))
-    interpreter.set_tensor(input_details[0]["index"], np.expand_dims(picture, axis=0))
+    interpreter.set_tensor(input_details[0]["index"], to_tensor(contents))
     interpreter.invoke()
     output = interpreter.get_tensor(output_details[0]["index"])[0]
     scale, zero_point = output_details[0]["quantization"]

@@ -47,3 +47,12 @@ def test_device_capacity_measures_the_simulated_device_and_the_stages(tmp_path):
     assert stages["total_ms"] >= ms["decode"] + ms["resize"]
     # the service has /v2: the raw-tensor row joins
     assert any("v2" in p["input"] for p in figures["points"]), done.stdout
+
+
+def test_idle_penalty_times_the_same_work_after_each_sleep_length():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "idle_penalty.py"), "-n", "3", "--rounds", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split("|")[1].strip() for row in rows] == ["0", "0.5", "2", "4", "10"]
+    assert rows[0].count("(1.0x)") == 2  # back to back is the reference for both columns

@@ -183,10 +183,6 @@ class Service(ServiceProcess):
             time.sleep(0.02)
         raise RuntimeError("the launcher did not write its stats")
 
-    def thread_cpu_ns(self) -> dict[int, int]:
-        return thread_cpu_ns(self.process.pid)
-
-
 def thread_cpu_ns(pid: int) -> dict[int, int]:
     """Each live thread's CPU time so far (schedstat: ns on the CPU)."""
     out = {}
@@ -212,9 +208,6 @@ class FloorServer(ServiceProcess):
 
     def stats(self) -> dict:
         return {"threads": {str(self.process.pid): "event loop"}}
-
-    def thread_cpu_ns(self) -> dict[int, int]:
-        return thread_cpu_ns(self.process.pid)
 
 
 def thread_kind(name: str) -> str:
@@ -378,12 +371,12 @@ def input_names(inputs: list[Input]) -> list[str]:
 
 def measure_point(service: Service | None, url: str, item: Input, c: int, seconds: float, d_ms: float, devices: int,
                   threads: dict[int, str], workdir: Path) -> dict:
-    before = service.thread_cpu_ns() if service else {}
+    before = thread_cpu_ns(service.process.pid) if service else {}
     figures = wrk_run(url, item, c, seconds, workdir)
     row = {"input": item.name, "concurrency": c, "device_ms": d_ms, "devices": devices, **figures,
            "device_busy": figures["req_s"] * d_ms / 1000 / devices}
     if service:
-        after = service.thread_cpu_ns()
+        after = thread_cpu_ns(service.process.pid)
         per_kind: dict[str, float] = {}
         for tid, ns in after.items():
             kind = thread_kind(threads.get(tid, ""))
@@ -417,9 +410,9 @@ def stage_pass(service: Service, item: Input, seconds: float, workdir: Path) -> 
     wrk_run(service.url, item, 1, WARMUP_S, workdir)
     first = service.stats()
     names = {int(k): v for k, v in first["threads"].items()}
-    before = service.thread_cpu_ns()
+    before = thread_cpu_ns(service.process.pid)
     figures = wrk_run(service.url, item, 1, seconds, workdir)
-    after = service.thread_cpu_ns()
+    after = thread_cpu_ns(service.process.pid)
     last = service.stats()
     n = max(1, figures["requests"])
     stage = {k: (v[0] - first["stages"].get(k, [0, 0])[0]) / n / 1e6 for k, v in last["stages"].items()}
@@ -636,7 +629,7 @@ def main() -> int:
                         sides.append((floor, floor.url, inputs))
                         names.append("floor (bench/floor_server.py: all on the event loop, no limits)")
                     measured = measure_side_by_side(sides, levels, args.duration, d, n, workdir, rounds)
-                for name, (_, _, side_inputs), rows in zip(names, sides, measured):
+                for name, (side, _, side_inputs), rows in zip(names, sides, measured):
                     errors += sum(r["errors"] for r in rows)
                     for r in rows:
                         r["run"] = name
@@ -645,7 +638,7 @@ def main() -> int:
                     if rounds > 1:
                         title += f", medians of {rounds} alternating rounds"
                     print_rows(f"{title} (load average {load_average()})", rows, bounds)
-                    if len(side_inputs) == len(inputs) and not name.startswith("floor"):
+                    if isinstance(side, Service) and len(side_inputs) == len(inputs):
                         print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
                               "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
                     report["points"] += rows

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # simulated_device, be
 
 import simulated_device  # noqa: E402
 
-from app.imaging import InputQuantizer, decode, reuse_image_buffers, to_pixels  # noqa: E402
+from app.imaging import InputQuantizer, prepare, reuse_image_buffers  # noqa: E402
 from app.inference import scores, top_predictions  # noqa: E402
 from app.model_dir import read_model_dir  # noqa: E402
 
@@ -39,7 +39,7 @@ reuse_image_buffers()  # as the service does at start
 
 
 def classify(data: bytes) -> bytes:
-    tensor = QUANTIZER(to_pixels(decode(data, SPEC, simulated_device.MAX_PIXELS), SPEC))
+    tensor = QUANTIZER(prepare(data, SPEC, simulated_device.MAX_PIXELS))
     output = ENGINE.run(tensor)
     values = scores(output, ENGINE.output.scale, ENGINE.output.zero_point, MODEL_DIR)
     predictions = top_predictions(values, MODEL_DIR.labels, 5, 0.0)

@@ -33,17 +33,17 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=100, help="calls per sleep length per round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from app.imaging import InputQuantizer, decode, reuse_image_buffers, to_pixels
+    from app.imaging import InputQuantizer, prepare, reuse_image_buffers
     from app.inference import scores, top_predictions
     from app.model_dir import read_model_dir
 
-    spec = read_model_dir(repo_root() / "models" / MODEL).manifest.input
-    quantizer = InputQuantizer(spec, np.uint8, 1 / 128, 127)
+    model_dir = read_model_dir(repo_root() / "models" / MODEL)
+    spec, tensor = model_dir.manifest.input, model_dir.manifest.quantization.input
+    quantizer = InputQuantizer(spec, tensor.dtype, tensor.scale, tensor.zero_point)
     reuse_image_buffers()
     jpeg = jpeg_224()
-    model_dir = read_model_dir(repo_root() / "models" / MODEL)
     output = np.random.default_rng(0).integers(0, 256, (1, len(model_dir.labels)), dtype=np.uint8)
-    work = {"image work": lambda: quantizer(to_pixels(decode(jpeg, spec, MAX_PIXELS), spec)),
+    work = {"image work": lambda: quantizer(prepare(jpeg, spec, MAX_PIXELS)),
             "post-processing": lambda: top_predictions(scores(output, 0.1, 0, model_dir), model_dir.labels, 5, 0.0)}
     times = {(name, s): [] for name in work for s in SLEEPS_MS}
     for fn in work.values():

@@ -31,14 +31,15 @@ height, width = input_details[0]["shape"][1:3]
 
 
 if os.environ.get("PEER_PREPROCESS") == "exact":
-    from app.imaging import prepare, reuse_image_buffers
+    from app.imaging import InputQuantizer, prepare, reuse_image_buffers
     from app.model_dir import read_model_dir
 
-    SPEC = read_model_dir(os.path.dirname(MODEL)).manifest.input  # uint8 input, identity quantization
+    SPEC = read_model_dir(os.path.dirname(MODEL)).manifest.input
+    QUANTIZER = InputQuantizer(SPEC, input_details[0]["dtype"], *input_details[0]["quantization"])
     reuse_image_buffers()
 
     def to_tensor(contents: bytes) -> np.ndarray:
-        return prepare(contents, SPEC, 50_000_000)[None, ...]
+        return QUANTIZER(prepare(contents, SPEC, 50_000_000))
 else:
     def to_tensor(contents: bytes) -> np.ndarray:
         picture = Image.open(io.BytesIO(contents)).convert("RGB").resize((width, height))

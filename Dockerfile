@@ -1,47 +1,81 @@
 # edgetpu-serve for x86-64 hosts with a Coral USB Accelerator (an M.2/PCIe TPU works too).
+# docker/devboard.Dockerfile is the same recipe with the Dev Board's defaults; docs/images.md
+# says how to build both offline and run them.
 #
-#   docker build -t edgetpu-serve .
-#   docker run --rm -p 8000:8000 --device /dev/bus/usb -v "$PWD/models:/models:ro" edgetpu-serve
+#   make images                      # docker/tools/images.sh: base, wheelhouse, checked runtime files
+#   docker run --rm --network=host --device /dev/bus/usb edgetpu-serve:latest
 #
-# Versions: app/edgetpu/versions.toml is the one place they are pinned; the ARG defaults
-# below must equal its [image] and [image.amd64] (tests/test_docker.py checks). The service
-# image holds the service's dependencies only: no TensorFlow, no compiler, no build tools.
-ARG BASE_IMAGE=python:3.11-slim-bookworm
+# The build context is not this checkout but the one docker/tools/context.py assembles: app/,
+# converter/, models/, docker/ files, wheelhouse/<arch> (wheels of docker/requirements.lock) and
+# runtime/ (the Edge TPU files only GitHub releases and Coral host, sha256-checked against
+# app/edgetpu/versions.toml). Every step runs with --network=none.
+#
+# Stages: `site` installs the wheels for the target's architecture (on the build machine: no
+# pip under QEMU); `models` runs edgetpu_compiler, which exists for x86-64 only, over every
+# model directory when runtime/ holds it; the image itself is Debian bookworm's Python 3.11
+# with those, libedgetpu when runtime/ holds it, and the service.
+ARG BASE_IMAGE=edgetpu-serve-base:bookworm-amd64
+ARG BUILD_BASE_IMAGE=edgetpu-serve-base:bookworm-amd64
 
-FROM ${BASE_IMAGE} AS build
-ARG TFLITE_RUNTIME_VERSION=2.17.1
-ARG TFLITE_RUNTIME_WHEEL=https://github.com/frigate-nvr/TFlite-builds/releases/download/v2.17.1/tflite_runtime-2.17.1-cp311-cp311-linux_x86_64.whl
-ARG LIBEDGETPU_RELEASE=16.0TF2.17.1-1
-ARG LIBEDGETPU_DEB_VERSION=16.0tf2.17.1-1
-ARG LIBEDGETPU_FLAVOR=std
-ARG DEB_ARCH=amd64
-COPY docker/requirements.txt /build/requirements.txt
-# The venv is copied whole into the final stage (same base image, same Python path).
-RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir -r /build/requirements.txt "${TFLITE_RUNTIME_WHEEL}" \
-    && /opt/venv/bin/python -c "import importlib.metadata as m, sys; v = m.version('tflite-runtime'); sys.exit(0 if v == '${TFLITE_RUNTIME_VERSION}' else 'tflite-runtime ' + v + ' != ${TFLITE_RUNTIME_VERSION}')"
-# libedgetpu built from the same TF release as that tflite_runtime (community build).
-ADD https://github.com/feranick/libedgetpu/releases/download/${LIBEDGETPU_RELEASE}/libedgetpu1-${LIBEDGETPU_FLAVOR}_${LIBEDGETPU_DEB_VERSION}.bookworm_${DEB_ARCH}.deb /build/libedgetpu.deb
+FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS site
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG TARGETARCH
+COPY docker/requirements.lock docker/tools/platforms.sh /build/
+COPY wheelhouse/${TARGETARCH} /wheels
+# pip installs another architecture's wheels with --target and the platform flags: unpacking only.
+RUN python3 -m venv /opt/pip \
+    && . /build/platforms.sh && mapfile -t flags < <(pip_platform_flags "${TARGETARCH}") \
+    && /opt/pip/bin/pip install --quiet --no-cache-dir --disable-pip-version-check --no-index --find-links /wheels \
+       --require-hashes "${flags[@]}" --target /opt/site -r /build/requirements.lock
+
+FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS models
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG BUILDARCH
+COPY runtime /runtime
+COPY wheelhouse /wheelhouse
+COPY docker/requirements.lock /build/
+COPY app /src/app
+COPY converter /src/converter
+COPY models /models
+# Exit status 3 of `converter compile`: compiled, with some operators left on the CPU.
+RUN compilers=(/runtime/edgetpu-compiler_*_amd64.deb); \
+    if [ ! -e "${compilers[0]}" ]; then \
+        echo "no edgetpu_compiler in runtime/: the models stay CPU-only (no *_edgetpu.tflite)"; exit 0; \
+    fi \
+    && dpkg -i "${compilers[@]}" \
+    && python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --quiet --no-cache-dir --disable-pip-version-check --no-index \
+       --find-links "/wheelhouse/${BUILDARCH}" --require-hashes -r /build/requirements.lock \
+    && for model in /models/*/; do \
+        PYTHONPATH=/src /opt/venv/bin/python -m converter compile "${model}" || [ $? -eq 3 ] || exit 1; \
+    done
 
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG LIBEDGETPU_FLAVOR=std
+ARG TARGETARCH
+# libedgetpu's max flavor asks to accept its EULA through debconf.
 # plugdev (gid 46 on Debian and Ubuntu hosts) owns the USB Accelerator's nodes under the
-# udev rules in the README; another host gid: docker run --group-add <gid>.
-ARG USB_GROUP=plugdev
-COPY --from=build /build/libedgetpu.deb /tmp/libedgetpu.deb
-# apt resolves the package's dependency (libusb-1.0-0); the max flavor asks to accept its EULA.
-RUN echo "libedgetpu1-${LIBEDGETPU_FLAVOR} libedgetpu/accepted-eula boolean true" | debconf-set-selections \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends /tmp/libedgetpu.deb \
-    && rm -rf /var/lib/apt/lists/* /tmp/libedgetpu.deb \
+# udev rules in docs/images.md; another host gid: docker run --group-add <gid>.
+RUN --mount=type=bind,source=runtime,target=/runtime \
+    python3 -m venv --without-pip /opt/venv \
+    && libraries=(/runtime/libedgetpu1-*_"${TARGETARCH}".deb) \
+    && if [ -e "${libraries[0]}" ]; then \
+        echo "libedgetpu1-max libedgetpu/accepted-eula boolean true" | debconf-set-selections \
+        && DEBIAN_FRONTEND=noninteractive dpkg -i "${libraries[@]}"; \
+    else echo "no libedgetpu in runtime/: a CPU and emulator image (/v1/devices says why there is no TPU)"; fi \
     && groupadd --system --gid 10001 edgetpu \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --groups "${USB_GROUP}" edgetpu
-COPY --from=build /opt/venv /opt/venv
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --groups plugdev edgetpu
+COPY --from=site /opt/site /opt/venv/lib/python3.11/site-packages
+COPY docker/clone3_enosys.py /usr/local/lib/edgetpu-serve/clone3_enosys.py
 WORKDIR /srv/edgetpu-serve
 COPY app ./app
-# Baked default models; mount your own (with *_int8_edgetpu.tflite files) over /models.
-COPY models /models
+# Baked default models (compiled for the Edge TPU when the build had the compiler); mount your
+# own over /models.
+COPY --from=models /models /models
+# BACKENDS=edgetpu,cpu with EDGETPU_ON_FAILURE=fallback: with a TPU, libedgetpu and a compiled
+# model a model runs on the TPU; without any of them it is served on the CPU, /readyz answers
+# 200 "degraded" with the reason and the fix, and /v1/devices says why the TPU is unused.
+# EDGETPU_SERVE_EDGETPU_ON_FAILURE=fail makes a missing TPU stop the container instead.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -49,7 +83,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     EDGETPU_SERVE_PORT=8000 \
     EDGETPU_SERVE_MODEL_DIR=/models \
     EDGETPU_SERVE_BACKENDS=edgetpu,cpu \
-    EDGETPU_SERVE_EDGETPU_ON_FAILURE=fail
+    EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback
 # API keys (README "Security and limits"): this image listens on 0.0.0.0, so admin endpoints
 # (reload) answer 403 until an admin key is set; inference is open until inference keys are set.
 # Pass keys as secrets, one per line, never baked into the image:
@@ -63,4 +97,6 @@ USER 10001
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ['EDGETPU_SERVE_PORT'], timeout=4)"]
+# Threads start on a Docker engine older than 20.10.10 too (docker/clone3_enosys.py).
+ENTRYPOINT ["python", "/usr/local/lib/edgetpu-serve/clone3_enosys.py"]
 CMD ["python", "-m", "app"]

@@ -1,12 +1,13 @@
 # Two entry points: `make serve` (service, default model, no hardware) and `make test` (every test;
 # `make test-fast` leaves out the `slow` ones, for local iteration). Both set up what they need.
+# `make images` builds the Docker images offline (docs/images.md).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: serve test test-fast debian-packages bench
+.PHONY: serve test test-fast debian-packages bench images
 
 serve: $(VENV)/.serve-installed
 	EDGETPU_SERVE_HOST=$(HOST) EDGETPU_SERVE_PORT=$(PORT) $(BIN)/python -m app
@@ -22,6 +23,14 @@ test-fast: $(VENV)/.test-installed debian-packages
 # ones (as root, or with sudo), does nothing when all are there.
 debian-packages:
 	bash tests/install-debian-packages.sh tests/debian-packages.txt
+
+# edgetpu-serve:latest (x86-64) and edgetpu-serve:devboard (arm64, through QEMU): debootstrap'd
+# base, hash-pinned wheelhouse, the runtime files of docker/runtime/ checked by sha256, builds
+# with --network=none. IMAGES=latest, IMAGES=devboard: one of them.
+IMAGES ?= latest devboard
+images:
+	bash tests/install-debian-packages.sh docker/tools/debian-packages.txt
+	PYTHON=$(PYTHON) bash docker/tools/images.sh $(IMAGES)
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python bench/service_overhead.py

@@ -126,11 +126,12 @@ def test_unknown_device_spec(tmp_path, libedgetpu_double, monkeypatch, pci_nodes
 
 def test_version_pair_not_pinned(tmp_path, libedgetpu_double, monkeypatch, pci_nodes):
     monkeypatch.setenv(DEVICES, f"pci:{pci_nodes[0]}")
-    monkeypatch.setenv(VERSION, "BuildLabel(COMPILER=x), RuntimeVersion(14)")
+    # runtime 13 (Coral's older libedgetpu): no set pairs it with ai-edge-litert (14 is the images' pair)
+    monkeypatch.setenv(VERSION, "BuildLabel(COMPILER=x), RuntimeVersion(13)")
     models = plain_as_compiled(tmp_path / "models")
     with pytest.raises(EdgeTpuVersionMismatch) as error:
         registry(models, libedgetpu_double, check="strict")
-    assert "Edge TPU runtime 14" in str(error.value) and "ai-edge-litert 2.3.0" in str(error.value)
+    assert "Edge TPU runtime 13" in str(error.value) and "ai-edge-litert 2.3.0" in str(error.value)
     assert_fell_back(registry(models, libedgetpu_double, "fallback", check="strict"), "not a known-good pair")
 
 

@@ -38,20 +38,20 @@ Description: Support library for Edge TPU
 
 def test_the_versions_file_lists_the_sets_the_issue_pins():
     names = {s.name: s for s in pins().sets}
-    assert set(names) == {"feranick-tf2.17.1", "coral-grouper", "mendel-eagle"}
+    assert set(names) == {"feranick-tf2.17.1-litert", "feranick-tf2.17.1", "coral-grouper", "mendel-eagle"}
     assert (names["feranick-tf2.17.1"].libedgetpu, names["feranick-tf2.17.1"].tflite_runtime) == ("16.0tf2.17.1", "2.17.1")
     assert (names["coral-grouper"].libedgetpu, names["coral-grouper"].tflite_runtime) == ("16.0", "2.5.0.post1")
+    # the images: the community libedgetpu with the dev venv's runtime, ai-edge-litert (docker/requirements.txt)
+    litert = names["feranick-tf2.17.1-litert"]
+    assert (litert.libedgetpu, litert.runtime, litert.tflite_runtime) == ("16.0tf2.17.1", "ai-edge-litert", "2.3.0")
     image = image_pins()
-    assert image.set == "feranick-tf2.17.1" and image.tflite_runtime_version == names[image.set].tflite_runtime
-    assert image.libedgetpu_deb_version.startswith(names[image.set].libedgetpu)
-    assert set(image.tflite_runtime_wheels) == {"amd64", "arm64"}
-    for arch, wheel in image.tflite_runtime_wheels.items():
-        assert f"tflite_runtime-{image.tflite_runtime_version}-cp311-cp311-" in wheel
+    assert image.set == litert.name and image.tflite_runtime_version == litert.tflite_runtime
+    assert image.libedgetpu_deb_version.startswith(litert.libedgetpu)
 
 
 def test_images_must_install_a_listed_set(tmp_path):
     broken = tmp_path / "versions.toml"
-    broken.write_text(VERSIONS_FILE.read_text().replace('set = "feranick-tf2.17.1"', 'set = "nowhere"'))
+    broken.write_text(VERSIONS_FILE.read_text().replace('set = "feranick-tf2.17.1-litert"', 'set = "nowhere"'))
     with pytest.raises(KeyError, match="nowhere"):
         read_pins(broken)
 
@@ -62,7 +62,9 @@ def test_images_must_install_a_listed_set(tmp_path):
     (CORAL, "tflite-runtime", "2.5.0.post1", "coral-grouper"),
     (CORAL, "tflite-runtime", "2.17.1", None),           # Coral's 16.0 with a newer runtime
     (FERANICK, "tflite-runtime", "2.5.0.post1", None),
-    (FERANICK, "ai-edge-litert", "2.3.0", None),        # no libedgetpu is built for it
+    (FERANICK, "ai-edge-litert", "2.3.0", "feranick-tf2.17.1-litert"),  # the images' pair
+    (CORAL, "ai-edge-litert", "2.3.0", None),           # Coral's own 16.0 is not paired with it
+    (FERANICK, "ai-edge-litert", "2.2.0", None),
     (LibraryVersion("RuntimeVersion(13)", 13, None), "tflite-runtime", "2.17.1", None),
 ])
 def test_matching_set(library, runtime, version, expected):
@@ -75,7 +77,7 @@ def test_a_mismatch_names_both_versions_and_the_fix():
         check_pairing(CORAL, "tflite-runtime", "2.17.1")
     message = str(error.value)
     assert "package 16.0" in message and "runtime 14" in message and "tflite-runtime 2.17.1" in message
-    assert "libedgetpu1-std 16.0tf2.17.1-1 with tflite_runtime 2.17.1" in message
+    assert "libedgetpu1-max 16.0tf2.17.1-1 with ai-edge-litert 2.3.0" in message
     assert "EDGETPU_SERVE_EDGETPU_VERSION_CHECK=warn" in message
 
 

@@ -27,11 +27,11 @@ APEX_USB = 1
 DEVICE_TYPES = {APEX_PCI: "pci", APEX_USB: "usb"}
 
 INSTALL_HINT = (
-    "install the libedgetpu of the pinned set (app/edgetpu/versions.toml; the images do it: "
-    "see README 'Running with a USB Accelerator'), e.g. on Debian bookworm the community "
-    "build libedgetpu1-std_{deb}.bookworm_<arch>.deb from github.com/feranick/libedgetpu "
-    "release {release} (`apt-get install ./libedgetpu1-std_*.deb`); or set "
-    "EDGETPU_SERVE_EDGETPU_LIBRARY to the library's path"
+    "install the libedgetpu of the pinned set (app/edgetpu/versions.toml), e.g. on Debian bookworm the "
+    "community build libedgetpu1-{flavor}_{deb}.bookworm_<arch>.deb from github.com/feranick/libedgetpu "
+    "release {release} (`apt-get install ./libedgetpu1-{flavor}_*.deb`); for the images, put that .deb in "
+    "docker/runtime/ and rebuild (`make images`, docs/images.md); or set EDGETPU_SERVE_EDGETPU_LIBRARY to "
+    "the library's path"
 )
 
 
@@ -67,7 +67,8 @@ class EdgeTpuLibrary:
             pins = image_pins()
             raise EdgeTpuUnavailable(
                 f"libedgetpu not found: cannot load {path} ({e}). Fix: "
-                + INSTALL_HINT.format(deb=pins.libedgetpu_deb_version, release=pins.libedgetpu_release)
+                + INSTALL_HINT.format(deb=pins.libedgetpu_deb_version, release=pins.libedgetpu_release,
+                                    flavor=pins.libedgetpu_flavor)
             ) from None
         missing = [name for name in ("edgetpu_list_devices", "edgetpu_free_devices", "edgetpu_version")
                    if not hasattr(self._lib, name)]

@@ -19,8 +19,6 @@ VERSIONS_FILE = Path(__file__).with_name("versions.toml")
 DPKG_STATUS = Path("/var/lib/dpkg/status")
 # Debian packages that provide libedgetpu.so.1 (Coral's and the community builds).
 LIBEDGETPU_PACKAGES = ("libedgetpu1-std", "libedgetpu1-max", "libedgetpu1-legacy-std", "libedgetpu1-legacy-max")
-# The only runtime distribution any set pairs with: ai-edge-litert has no libedgetpu build.
-PAIRED_RUNTIME = "tflite-runtime"
 
 _RUNTIME_VERSION = re.compile(r"RuntimeVersion\((\d+)\)")
 
@@ -31,8 +29,9 @@ class VersionSet:
     description: str
     libedgetpu: str
     runtime_version: int
-    tflite_runtime: str
+    tflite_runtime: str  # the TFLite runtime's version
     python: str
+    runtime: str = "tflite-runtime"  # the TFLite runtime's distribution
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,8 @@ def read_pins(path: Path = VERSIONS_FILE) -> Pins:
         set=image["set"], base_image=image["base_image"], libedgetpu_release=image["libedgetpu_release"],
         libedgetpu_deb_version=image["libedgetpu_deb_version"], libedgetpu_flavor=image["libedgetpu_flavor"],
         tflite_runtime_version=image["tflite_runtime_version"],
-        tflite_runtime_wheels={arch: table["tflite_runtime_wheel"] for arch, table in arches.items()},
+        tflite_runtime_wheels={arch: table["tflite_runtime_wheel"] for arch, table in arches.items()
+                               if "tflite_runtime_wheel" in table},
     )
     sets = tuple(VersionSet(**entry) for entry in raw["set"])
     result = Pins(pins, sets)
@@ -164,7 +164,7 @@ def matching_set(library: LibraryVersion, runtime_name: str, runtime_version: st
                  sets: tuple[VersionSet, ...] | None = None) -> VersionSet | None:
     """The first known-good set this libedgetpu + TFLite runtime pair belongs to, if any."""
     for version_set in sets if sets is not None else pins().sets:
-        if (runtime_name == PAIRED_RUNTIME
+        if (runtime_name == version_set.runtime
                 and runtime_version == version_set.tflite_runtime
                 and library.runtime_version == version_set.runtime_version
                 and library.upstream in (None, version_set.libedgetpu)):
@@ -179,8 +179,9 @@ def mismatch_message(library: LibraryVersion, runtime_name: str, runtime_version
         f"pair ({VERSIONS_FILE.name}: {', '.join(s.name for s in pins().sets)}): libedgetpu's delegate and the "
         "runtime must come from the same TensorFlow build, or the model fails to prepare or crashes. "
         f"Fix: install the pinned set {image.set!r}, libedgetpu1-{image.libedgetpu_flavor} "
-        f"{image.libedgetpu_deb_version} with tflite_runtime {image.tflite_runtime_version} (the images do: "
-        "`docker build -t edgetpu-serve .`); to run this pair anyway set EDGETPU_SERVE_EDGETPU_VERSION_CHECK=warn"
+        f"{image.libedgetpu_deb_version} with {pins().set_named(image.set).runtime} {image.tflite_runtime_version} "
+        "(the images do: `make images`, docs/images.md); to run this pair anyway set "
+        "EDGETPU_SERVE_EDGETPU_VERSION_CHECK=warn"
     )
 
 

@@ -21,10 +21,12 @@ ARG TARGETARCH
 COPY docker/requirements.lock docker/tools/platforms.sh /build/
 COPY wheelhouse/${TARGETARCH} /wheels
 # pip installs another architecture's wheels with --target and the platform flags: unpacking only.
+# (The flags are single words: split on purpose.)
+# hadolint ignore=SC2046
 RUN python3 -m venv /opt/pip \
-    && . /build/platforms.sh && mapfile -t flags < <(pip_platform_flags "${TARGETARCH}") \
+    && . /build/platforms.sh \
     && /opt/pip/bin/pip install --quiet --no-cache-dir --disable-pip-version-check --no-index --find-links /wheels \
-       --require-hashes "${flags[@]}" --target /opt/site -r /build/requirements.lock
+       --require-hashes $(pip_platform_flags "${TARGETARCH}") --target /opt/site -r /build/requirements.lock
 
 FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS models
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -34,13 +36,16 @@ COPY wheelhouse /wheelhouse
 COPY docker/requirements.lock /build/
 COPY app /src/app
 COPY converter /src/converter
-COPY models /models
+COPY models /src/models
+# Copied in the same step as the compiles: the converter swaps a model directory by renaming it,
+# which overlayfs refuses (EXDEV) for a directory of an earlier layer.
 # Exit status 3 of `converter compile`: compiled, with some operators left on the CPU.
-RUN compilers=(/runtime/edgetpu-compiler_*_amd64.deb); \
-    if [ ! -e "${compilers[0]}" ]; then \
+RUN cp -a /src/models /models \
+    && set -- /runtime/edgetpu-compiler_*_amd64.deb; \
+    if [ ! -e "$1" ]; then \
         echo "no edgetpu_compiler in runtime/: the models stay CPU-only (no *_edgetpu.tflite)"; exit 0; \
     fi \
-    && dpkg -i "${compilers[@]}" \
+    && dpkg -i "$@" \
     && python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --quiet --no-cache-dir --disable-pip-version-check --no-index \
        --find-links "/wheelhouse/${BUILDARCH}" --require-hashes -r /build/requirements.lock \
@@ -56,10 +61,10 @@ ARG TARGETARCH
 # (--group-add "$(stat -c %g /dev/apex_0)"; compose: APEX_GID).
 RUN --mount=type=bind,source=runtime,target=/runtime \
     python3 -m venv --without-pip /opt/venv \
-    && libraries=(/runtime/libedgetpu1-*_"${TARGETARCH}".deb) \
-    && if [ -e "${libraries[0]}" ]; then \
+    && set -- /runtime/libedgetpu1-*_"${TARGETARCH}".deb \
+    && if [ -e "$1" ]; then \
         echo "libedgetpu1-max libedgetpu/accepted-eula boolean true" | debconf-set-selections \
-        && DEBIAN_FRONTEND=noninteractive dpkg -i "${libraries[@]}"; \
+        && DEBIAN_FRONTEND=noninteractive dpkg -i "$@"; \
     else echo "no libedgetpu in runtime/: a CPU and emulator image (/v1/devices says why there is no TPU)"; fi \
     && groupadd --system --gid 10001 edgetpu \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --groups plugdev edgetpu

@@ -1,0 +1,42 @@
+"""Run inside an image's container (tests/test_docker.py): what the image computes, to compare
+across architectures byte for byte. For every model in /models and every photo in /photos: the
+sha256 of the preprocessed input tensor (app.imaging, as the service prepares it) and the bytes of
+the CPU interpreter's output (ai-edge-litert, XNNPACK, one thread). Prints one JSON object."""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from ai_edge_litert.interpreter import Interpreter
+
+from app.imaging import InputQuantizer, prepare
+from app.model_dir import int8_filename, read_model_dir
+
+MAX_PIXELS = 50_000_000
+
+
+def main(models: Path, photos: Path) -> dict:
+    found = {}
+    for directory in sorted(p for p in models.iterdir() if (p / "model.json").is_file()):
+        model = read_model_dir(directory)
+        spec = model.manifest.input
+        interpreter = Interpreter(str(directory / int8_filename(directory.name)), num_threads=1)
+        interpreter.allocate_tensors()
+        (given,), (wanted,) = interpreter.get_input_details(), interpreter.get_output_details()
+        scale, zero_point = given["quantization"]
+        quantizer = InputQuantizer(spec, given["dtype"], scale, zero_point)
+        for photo in sorted(photos.iterdir()):
+            tensor = quantizer(prepare(photo.read_bytes(), spec, MAX_PIXELS)).reshape(given["shape"])
+            interpreter.set_tensor(given["index"], tensor)
+            interpreter.invoke()
+            output = interpreter.get_tensor(wanted["index"])
+            found.setdefault(directory.name, {})[photo.name] = {
+                "tensor_sha256": hashlib.sha256(tensor.tobytes()).hexdigest(),
+                "output": output.tobytes().hex(),
+            }
+    return found
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(Path(sys.argv[1]), Path(sys.argv[2]))))

@@ -11,6 +11,7 @@ answers clone3 with EPERM as Docker 18.09 on the board's Mendel Linux does.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -30,8 +31,16 @@ from converter.photos import sample_photos
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "docker" / "tools"
-sys.path.insert(0, str(TOOLS))
-import context  # noqa: E402  (docker/tools/context.py)
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+context = _load(TOOLS / "context.py", "docker_tools_context")
 
 DOCKERFILES = {"latest": ROOT / "Dockerfile", "devboard": ROOT / "docker" / "devboard.Dockerfile"}
 REQUIREMENTS = ROOT / "docker" / "requirements.txt"
@@ -344,6 +353,8 @@ def photos(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("photos")
     for photo in sample_photos():
         shutil.copy(photo, folder / photo.name)
+        (folder / photo.name).chmod(0o644)
+    folder.chmod(0o755)  # mounted into containers that run as uid 10001
     return folder
 
 

@@ -40,8 +40,8 @@ COPY models /src/models
 # Copied in the same step as the compiles: the converter swaps a model directory by renaming it,
 # which overlayfs refuses (EXDEV) for a directory of an earlier layer.
 # Exit status 3 of `converter compile`: compiled, with some operators left on the CPU.
-RUN cp -a /src/models /models \
-    && set -- /runtime/edgetpu-compiler_*_amd64.deb; \
+RUN cp -a /src/models /models || exit 1; \
+    set -- /runtime/edgetpu-compiler_*_amd64.deb; \
     if [ ! -e "$1" ]; then \
         echo "no edgetpu_compiler in runtime/: the models stay CPU-only (no *_edgetpu.tflite)"; exit 0; \
     fi \

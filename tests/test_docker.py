@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from converter.photos import sample_photos
+from tests.doubles.libedgetpu import build as build_libedgetpu_double
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "docker" / "tools"
@@ -274,6 +275,27 @@ def compiler_double_deb(directory: Path) -> Path:
     return deb
 
 
+def libedgetpu_double_deb(directory: Path) -> Path:
+    """TEST DOUBLE of the libedgetpu1-max package: tests/doubles/libedgetpu_test_double.c built here as
+    libedgetpu.so.1 (it lists the devices EDGETPU_TEST_DOUBLE_DEVICES names: none in these tests), with
+    the pinned upstream version so the image's set check pairs it with ai-edge-litert as it would the real one."""
+    package = directory / "package"
+    lib_dir = package / "usr/lib/x86_64-linux-gnu"
+    lib_dir.mkdir(parents=True)
+    shutil.move(str(build_libedgetpu_double(directory)), lib_dir / "libedgetpu.so.1")
+    (package / "DEBIAN").mkdir()
+    (package / "DEBIAN/control").write_text(
+        "Package: libedgetpu1-max\nVersion: 16.0tf2.17.1-1+test-double\nArchitecture: amd64\n"
+        "Depends: libusb-1.0-0\nMaintainer: edgetpu-serve tests <tests@localhost>\n"
+        "Description: TEST DOUBLE of libedgetpu (tests/doubles/libedgetpu_test_double.c), no TPU behind it\n")
+    (package / "DEBIAN/triggers").write_text("activate-noawait ldconfig\n")
+    deb = directory / "libedgetpu1-max_16.0tf2.17.1-1+test-double_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(package), str(deb)], check=True,
+                   capture_output=True, timeout=60)
+    shutil.rmtree(package)
+    return deb
+
+
 @dataclass
 class Built:
     tag: str
@@ -283,16 +305,22 @@ class Built:
 
 @pytest.fixture(scope="module")
 def images(engine, tmp_path_factory) -> dict[str, Built]:
-    """latest (no runtime files: CPU and emulator), devboard (with the compiler test double, so
-    its models stage compiles), devboard-amd64 (the board's recipe for the clone3 check)."""
+    """latest with the libedgetpu test double (installed as the real .deb would be; no TPU behind it)
+    and no compiler, devboard with the compiler test double and no libedgetpu (its models stage
+    compiles), devboard-amd64 with no runtime files (the board's recipe for the clone3 check)."""
     empty = tmp_path_factory.mktemp("runtime-empty")
-    with_double = tmp_path_factory.mktemp("runtime-compiler-double")
-    deb = compiler_double_deb(with_double)
-    trusted = with_double / "trusted.sha256"
-    trusted.write_text(f"{hashlib.sha256(deb.read_bytes()).hexdigest()}  {deb.name}\n")
-    plan = {"latest": {"RUNTIME_DIR": str(empty)},
-            "devboard": {"RUNTIME_DIR": str(with_double), "TRUST_FILE": str(trusted)},
+    with_compiler = tmp_path_factory.mktemp("runtime-compiler-double")
+    with_library = tmp_path_factory.mktemp("runtime-libedgetpu-double")
+    plan = {"latest": {"RUNTIME_DIR": str(with_library)},
+            "devboard": {"RUNTIME_DIR": str(with_compiler)},
             "devboard-amd64": {"RUNTIME_DIR": str(empty)}}
+    for directory, deb in ((with_compiler, compiler_double_deb(with_compiler)),
+                           (with_library, libedgetpu_double_deb(with_library))):
+        trusted = directory / "trusted.sha256"  # recorded as a user records an unpublished sum
+        trusted.write_text(f"{hashlib.sha256(deb.read_bytes()).hexdigest()}  {deb.name}\n")
+    for extra in plan.values():
+        extra["TRUST_FILE"] = str(Path(extra["RUNTIME_DIR"]) / "trusted.sha256")
+    (empty / "trusted.sha256").write_text("")
     built = {}
     for tag, extra in plan.items():
         started = time.monotonic()
@@ -435,16 +463,14 @@ def board(engine, images, photos) -> Served:
     return serve_and_ask(engine, images["devboard"].tag, "arm64", photos)
 
 
-def assert_serves_degraded_on_the_cpu(served: Served):
+def assert_serves_degraded_on_the_cpu(served: Served, reason: str, fix: str):
     models = served.readyz["models"]
     assert served.readyz["ready"] is True and set(models) == {"efficientnet_lite0", "fashion_mnist", "mobilenet_v2"}
     for state in models.values():
         # the reason and the fix
         assert state["state"] == "degraded"
-        assert "edgetpu requested, serving on cpu: libedgetpu not found" in state["error"]
-        assert "put that .deb in docker/runtime/ and rebuild" in state["error"]
-    assert served.devices["library"]["loaded"] is False and served.devices["devices"] == []
-    assert "libedgetpu not found" in served.devices["error"]
+        assert f"edgetpu requested, serving on cpu: {reason}" in state["error"] and fix in state["error"]
+    assert served.devices["devices"] == [] and reason in served.devices["error"]
     assert served.devices["tflite_runtime"]["name"] == "ai-edge-litert"
     assert served.devices["tflite_runtime"]["version"] == "2.3.0"
 
@@ -457,7 +483,11 @@ def assert_bad_input_is_a_clear_4xx(served: Served):
 
 @pytest.mark.slow
 def test_the_x86_image_serves_every_model_on_the_cpu_from_its_defaults(x86, photos):
-    assert_serves_degraded_on_the_cpu(x86)
+    """Its libedgetpu (the double) is installed and pairs with the runtime; no TPU is listed."""
+    assert_serves_degraded_on_the_cpu(x86, "no Edge TPU found", "map the whole USB bus: `docker run --device /dev/bus/usb")
+    library = x86.devices["library"]
+    assert library["loaded"] is True and library["package_version"] == "16.0tf2.17.1-1+test-double"
+    assert library["runtime_version"] == 14 and x86.devices["pinned_set"]["name"] == "feranick-tf2.17.1-litert"
     assert x86.top5_cpu["china.jpg"][0] == 698  # palace
     assert len(x86.top5_emulated) == len(list(photos.iterdir()))
     assert_bad_input_is_a_clear_4xx(x86)
@@ -465,7 +495,9 @@ def test_the_x86_image_serves_every_model_on_the_cpu_from_its_defaults(x86, phot
 
 @pytest.mark.slow
 def test_the_dev_board_image_serves_every_model_on_the_cpu_from_its_defaults(board):
-    assert_serves_degraded_on_the_cpu(board)
+    """Built without libedgetpu: the reason, and the fix for an image."""
+    assert_serves_degraded_on_the_cpu(board, "libedgetpu not found", "put that .deb in docker/runtime/ and rebuild")
+    assert board.devices["library"]["loaded"] is False
     assert_bad_input_is_a_clear_4xx(board)
 
 
@@ -490,8 +522,12 @@ def test_the_dev_board_image_has_its_models_compiled_by_the_x86_stage(engine, im
     for name in ("efficientnet_lite0", "fashion_mnist", "mobilenet_v2"):
         assert f"{name}_int8_edgetpu.tflite" in compiled and f"{name}_int8.tflite" in compiled
         assert f"{name}_int8.tflite" in plain and f"{name}_int8_edgetpu.tflite" not in plain
-    assert "no edgetpu_compiler in runtime/: the models stay CPU-only" in images["latest"].log
+    # what each build said about itself (docker/tools/context.py, before the build)
+    assert "libedgetpu: installed; no edgetpu_compiler: the models stay CPU-only" in images["latest"].log
+    assert "no libedgetpu: a CPU and emulator image" in images["devboard"].log
+    assert "edgetpu_compiler: the models are compiled in the build" in images["devboard"].log
     assert "edgetpu-compiler_0.0+test-double_amd64.deb: sha256 matches (trusted)" in images["devboard"].log
+    assert "libedgetpu1-max_16.0tf2.17.1-1+test-double_amd64.deb: sha256 matches (trusted)" in images["latest"].log
 
 
 @pytest.mark.slow

@@ -138,6 +138,18 @@ def assemble(out: Path, arch: str, runtime: Path | None, trust: Path | None, whe
     return files
 
 
+def summary(files: list[Path]) -> str:
+    """What the image will be, from the runtime files it takes."""
+    names = [p.name for p in files]
+    library = any(n.startswith("libedgetpu1-") for n in names)
+    compiler = any(n.startswith("edgetpu-compiler_") for n in names)
+    return "; ".join([
+        "libedgetpu: installed" if library else "no libedgetpu: a CPU and emulator image (/v1/devices says why)",
+        "edgetpu_compiler: the models are compiled in the build" if compiler
+        else "no edgetpu_compiler: the models stay CPU-only",
+    ])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", choices=sorted(WANTED), required=True, help="the image's architecture")
@@ -153,8 +165,7 @@ def main() -> None:
         files = assemble(args.out, args.arch, args.runtime, args.trust, args.wheelhouse)
     except UntrustedFile as e:
         sys.exit(f"context.py: {e}")
-    kinds = ", ".join(p.name for p in files) or "none: a CPU and emulator image, models not compiled"
-    print(f"context.py: {args.arch} context in {args.out}; runtime files: {kinds}", file=sys.stderr)
+    print(f"context.py: {args.arch} context in {args.out}; {summary(files)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

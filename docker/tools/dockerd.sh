@@ -38,7 +38,14 @@ case "$action" in
     [ -f "$pidfile" ] || exit 0
     pid="$(cat "$pidfile")"
     kill "$pid" 2> /dev/null || true
-    for _ in $(seq 30); do kill -0 "$pid" 2> /dev/null || exit 0; sleep 1; done
+    for _ in $(seq 30); do
+      if ! kill -0 "$pid" 2> /dev/null; then
+        # the engine leaves its default network namespace mounted: nothing else holds it now
+        umount "$state/exec/netns/default" 2> /dev/null || true
+        exit 0
+      fi
+      sleep 1
+    done
     echo "dockerd.sh: dockerd $pid still running after 30 s" >&2
     exit 1
     ;;

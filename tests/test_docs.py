@@ -190,3 +190,18 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert [m.group(1) for line in code for m in MAKE.finditer(line)] == ["serve", "test-fast"]
     assert {"serve", "test", "test-fast"} <= make_targets()
     assert {"quantize", "compile", "inspect", "evaluate", "build"} <= converter_subcommands()
+
+
+def test_the_your_own_model_section_has_the_steps_its_end_to_end_test_follows():
+    """The fast half of tests/test_your_own_model.py (slow): the section still parses into its steps."""
+    from tests.test_your_own_model import code_blocks, commands, section_text
+
+    blocks = code_blocks(section_text())
+    assert {b.language for b in blocks} == {"python", "sh"}
+    steps = [argv for b in blocks if b.language == "sh" for argv in commands(b)]
+    kinds = [" ".join(a[:4]) if a[0] == "python" else " ".join(a[:2]) for a in steps]
+    assert kinds.count("python -m converter quantize") == 2  # Keras and PyTorch
+    quantized = {a[4].rsplit(".", 1)[-1] for a in steps if a[:4] == ["python", "-m", "converter", "quantize"]}
+    assert quantized == {"keras", "pt2"}
+    order = ["python -m converter quantize", "python -m converter compile", "scp -r", "make serve", "curl -F"]
+    assert [k for k in dict.fromkeys(kinds) if k in order] == order

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from functools import cache
 from pathlib import Path
 
@@ -165,6 +166,32 @@ def test_every_make_target_named_exists(path, target):
 def test_every_converter_subcommand_named_exists(path, subcommand):
     assert subcommand in converter_subcommands(), (
         f"{path} names `python -m converter {subcommand}`; the converter has {sorted(converter_subcommands())}")
+
+
+def converter_command_lines() -> list[tuple[str, str]]:
+    """(file, the arguments after `python -m converter`) of every whole command in the docs' code blocks."""
+    found = set()
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        blocks = re.findall(r"^```\w*\n(.*?)^```", text, re.M | re.S)
+        blocks += re.findall(r"(?:^    .*\n)+", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), re.M)
+        for block in blocks:
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                match = re.search(r"python\S*\s+-m\s+converter\s+(.*)$", line)
+                if match:
+                    found.add((rel(path), match.group(1).split(" #")[0].split(" |")[0].strip()))
+    return sorted(found)
+
+
+@pytest.mark.parametrize(("path", "arguments"), converter_command_lines())
+def test_every_converter_command_shown_parses(path, arguments):
+    """Flags drift too: each command the docs show is accepted by the converter's parser as written."""
+    from converter.__main__ import _parser
+
+    try:
+        _parser().parse_args(shlex.split(arguments))
+    except SystemExit as e:
+        raise AssertionError(f"{path}: `python -m converter {arguments}` is refused by the converter") from e
 
 
 @pytest.mark.parametrize(("heading", "anchor"), [

@@ -28,7 +28,7 @@ DEVICE_TYPES = {APEX_PCI: "pci", APEX_USB: "usb"}
 
 INSTALL_HINT = (
     "install the libedgetpu of the pinned set (app/edgetpu/versions.toml; the images do it: "
-    "see README 'Running with a USB Accelerator'), e.g. on Debian bookworm the community "
+    "see docs/deployment.md and docs/images.md), e.g. on Debian bookworm the community "
     "build libedgetpu1-std_{deb}.bookworm_<arch>.deb from github.com/feranick/libedgetpu "
     "release {release} (`apt-get install ./libedgetpu1-std_*.deb`); or set "
     "EDGETPU_SERVE_EDGETPU_LIBRARY to the library's path"

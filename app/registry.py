@@ -47,6 +47,7 @@ from app.errors import (
 )
 from app.imaging import InputQuantizer
 from app.model_dir import ModelDir, discover, read_model_dir
+from app.pipeline import pipeline_members
 from app.pool import EnginePool, Member, Place, RunResult, Watchdog
 from app.settings import Settings
 
@@ -507,17 +508,20 @@ class Registry:
         key = plugin.key
         if key in pools:
             return
-        path = model_dir.file(plugin.model_file)
         members = []
+        if model_dir.manifest.segments is not None:  # segment i on device i; the pipeline watches its stages
+            members = pipeline_members(plugin, model_dir, self.settings)
+        else:
+            path = model_dir.file(plugin.model_file)
         try:
-            for options in plugin.interpreters():
+            for options in [] if members else plugin.interpreters():
                 members.append(self._load_member(plugin, path, options))
         except ServeError:
             for member in members:  # the devices that did open are released, not leaked
                 member.engine.close()
             raise
         watchdog = None
-        if key in self.settings.watchdog_backends:
+        if key in self.settings.watchdog_backends and model_dir.manifest.segments is None:
             watchdog = Watchdog(self.settings.watchdog_timeout_s,
                                 lambda member: self._recreate(plugin, path, member), self.settings.watchdog_retry_s)
         pool = EnginePool(f"{model_dir.name}/{key}", members, self.settings.max_waiting,

@@ -22,6 +22,8 @@ class Timing(BaseModel):
     inference: float = Field(description="the interpreter's invoke, ms")
     postprocess: float = Field(description="dequantize, softmax, top-k, ms")
     total: float = Field(description="from the first byte decoded to the response built, ms")
+    segments: list[float] | None = Field(
+        default=None, description="a segmented model (a pipeline): each segment's invoke, in order, ms")
 
 
 class Warmup(BaseModel):

@@ -253,11 +253,13 @@ def extract(source: bytes, part: SegmentPlan) -> bytes:
     for old in used:
         tensor = copy.copy(graph.tensors[old])
         buffer = whole.buffers[tensor.buffer] if tensor.buffer < len(whole.buffers) else None
-        if buffer is not None and (buffer.offset or 0) > 1:
-            raise SegmentError("models with buffers outside the flatbuffer (over 2 GB) are not cut here")
-        if buffer is not None and buffer.data is not None and len(buffer.data):
+        data = None if buffer is None else buffer.data
+        if buffer is not None and (buffer.offset or 0) > 1 and buffer.size:
+            # stored after the flatbuffer (ai-edge-quantizer's layout): written inline in the segment
+            data = np.frombuffer(source, np.uint8, count=int(buffer.size), offset=int(buffer.offset))
+        if data is not None and len(data):
             fresh = s.BufferT()
-            fresh.data = buffer.data
+            fresh.data = data
             buffers.append(fresh)
             tensor.buffer = len(buffers) - 1
         else:

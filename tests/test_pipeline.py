@@ -1,0 +1,356 @@
+"""app/pipeline.py: a segmented model served as a pipeline of K interpreters.
+
+The Pipeline itself with stage TEST DOUBLES (order, bounded queues, a stage that hangs and is
+re-created); then the real service over a loopback socket on segmented copies of the committed
+models (python -m converter segment), whose output bytes and top-5 must equal the whole
+model's on `cpu` and `emulated`; then a lost device inside a served pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from app.engines import Backend, EngineOptions, TensorSpec, register, unregister
+from app.errors import DeviceHung, EngineLoadError, InvokeTimeout
+from app.model_dir import read_model_dir
+from app.pipeline import Pipeline, Stage, stage_options
+from bench.service import ServiceProcess
+from converter.segment import segment_model_dir
+from tests.conftest import MODELS
+
+EVENTUALLY_S = 10
+HANG_S = 0.3
+
+
+class StageDouble:
+    """TEST DOUBLE of one segment's interpreter: adds `step` to its input, records what it saw;
+    hangs while `hang` is set (a device that stops answering)."""
+
+    def __init__(self, step: int, seen: list, hang: threading.Event | None = None, pause_s: float = 0.0):
+        self.input = TensorSpec("in", (1, 4), np.dtype(np.int32), 0.0, 0)
+        self.output = TensorSpec("out", (1, 4), np.dtype(np.int32), 0.0, 0)
+        self.step, self.seen, self.hang, self.pause_s = step, seen, hang, pause_s
+        self.released = threading.Event()
+        self.closed = False
+
+    def run(self, x):
+        self.seen.append(int(x[0, 0]))
+        if self.hang is not None and self.hang.is_set():
+            self.hang.clear()
+            self.released.wait(EVENTUALLY_S)
+        if self.pause_s:
+            time.sleep(self.pause_s)
+        return x + self.step
+
+    def close(self):
+        self.closed = True
+
+
+def pipeline_of(doubles, recreate=None, hang_s=HANG_S) -> Pipeline:
+    stages = [Stage(i, d, EngineOptions(), device=f"tpu{i}") for i, d in enumerate(doubles)]
+    return Pipeline("m/test", stages, hang_timeout_s=hang_s, hang_error=DeviceHung, recreate=recreate,
+                    retry_s=0.05, retry_after_s=1)
+
+
+def test_requests_flow_through_every_segment_in_order():
+    seen = [[], [], []]
+    pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(10, seen[1]), StageDouble(100, seen[2])])
+    order, outputs = [], {}
+    lock = threading.Lock()
+
+    def client(i):
+        with lock:  # submission order, recorded as it happens
+            order.append(i * 1000)
+            result = None
+        result = pipeline.run(np.full((1, 4), i * 1000, np.int32))
+        outputs[i] = result
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(EVENTUALLY_S)
+    assert all(int(outputs[i].output[0, 0]) == i * 1000 + 111 for i in range(24))
+    assert all(len(outputs[i].segments_ms) == 3 for i in range(24))
+    # every stage saw the requests in the same order: none overtakes another inside the pipeline
+    assert seen[1] == [v + 1 for v in seen[0]] and seen[2] == [v + 11 for v in seen[0]]
+    pipeline.close()
+
+
+def test_the_queues_between_stages_are_bounded():
+    """A slow last segment holds the others back: at most one input waits in front of it."""
+    depth = []
+    seen = [[], []]
+    pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(1, seen[1], pause_s=0.01)])
+    original = pipeline._queues[1].put
+
+    def put(item, *args, **kwargs):
+        original(item, *args, **kwargs)
+        depth.append(pipeline._queues[1].qsize())
+
+    pipeline._queues[1].put = put
+    threads = [threading.Thread(target=pipeline.run, args=(np.zeros((1, 4), np.int32),))
+               for _ in range(pipeline.lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(EVENTUALLY_S)
+    assert len(seen[1]) == pipeline.lanes and max(depth) <= 1
+    pipeline.close()
+
+
+def test_a_hung_segment_fails_its_requests_and_is_re_created():
+    hang = threading.Event()
+    seen = [[], []]
+    hung = StageDouble(1, seen[1], hang)
+    created = []
+
+    def recreate(old: Stage) -> Stage:
+        fresh = StageDouble(1, seen[1])
+        created.append(fresh)
+        return Stage(old.index, fresh, old.options, old.device)
+
+    pipeline = pipeline_of([StageDouble(1, seen[0]), hung], recreate)
+    assert int(pipeline.run(np.zeros((1, 4), np.int32)).output[0, 0]) == 2
+    hang.set()
+    start = time.monotonic()
+    with pytest.raises(DeviceHung, match=r"segment 1 on tpu1 did not finish an invoke within 0.3 s") as lost:
+        pipeline.run(np.zeros((1, 4), np.int32))
+    assert HANG_S <= time.monotonic() - start < HANG_S + 2 and lost.value.retry_after_s == 1
+    assert pipeline.wait_recovered(EVENTUALLY_S) and len(created) == 1
+    assert int(pipeline.run(np.full((1, 4), 5, np.int32)).output[0, 0]) == 7  # served by the new stage
+    assert not hung.closed
+    hung.released.set()  # the hung invoke returns at last: its thread closes its interpreter and ends
+    for _ in range(100):
+        if hung.closed:
+            break
+        time.sleep(0.05)
+    assert hung.closed
+    pipeline.close()
+
+
+def test_while_a_segment_is_being_re_created_requests_are_refused_at_once():
+    gate = threading.Event()
+    hang = threading.Event()
+
+    def recreate(old: Stage) -> Stage:
+        gate.wait(EVENTUALLY_S)
+        return Stage(old.index, StageDouble(1, []), old.options, old.device)
+
+    pipeline = pipeline_of([StageDouble(1, [], hang)], recreate)
+    hang.set()
+    with pytest.raises(DeviceHung):
+        pipeline.run(np.zeros((1, 4), np.int32))
+    start = time.monotonic()
+    with pytest.raises(DeviceHung, match="re-created"):
+        pipeline.run(np.zeros((1, 4), np.int32))
+    assert time.monotonic() - start < HANG_S  # refused, not waited for
+    gate.set()
+    assert pipeline.wait_recovered(EVENTUALLY_S)
+    pipeline.stages[0].engine.hang = None
+    pipeline.close()
+
+
+def test_a_device_backend_needs_one_device_per_segment():
+    class TwoDevices(Backend):
+        key = "twodevices"
+        host_cpu = False
+
+        def interpreters(self):
+            return [EngineOptions()] * 2
+
+    with pytest.raises(EngineLoadError, match=r"a model in 3 segments needs 3 devices, 2 found"):
+        stage_options(TwoDevices(None), 3)
+    assert len(stage_options(TwoDevices(None), 2)) == 2
+
+
+# ---- served: the real models, segmented, over HTTP ------------------------------------------
+
+REAL = ("efficientnet_lite0", "mobilenet_v2")
+
+
+@pytest.fixture(scope="module")
+def segmented_models(tmp_path_factory):
+    """The two real models whole, and each cut into 2 and 3 segments, in one models directory."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("models")
+    for name in REAL:
+        shutil.copytree(MODELS / name, root / name)
+        for k in (2, 3):
+            segment_model_dir(root / name, root / f"{name}_x{k}", k)
+    return root
+
+
+def _tensor(model_dir, photo) -> np.ndarray:
+    from app.imaging import InputQuantizer, prepare
+
+    spec = model_dir.manifest.input
+    q = model_dir.manifest.quantization.input
+    return InputQuantizer(spec, np.dtype(q.dtype), q.scale, q.zero_point)(prepare(photo.read_bytes(), spec, 50_000_000))
+
+
+def _compare_served(url: str, backend: str, root, photos) -> None:
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for name in REAL:
+            model_dir = read_model_dir(root / name)
+            for photo in photos:
+                tensor = _tensor(model_dir, photo)
+                answers = {}
+                for served in (name, f"{name}_x2", f"{name}_x3"):
+                    raw = client.post(f"/v2/models/{served}/infer", json={
+                        "inputs": [{"name": "image", "shape": list(tensor.shape),
+                                    "datatype": "UINT8" if tensor.dtype == np.uint8 else "INT8",
+                                    "data": tensor.reshape(-1).tolist()}],
+                        "outputs": [{"name": "raw"}], "parameters": {"backend": backend}})
+                    assert raw.status_code == 200, raw.text
+                    top5 = client.post(f"/v1/models/{served}/classify?top_k=5&backend={backend}",
+                                       content=photo.read_bytes(), headers={"Content-Type": "image/png"})
+                    assert top5.status_code == 200, top5.text
+                    body = top5.json()
+                    if served != name:
+                        segments = body["timing_ms"]["segments"]
+                        assert len(segments) == int(served[-1]) and all(ms > 0 for ms in segments)
+                    answers[served] = (raw.json()["outputs"][0]["data"], body["predictions"])
+                whole = answers[name]
+                for served, answer in answers.items():
+                    assert answer[0] == whole[0], f"{served} on {backend}: output bytes differ from {name}'s"
+                    assert [p["index"] for p in answer[1]] == [p["index"] for p in whole[1]]
+                    assert [p["score"] for p in answer[1]] == [p["score"] for p in whole[1]]
+
+
+def _service(root, backends: str) -> ServiceProcess:
+    svc = ServiceProcess({"EDGETPU_SERVE_MODEL_DIR": str(root), "EDGETPU_SERVE_BACKENDS": backends,
+                          "EDGETPU_SERVE_WORKERS": "1", "EDGETPU_SERVE_WARMUP_AT_START": "false",
+                          "EDGETPU_SERVE_MODELS": ""}, inherit_settings=False)
+    svc.wait_ready()
+    return svc
+
+
+def test_segmented_models_served_on_cpu_answer_the_whole_models_bytes(segmented_models, cat_png):
+    svc = _service(segmented_models, "cpu")
+    try:
+        _compare_served(svc.url, "cpu", segmented_models, [cat_png])
+        metrics = httpx.get(f"{svc.url}/metrics", timeout=30).text
+        assert 'edgetpu_serve_segment_seconds_count{backend="cpu",model="mobilenet_v2_x3",segment="2"}' in metrics
+    finally:
+        svc.stop()
+
+
+@pytest.mark.slow
+def test_segmented_models_served_emulated_answer_the_whole_models_bytes(segmented_models, cat_png, coffee_png):
+    svc = _service(segmented_models, "emulated")
+    try:
+        _compare_served(svc.url, "emulated", segmented_models, [cat_png, coffee_png])
+    finally:
+        svc.stop()
+
+
+# ---- a lost device inside a served pipeline ------------------------------------------------------
+
+class SegmentDeviceDouble:
+    """TEST DOUBLE of a TPU running one segment: passes its input on (resized to its output), hangs
+    once when told. Loaded from the real segment files, so the pipeline's shapes are the model's."""
+
+    key = "segtpu"
+    model_file = "int8"
+    hang_path: str | None = None
+    gate = threading.Event()  # a hung invoke waits on it
+    loads: list[str] = []
+
+    def __init__(self, path):
+        from app.tflite_file import read_tflite
+
+        graph = read_tflite(path).graph
+        i, o = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        self.input = TensorSpec(i.name, i.shape, i.dtype, float(i.quantization.scale[0]), int(i.quantization.zero_point[0]))
+        self.output = TensorSpec(o.name, o.shape, o.dtype, float(o.quantization.scale[0]), int(o.quantization.zero_point[0]))
+        self.path = str(path)
+
+    @classmethod
+    def load(cls, path, options):
+        cls.loads.append(str(path))
+        return cls(path)
+
+    def run(self, x):
+        if SegmentDeviceDouble.hang_path == self.path:
+            SegmentDeviceDouble.hang_path = None
+            SegmentDeviceDouble.gate.wait(EVENTUALLY_S)
+        return np.zeros(self.output.shape, self.output.dtype)
+
+    def close(self):
+        pass
+
+
+class SegmentDevicesDouble(Backend):
+    """TEST DOUBLE plug-in: one SegmentDeviceDouble per 'device', three devices."""
+
+    key = SegmentDeviceDouble.key
+    engine = SegmentDeviceDouble
+    host_cpu = False
+
+    def interpreters(self):
+        return [EngineOptions()] * 3
+
+    def device(self, options):
+        return "segtpu"
+
+
+def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmented_models):
+    from app.registry import Registry
+    from app.settings import Settings
+
+    register(SegmentDevicesDouble)
+    try:
+        settings = Settings(model_dir=segmented_models, models=["efficientnet_lite0_x3"], backends=["segtpu"],
+                            warmup_at_start=False, watchdog_backends=["segtpu"], watchdog_timeout_s=HANG_S,
+                            watchdog_retry_s=0.05)
+        registry = Registry(settings)
+        registry.configure()
+        registry.load_all()
+        middle = str(read_model_dir(segmented_models / "efficientnet_lite0_x3").segment_files("int8")[1])
+        x = np.zeros((1, 224, 224, 3), np.uint8)
+
+        async def infer():
+            async with registry.lease("efficientnet_lite0_x3") as lease:
+                return await lease.run(x)
+
+        async def scenario():
+            first = await infer()
+            SegmentDeviceDouble.hang_path = middle
+            with pytest.raises(DeviceHung, match="segment 1 on segtpu did not finish an invoke") as lost:
+                await infer()
+            pipeline = registry.get("efficientnet_lite0_x3").pool("segtpu").engine.pipeline
+            assert await asyncio.to_thread(pipeline.wait_recovered, EVENTUALLY_S)
+            return first, lost.value, await infer()
+
+        loads_before = len(SegmentDeviceDouble.loads)
+        first, error, after = asyncio.run(scenario())
+        assert first.segments_ms is not None and len(first.segments_ms) == 3
+        assert after.output.shape == (1, 1000) and len(after.segments_ms) == 3
+        assert SegmentDeviceDouble.loads[loads_before:] == [middle]  # that segment alone re-created
+        from app.api.errors import status_of
+
+        assert status_of(error) == 503
+    finally:
+        SegmentDeviceDouble.gate.set()
+        registry.close()
+        unregister(SegmentDevicesDouble.key)
+
+
+def test_invoke_timeout_is_the_error_where_no_watchdog_applies():
+    hang = threading.Event()
+    stages = [Stage(0, StageDouble(1, [], hang), EngineOptions())]
+    pipeline = Pipeline("m/test", stages, hang_timeout_s=HANG_S, hang_error=InvokeTimeout,
+                        recreate=lambda old: Stage(0, StageDouble(1, []), old.options), retry_s=0.05)
+    hang.set()
+    with pytest.raises(InvokeTimeout):
+        pipeline.run(np.zeros((1, 4), np.int32))
+    assert pipeline.wait_recovered(EVENTUALLY_S)
+    pipeline.close()

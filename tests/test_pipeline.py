@@ -23,6 +23,7 @@ from app.pipeline import Pipeline, Stage, stage_options
 from bench.service import ServiceProcess
 from converter.segment import segment_model_dir
 from tests.conftest import MODELS
+from tests.doubles.libedgetpu import libedgetpu_double  # noqa: F401 (a fixture: the libedgetpu TEST DOUBLE)
 
 EVENTUALLY_S = 10
 HANG_S = 0.3
@@ -354,3 +355,65 @@ def test_invoke_timeout_is_the_error_where_no_watchdog_applies():
         pipeline.run(np.zeros((1, 4), np.int32))
     assert pipeline.wait_recovered(EVENTUALLY_S)
     pipeline.close()
+
+
+# ---- edgetpu: segment i on TPU i (the libedgetpu TEST DOUBLE; segments "compiled" as their plain files) ----
+
+def test_on_edgetpu_segment_i_runs_on_tpu_i(tmp_path, segmented_models, libedgetpu_double, monkeypatch):
+    """The delegate wiring is real, the TPUs are not: the libedgetpu double lists three PCIe TPUs and
+    its delegate takes what it can; each plain segment file is listed as its compiled one."""
+    import shutil
+
+    from app.model_dir import add_files, segment_kind
+    from app.registry import Registry
+    from app.settings import Settings
+    from tests.doubles.libedgetpu import DEVICES, log_delegates
+
+    nodes = []
+    for i in range(3):
+        nodes.append(tmp_path / f"apex_{i}")
+        nodes[-1].write_bytes(b"")
+    monkeypatch.setenv(DEVICES, ",".join(f"pci:{n}" for n in nodes))
+    log_delegates(monkeypatch, tmp_path / "log")
+    root = tmp_path / "models"
+    shutil.copytree(segmented_models / "efficientnet_lite0_x3", root / "efficientnet_lite0_x3")
+    model = read_model_dir(root / "efficientnet_lite0_x3")
+    add_files(model.path, {segment_kind("edgetpu", i): (p.name.replace(".tflite", "_edgetpu.tflite"), p.read_bytes())
+                           for i, p in enumerate(model.segment_files("int8"))})
+    registry = Registry(Settings(model_dir=root, backends=["edgetpu"], edgetpu_library=str(libedgetpu_double),
+                                 edgetpu_on_failure="fail", edgetpu_version_check="warn", warmup_at_start=False))
+    registry.configure()
+    registry.load_all()
+    try:
+        assert registry.ready() and registry.status("efficientnet_lite0_x3").error is None
+        pipeline = registry.get("efficientnet_lite0_x3").pool("edgetpu").engine.pipeline
+        assert [s.device for s in pipeline.stages] == [str(n) for n in nodes]
+        assert (tmp_path / "log").read_text().splitlines() == [f"created device=:{i}" for i in range(3)]
+
+        async def infer():
+            async with registry.lease("efficientnet_lite0_x3") as lease:
+                return await lease.run(np.full((1, 224, 224, 3), 127, np.uint8))
+
+        result = asyncio.run(infer())
+        assert result.output.shape == (1, 1000) and len(result.segments_ms) == 3
+    finally:
+        registry.close()
+
+
+def test_on_edgetpu_an_uncompiled_segmented_model_says_how_to_compile_it(tmp_path, segmented_models,
+                                                                         libedgetpu_double, monkeypatch):
+    import shutil
+
+    from app.errors import ModelDirError
+    from app.registry import Registry
+    from app.settings import Settings
+    from tests.doubles.libedgetpu import DEVICES
+
+    (tmp_path / "apex_0").write_bytes(b"")
+    monkeypatch.setenv(DEVICES, f"pci:{tmp_path / 'apex_0'}")
+    shutil.copytree(segmented_models / "mobilenet_v2_x2", tmp_path / "models" / "mobilenet_v2_x2")
+    registry = Registry(Settings(model_dir=tmp_path / "models", backends=["edgetpu"],
+                                 edgetpu_library=str(libedgetpu_double), edgetpu_on_failure="fail",
+                                 edgetpu_version_check="warn", warmup_at_start=False))
+    with pytest.raises(ModelDirError, match=r"no 'edgetpu_segment_0' file.*segment it again with --compile"):
+        registry.configure()

@@ -3,12 +3,14 @@
 The Pipeline itself with stage TEST DOUBLES (order, bounded queues, a stage that hangs and is
 re-created); then the real service over a loopback socket on segmented copies of the committed
 models (python -m converter segment), whose output bytes and top-5 must equal the whole
-model's on `cpu` and `emulated`; then a lost device inside a served pipeline.
+model's on `cpu` and `emulated`; a lost device inside a served pipeline; segment i on TPU i
+through the libedgetpu TEST DOUBLE; and bench/pipeline_capacity.py run briefly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 
@@ -20,6 +22,7 @@ from app.engines import Backend, EngineOptions, TensorSpec, register, unregister
 from app.errors import DeviceHung, EngineLoadError, InvokeTimeout
 from app.model_dir import read_model_dir
 from app.pipeline import Pipeline, Stage, stage_options
+from bench import pipeline_capacity as capacity_bench
 from bench.service import ServiceProcess
 from converter.segment import segment_model_dir
 from tests.conftest import MODELS
@@ -62,15 +65,10 @@ def pipeline_of(doubles, recreate=None, hang_s=HANG_S) -> Pipeline:
 def test_requests_flow_through_every_segment_in_order():
     seen = [[], [], []]
     pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(10, seen[1]), StageDouble(100, seen[2])])
-    order, outputs = [], {}
-    lock = threading.Lock()
+    outputs = {}
 
     def client(i):
-        with lock:  # submission order, recorded as it happens
-            order.append(i * 1000)
-            result = None
-        result = pipeline.run(np.full((1, 4), i * 1000, np.int32))
-        outputs[i] = result
+        outputs[i] = pipeline.run(np.full((1, 4), i * 1000, np.int32))
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
     for t in threads:
@@ -417,3 +415,29 @@ def test_on_edgetpu_an_uncompiled_segmented_model_says_how_to_compile_it(tmp_pat
                                  edgetpu_version_check="warn", warmup_at_start=False))
     with pytest.raises(ModelDirError, match=r"no 'edgetpu_segment_0' file.*segment it again with --compile"):
         registry.configure()
+
+
+# ---- bench/pipeline_capacity.py runs, briefly (its figures are the bench's business, not asserted) ----
+
+
+def test_the_capacity_bench_prints_pipeline_against_one_device(capsys):
+    capacity_bench.main(["--models", "mobilenet_v2", "--segments", "2,3", "--device-ms", "20",
+                            "--duration", "0.3", "--rounds", "1"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| mobilenet_v2 |")]
+    assert len(rows) == 2
+    for row, k in zip(rows, (2, 3)):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        segments = [float(v) for v in cells[2].split(" + ")]
+        assert int(cells[1]) == k and len(segments) == k and abs(sum(segments) - 20) < 0.05
+        assert int(cells[3]) == round(1000 / max(segments))          # the bound: 1 / the slowest segment
+        assert float(cells[4]) > 0 and re.fullmatch(r"\d+ \(50\)", cells[6])  # whole model: bound 1/20 ms
+
+
+def test_segment_times_are_the_converters_cost_shares():
+    split = capacity_bench.split("efficientnet_lite0", 3, 30.0)
+    model = read_model_dir(MODELS / "efficientnet_lite0")
+    assert len(split.segments_ms) == 3 and abs(sum(split.segments_ms) - 30.0) < 1e-9
+    assert split.specs[0][0].shape == (1, model.manifest.input.height, model.manifest.input.width, 3)
+    assert split.specs[-1][1].shape == (1, 1000)
+    assert all(a[1].shape == b[0].shape for a, b in zip(split.specs, split.specs[1:]))

@@ -236,6 +236,9 @@ def test_segmented_models_served_on_cpu_answer_the_whole_models_bytes(segmented_
     svc = _service(segmented_models, "cpu")
     try:
         _compare_served(svc.url, "cpu", segmented_models, [cat_png])
+        described = httpx.get(f"{svc.url}/v1/models/efficientnet_lite0_x3", timeout=30).json()
+        assert len(described["segments"]["items"]) == 3 and described["backends"]["cpu"]["interpreters"] == 6
+        assert httpx.get(f"{svc.url}/v1/models/efficientnet_lite0", timeout=30).json().get("segments") is None
         metrics = httpx.get(f"{svc.url}/metrics", timeout=30).text
         assert 'edgetpu_serve_segment_seconds_count{backend="cpu",model="mobilenet_v2_x3",segment="2"}' in metrics
     finally:

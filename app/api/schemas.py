@@ -98,6 +98,8 @@ class ModelOut(BaseModel):
     backends: dict[str, BackendOut]
     files: dict[str, FileOut]
     quality: dict | None = None
+    segments: dict | None = Field(default=None, description="a segmented model, served as a pipeline: its "
+                                  "segments in order (model.json `segments`, docs/pipelines.md)")
 
 
 class ModelsOut(BaseModel):

@@ -117,6 +117,7 @@ class Pipeline:
         self._lock = threading.Lock()
         self._generation = 0     # +1 when a stage is lost: tickets of an older one are failed, not run
         self.problem: str | None = None  # why it refuses requests now (a stage lost, being re-created)
+        self._lost: ServeError | None = None  # what the requests of an older generation are failed with
         self.recovered = threading.Condition(self._lock)  # notified when a lost stage is back (tests)
         self._closed = threading.Event()
         self._open_lanes = 0
@@ -164,7 +165,7 @@ class Pipeline:
             self.problem = f"{problem}; it is re-created"
             self._generation += 1
         log.error("%s: %s", self.label, self.problem)
-        error = self.hang_error(f"{self.label}: {self.problem}", self.retry_after_s)
+        error = self._lost = self.hang_error(f"{self.label}: {self.problem}", self.retry_after_s)
         for s in self.stages:
             if s.current is not None:
                 s.current.fail(error)
@@ -216,7 +217,9 @@ class Pipeline:
                     inbox.put(ticket)  # replaced while it waited: the new stage's thread takes it
                 break
             if ticket.generation != self._generation or ticket.done.is_set():
-                continue  # failed while it waited (a lost stage): nothing to do
+                ticket.fail(self._lost)  # from before a stage was lost: failed, not run
+                continue
+            # `current` from here until the ticket is handed on: a stage lost meanwhile fails it
             stage.current = ticket
             stage.invoking_since = start = time.monotonic()
             try:
@@ -226,7 +229,7 @@ class Pipeline:
                 ticket.fail(e)
                 continue
             ms = (time.monotonic() - start) * 1000
-            stage.invoking_since, stage.current = None, None
+            stage.invoking_since = None
             if self.stages[stage.index] is not stage:  # it was lost and replaced while this invoke hung
                 break
             ticket.segments_ms.append(ms)
@@ -238,6 +241,7 @@ class Pipeline:
             else:
                 ticket.x = y
                 self._queues[stage.index + 1].put(ticket)  # waits while the next stage is behind
+            stage.current = None
         stage.engine.close()
 
     # -- lanes and the end ---------------------------------------------------------------------------

@@ -134,6 +134,36 @@ def test_a_hung_segment_fails_its_requests_and_is_re_created():
     pipeline.close()
 
 
+def test_every_request_in_the_pipeline_fails_when_a_segment_is_lost():
+    """One in the hung stage, one queued before it, one in the stage before, blocked handing on."""
+    hang, never = threading.Event(), threading.Event()
+    seen = [[], []]
+
+    def recreate(old):  # the device stays lost while the test looks
+        never.wait(EVENTUALLY_S)
+        raise RuntimeError("device not listed")
+
+    pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(1, seen[1], hang)], recreate)
+    hang.set()
+    errors = []
+
+    def client():
+        try:
+            pipeline.run(np.zeros((1, 4), np.int32))
+        except DeviceHung as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=client) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(EVENTUALLY_S)
+    assert len(errors) == 3 and len(seen[0]) == 3 and len(seen[1]) == 1
+    never.set()
+    pipeline.stages[1].engine.released.set()
+    pipeline.close()
+
+
 def test_while_a_segment_is_being_re_created_requests_are_refused_at_once():
     gate = threading.Event()
     hang = threading.Event()

@@ -508,20 +508,19 @@ class Registry:
         key = plugin.key
         if key in pools:
             return
-        members = []
-        if model_dir.manifest.segments is not None:  # segment i on device i; the pipeline watches its stages
-            members = pipeline_members(plugin, model_dir, self.settings)
-        else:
-            path = model_dir.file(plugin.model_file)
+        # a segmented model: lanes into a pipeline, segment i on device i, which watches its own stages
+        segmented = model_dir.manifest.segments is not None
+        members = pipeline_members(plugin, model_dir, self.settings) if segmented else []
+        path = None if segmented else model_dir.file(plugin.model_file)
         try:
-            for options in [] if members else plugin.interpreters():
+            for options in [] if segmented else plugin.interpreters():
                 members.append(self._load_member(plugin, path, options))
         except ServeError:
             for member in members:  # the devices that did open are released, not leaked
                 member.engine.close()
             raise
         watchdog = None
-        if key in self.settings.watchdog_backends and model_dir.manifest.segments is None:
+        if key in self.settings.watchdog_backends and not segmented:
             watchdog = Watchdog(self.settings.watchdog_timeout_s,
                                 lambda member: self._recreate(plugin, path, member), self.settings.watchdog_retry_s)
         pool = EnginePool(f"{model_dir.name}/{key}", members, self.settings.max_waiting,

@@ -402,6 +402,9 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     if source.is_file():
         return _segment_bare_file(source, out, k, at)
     model = read_model_dir(source)
+    if model.manifest.segments is not None:
+        raise SegmentError(f"{source} is already segmented ({model.manifest.segments.count} segments); segment "
+                           f"the whole model it was cut from ({model.manifest.segments.source}) instead")
     int8_path = model.file(INT8)
     coral = coral_segments([model.path / e.path for kind, e in model.manifest.files.items()
                             if kind.startswith("edgetpu_segment_")])

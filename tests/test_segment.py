@@ -145,6 +145,7 @@ def test_the_command_writes_a_model_directory_listing_its_segments(tmp_path):
     files = model.segment_files("int8")  # sha256 checked
     assert [f.name for f in files] == [segment_filename("mobilenet_v2_int8", i, 2) for i in range(2)]
     assert not model.has("int8") and "segment" in model.manifest.build.command
+    assert main(["segment", str(out), "--segments", "2", "--out", str(tmp_path / "again")]) == 1
 
 
 def test_a_bare_tflite_gives_segment_files_and_segments_json(tmp_path):

@@ -39,6 +39,7 @@ from prometheus_client import Histogram
 from app.engines.base import Engine, EngineOptions
 from app.errors import DeviceHung, EngineLoadError, InvokeTimeout, ServeError
 from app.metrics import LATENCY_BUCKETS, PREFIX
+from app.threads import lower_this_thread
 
 if TYPE_CHECKING:
     from app.engines.base import Backend
@@ -98,7 +99,8 @@ class Pipeline:
 
     def __init__(self, label: str, stages: list[Stage], *, hang_timeout_s: float, hang_error: type[ServeError],
                  recreate: Callable[[Stage], Stage] | None = None, retry_s: float = 2.0, retry_after_s: float = 1.0,
-                 queue_depth: int = QUEUE_DEPTH, lanes: int | None = None, metric_labels: tuple[str, str] | None = None):
+                 queue_depth: int = QUEUE_DEPTH, lanes: int | None = None, metric_labels: tuple[str, str] | None = None,
+                 thread_nice: int = 0):
         if not stages:
             raise ValueError("a pipeline needs at least one stage")
         self.label = label
@@ -109,6 +111,7 @@ class Pipeline:
         self.retry_s = retry_s
         self.retry_after_s = retry_after_s
         self.lanes = lanes or LANES_PER_SEGMENT * len(stages)
+        self.thread_nice = thread_nice  # for stages that compute on the host's cores, as the pool's threads
         self._histograms = ([SEGMENT_SECONDS.labels(*metric_labels, str(i)) for i in range(len(stages))]
                             if metric_labels else None)
         # queue 0 holds every lane's input (never blocks); the ones between stages are short
@@ -208,6 +211,7 @@ class Pipeline:
     # -- the stages' side --------------------------------------------------------------------------
 
     def _serve(self, stage: Stage) -> None:
+        lower_this_thread(self.thread_nice)
         inbox = self._queues[stage.index]
         last = stage.index == len(self.stages) - 1
         while True:
@@ -291,6 +295,11 @@ class PipelineLane(Engine):
     def load(cls, path: Path, options: EngineOptions) -> PipelineLane:
         raise EngineLoadError("a pipeline lane is made by app.pipeline.pipeline_members, not loaded from a file")
 
+    @property
+    def problem(self) -> str | None:
+        """Why the pipeline refuses requests now (a segment lost and being re-created), for readiness."""
+        return self.pipeline.problem
+
     def run(self, x: np.ndarray) -> np.ndarray:
         result = self.pipeline.run(x)
         self.last_segments_ms = result.segments_ms
@@ -341,7 +350,7 @@ def pipeline_members(plugin: Backend, model_dir: ModelDir, settings: Settings) -
         hang_error=DeviceHung if watched else InvokeTimeout,
         recreate=lambda old: _load_stage(plugin, old.index, paths[old.index], plugin.reopen(old.options)),
         retry_s=settings.watchdog_retry_s, retry_after_s=settings.retry_after_s,
-        metric_labels=(model_dir.name, plugin.key))
+        metric_labels=(model_dir.name, plugin.key), thread_nice=settings.compute_nice if plugin.host_cpu else 0)
     devices = ",".join(s.device for s in stages if s.device) or None
     load_ms = sum(s.load_ms for s in stages)
     return [Member(pipeline.lane(), load_ms if i == 0 else 0.0, device=devices) for i in range(pipeline.lanes)]

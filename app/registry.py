@@ -411,6 +411,10 @@ class Registry:
                 notes.append(f"{backend}: " + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in sick))
                 if len(sick) == len(pool.members):
                     state = "unhealthy"
+            lost = getattr(pool.engine, "problem", None)  # a pipeline with a segment lost (app/pipeline.py)
+            if lost:
+                notes.append(f"{backend}: {lost}")
+                state = "unhealthy"
         return ModelStatus(state, "; ".join(notes) or None, stored.since)
 
     def status_or_raise(self, name: str) -> ModelStatus:

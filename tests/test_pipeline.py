@@ -295,6 +295,7 @@ class SegmentDeviceDouble:
     hang_path: str | None = None
     gate = threading.Event()  # a hung invoke waits on it
     loads: list[str] = []
+    reloads = threading.Event()  # while clear, loading a segment again (the watchdog's) waits: the device resets
 
     def __init__(self, path):
         from app.tflite_file import read_tflite
@@ -307,6 +308,8 @@ class SegmentDeviceDouble:
 
     @classmethod
     def load(cls, path, options):
+        if str(path) in cls.loads:
+            cls.reloads.wait(EVENTUALLY_S)
         cls.loads.append(str(path))
         return cls(path)
 
@@ -339,6 +342,7 @@ def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmente
     from app.settings import Settings
 
     register(SegmentDevicesDouble)
+    SegmentDeviceDouble.reloads.clear()
     try:
         settings = Settings(model_dir=segmented_models, models=["efficientnet_lite0_x3"], backends=["segtpu"],
                             warmup_at_start=False, watchdog_backends=["segtpu"], watchdog_timeout_s=HANG_S,
@@ -358,8 +362,12 @@ def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmente
             SegmentDeviceDouble.hang_path = middle
             with pytest.raises(DeviceHung, match="segment 1 on segtpu did not finish an invoke") as lost:
                 await infer()
+            status = registry.status("efficientnet_lite0_x3")  # readiness says so while it is re-created
+            assert status.state == "unhealthy" and "segment 1 on segtpu" in status.error and not registry.ready()
+            SegmentDeviceDouble.reloads.set()
             pipeline = registry.get("efficientnet_lite0_x3").pool("segtpu").engine.pipeline
             assert await asyncio.to_thread(pipeline.wait_recovered, EVENTUALLY_S)
+            assert registry.status("efficientnet_lite0_x3").state == "ready" and registry.ready()
             return first, lost.value, await infer()
 
         loads_before = len(SegmentDeviceDouble.loads)
@@ -372,6 +380,7 @@ def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmente
         assert status_of(error) == 503
     finally:
         SegmentDeviceDouble.gate.set()
+        SegmentDeviceDouble.reloads.set()
         registry.close()
         unregister(SegmentDevicesDouble.key)
 

@@ -30,6 +30,7 @@ from converter.segment import (
     params_and_macs,
     segment_bytes,
     segment_filename,
+    segment_model_dir,
 )
 from tests.conftest import MODELS
 from tests.doubles import edgetpu_compiler_double
@@ -233,3 +234,22 @@ def test_coral_num_segments_output_is_followed(tmp_path):
     assert model.manifest.segments.balanced_by == "edgetpu_compiler's own cuts"
     assert [p.read_bytes() for p in model.segment_files("edgetpu")] == [data for _, data in coral.values()]
     assert main(["segment", str(source), "--segments", "3", "--out", str(tmp_path / "other")]) == 1
+
+
+def test_model_json_without_segments_reads_as_before_and_bad_segments_are_refused(tmp_path):
+    import shutil
+
+    from app.errors import ModelDirError
+
+    whole = read_model_dir(MODELS / "mobilenet_v2")
+    assert whole.manifest.segments is None and '"segments"' not in whole.manifest.to_json()
+    with pytest.raises(ModelDirError, match="is not segmented"):
+        whole.segment_files("int8")
+    out = tmp_path / "m_x2"
+    segment_model_dir(MODELS / "mobilenet_v2", out, 2)
+    shutil.copytree(out, tmp_path / "broken")
+    manifest = json.loads((tmp_path / "broken" / "model.json").read_text())
+    manifest["segments"]["items"] = []
+    (tmp_path / "broken" / "model.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelDirError, match="items"):
+        read_model_dir(tmp_path / "broken")

@@ -166,13 +166,15 @@ class Pipeline:
             if self.stages[stage.index] is not stage or self.problem is not None:
                 return  # already being handled
             self.problem = f"{problem}; it is re-created"
+            # the error first: a stage that sees the new generation fails older tickets with it
+            error = self._lost = self.hang_error(f"{self.label}: {self.problem}", self.retry_after_s)
             self._generation += 1
         log.error("%s: %s", self.label, self.problem)
-        error = self._lost = self.hang_error(f"{self.label}: {self.problem}", self.retry_after_s)
         for s in self.stages:
             if s.current is not None:
                 s.current.fail(error)
         for q in self._queues:  # inputs waiting anywhere: failed now (a stage blocked on a full queue moves on)
+            stop = False
             while True:
                 try:
                     item = q.get_nowait()
@@ -180,6 +182,9 @@ class Pipeline:
                     break
                 if isinstance(item, _Ticket):
                     item.fail(error)
+                stop = stop or item is _STOP
+            if stop:  # closed meanwhile: its stage must still stop
+                q.put(_STOP)
         threading.Thread(target=self._recover, args=(stage,), name=f"recover-{self.label}", daemon=True).start()
 
     def _recover(self, old: Stage) -> None:

@@ -302,8 +302,8 @@ class SegmentDeviceDouble:
 
         graph = read_tflite(path).graph
         i, o = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
-        self.input = TensorSpec(i.name, i.shape, i.dtype, float(i.quantization.scale[0]), int(i.quantization.zero_point[0]))
-        self.output = TensorSpec(o.name, o.shape, o.dtype, float(o.quantization.scale[0]), int(o.quantization.zero_point[0]))
+        self.input, self.output = (TensorSpec(t.name, t.shape, t.dtype, float(t.quantization.scale[0]),
+                                              int(t.quantization.zero_point[0])) for t in (i, o))
         self.path = str(path)
 
     @classmethod

@@ -85,8 +85,10 @@ def test_costs_count_parameters_and_macs_of_each_operator():
 
 
 def _run(path_or_bytes, x: np.ndarray) -> np.ndarray:
-    kwargs = {"model_content": path_or_bytes} if isinstance(path_or_bytes, bytes) else {"model_path": str(path_or_bytes)}
-    it = Interpreter(num_threads=1, **kwargs)
+    if isinstance(path_or_bytes, bytes):
+        it = Interpreter(model_content=path_or_bytes, num_threads=1)
+    else:
+        it = Interpreter(model_path=str(path_or_bytes), num_threads=1)
     it.allocate_tensors()
     it.set_tensor(it.get_input_details()[0]["index"], x)
     it.invoke()

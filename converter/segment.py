@@ -385,15 +385,16 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     from app.model_dir import (
         INT8,
         LABELS,
+        MANIFEST,
         Build,
         Segment,
         Segments,
+        add_files,
         read_model_dir,
         segment_kind,
         sha256_file,
         write_model_dir,
     )
-
     from converter.writing import tool_versions
 
     say = progress or (lambda message: None)
@@ -432,9 +433,12 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
             say(f"compiling segment {i} of {count}...")
             files[segment_kind("edgetpu", i)] = (segment_filename(stem, i, count, compiled=True),
                                                  compile_segment(data, name, compiler, check_compiler_version))
+    if at is None:
+        chosen_by = result.cost_kind
+    else:
+        chosen_by = "edgetpu_compiler's own cuts" if coral and not compile_segments else "the named cut tensors"
     segments = Segments(
-        source=int8_path.name, source_sha256=sha256_file(int8_path), balanced_by=result.cost_kind if at is None else
-        ("edgetpu_compiler's own cuts" if coral and not compile_segments else "the named cut tensors"),
+        source=int8_path.name, source_sha256=sha256_file(int8_path), balanced_by=chosen_by,
         items=[Segment(input=i_name, output=o_name, operators=p.last - p.first + 1, first_operator=p.first,
                        cost=round(p.cost, 6))
                for p, (i_name, o_name) in zip(result.parts, result.names)])
@@ -447,7 +451,14 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     data["build"] = Build(command=command or f"python -m converter segment {source} --segments {count} --out {out}",
                           tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy"),
                           segmented_from=model.name).model_dump(mode="json")
-    if out.exists() and not (out / "model.json").is_file():
+    if (out / MANIFEST).is_file():  # segmented again: the new segments replace the old ones, whole
+        previous = read_model_dir(out)
+        if previous.manifest.segments is None:
+            raise SegmentError(f"{out} holds a whole model, not segments: choose a new --out")
+        stale = tuple(kind for kind in previous.manifest.files if kind not in files)
+        add_files(out, files, remove=stale, **{key: value for key, value in data.items() if key != "name"})
+        return out
+    if out.exists():
         raise SegmentError(f"{out} exists and is not a model directory: choose a new --out")
     return write_model_dir(out.parent, data, files)
 

@@ -149,6 +149,16 @@ def test_the_command_writes_a_model_directory_listing_its_segments(tmp_path):
     assert [f.name for f in files] == [segment_filename("mobilenet_v2_int8", i, 2) for i in range(2)]
     assert not model.has("int8") and "segment" in model.manifest.build.command
     assert main(["segment", str(out), "--segments", "2", "--out", str(tmp_path / "again")]) == 1
+    # segmented again into the same directory: the new segments replace the old ones, none left over
+    assert main(["segment", str(MODELS / "mobilenet_v2"), "--segments", "3", "--out", str(out)]) == 0
+    again = read_model_dir(out)
+    assert again.manifest.segments.count == 3 and len(again.segment_files("int8")) == 3
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["model.json", "labels.txt", *(segment_filename("mobilenet_v2_int8", i, 3) for i in range(3))])
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.png").write_bytes(b"not a model directory")
+    assert main(["segment", str(MODELS / "mobilenet_v2"), "--segments", "2", "--out", str(tmp_path / "photos")]) == 1
+    assert [p.name for p in (tmp_path / "photos").iterdir()] == ["cat.png"]
 
 
 def test_a_bare_tflite_gives_segment_files_and_segments_json(tmp_path):

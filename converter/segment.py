@@ -387,6 +387,7 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
         LABELS,
         MANIFEST,
         Build,
+        EdgeTpuCompile,
         Segment,
         Segments,
         add_files,
@@ -428,11 +429,11 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
         for i, path in enumerate(coral):
             files[segment_kind("edgetpu", i)] = (path.name, path.read_bytes())
     elif compile_segments:
+        compiled = []
         for i, data in enumerate(result.files):
-            name = segment_filename(stem, i, count)
             say(f"compiling segment {i} of {count}...")
-            files[segment_kind("edgetpu", i)] = (segment_filename(stem, i, count, compiled=True),
-                                                 compile_segment(data, name, compiler, check_compiler_version))
+            compiled.append(compile_segment(data, segment_filename(stem, i, count), compiler, check_compiler_version))
+            files[segment_kind("edgetpu", i)] = (segment_filename(stem, i, count, compiled=True), compiled[-1].data)
     if at is None:
         chosen_by = result.cost_kind
     else:
@@ -448,6 +449,14 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     data["name"] = out.name
     data["description"] = f"{model.manifest.description} -- in {count} segments for a pipeline of {count} devices"
     data["segments"] = segments.model_dump(mode="json")
+    if compile_segments:  # the compiler's record, as `converter compile` writes it: one report per segment
+        data["edgetpu_compile"] = EdgeTpuCompile(
+            command=compiled[0].command, compiler_version=compiled[0].compiler_version,
+            min_runtime_version=compiled[0].min_runtime_version,
+            model_min_runtime_version=max((c.model_min_runtime_version or 0) for c in compiled) or None,
+            int8_sha256=segments.source_sha256, segments=count, report=compiled[0].report,
+            offline_analysis=data.get("edgetpu_analysis") or "", segment_reports=[c.report for c in compiled],
+        ).model_dump(mode="json", exclude_none=True)
     data["build"] = Build(command=command or f"python -m converter segment {source} --segments {count} --out {out}",
                           tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy"),
                           segmented_from=model.name).model_dump(mode="json")
@@ -483,13 +492,27 @@ def _segment_bare_file(source: Path, out: Path, k: int | None, at: list[str] | N
     return out
 
 
-def compile_segment(data: bytes, name: str, compiler: Path | None, check_compiler_version: bool = True) -> bytes:
-    """One segment through edgetpu_compiler (converter/compile.py's checks): the compiled bytes."""
+@dataclass(frozen=True)
+class CompiledSegment:
+    data: bytes
+    command: str            # as run, the compiler named without its directory
+    compiler_version: str
+    min_runtime_version: int  # the -m passed
+    model_min_runtime_version: int | None
+    report: dict            # converter.compiler_log.CompilerReport.as_dict()
+
+
+def compile_segment(data: bytes, name: str, compiler: Path | None,
+                    check_compiler_version: bool = True) -> CompiledSegment:
+    """One segment through edgetpu_compiler, with converter/compile.py's checks (pinned version,
+    something mapped, runtime no newer than the pinned libedgetpu's)."""
+    import shlex
     import tempfile
 
     from app.edgetpu.compiled_model import read_compiled_model
     from app.edgetpu.versions import compiler_pin
     from converter import compile as edgetpu_compile
+    from converter import compiler_log
 
     pin = compiler_pin()
     executable = edgetpu_compile.find_compiler(compiler)
@@ -515,4 +538,7 @@ def compile_segment(data: bytes, name: str, compiler: Path | None, check_compile
             raise edgetpu_compile.CompilerFailed(
                 f"{name} compiled for Edge TPU runtime {compiled.min_runtime_version}, the pinned libedgetpu has "
                 f"{pin.min_runtime_version}", done.stdout, done.stderr, done.returncode)
-        return output.read_bytes()
+        log = output.with_suffix(".log")
+        report = compiler_log.parse(done.stdout, log.read_text(errors="replace") if log.is_file() else None)
+        return CompiledSegment(output.read_bytes(), shlex.join([executable.name, *cmd[1:]]), version,
+                               pin.min_runtime_version, compiled.min_runtime_version, report.as_dict())

@@ -209,6 +209,9 @@ def test_compile_hands_each_segment_to_the_compiler_double(tmp_path):
     assert [Path(c[-1]).name for c in compiles] == [segment_filename("efficientnet_lite0_int8", i, 2)
                                                     for i in range(2)]
     assert all("--min_runtime_version" in c for c in compiles)
+    record = model.manifest.edgetpu_compile
+    assert record.segments == 2 and record.compiler_version == edgetpu_compiler_double.PINNED
+    assert len(record.segment_reports) == 2 and record.int8_sha256 == model.manifest.segments.source_sha256
 
 
 def _coral_segment(inputs_name: str, output_name: str) -> bytes:

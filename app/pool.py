@@ -77,6 +77,7 @@ class RunResult:
     inference_ms: float
     cold: bool
     queue_ms: float = 0.0  # from the request's queueing to an interpreter taking it
+    segments_ms: list[float] | None = None  # a pipelined model: each segment's invoke (app/pipeline.py)
 
 
 class _Job:
@@ -538,4 +539,4 @@ def _timed_run(member: Member, x: np.ndarray, queue_ms: float = 0.0) -> RunResul
     elapsed = (time.perf_counter() - start) * 1000
     if cold:
         member.first_inference_ms = elapsed
-    return RunResult(output, elapsed, cold, queue_ms)
+    return RunResult(output, elapsed, cold, queue_ms, getattr(member.engine, "last_segments_ms", None))

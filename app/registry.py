@@ -47,6 +47,7 @@ from app.errors import (
 )
 from app.imaging import InputQuantizer
 from app.model_dir import ModelDir, discover, read_model_dir
+from app.pipeline import pipeline_members
 from app.pool import EnginePool, Member, Place, RunResult, Watchdog
 from app.settings import Settings
 
@@ -410,6 +411,10 @@ class Registry:
                 notes.append(f"{backend}: " + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in sick))
                 if len(sick) == len(pool.members):
                     state = "unhealthy"
+            lost = getattr(pool.engine, "problem", None)  # a pipeline with a segment lost (app/pipeline.py)
+            if lost:
+                notes.append(f"{backend}: {lost}")
+                state = "unhealthy"
         return ModelStatus(state, "; ".join(notes) or None, stored.since)
 
     def status_or_raise(self, name: str) -> ModelStatus:
@@ -507,17 +512,19 @@ class Registry:
         key = plugin.key
         if key in pools:
             return
-        path = model_dir.file(plugin.model_file)
-        members = []
+        # a segmented model: lanes into a pipeline, segment i on device i, which watches its own stages
+        segmented = model_dir.manifest.segments is not None
+        members = pipeline_members(plugin, model_dir, self.settings) if segmented else []
+        path = None if segmented else model_dir.file(plugin.model_file)
         try:
-            for options in plugin.interpreters():
+            for options in [] if segmented else plugin.interpreters():
                 members.append(self._load_member(plugin, path, options))
         except ServeError:
             for member in members:  # the devices that did open are released, not leaked
                 member.engine.close()
             raise
         watchdog = None
-        if key in self.settings.watchdog_backends:
+        if key in self.settings.watchdog_backends and not segmented:
             watchdog = Watchdog(self.settings.watchdog_timeout_s,
                                 lambda member: self._recreate(plugin, path, member), self.settings.watchdog_retry_s)
         pool = EnginePool(f"{model_dir.name}/{key}", members, self.settings.max_waiting,

@@ -56,6 +56,7 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
         quality=manifest.quality_dict(),
+        segments=manifest.segments.model_dump(mode="json") if manifest.segments else None,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 
 class ErrorResponse(BaseModel):
@@ -22,6 +22,17 @@ class Timing(BaseModel):
     inference: float = Field(description="the interpreter's invoke, ms")
     postprocess: float = Field(description="dequantize, softmax, top-k, ms")
     total: float = Field(description="from the first byte decoded to the response built, ms")
+    segments: list[float] | None = Field(
+        default=None, description="a segmented model (a pipeline): each segment's invoke, in order, ms; "
+                                  "absent for a whole model")
+
+    @model_serializer(mode="wrap")
+    def _segments_only_when_pipelined(self, handler):
+        """A whole model's timings stay as they were: no `segments` key rather than a null."""
+        data = handler(self)
+        if data.get("segments") is None:
+            data.pop("segments", None)
+        return data
 
 
 class Warmup(BaseModel):
@@ -96,6 +107,8 @@ class ModelOut(BaseModel):
     backends: dict[str, BackendOut]
     files: dict[str, FileOut]
     quality: dict | None = None
+    segments: dict | None = Field(default=None, description="a segmented model, served as a pipeline: its "
+                                  "segments in order (model.json `segments`, docs/pipelines.md)")
 
 
 class ModelsOut(BaseModel):

@@ -85,7 +85,17 @@ def check_tpus(library: str | None, devices: list[str], version_check: VersionCh
 
 
 def check_compiled_model(model_dir: ModelDir, environment: EdgeTpuEnvironment) -> Path:
-    """The model's compiled file: present, unaltered, and not newer than the library's runtime."""
+    """The model's compiled file: present, unaltered, and not newer than the library's runtime.
+    A segmented model (app/pipeline.py): every segment's compiled file, checked the same way."""
+    if model_dir.manifest.segments is not None:
+        try:
+            paths = model_dir.segment_files(EDGETPU)
+        except ModelDirError as e:
+            raise ModelDirError(f"{e}. Fix: segment it again with --compile (python -m converter segment "
+                                "models/<name> --segments K --out DIR --compile), or serve it on cpu") from None
+        for path in paths:
+            _check_compiled_file(model_dir, path, environment)
+        return paths[0]
     if not model_dir.has(EDGETPU):
         plain = model_dir.manifest.files[INT8].path if model_dir.has(INT8) else "its int8 model"
         raise ModelDirError(
@@ -95,13 +105,17 @@ def check_compiled_model(model_dir: ModelDir, environment: EdgeTpuEnvironment) -
             "and add the output to the model directory, or serve this model on cpu "
             "(EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback)")
     path = model_dir.file(EDGETPU)
+    _check_compiled_file(model_dir, path, environment)
+    return path
+
+
+def _check_compiled_file(model_dir: ModelDir, path: Path, environment: EdgeTpuEnvironment) -> None:
     compiled = read_compiled_model(path)
     if compiled.edgetpu_ops == 0:
         log.warning("model %s: %s has no edgetpu-custom-op node: edgetpu_compiler mapped nothing, every op "
                     "runs on the CPU", model_dir.name, path.name)
     check_model_runtime(model_dir.name, path, compiled.min_runtime_version, compiled.compiler_version,
                         environment.version)
-    return path
 
 
 def tpu_options(environment: EdgeTpuEnvironment, cpu_threads: int, performance: str | None) -> list[EdgeTpuOptions]:

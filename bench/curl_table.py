@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.stats import percentile_or_none, ratio  # noqa: E402
 
 PERCENTILES = (50, 90, 99)
 BASELINE = "cpu"
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile of a non-empty list."""
-    ordered = sorted(values)
-    rank = max(1, round(p / 100 * len(ordered) + 0.5 - 1e-9))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 def read(lines):
@@ -55,12 +52,12 @@ def summarize(by_backend) -> list[dict]:
             "rps": len(row["client_s"]) / sum(row["client_s"]) if row["client_s"] else None,
         }
         for p in PERCENTILES:
-            summary[f"inference_p{p}"] = percentile(warm_inference, p) if warm_inference else None
-            summary[f"total_p{p}"] = percentile(warm_total, p) if warm_total else None
+            summary[f"inference_p{p}"] = percentile_or_none(warm_inference, p)
+            summary[f"total_p{p}"] = percentile_or_none(warm_total, p)
         rows.append(summary)
     base = next((r for r in rows if r["backend"] == BASELINE and r["inference_p50"]), None)
     for r in rows:
-        r["speedup"] = base["inference_p50"] / r["inference_p50"] if base and r["inference_p50"] else None
+        r["speedup"] = ratio(base["inference_p50"], r["inference_p50"]) if base else None
     return rows
 
 

@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import default_photo, repo_root  # noqa: E402
 from bench.service import STOP_TIMEOUT_S, ServiceProcess, free_port  # noqa: E402
+from bench.stats import median, ratio  # noqa: E402
 
 MODEL = "efficientnet_lite0"
 MAX_PIXELS = 50_000_000
@@ -324,7 +325,7 @@ def device_time_ms(url: str, item: Input, n: int = 20) -> float:
         # /v1 reports timing_ms; OIP v2 the same stages as parameters (ahead of binary outputs)
         values.append(answer["timing_ms"]["inference"] if "timing_ms" in answer
                       else answer["parameters"]["inference_ms"])
-    return float(np.median(values))
+    return median(values)
 
 
 def measure_service(service: Service | None, url: str, inputs: list[Input], levels: list[int], seconds: float,
@@ -394,12 +395,12 @@ def median_point(points: list[dict]) -> dict:
     row = dict(points[0])
     for key in ("req_s", "p50_ms", "p99_ms", "device_busy", "cpu_ms_per_request_total"):
         if key in row:
-            row[key] = float(np.median([p[key] for p in points]))
+            row[key] = median(p[key] for p in points)
     for key in ("requests", "errors"):
         row[key] = sum(p[key] for p in points)
     if "cpu_ms_per_request" in row:
         kinds = {k for p in points for k in p["cpu_ms_per_request"]}
-        row["cpu_ms_per_request"] = {k: float(np.median([p["cpu_ms_per_request"].get(k, 0.0) for p in points]))
+        row["cpu_ms_per_request"] = {k: median(p["cpu_ms_per_request"].get(k, 0.0) for p in points)
                                      for k in kinds}
     row["rounds"] = len(points)
     return row
@@ -478,7 +479,7 @@ def peer_comparison(inputs: list[Input], levels: list[int], seconds: float, work
                         got[side].append(wrk_run(url, request, c, seconds, workdir))
                 row = {"input": item.name, "concurrency": c, "workers": workers}
                 for side, runs in got.items():
-                    row[side] = {k: float(np.median([r[k] for r in runs])) for k in ("req_s", "p50_ms", "p99_ms")}
+                    row[side] = {k: median(r[k] for r in runs) for k in ("req_s", "p50_ms", "p99_ms")}
                     row[side]["errors"] = sum(r["errors"] for r in runs)
                 rows.append(row)
     return rows
@@ -495,8 +496,8 @@ def print_peer(rows: list[dict]) -> None:
     for r in rows:
         o, p, f = r["ours"], r["naive peer"], r["peer, our preprocessing"]
         print(f"| {r['input']} | {r['concurrency']} | {o['req_s']:.1f} ({o['p50_ms']:.2f}) | {p['req_s']:.1f} "
-              f"({p['p50_ms']:.2f}) | {o['p50_ms'] / p['p50_ms']:.2f}x | {f['req_s']:.1f} ({f['p50_ms']:.2f}) | "
-              f"{o['p50_ms'] / f['p50_ms']:.2f}x | {o['errors'] + p['errors'] + f['errors']} |")
+              f"({p['p50_ms']:.2f}) | {ratio(o['p50_ms'], p['p50_ms']):.2f}x | {f['req_s']:.1f} ({f['p50_ms']:.2f}) | "
+              f"{ratio(o['p50_ms'], f['p50_ms']):.2f}x | {o['errors'] + p['errors'] + f['errors']} |")
 
 
 # ---- report --------------------------------------------------------------------------------
@@ -513,12 +514,13 @@ def print_rows(title: str, rows: list[dict], bounds: dict) -> None:
     for r in rows:
         bound = bounds.get(r["input"])
         bound_txt = "-" if bound is None else f"{bound:.0f} ({bound * r['device_ms'] / 1000 / r['devices']:.0%})"
-        ratio = "-" if not bound else f"{r['req_s'] / bound:.0%}"
+        share = ratio(r["req_s"], bound)
+        share_txt = "-" if share is None else f"{share:.0%}"
         cpu = r.get("cpu_ms_per_request")
         cpu_txt = "-" if cpu is None else (f"{r['cpu_ms_per_request_total']:.2f} (" + " + ".join(
             f"{cpu.get(k, 0):.2f}" for k in ("event loop", "image", "device", "other")) + ")")
         print(f"| {r['input']} | {r['concurrency']} | {r['req_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-              f"{r['device_busy']:.0%} | {bound_txt} | {ratio} | {cpu_txt} | {r['errors']} |")
+              f"{r['device_busy']:.0%} | {bound_txt} | {share_txt} | {cpu_txt} | {r['errors']} |")
 
 
 def print_stages(title: str, results: list[dict]) -> None:

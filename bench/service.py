@@ -62,6 +62,19 @@ class ServiceProcess:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
+    def memory_mb(self) -> dict[str, float]:
+        """The process's resident memory now (VmRSS) and at its peak (VmHWM), MB, from /proc."""
+        fields = {}
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) / 1024
+        return fields
+
+    def open_files(self) -> int:
+        """File descriptors the process holds (sockets included)."""
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> ServiceProcess:
         """Return once the ready path (/readyz) is 200; raise with the service's output if it exits or times out."""
         deadline = time.monotonic() + timeout_s

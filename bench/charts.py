@@ -138,7 +138,10 @@ def utilisation_lines(panels: list[dict], path: Path | str, title: str) -> Path:
             if label not in labels:
                 handles.append(h)
                 labels.append(label)
-    fig.legend(handles, labels, loc="lower center", ncols=min(4, len(labels)) or 1, frameon=False, fontsize=8)
+    order = sorted(range(len(labels)), key=lambda i: labels[i].endswith("without HTTP"))  # lines, then bounds
+    handles, labels = [handles[i] for i in order], [labels[i] for i in order]
+    fig.legend(handles, labels, loc="lower center", ncols=min(len(inputs), len(labels)) or 1, frameon=False,
+               fontsize=8)
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0.6 / (PANEL_H_IN * rows + 0.6), 1, 1))
     return _save(fig, plt, path, (width, height))

@@ -133,7 +133,9 @@ def main() -> int:
             print(f"note: backend {r['backend']} was served by {', '.join(r['ran'])}")
     print_table(rows, args.markdown)
     if str(args.chart) not in ("", "."):
-        caption = f"warm latency by stage, {args.url or 'curl_bench'}, photo {args.photo or '?'}"
+        where = "" if "127.0.0.1" in args.url or "localhost" in args.url else f"{args.url}, "
+        caption = (f"curl_bench: where a request's time goes, by backend ({where}photo {args.photo or '?'}, "
+                   f"{max(r['warm'] for r in rows)} warm requests each)")
         if (written := write_chart(rows, args.chart, caption)) is not None:
             print(f"\nchart: {written}")
     return 0

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.charts import CHART_DIR, STAGES  # noqa: E402
+from bench.common import load_average  # noqa: E402
 from bench.stats import median, percentile_or_none, ratio  # noqa: E402
 
 PERCENTILES = (50, 90, 99)
@@ -127,7 +128,7 @@ def main() -> int:
         print("no results", file=sys.stderr)
         return 1
     print(f"{args.url}, photo {args.photo}; warm figures are medians/percentiles of the service's own timing_ms, "
-          f"req/s from curl's time_total (sequential); ms")
+          f"req/s from curl's time_total (sequential); ms; load average {load_average()}")
     for r in rows:
         if r["ran"] and r["ran"] != [r["backend"]]:
             print(f"note: backend {r['backend']} was served by {', '.join(r['ran'])}")
@@ -135,7 +136,7 @@ def main() -> int:
     if str(args.chart) not in ("", "."):
         where = "" if "127.0.0.1" in args.url or "localhost" in args.url else f"{args.url}, "
         caption = (f"curl_bench: where a request's time goes, by backend ({where}photo {args.photo or '?'}, "
-                   f"{max(r['warm'] for r in rows)} warm requests each)")
+                   f"{max(r['warm'] for r in rows)} warm requests each; load average {load_average()})")
         if (written := write_chart(rows, args.chart, caption)) is not None:
             print(f"\nchart: {written}")
     return 0

@@ -58,7 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import default_photo, repo_root  # noqa: E402
+from bench.common import default_photo, load_average, repo_root  # noqa: E402
 from bench.service import STOP_TIMEOUT_S, ServiceProcess, free_port  # noqa: E402
 from bench.charts import CHART_DIR  # noqa: E402
 from bench.stats import median, ratio  # noqa: E402
@@ -506,10 +506,6 @@ def print_peer(rows: list[dict]) -> None:
 
 
 # ---- report --------------------------------------------------------------------------------
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
 
 def print_rows(title: str, rows: list[dict], bounds: dict) -> None:
     print(f"\n### {title}\n")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -112,6 +111,7 @@ def test_upload_classify_and_compare_backends(two_backends, browser, cat_png, tm
     assert cards(browser)["cpu"][0] == "tiger cat"
     timings = browser.find_element(By.CSS_SELECTOR, "#results .card table.timing").text
     assert all(stage in timings for stage in ("decode", "preprocess", "inference", "total"))
+    assert list(stage_bars(browser)["rows"]) == ["cpu"]  # one response, one bar
 
     browser.find_element(By.ID, "compare").click()
     wait.until(lambda d: set(cards(d)) == {"cpu", "emulated"})

@@ -79,7 +79,7 @@ def stage_bars(rows: list[dict], path: Path | str, title: str) -> Path:
         ax.barh(positions, values, left=lefts, height=0.6, color=STAGE_COLOURS[stage], label=stage,
                 edgecolor="white", linewidth=0.5)
         for y, left, value in zip(positions, lefts, values):
-            if value >= longest * 0.07:  # room for the figure inside the segment
+            if value >= longest * 0.045:  # room for the figure inside the segment (~40 px)
                 ax.text(left + value / 2, y, f"{value:.1f}", ha="center", va="center", fontsize=8, color="white")
     for y, r in zip(positions, rows):
         total = sum(r["stages_ms"].get(s) or 0 for s in STAGES)

@@ -147,6 +147,21 @@ def test_curl_bench_refuses_a_service_that_is_not_there():
     assert done.returncode == 1 and "no service answering" in done.stderr
 
 
+def test_the_launcher_runs_a_command_while_the_service_is_up_and_passes_its_exit_code():
+    """bench/service.py's command-line form (curl_bench.sh --start uses it): {url} names the service."""
+    check = ("import sys, urllib.request; "
+             "sys.exit(3 if urllib.request.urlopen('{url}/readyz').status == 200 else 1)")
+    done = run(sys.executable, str(BENCH / "service.py"), "--only-these", "--set", "EDGETPU_SERVE_BACKENDS=cpu",
+               "--", sys.executable, "-c", check)
+    assert done.returncode == 3, done.stderr  # the command's own code; run() has checked nothing is left
+
+
+def test_the_launcher_reports_a_service_that_does_not_start():
+    done = run(sys.executable, str(BENCH / "service.py"), "--only-these", "--set", "EDGETPU_SERVE_BACKENDS=nonsense",
+               "--", sys.executable, "-c", "raise SystemExit(0)")
+    assert done.returncode == 1 and "service exited" in done.stderr and "nonsense" in done.stderr, done.stderr
+
+
 def test_service_overhead_measures_both_sides():
     done = run(sys.executable, str(BENCH / "service_overhead.py"), "-n", "20", "--warmup", "2", "--json")
     assert done.returncode == 0, done.stderr

@@ -132,8 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("model_dir", type=Path, help="models/<name>: its <name>_int8.tflite is compiled")
     c.add_argument("--compiler", type=Path, default=None, help="edgetpu_compiler to run (default: the one on PATH)")
     c.add_argument("--num-segments", type=_positive, default=1,
-                   help="-n: split into this many segments for pipelining over several TPUs (default 1; the "
-                        "service serves single-segment models)")
+                   help="-n: split into this many segments for pipelining over several TPUs (default 1; "
+                        "`converter segment` also cuts a model, balanced by the estimate, without the compiler)")
     c.add_argument("--search-delegate", action="store_true",
                    help="-d: if compilation fails, search for an earlier point to stop mapping ops")
     c.add_argument("--delegate-search-step", type=_positive, default=None,

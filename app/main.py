@@ -1,4 +1,10 @@
-"""create_app(settings): assembles the routers; the lifespan loads the models."""
+"""create_app(settings): assembles the routers; the lifespan loads the models and hands the HTTP
+server its limits.
+
+`app` (this module's attribute) and `create_app()` without settings are what other servers load
+(`uvicorn app.main:app`, `uvicorn --factory app.main:create_app`, gunicorn): the app they get starts
+only where the server runs our HTTP protocol, and otherwise refuses and says how (app/launch.py).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app import launch
 from app.api import auth, classify, devices, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
+from app.api.shedding import HeadAdmission
 from app.api.v2 import router as v2
+from app.http_server import HttpLimits, lifespan_state
 from app.imaging import reuse_image_buffers
 from app.inference import ImageWork, image_threads
 from app.memory import TRIM_AFTER_BYTES, ByteBudget
@@ -26,7 +35,10 @@ NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
+    """The service's app. Without `settings`, a server's factory call (settings from EDGETPU_SERVE_*):
+    built only where the server holds the HTTP limits (app/launch.py)."""
+    if settings is None:
+        return launch.app_for_server("app.main:create_app", create_app)
     reuse_image_buffers()
     registry = Registry(settings)
     # Model directories are checked now, so a misconfiguration stops the process at
@@ -35,9 +47,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        launch.check_server(app)  # started by another server: refuses unless it runs our protocol
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
         try:
-            yield
+            # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
+            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(registry))
         finally:
             # Shutdown: admitted requests finish (bounded), then every interpreter is closed.
             if not await registry.drain(settings.drain_timeout_s):
@@ -74,3 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     page.install(app)
     openapi.install(app, registry)
     return app
+
+
+def __getattr__(name: str):
+    if name == "app":  # `uvicorn app.main:app`, `gunicorn app.main:app`
+        return launch.app_for_server("app.main:app", create_app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

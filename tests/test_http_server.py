@@ -1,15 +1,18 @@
-"""Hostile and broken clients against the real server (python -m app) over loopback sockets:
-header bombs, slow heads and bodies, too many connections, malformed HTTP, the body budget."""
+"""Hostile and broken clients against the real server over loopback sockets, under each launch the
+service supports (python -m app, uvicorn's command line, gunicorn: app/launch.py): header bombs, slow
+heads and bodies, too many connections, malformed HTTP, the body budget."""
 
 import json
 import signal
 import socket
+import sys
 import threading
 import time
 
 import httpx
 import pytest
 
+from bench.service import free_port
 from tests.conftest import Service
 
 HEAD_CAP = 16 * 1024
@@ -18,9 +21,27 @@ MAX_CONNECTIONS = 12
 BODY_LIMIT = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def server():
-    svc = Service({
+# Every supported launch, as a user types it ({port}: the test's free port). Settings from EDGETPU_SERVE_*.
+LAUNCHES = {
+    "python -m app": [sys.executable, "-m", "app"],
+    "uvicorn --http app.launch:Protocol": [sys.executable, "-m", "uvicorn", "--http", "app.launch:Protocol",
+                                           "app.main:app", "--host", "127.0.0.1", "--port", "{port}",
+                                           "--no-access-log"],
+    "gunicorn -k LimitedUvicornWorker": [sys.executable, "-m", "gunicorn", "--no-control-socket",
+                                         "-k", "app.gunicorn_worker.LimitedUvicornWorker",
+                                         "--workers", "1", "--bind", "127.0.0.1:{port}", "app.main:app"],
+}
+
+
+def launched(launch: str, env: dict[str, str]) -> Service:
+    port = free_port()
+    argv = [arg.format(port=port) for arg in LAUNCHES[launch]]
+    return Service(env, argv=argv, port=port)
+
+
+@pytest.fixture(scope="module", params=list(LAUNCHES))
+def server(request):
+    svc = launched(request.param, {
         "EDGETPU_SERVE_MODELS": "fashion_mnist", "EDGETPU_SERVE_DEFAULT_MODEL": "fashion_mnist",
         "EDGETPU_SERVE_HEADER_TIMEOUT_S": str(DEADLINE_S), "EDGETPU_SERVE_BODY_TIMEOUT_S": str(DEADLINE_S),
         "EDGETPU_SERVE_KEEP_ALIVE_TIMEOUT_S": "0.5", "EDGETPU_SERVE_MAX_CONNECTIONS": str(MAX_CONNECTIONS),

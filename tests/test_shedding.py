@@ -34,7 +34,7 @@ def served():
     settings = Settings(model_dir=MODELS, models=[DEFAULT_MODEL], backends=["cpu", "emulated"], workers=1,
                         max_waiting=0, retry_after_s=2, warmup_at_start=False, host="127.0.0.1", port=free_port())
     app = create_app(settings)
-    server = _Server(config(app, settings, head_check=HeadAdmission(app.state.registry)))
+    server = _Server(config(app, settings))  # the head check comes from the app's lifespan
     thread = threading.Thread(target=server.run, name="test-server", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{settings.port}"

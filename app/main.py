@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from app import launch
 from app.api import auth, classify, devices, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
+from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
 from app.api.v2 import router as v2
 from app.http_server import HttpLimits, lifespan_state
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 # OpenTelemetry SDK is installed, and asking per request whether one is configured cost ~7 us of
 # event-loop CPU (bench/loop_cost.py).
 NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
+# The routers of the inference routes (app/api/routes.py), included first: every request is matched against
+# the routes in order, and these are the ones under load. They check the inference key themselves (DirectRoute).
+INFERENCE_ROUTERS = (classify.router, v2.inference)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -51,7 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
         try:
             # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
-            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(registry))
+            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(registry, inference_routes))
         finally:
             # Shutdown: admitted requests finish (bounded), then every interpreter is closed.
             if not await registry.drain(settings.drain_timeout_s):
@@ -75,16 +79,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     budget = ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
                         trim_after_bytes=TRIM_AFTER_BYTES if settings.tune_malloc else None)
     app.add_middleware(HoldBodyBudget, budget=budget)
-    # The inference routes first: every request is matched against the routes in order, and these
-    # are the ones under load. They check the inference key themselves (DirectRoute).
-    app.include_router(classify.router)
-    app.include_router(v2.inference)
+    for router in INFERENCE_ROUTERS:
+        app.include_router(router)
     app.include_router(health.router)
     app.include_router(models.router, dependencies=[auth.InferenceKey])
     app.include_router(devices.router, dependencies=[auth.InferenceKey])
     app.include_router(v2.health)  # open, like /healthz
     app.include_router(v2.router, dependencies=[auth.InferenceKey])
-    metrics.install(app)  # /metrics: open until inference keys are set, like /v1
+    # the table of inference routes (app/api/routes.py): shedding, counting and admission read it
+    inference_routes = app.state.inference_routes = InferenceRoutes.of(
+        route for router in INFERENCE_ROUTERS for route in router.routes)
+    metrics.install(app, inference_routes)  # /metrics: open until inference keys are set, like /v1
     page.install(app)
     openapi.install(app, registry)
     return app

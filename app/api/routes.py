@@ -46,6 +46,15 @@ class InferenceRoutes:
 
     def __init__(self, entries: Iterable[InferenceRouteEntry]):
         self.entries = tuple(entries)
+        # One regex for all (per request one match, not one per route): the routes' own patterns as
+        # alternatives, their groups renamed apart, each closed by an empty group `_N` that names the
+        # route matched (the last group closed).
+        alternatives, self._groups = [], []
+        for i, entry in enumerate(self.entries):
+            pattern = entry.pattern.pattern.removeprefix("^").removesuffix("$")
+            alternatives.append(re.sub(r"\(\?P<(\w+)>", rf"(?P<\1_{i}>", pattern) + f"(?P<_{i}>)")
+            self._groups.append([(name, f"{name}_{i}") for name in entry.pattern.groupindex])
+        self._any = re.compile("^(?:" + "|".join(alternatives) + ")$") if alternatives else None
 
     @classmethod
     def of(cls, routes: Iterable) -> InferenceRoutes:
@@ -55,18 +64,18 @@ class InferenceRoutes:
 
     def match(self, path: str) -> tuple[InferenceRouteEntry, dict[str, str]] | None:
         """The route a POST to `path` (decoded, as in an ASGI scope) goes to, and its path parameters."""
-        for entry in self.entries:
-            found = entry.pattern.match(path)
-            if found:
-                return entry, found.groupdict()
-        return None
+        found = self._any.match(path) if self._any is not None else None
+        if found is None:
+            return None
+        i = int(found.lastgroup[1:])
+        return self.entries[i], {name: found.group(group) for name, group in self._groups[i]}
 
     def protocol_of(self, method: str, path: str) -> str | None:
         """The protocol label of a request to an inference route, None for any other request."""
         if method != "POST":
             return None
-        found = self.match(path)
-        return found[0].protocol if found else None
+        found = self._any.match(path) if self._any is not None else None
+        return None if found is None else self.entries[int(found.lastgroup[1:])].protocol
 
     @property
     def paths(self) -> list[str]:

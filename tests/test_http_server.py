@@ -221,17 +221,25 @@ def test_bodies_beyond_the_memory_budget_wait_then_get_503(server):
         h.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
                   b"Content-Length: %d\r\n\r\n\x89PNG" % BODY_LIMIT)
         holders.append(h)
-    time.sleep(0.1)
-    # ... so a third body waits for memory (WAIT_TIMEOUT_S 0.2, under the body deadline) and is turned away with Retry-After
-    r = httpx.post(f"{server.url}/v1/classify", content=b"\x89PNG" + b"0" * 1000,
-                   headers={"content-type": "image/png"})
+    # ... so a third body waits for memory (WAIT_TIMEOUT_S 0.2, under the body deadline) and is turned away with
+    # Retry-After. Asked again (a bounded few times) while the holders' heads are still on their way in: on a
+    # loaded machine their reservations may come after the first ask.
+    for _ in range(10):
+        r = httpx.post(f"{server.url}/v1/classify", content=b"\x89PNG" + b"0" * 1000,
+                       headers={"content-type": "image/png"}, timeout=10)
+        if r.status_code == 503 and "memory budget" in r.json()["error"]:
+            break
+        time.sleep(0.05)
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert "memory budget" in r.json()["error"]
     for h in holders:
         assert read_response(h)[0] == 408  # the body deadline ends them and frees their reservations
-    r = httpx.post(f"{server.url}/v1/classify", content=b"\x89PNG" + b"0" * 1000,
-                   headers={"content-type": "image/png"})
-    assert r.status_code == 400  # admitted now; not a PNG after its signature
+    for _ in range(10):  # admitted now (a bounded few asks: WAIT_TIMEOUT_S 0.2 is short for a loaded machine)
+        r = httpx.post(f"{server.url}/v1/classify", content=b"\x89PNG" + b"0" * 1000,
+                       headers={"content-type": "image/png"}, timeout=10)
+        if r.status_code != 503:
+            break
+    assert r.status_code == 400, r.text  # not a PNG after its signature
 
 
 def test_sigterm_lets_requests_in_flight_finish(cat_png):

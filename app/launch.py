@@ -39,7 +39,7 @@ BUILT_FOR_KEY = "built_for"  # app.state: the entry point another server loaded
 
 PROTOCOL_NAME = "Protocol"
 HOW_TO_START = """Start it with one of:
-  python -m app                                                       (host, port and every setting from EDGETPU_SERVE_*)
+  python -m app                          (host, port and every setting from EDGETPU_SERVE_*)
   uvicorn --http app.launch:Protocol app.main:app --host HOST --port PORT
   gunicorn -k app.gunicorn_worker.LimitedUvicornWorker --workers 1 --bind HOST:PORT app.main:app
 (see docs/launch.md)"""

@@ -79,3 +79,50 @@ def test_an_app_built_for_another_server_is_built_once_and_refuses_at_its_lifesp
     launch.mark_protocol_in_use()
     with TestClient(app) as client:
         assert client.get("/healthz").status_code == 200
+
+
+def test_our_protocol_under_an_app_that_sets_no_limits_applies_those_of_the_environment(monkeypatch):
+    """A lifespan that hands over no limits (another app, or `--lifespan off`): the protocol still caps heads."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from app.http_server import LimitedHttpToolsProtocol
+
+    monkeypatch.setenv("EDGETPU_SERVE_MAX_HEADER_BYTES", "4096")
+
+    async def plain_app(scope, receive, send):
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(plain_app, host="127.0.0.1", port=port, http=LimitedHttpToolsProtocol,
+                                           lifespan="off", log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+            time.sleep(0.02)
+        answers = []
+        for size in (1000, 5000):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Fill: " + b"f" * size + b"\r\n\r\n")
+                answers.append(read_response_status(s))
+        assert answers == [200, 431]
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def read_response_status(s: socket.socket) -> int:
+    head = b""
+    while b"\r\n" not in head:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return int(head.split(b" ", 2)[1])

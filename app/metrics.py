@@ -96,15 +96,16 @@ def model_loaded(model: str, ok: bool) -> None:
 class RequestCounter:
     """ASGI middleware: counts answered requests to the inference routes by protocol and status.
 
-    Plain ASGI (no web framework import): it only reads the status line it passes on.
+    Plain ASGI (no web framework import): `routes` says which requests are inference requests and of
+    which protocol (app/api/routes.py InferenceRoutes.protocol_of); it only reads the status it passes on.
     """
 
-    def __init__(self, app, protocols: dict[str, str]):
+    def __init__(self, app, routes):
         self.app = app
-        self.protocols = protocols  # path prefix -> protocol label; other paths are not counted
+        self.routes = routes
 
     async def __call__(self, scope, receive, send):
-        protocol = self._protocol(scope)
+        protocol = self.routes.protocol_of(scope["method"], scope["path"]) if scope["type"] == "http" else None
         if protocol is None:
             return await self.app(scope, receive, send)
         labels = {"model": "", "backend": ""}
@@ -121,15 +122,6 @@ class RequestCounter:
         finally:
             _request.reset(token)
             answered(protocol, labels["model"], labels["backend"], status["code"])
-
-    def _protocol(self, scope) -> str | None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return None
-        path = scope["path"]
-        for prefix, protocol in self.protocols.items():
-            if path.startswith(prefix) and (path.endswith("/infer") or path.endswith("/classify")):
-                return protocol
-        return None
 
 
 class StateCollector(Collector):

@@ -318,7 +318,7 @@ class Registry:
         line is full now; the caller takes its place with `Lease.admit()` once its input is read."""
         version = self._hold(name)
         try:
-            key = self.default_backend if backend is None else backend  # "" is a wrong name, not the default
+            key = self._backend_key(backend)
             pool = version.pool(key)
             metrics.note_model(name, key)  # a refusal from here on is counted against this model
             pool.check_room()
@@ -329,6 +329,20 @@ class Registry:
                 lease.release()
         finally:
             self._let_go(version)
+
+    def pool_for(self, name: str, backend: str | None = None) -> tuple[str, EnginePool] | None:
+        """The backend and pool whose room lease(name, backend) would check now, without holding the
+        version (load shedding from a request's head: app/api/shedding.py); None where lease() would
+        refuse for another reason (a model not serving, a backend not loaded for it)."""
+        version = self._versions.get(name)
+        if version is None:
+            return None
+        key = self._backend_key(backend)
+        pool = version.pools.get(key)
+        return None if pool is None else (key, pool)
+
+    def _backend_key(self, backend: str | None) -> str:
+        return self.default_backend if backend is None else backend  # "" is a wrong name, not the default
 
     def _hold(self, name: str) -> ModelVersion:
         with self._lock:

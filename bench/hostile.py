@@ -56,8 +56,13 @@ from bench.service import ServiceProcess, free_port  # noqa: E402
 from bench.stats import median, percentile, ratio  # noqa: E402
 
 
+PLAIN_UVICORN = ("import sys, uvicorn; from app.main import create_app; from app.settings import Settings; "
+                 "uvicorn.run(create_app(Settings()), host='127.0.0.1', port=int(sys.argv[1]), http='httptools', "
+                 "log_level='warning', access_log=False)")
+
+
 class Service(ServiceProcess):
-    """python -m app (our server), or with plain=True uvicorn's own CLI on the same app (the baseline),
+    """python -m app (our server), or with plain=True uvicorn with its own protocol on the same app (the baseline),
     through the shared launcher; ready when constructed. The caller's EDGETPU_SERVE_* settings are
     kept, `settings` (lower-case names, the prefix left out) go on top."""
 
@@ -67,8 +72,9 @@ class Service(ServiceProcess):
         port, argv = None, None
         if plain:
             port = free_port()
-            argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--http", "httptools",
-                    "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
+            # uvicorn's CLI refuses to start the app with its own protocol (app/launch.py), so the baseline
+            # runs it through uvicorn.run with settings given: the same app, uvicorn's own httptools protocol.
+            argv = [sys.executable, "-c", PLAIN_UVICORN, str(port)]
         super().__init__(env, argv=argv, port=port)
         try:
             self.wait_ready()

@@ -161,6 +161,18 @@ class EdgeTpuCompile(BaseModel):
     segment_reports: list[dict] | None = None
 
 
+class EdgeTpuEstimate(BaseModel):
+    """converter.estimate: Edge TPU latency per invoke estimated from the model's structure, not measured."""
+
+    model_config = ConfigDict(extra="allow")
+
+    latency_ms: dict[str, float]  # per link: usb3, usb2, pcie, devboard
+    parameters: dict[str, int]    # bytes, on_chip_bytes, streamed_bytes, cache_bytes
+    ops: dict[str, int]           # edgetpu, cpu
+    error: dict                   # the stated (leave-one-out) error and its text
+    method: str
+
+
 class Build(BaseModel):
     """Provenance: the command that rebuilds the directory and what it was made with."""
 
@@ -190,6 +202,7 @@ class Manifest(BaseModel):
     quality: Quality | None = None
     build: Build | None = None
     edgetpu_compile: EdgeTpuCompile | None = None
+    edgetpu_estimate: EdgeTpuEstimate | None = None
     files: dict[str, FileEntry] = Field(default_factory=dict)
 
     @model_validator(mode="before")

@@ -56,6 +56,7 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
         quality=manifest.quality_dict(),
+        edgetpu_estimate=manifest.edgetpu_estimate.model_dump() if manifest.edgetpu_estimate else None,
     )
 
 

@@ -96,6 +96,9 @@ class ModelOut(BaseModel):
     backends: dict[str, BackendOut]
     files: dict[str, FileOut]
     quality: dict | None = None
+    edgetpu_estimate: dict | None = Field(
+        default=None, description="Edge TPU latency per invoke ESTIMATED from the model's structure (converter "
+                                  "estimate), per link, with its stated error; not a measurement")
 
 
 class ModelsOut(BaseModel):

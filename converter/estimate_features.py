@@ -26,8 +26,10 @@ from app.tflite_file import Operator, Subgraph, TfliteModel, read_tflite
 
 CONV, DEPTHWISE, FULLY_CONNECTED, ELEMENTWISE, LAYOUT = "conv", "depthwise", "fc", "elementwise", "layout"
 KINDS = (CONV, DEPTHWISE, FULLY_CONNECTED, ELEMENTWISE, LAYOUT)
-# Operators that only move or re-label bytes: the compiler folds most of them into its neighbours' addressing.
-LAYOUT_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "QUANTIZE", "DEQUANTIZE"})
+# Operators that only move or re-label bytes: the compiler folds most of them into its neighbours' addressing
+# (a PAD before a convolution becomes the convolution's border; PyTorch exports write one before every strided
+# convolution that Keras expresses as padding="same").
+LAYOUT_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "QUANTIZE", "DEQUANTIZE", "PAD"})
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,10 @@ class ModelFeatures:
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelFeatures:
-        ops = tuple(OpFeatures(i, opcode, kind, int(macs), int(params), int(elements), bool(on_tpu), int(depth),
-                               int(channels))
-                    for i, (opcode, kind, macs, params, elements, on_tpu, depth, channels) in enumerate(data["ops"]))
+        # the kind follows the opcode by today's rule (op_kind), so a change of rule needs no rebuild
+        ops = tuple(OpFeatures(i, opcode, op_kind(opcode), int(macs), int(params), int(elements), bool(on_tpu),
+                               int(depth), int(channels))
+                    for i, (opcode, _kind, macs, params, elements, on_tpu, depth, channels) in enumerate(data["ops"]))
         return cls(ops=ops, input_bytes=int(data["input_bytes"]), output_bytes=int(data["output_bytes"]),
                    peak_activation_bytes=int(data["peak_activation_bytes"]))
 

@@ -260,3 +260,42 @@ def test_v1_models_shows_the_recorded_estimate(models_copy, capsys):
         service.stop()
     shown = detail["edgetpu_estimate"]
     assert shown["latency_ms"] == recorded.latency_ms and "not a measurement" in shown["method"]
+
+
+def test_curl_table_adds_a_labelled_estimated_row_only_without_a_measured_edgetpu(tmp_path):
+    from bench import curl_table
+
+    described = {"edgetpu_estimate": estimate.estimate(EFFICIENTNET_LITE0)}
+    cpu = {"backend": "cpu", "warm": 5, "inference_p50": 5.0}
+    row = curl_table.estimated_row([cpu], described)
+    assert row["backend"].startswith("estimated Edge TPU") and "not measured" in row["backend"]
+    assert row["inference_p50"] == described["edgetpu_estimate"]["latency_ms"]["usb3"]
+    assert row["speedup"] == pytest.approx(5.0 / row["inference_p50"])
+    assert row["total_p50"] is None and row["rps"] is None  # nothing else is claimed
+    measured = {"backend": "edgetpu", "warm": 5, "inference_p50": 3.0}
+    assert curl_table.estimated_row([cpu, measured], described) is None
+    assert curl_table.estimated_row([cpu], {}) is None
+    saved = tmp_path / "described.json"
+    saved.write_text("not json")
+    assert curl_table.described_model(str(saved)) == {}
+
+
+def test_estimate_help_has_an_example_and_is_listed(capsys):
+    from converter import __main__ as cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["estimate", "--help"])
+    assert done.value.code == 0
+    assert "example:\n  python -m converter estimate " in capsys.readouterr().out
+    assert "python -m converter estimate " in cli.__doc__
+    subparsers = next(a for a in cli._parser()._actions if a.dest == "command")  # noqa: SLF001
+    assert [a.dest for a in subparsers.choices["estimate"]._actions if not a.help] == []  # noqa: SLF001
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "efficientnet_lite0", "fashion_mnist"])
+def test_committed_models_carry_the_current_estimate(name):
+    """model.json's edgetpu_estimate is what the committed calibration gives (re-record after a refit)."""
+    model_dir = ROOT / "models" / name
+    recorded = read_model_dir(model_dir).manifest.edgetpu_estimate
+    assert recorded is not None, f"python -m converter estimate models/{name} --record"
+    assert recorded.model_dump() == estimate.estimate(model_dir)

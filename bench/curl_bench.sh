@@ -59,7 +59,8 @@ stop_service() {  # SIGTERM, then SIGKILL after STOP_TIMEOUT_S: the service drai
   service_pid=""
 }
 STOP_TIMEOUT_S=15
-cleanup() { stop_service; rm -f "$results" "$service_log"; }
+described="$(mktemp)"  # the model's /v1/models answer: its edgetpu_estimate becomes an estimated row
+cleanup() { stop_service; rm -f "$results" "$service_log" "$described"; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -101,5 +102,7 @@ for backend in "${backend_list[@]}"; do
   for _ in $(seq 0 "$requests"); do classify "$backend"; done
 done
 
-"$python" "$here/curl_table.py" --photo "$(basename "$photo")" --url "$url" "${format_args[@]}" < "$results"
+curl -s "$url/v1/models/$model" > "$described" || true
+"$python" "$here/curl_table.py" --photo "$(basename "$photo")" --url "$url" --model-json "$described" \
+  "${format_args[@]}" < "$results"
 stop_service

@@ -70,11 +70,15 @@ USB2_BYTES_PER_S = 38e6         # USB 2.0 high-speed bulk in practice (480 Mb/s 
 # ran MobileNet v2 in 122 ms (Table 1, "embedded CPU").
 DESKTOP_CPU_MACS_PER_S = 300.8e6 / 4.6e-3
 DEVBOARD_CPU_MACS_PER_S = 300.8e6 / 122e-3
-CPU_ELEMENTS_PER_S_PER_MAC_RATE = 0.02   # element-wise work on a CPU: ~1 element per 50 MAC-times
+# Element-wise CPU work (adds, pools, concatenations) per MAC-time: assumed, not measured (1.3 G elements/s on
+# the desktop); it matters only for models whose Edge TPU part ends early.
+CPU_ELEMENTS_PER_S_PER_MAC_RATE = 0.02
 
 LINKS = ("usb3", "usb2", "pcie", "devboard")
-LINK_TITLES = {"usb3": "USB 3 (USB Accelerator on a desktop)", "usb2": "USB 2 (USB Accelerator on a USB 2 port)",
-               "pcie": "PCIe (M.2 / Mini PCIe card in a desktop)", "devboard": "Dev Board (on-board PCIe, i.MX 8M host)"}
+LINK_TITLES = {"usb3": "USB 3 (USB Accelerator on a desktop)",
+               "usb2": "USB 2 (USB Accelerator on a USB 2 port)",
+               "pcie": "PCIe (M.2 / Mini PCIe card in a desktop)",
+               "devboard": "Dev Board (on-board PCIe, i.MX 8M host)"}
 CALIBRATED_LINKS = ("usb3", "devboard")
 TABLE_COLUMN = {"usb3": "usb3_ms", "devboard": "devboard_ms"}
 
@@ -210,7 +214,8 @@ class Arrays:
         on_tpu = np.array([op.on_tpu for op in model.ops], dtype=bool)
         macs = np.array([op.macs for op in model.ops], dtype=np.float64)
         elements = np.array([op.out_elements for op in model.ops], dtype=np.float64)
-        at_peak = macs / (PEAK_MACS_PER_S * fill([op.depth for op in model.ops]) * fill([op.channels for op in model.ops]))
+        fills = fill([op.depth for op in model.ops]) * fill([op.channels for op in model.ops])
+        at_peak = macs / (PEAK_MACS_PER_S * fills)
         tpu = lambda mask: np.where(mask & on_tpu, 1.0, 0.0)  # noqa: E731
         placement = place_parameters(model)
         tpu_ops = [op for op in model.ops if op.on_tpu]
@@ -246,11 +251,11 @@ def tpu_seconds(a: Arrays, hw: Hardware, link: Link) -> float:
     when nothing waits for the link, and the link time (plus the ops after the last streamed one) when it does.
     """
     busy = op_busy_s(a, hw) * link.busy_scale
-    arrived = (a.input_bytes + np.cumsum(a.streamed)) / link.bytes_per_s
-    from_here = np.cumsum(busy[::-1])[::-1]
     if not len(busy):
         return 0.0
-    return float(max(arrived[0] + from_here[0], np.max(arrived + from_here)))
+    arrived = (a.input_bytes + np.cumsum(a.streamed)) / link.bytes_per_s  # op k's parameters are all there
+    from_here = np.cumsum(busy[::-1])[::-1]                                # busy time of ops k..end
+    return float(np.max(arrived + from_here))
 
 
 def cpu_seconds(a: Arrays, link: Link) -> float:
@@ -273,7 +278,8 @@ def _vector_to_params(x: np.ndarray) -> dict:
     for link in CALIBRATED_LINKS:
         params[link] = dict(zip(PER_LINK[link], values[start:start + len(PER_LINK[link])]))
         start += len(PER_LINK[link])
-    return {k: ({kk: float(vv) for kk, vv in v.items()} if isinstance(v, dict) else float(v)) for k, v in params.items()}
+    return {k: ({kk: float(vv) for kk, vv in v.items()} if isinstance(v, dict) else float(v))
+            for k, v in params.items()}
 
 
 def _bounds() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -386,7 +392,8 @@ def calibration_report(fitted: dict) -> str:
     lines.append(f"\nfitted: conv efficiency {p['conv_efficiency']:.2f}, depthwise efficiency "
                  f"{p['depthwise_efficiency']:.3f}, element-wise {p['elements_per_s'] / 1e9:.2f} G elements/s, "
                  f"per-op overhead {p['op_overhead_s'] * 1e6:.1f} us; " + "; ".join(
-                     f"{link}: per invoke {p[link]['invoke_s'] * 1e3:.2f} ms, link {p[link]['bytes_per_s'] / 1e6:.0f} MB/s"
+                     f"{link}: per invoke {p[link]['invoke_s'] * 1e3:.2f} ms, "
+                     f"link {p[link]['bytes_per_s'] / 1e6:.0f} MB/s"
                      + (f", Edge TPU busy x{p[link]['busy_scale']:.2f}" if "busy_scale" in p[link] else "")
                      for link in CALIBRATED_LINKS))
     return "\n".join(lines)
@@ -485,7 +492,8 @@ def segment_costs(model_path: Path, link: str = "usb3") -> list[float]:
     a = Arrays.of(model)
     tpu = op_busy_s(a, hw)
     chosen = hw.links[link]
-    cpu = a.all_macs / chosen.cpu_macs_per_s + a.all_elements / (chosen.cpu_macs_per_s * CPU_ELEMENTS_PER_S_PER_MAC_RATE)
+    cpu = (a.all_macs / chosen.cpu_macs_per_s
+           + a.all_elements / (chosen.cpu_macs_per_s * CPU_ELEMENTS_PER_S_PER_MAC_RATE))
     return [float(ms) for ms in np.where(a.on_tpu, tpu, cpu) * 1e3]
 
 

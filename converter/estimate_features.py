@@ -16,7 +16,7 @@ MACs, with the output shape [1, H, W, C_out]:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

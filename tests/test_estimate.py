@@ -109,6 +109,25 @@ def test_streamed_parameters_cost_link_time():
     assert estimate.invoke_seconds(large, hw, usb2) > 5 * estimate.invoke_seconds(large, hw, usb3)
 
 
+def test_streaming_overlaps_the_work_before_the_op_that_needs_it():
+    """The link delivers parameters ahead while the array works: streaming hides under earlier ops, not later."""
+    hw = estimate.Hardware(conv_efficiency=1.0, depthwise_efficiency=1.0, elements_per_s=1e9, op_overhead_s=0.0,
+                           links={})
+    link = estimate.Link(invoke_s=0.0, bytes_per_s=100e6, cpu_macs_per_s=1e9)
+    heavy = OpFeatures(0, "CONV_2D", "conv", macs=400_000_000_000, param_bytes=0, out_elements=1, on_tpu=True,
+                       depth=64, channels=64)  # 0.2 s of work at 2e12 MAC/s
+    streamed = OpFeatures(1, "CONV_2D", "conv", macs=0, param_bytes=10 * 2**20, out_elements=1, on_tpu=True,
+                          depth=64, channels=64)  # 0.105 s over a 100 MB/s link, no work
+    link_s = 10 * 2**20 / 100e6
+
+    def seconds(*ops):
+        model = ModelFeatures(ops=tuple(ops), input_bytes=0, output_bytes=0, peak_activation_bytes=6 * 2**20)
+        return estimate.tpu_seconds(estimate.Arrays.of(model), hw, link)
+
+    assert seconds(heavy, streamed) == pytest.approx(0.2)            # arrived while the heavy op ran
+    assert seconds(streamed, heavy) == pytest.approx(link_s + 0.2)  # the heavy op waits for it
+
+
 def test_array_fill_counts_partly_empty_tiles():
     assert estimate.fill([64, 128, 32, 65, 3]).tolist() == pytest.approx([1, 1, 0.5, 65 / 128, 3 / 64])
 

@@ -528,7 +528,9 @@ def render(result: dict, name: str) -> str:
     lines += [
         f"  parameters {mib(p['bytes'])}: {mib(p['on_chip_bytes'])} cached on chip, {mib(p['streamed_bytes'])} "
         f"streamed every invoke (cache left by the activations: {mib(p['cache_bytes'])})",
-        f"  ops: {ops['edgetpu']} on the Edge TPU, {ops['cpu']} on the CPU; {result['macs'] / 1e9:.2f} G MACs",
+        f"  ops: {ops['edgetpu']} on the Edge TPU, {ops['cpu']} on the CPU; {result['macs'] / 1e9:.2f} G MACs"
+        + (" (the CPU ops from their MACs at the host's int8 rate: `converter inspect` says why they are there)"
+           if ops["cpu"] else ""),
         f"  stated error: {result['error']['text']}",
     ]
     return "\n".join(lines)

@@ -318,3 +318,15 @@ def test_committed_models_carry_the_current_estimate(name):
     recorded = read_model_dir(model_dir).manifest.edgetpu_estimate
     assert recorded is not None, f"python -m converter estimate models/{name} --record"
     assert recorded.model_dump() == estimate.estimate(model_dir)
+
+
+def test_the_converter_writes_the_estimate_at_build(tmp_path):
+    from app.model_dir import Build, InputSpec
+    from converter.writing import write_int8_model
+
+    tflite = conv_chain()
+    spec = InputSpec(width=8, height=8, channels=3, mean=[0.0], std=[1.0])
+    target = write_int8_model(tmp_path, "tiny", tflite, [f"class {i}" for i in range(4)], spec, description="",
+                              source="tests", licence="MIT", build=Build(command="tests"))
+    written = read_model_dir(target).manifest.edgetpu_estimate
+    assert written is not None and written.model_dump() == estimate.estimate_features(features(read_tflite(tflite)))

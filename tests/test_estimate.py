@@ -55,7 +55,11 @@ def test_leave_one_out_error_meets_the_targets(refit):
 
 def test_committed_calibration_is_what_the_fit_gives(refit):
     committed = estimate.calibration()
-    assert committed["leave_one_out_error"] == refit["leave_one_out_error"]
+    for link in estimate.CALIBRATED_LINKS:  # the same up to the last printed digit (another BLAS, another scipy)
+        stated, again = committed["leave_one_out_error"][link], refit["leave_one_out_error"][link]
+        assert stated["rows"] == again["rows"]
+        assert stated["median_abs_pct"] == pytest.approx(again["median_abs_pct"], abs=0.2)
+        assert stated["max_ratio"] == pytest.approx(again["max_ratio"], abs=0.02)
     for name in estimate.SHARED:
         assert committed["params"][name] == pytest.approx(refit["params"][name], rel=1e-3)
     for link in estimate.CALIBRATED_LINKS:

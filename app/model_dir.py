@@ -197,6 +197,16 @@ class Segments(BaseModel):
     @property
     def count(self) -> int:
         return len(self.items)
+class EdgeTpuEstimate(BaseModel):
+    """converter.estimate: Edge TPU latency per invoke estimated from the model's structure, not measured."""
+
+    model_config = ConfigDict(extra="allow")
+
+    latency_ms: dict[str, float]  # per link: usb3, usb2, pcie, devboard
+    parameters: dict[str, int]    # bytes, on_chip_bytes, streamed_bytes, cache_bytes
+    ops: dict[str, int]           # edgetpu, cpu
+    error: dict                   # the stated (leave-one-out) error and its text
+    method: str
 
 
 class Build(BaseModel):
@@ -229,6 +239,7 @@ class Manifest(BaseModel):
     build: Build | None = None
     edgetpu_compile: EdgeTpuCompile | None = None
     segments: Segments | None = None
+    edgetpu_estimate: EdgeTpuEstimate | None = None
     files: dict[str, FileEntry] = Field(default_factory=dict)
 
     @model_validator(mode="before")

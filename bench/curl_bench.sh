@@ -69,7 +69,8 @@ if [ -n "$start" ]; then
 fi
 
 results="$(mktemp)"
-cleanup() { rm -f "$results"; }
+described="$(mktemp)"  # the model's /v1/models answer: its edgetpu_estimate becomes an estimated row
+cleanup() { rm -f "$results" "$described"; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -93,4 +94,6 @@ for backend in "${backend_list[@]}"; do
   for _ in $(seq 0 "$requests"); do classify "$backend"; done
 done
 
-"$python" "$here/curl_table.py" --photo "$(basename "$photo")" --url "$url" "${format_args[@]}" "${chart_args[@]}" < "$results"
+curl -s "$url/v1/models/$model" > "$described" || true
+"$python" "$here/curl_table.py" --photo "$(basename "$photo")" --url "$url" --model-json "$described" \
+  "${format_args[@]}" "${chart_args[@]}" < "$results"

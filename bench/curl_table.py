@@ -115,6 +115,27 @@ def write_chart(rows, path: Path, caption: str) -> Path | None:
     return charts.stage_bars(drawn, path, caption)
 
 
+def described_model(path: str) -> dict:
+    """The saved /v1/models/NAME answer; {} when the service did not give one."""
+    try:
+        answer = json.loads(open(path, encoding="utf-8").read() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def estimated_row(rows: list[dict], described: dict) -> dict | None:
+    """The estimated Edge TPU row (converter/estimate.py), labelled as an estimate, when no edgetpu row was measured."""
+    if any(r["backend"] == "edgetpu" and r["warm"] for r in rows) or not described.get("edgetpu_estimate"):
+        return None
+    from converter.estimate import row_from_estimate
+
+    est = row_from_estimate(described["edgetpu_estimate"])
+    base = next((r for r in rows if r["backend"] == BASELINE and r["inference_p50"]), None)
+    return dict({key: None for key, _, _ in COLUMNS}, backend=est["backend"], ran=[], errors=None, note=est["error"],
+                inference_p50=est["inference_ms"], speedup=base["inference_p50"] / est["inference_ms"] if base else None)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
@@ -122,21 +143,28 @@ def main() -> int:
                         help="write the stage chart (PNG) here (default: build/bench/curl_bench.png); '' for none")
     parser.add_argument("--photo", default="", help="photo name, for the caption")
     parser.add_argument("--url", default="", help="service URL, for the caption")
+    parser.add_argument("--model-json", default=None,
+                        help="the model's /v1/models/NAME answer: its edgetpu_estimate becomes an estimated row")
     args = parser.parse_args()
     rows = summarize(read(sys.stdin))
     if not rows:
         print("no results", file=sys.stderr)
         return 1
+    estimated = estimated_row(rows, described_model(args.model_json)) if args.model_json else None
+    if estimated:
+        rows.append(estimated)
     print(f"{args.url}, photo {args.photo}; warm figures are medians/percentiles of the service's own timing_ms, "
           f"req/s from curl's time_total (sequential); ms; load average {load_average()}")
     for r in rows:
         if r["ran"] and r["ran"] != [r["backend"]]:
             print(f"note: backend {r['backend']} was served by {', '.join(r['ran'])}")
     print_table(rows, args.markdown)
+    if estimated:
+        print(f"{estimated['backend']}: no Edge TPU here; estimated from the model's structure, {estimated['note']}")
     if str(args.chart) not in ("", "."):
         where = "" if "127.0.0.1" in args.url or "localhost" in args.url else f"{args.url}, "
         caption = (f"curl_bench: where a request's time goes, by backend ({where}photo {args.photo or '?'}, "
-                   f"{max(r['warm'] for r in rows)} warm requests each; load average {load_average()})")
+                   f"{max(r['warm'] or 0 for r in rows)} warm requests each; load average {load_average()})")
         if (written := write_chart(rows, args.chart, caption)) is not None:
             print(f"\nchart: {written}")
     return 0

@@ -552,6 +552,23 @@ def write_chart(report: dict, path: Path, title: str) -> Path | None:
     return charts.utilisation_lines(chart_panels(report), path, title)
 
 
+def print_estimated_row(model: str) -> None:
+    """No Edge TPU here: the estimated Edge TPU row (converter/estimate.py) under the measured rows, labelled.
+
+    Its req/s is what one device alone would allow (1000 / estimated invoke ms), without HTTP or image work.
+    """
+    from converter.estimate import EstimateError, estimate_row
+
+    try:
+        row = estimate_row(repo_root() / "models" / model)
+    except EstimateError as e:
+        print(f"\n(no estimated Edge TPU row: {e})")
+        return
+    print(f"| {row['backend']} | 1 | <= {row['device_req_s']:.0f} per device | {row['inference_ms']:.2f} (invoke "
+          "alone) | - | - | - | - | - | - |")
+    print(f"\nestimated Edge TPU: not measured, from the model's structure; {row['error']}")
+
+
 def print_stages(title: str, results: list[dict]) -> None:
     print(f"\n### {title}\n")
     print("| stage | " + " | ".join(r["input"] for r in results) + " |")
@@ -699,6 +716,8 @@ def main() -> int:
                     print_rows(f"{title} (load average {load_average()})", rows, bounds)
                     for r in rows:
                         r["table"] = title.replace(name, short_run_name(name, len(sides)))
+                    if args.backend == "cpu":
+                        print_estimated_row(MODEL)
                     if isinstance(side, Service) and len(side_inputs) == len(inputs):
                         print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
                               "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")

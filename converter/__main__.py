@@ -26,6 +26,9 @@ Example usage:
     # cut a model into 3 segments for a pipeline of 3 TPUs (or 3 CPU interpreters); --compile compiles each
     python -m converter segment models/flowers --segments 3 --out models/flowers_x3
 
+    # how fast it would be on a Coral, estimated from its structure (no Edge TPU needed)
+    python -m converter estimate models/flowers
+
     # what quantization cost: float vs int8 on labelled images (one folder per class)
     python -m converter evaluate models/flowers --data test_photos/ --float my_model.keras
 
@@ -174,6 +177,14 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=_positive, default=None, help="evaluate at most this many samples")
     e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.add_argument("--no-record", action="store_true", help="do not write the figures into model.json")
+
+    est = _sub(sub, "estimate", "estimate the Edge TPU latency per invoke (USB 3, USB 2, PCIe, Dev Board) from the "
+                                "model's structure, with the estimate's stated error",
+               "python -m converter estimate models/mobilenet_v2 --json")
+    est.add_argument("model", type=Path, help="a model directory (its int8 model) or a plain int8 .tflite")
+    est.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    est.add_argument("--record", action="store_true",
+                     help="model directory: write the estimate into its model.json (edgetpu_estimate)")
     return parser
 
 
@@ -376,6 +387,21 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_estimate(args: argparse.Namespace) -> int:
+    from converter import estimate
+
+    result = estimate.estimate(args.model)
+    print(json.dumps(result, indent=2) if args.json else estimate.render(result, str(args.model)))
+    if args.record:
+        if not args.model.is_dir():
+            raise estimate.EstimateError("--record needs a model directory (it writes its model.json)")
+        from app.model_dir import update_manifest
+
+        update_manifest(args.model, edgetpu_estimate=result)
+        _say(f"recorded in {args.model / 'model.json'} (edgetpu_estimate)")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     from app.errors import ServeError
     from converter.builds import BuildBelowBar
@@ -383,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     from converter.compile import CompileError
     from converter.compiler_log import CompilerLogError
     from converter.datasets import DatasetError
+    from converter.estimate import EstimateError
     from converter.evaluate import EvaluateError
     from converter.fashion_mnist import DataNotInstalled
     from converter.imagenet_labels import LabelsError
@@ -406,13 +433,16 @@ def main(argv: list[str] | None = None) -> int:
             return run_evaluate(args)
         elif args.command == "segment":
             return run_segment(args, argv)
+        elif args.command == "estimate":
+            return run_estimate(args)
     except CompileError as e:
         _say(f"converter: {e}")
         if e.stderr and e.stderr.strip() not in str(e):
             _say(f"edgetpu_compiler stderr:\n{e.stderr.rstrip()}")
         return EXIT_FAILED
     except (QuantizeError, CalibrationError, LabelsError, WeightsError, PhotosNotInstalled, ServeError, DatasetError,
-            EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, SegmentError, OSError) as e:
+            EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, SegmentError, EstimateError,
+            OSError) as e:
         _say(f"converter: {e}")
         return EXIT_FAILED
     return EXIT_OK

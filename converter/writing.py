@@ -69,12 +69,14 @@ def write_int8_model(out_root: Path, name: str, tflite: bytes, labels: list[str]
     """
     from app.edgetpu.compat import analyze
     from app.tflite_file import read_tflite
+    from converter.estimate import estimate_tflite_bytes
     from converter.quantize import describe
 
     manifest = Manifest(
         name=name, description=description, source=source, licence=licence, input=spec,
         output=OutputSpec(scores=scores), quantization=quantization or describe(tflite),
         edgetpu_analysis=analyze(read_tflite(tflite)).summary(), quality=quality, build=build,
+        edgetpu_estimate=estimate_tflite_bytes(tflite),
     )
     return write_model_dir(out_root, manifest, {
         "int8": (int8_filename(name), tflite),

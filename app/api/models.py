@@ -57,6 +57,7 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
         quality=manifest.quality_dict(),
         segments=manifest.segments.model_dump(mode="json") if manifest.segments else None,
+        edgetpu_estimate=manifest.edgetpu_estimate.model_dump() if manifest.edgetpu_estimate else None,
     )
 
 

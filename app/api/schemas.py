@@ -109,6 +109,9 @@ class ModelOut(BaseModel):
     quality: dict | None = None
     segments: dict | None = Field(default=None, description="a segmented model, served as a pipeline: its "
                                   "segments in order (model.json `segments`, docs/pipelines.md)")
+    edgetpu_estimate: dict | None = Field(
+        default=None, description="Edge TPU latency per invoke ESTIMATED from the model's structure (converter "
+                                  "estimate), per link, with its stated error; not a measurement")
 
 
 class ModelsOut(BaseModel):

@@ -33,8 +33,9 @@ from app.engines import EngineOptions, TensorSpec  # noqa: E402
 from app.errors import DeviceHung  # noqa: E402
 from app.pipeline import Pipeline, Stage  # noqa: E402
 from app.pool import EnginePool, Member  # noqa: E402
-from bench.common import repo_root  # noqa: E402
+from bench.common import load_average, repo_root  # noqa: E402
 from bench.simulated_device import SimulatedTpuEngine  # noqa: E402
+from bench.stats import median  # noqa: E402
 
 MODELS = ("efficientnet_lite0", "mobilenet_v2")
 TARGET = 0.90  # of 1 / max(segment time)
@@ -123,16 +124,12 @@ def measure(s: Split, device_ms: float, seconds: float, rounds: int) -> dict:
         for pool in (whole, piped):
             pool.close()
             pool.join(5)
-    pipeline_req_s = float(np.median(got["pipeline"]))
-    whole_req_s = float(np.median(got["whole"]))
+    pipeline_req_s = median(got["pipeline"])
+    whole_req_s = median(got["whole"])
     return {"model": s.model, "segments": len(s.segments_ms), "segments_ms": s.segments_ms,
             "bound_req_s": s.bound_req_s, "pipeline_req_s": pipeline_req_s, "whole_req_s": whole_req_s,
             "of_bound": pipeline_req_s / s.bound_req_s, "speedup": pipeline_req_s / whole_req_s,
             "whole_bound_req_s": 1000 / device_ms, "rounds": rounds}
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def print_table(rows: list[dict], device_ms: float, seconds: float) -> None:

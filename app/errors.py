@@ -23,12 +23,9 @@ class EngineLoadError(ServeError):
     """An engine could not load a model (runtime missing, bad file, unsupported op)."""
 
 
-class EdgeTpuUnavailable(EngineLoadError):
-    """The Edge TPU cannot be used: no libedgetpu, no device, no access to it, or no delegate."""
-
-
-class EdgeTpuVersionMismatch(EdgeTpuUnavailable):
-    """libedgetpu, the TFLite runtime and the compiled model are not a known-good combination."""
+class DeviceUnavailable(EngineLoadError):
+    """A backend's device cannot be used: no driver library, no device, no access to it, or versions
+    that do not go together. Each accelerator's plug-in package defines and raises its own subclass."""
 
 
 class NotReady(ServeError):

@@ -7,7 +7,7 @@ from app.edgetpu.library import Device
 from app.engines import ENGINES, EngineOptions
 from app.engines.cpu import CpuEngine
 from app.engines.edgetpu import EdgeTpuEngine, EdgeTpuOptions
-from app.errors import EdgeTpuUnavailable
+from app.edgetpu.errors import EdgeTpuUnavailable
 from app.model_dir import read_model_dir
 from tests.conftest import DEFAULT_MODEL
 from tests.doubles.edgetpu_models import plain_as_compiled

@@ -25,7 +25,7 @@ from app.errors import (
     Busy,
     DeviceHung,
     InvokeTimeout,
-    EdgeTpuUnavailable,
+    DeviceUnavailable,
     EmptyBody,
     EngineLoadError,
     ImageTooLarge,
@@ -58,7 +58,7 @@ STATUS: tuple[tuple[type[ServeError], int], ...] = (
     (NotReady, 503),
     # A reload that finds a broken model on disk: the model already loaded keeps serving.
     (ModelDirError, 409),
-    (EdgeTpuUnavailable, 409),
+    (DeviceUnavailable, 409),
     (EngineLoadError, 409),
 )
 

@@ -23,4 +23,4 @@ def install(app: FastAPI) -> None:
     The route takes the inference key: open until keys are set (scrapers send it as a bearer token)."""
     app.include_router(router, dependencies=[auth.InferenceKey])
     app.add_middleware(metrics.RequestCounter, protocols={"/v1/": "v1", "/v2/": "v2"})
-    metrics.watch(app.state.registry, app.state.settings.apex_sysfs_dir)
+    metrics.watch(app.state.registry)

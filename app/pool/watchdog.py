@@ -12,17 +12,28 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from app.errors import DeviceHung
 from app.pool.member import Member, timed_run
 
-if TYPE_CHECKING:
-    from app.pool.dispatch import EnginePool
-
 log = logging.getLogger(__name__)
+
+
+class WatchedPool(Protocol):
+    """What the watchdog needs of a pool (app/pool/dispatch.py EnginePool)."""
+
+    label: str
+    retry_after_s: float
+    clock: Callable[[], float]
+    closed: threading.Event
+
+    def take_out(self, member: Member, problem: str) -> bool: ...
+    def note_problem(self, member: Member, problem: str) -> None: ...
+    def replace(self, old: Member, fresh: Member) -> bool: ...
+    def warm_up_member(self, member: Member) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -36,7 +47,7 @@ class Watchdog:
     def hang_text(self) -> str:
         return f"did not finish an invoke within {self.timeout_s} s (watchdog)"
 
-    def warm_up(self, pool: EnginePool, member: Member, x: np.ndarray) -> None:
+    def warm_up(self, pool: WatchedPool, member: Member, x: np.ndarray) -> None:
         """The warm-up run, bounded by the timeout: a device that hangs on it is unhealthy (DeviceHung)."""
         finished, failure = threading.Event(), []
 
@@ -55,7 +66,7 @@ class Watchdog:
         if failure:
             raise failure[0]
 
-    def quarantine(self, pool: EnginePool, member: Member) -> None:
+    def quarantine(self, pool: WatchedPool, member: Member) -> None:
         """Take a hung member out of the pool (once) and start re-creating it."""
         if not pool.take_out(member, self.hang_text):
             return
@@ -63,7 +74,7 @@ class Watchdog:
         threading.Thread(target=self._recover, args=(pool, member), name=f"recover-{pool.label}",
                          daemon=True).start()
 
-    def _recover(self, pool: EnginePool, old: Member) -> None:
+    def _recover(self, pool: WatchedPool, old: Member) -> None:
         """Re-create a hung member until it loads and warms up, then swap it in (blocking)."""
         attempt = 0
         while not pool.closed.is_set():

@@ -11,7 +11,9 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from collections.abc import Iterable
+
+from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -161,3 +163,20 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one backend is needed")
         return value
+
+
+def variable_names(plugins: Iterable[type] = ()) -> set[str]:
+    """Every environment variable the service reads: the core's, and each given plug-in's own
+    (app.engines.BACKENDS.values() for all), for checks of deployment manifests."""
+    names = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    for plugin in plugins:
+        cls = plugin.settings_class
+        if cls is None:
+            continue
+        prefix = cls.model_config.get("env_prefix", "")
+        for name, field in cls.model_fields.items():
+            names.add(f"{prefix}{name.upper()}")
+            alias = field.validation_alias
+            choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+            names |= {choice.upper() for choice in choices if isinstance(choice, str)}
+    return names

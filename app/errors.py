@@ -36,12 +36,9 @@ class EngineLoadError(ServeError):
     status = 409  # as ModelDirError: a reload that fails leaves the loaded version serving
 
 
-class EdgeTpuUnavailable(EngineLoadError):
-    """The Edge TPU cannot be used: no libedgetpu, no device, no access to it, or no delegate."""
-
-
-class EdgeTpuVersionMismatch(EdgeTpuUnavailable):
-    """libedgetpu, the TFLite runtime and the compiled model are not a known-good combination."""
+class DeviceUnavailable(EngineLoadError):
+    """A backend's device cannot be used: no driver library, no device, no access to it, or versions
+    that do not go together. Each accelerator's plug-in package defines and raises its own subclass."""
 
 
 class NotReady(ServeError):

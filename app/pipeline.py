@@ -328,7 +328,7 @@ def stage_options(plugin: Backend, count: int) -> list[EngineOptions]:
     return options[:count]
 
 
-def pipeline_members(plugin: Backend, model_dir: ModelDir, settings: Settings) -> list[Member]:
+def pipeline_members(plugin: Backend, model_dir: ModelDir, settings: Settings, watched: bool) -> list[Member]:
     """The pool members of a segmented model on `plugin`: lanes into one new Pipeline."""
     from app.pool import Member
 
@@ -348,7 +348,6 @@ def pipeline_members(plugin: Backend, model_dir: ModelDir, settings: Settings) -
             raise EngineLoadError(f"{model_dir.name}: segment {a.index} outputs {a.engine.output.shape} "
                                   f"{a.engine.output.dtype}, segment {b.index} takes {b.engine.input.shape} "
                                   f"{b.engine.input.dtype}")
-    watched = plugin.key in settings.watchdog_backends
     pipeline = Pipeline(
         f"{model_dir.name}/{plugin.key}", stages,
         hang_timeout_s=settings.watchdog_timeout_s if watched else settings.invoke_timeout_s,

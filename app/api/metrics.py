@@ -25,4 +25,4 @@ def install(app: FastAPI, routes: InferenceRoutes) -> None:
     (scrapers send it as a bearer token)."""
     app.include_router(router, dependencies=[auth.InferenceKey])
     app.add_middleware(metrics.RequestCounter, routes=routes)
-    metrics.watch(app.state.registry, app.state.settings.apex_sysfs_dir)
+    metrics.watch(app.state.registry)

@@ -47,7 +47,8 @@ async function loadModels() {
 
 async function loadDevices() {
   try {
-    const body = await getJson("/v1/devices");
+    const body = (await getJson("/v1/devices")).backends.edgetpu ||
+      { devices: [], error: "the Edge TPU backend is not installed here" };
     const healthy = body.devices.filter((d) => d.health === "healthy").length;
     const text = body.devices.length
       ? `Edge TPUs: ${body.devices.length} (${healthy} healthy)` +

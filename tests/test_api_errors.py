@@ -71,13 +71,13 @@ def _all_serve_errors():
 def test_each_error_carries_its_status_and_each_protocol_reads_it_once():
     """The status travels with the class (app/errors.py); /v1 answers it, v2 says it in the protocol's terms."""
     from app.api.v2.errors import status_of as v2_status_of
-    from app.errors import (BackendNotAvailable, BadImage, BodyTooLarge, DeviceHung, EdgeTpuUnavailable, EmptyBody,
+    from app.errors import (BackendNotAvailable, BadImage, BodyTooLarge, DeviceHung, DeviceUnavailable, EmptyBody,
                             ImageTooLarge, InvalidParameter, ModelDirError, ModelNotFound, ServeError, ShuttingDown,
                             UnsupportedMediaType)
 
     v1 = {ModelNotFound: 404, BackendNotAvailable: 400, InvalidParameter: 422, EmptyBody: 400, BadImage: 400,
           UnsupportedMediaType: 415, BodyTooLarge: 413, ImageTooLarge: 413, InvokeTimeout: 504, DeviceHung: 503,
-          Busy: 503, NotReady: 503, ShuttingDown: 503, ModelDirError: 409, EdgeTpuUnavailable: 409, ServeError: 500}
+          Busy: 503, NotReady: 503, ShuttingDown: 503, ModelDirError: 409, DeviceUnavailable: 409, ServeError: 500}
     for cls, status in v1.items():
         assert errors.status_of(cls.__new__(cls)) == status, cls
     for cls in _all_serve_errors():

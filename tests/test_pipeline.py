@@ -22,6 +22,7 @@ from app.engines import Backend, EngineOptions, TensorSpec, register, unregister
 from app.errors import DeviceHung, EngineLoadError, InvokeTimeout
 from app.model_dir import read_model_dir
 from app.pipeline import Pipeline, Stage, stage_options
+from app.settings import Settings
 from bench import pipeline_capacity as capacity_bench
 from bench.service import ServiceProcess
 from converter.segment import segment_model_dir
@@ -195,8 +196,8 @@ def test_a_device_backend_needs_one_device_per_segment():
             return [EngineOptions()] * 2
 
     with pytest.raises(EngineLoadError, match=r"a model in 3 segments needs 3 devices, 2 found"):
-        stage_options(TwoDevices(None), 3)
-    assert len(stage_options(TwoDevices(None), 2)) == 2
+        stage_options(TwoDevices(Settings()), 3)
+    assert len(stage_options(TwoDevices(Settings()), 2)) == 2
 
 
 # ---- served: the real models, segmented, over HTTP ------------------------------------------
@@ -420,8 +421,8 @@ def test_on_edgetpu_segment_i_runs_on_tpu_i(tmp_path, segmented_models, libedget
     model = read_model_dir(root / "efficientnet_lite0_x3")
     add_files(model.path, {segment_kind("edgetpu", i): (p.name.replace(".tflite", "_edgetpu.tflite"), p.read_bytes())
                            for i, p in enumerate(model.segment_files("int8"))})
-    registry = Registry(Settings(model_dir=root, backends=["edgetpu"], edgetpu_library=str(libedgetpu_double),
-                                 edgetpu_on_failure="fail", edgetpu_version_check="warn", warmup_at_start=False))
+    registry = Registry(Settings(model_dir=root, backends=["edgetpu"], warmup_at_start=False, plugins={"edgetpu": {
+        "library": str(libedgetpu_double), "on_failure": "fail", "version_check": "warn"}}))
     registry.configure()
     registry.load_all()
     try:
@@ -452,9 +453,9 @@ def test_on_edgetpu_an_uncompiled_segmented_model_says_how_to_compile_it(tmp_pat
     (tmp_path / "apex_0").write_bytes(b"")
     monkeypatch.setenv(DEVICES, f"pci:{tmp_path / 'apex_0'}")
     shutil.copytree(segmented_models / "mobilenet_v2_x2", tmp_path / "models" / "mobilenet_v2_x2")
-    registry = Registry(Settings(model_dir=tmp_path / "models", backends=["edgetpu"],
-                                 edgetpu_library=str(libedgetpu_double), edgetpu_on_failure="fail",
-                                 edgetpu_version_check="warn", warmup_at_start=False))
+    registry = Registry(Settings(model_dir=tmp_path / "models", backends=["edgetpu"], warmup_at_start=False,
+                                 plugins={"edgetpu": {"library": str(libedgetpu_double), "on_failure": "fail",
+                                                      "version_check": "warn"}}))
     with pytest.raises(ModelDirError, match=r"no 'edgetpu_segment_0' file.*segment it again with --compile"):
         registry.configure()
 

@@ -317,7 +317,7 @@ class PipelineLane(Engine):
 
 
 def stage_options(plugin: Backend, count: int) -> list[EngineOptions]:
-    """Segment i's interpreter options: device i for a device backend (edgetpu: one TPU per
+    """Segment i's interpreter options: device i for a device backend (one accelerator per
     segment), the backend's usual options for one that computes on the host's cores."""
     options = plugin.interpreters()
     if plugin.host_cpu:

@@ -38,7 +38,8 @@ router = APIRouter(prefix="/v1", tags=["classify"],
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
 TopK = Annotated[int, Query(ge=1, description="how many classes to return (at most EDGETPU_SERVE_MAX_TOP_K)")]
 Threshold = Annotated[float, Query(ge=0.0, le=1.0, description="drop classes scoring below this")]
-Backend = Annotated[str | None, Query(max_length=32, description="cpu, edgetpu, emulated; default: the first configured")]
+Backend = Annotated[str | None, Query(max_length=32, description="a backend key, as GET /v1/models lists "
+                                                              "each model's; default: the first configured")]
 
 
 async def _classify(request: Request, name: str | None, top_k: int, threshold: float,

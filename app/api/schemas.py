@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 
 class ErrorResponse(BaseModel):
@@ -57,31 +57,18 @@ class TensorOut(BaseModel):
     zero_point: int
 
 
-class OpViewOut(BaseModel):
-    index: int
-    opcode: str
-    on_edgetpu: bool = Field(description="inside the single partition edgetpu_compiler would map")
-    supported: bool = Field(description="the operator itself meets the Edge TPU's constraints")
-    reason: str | None = Field(description="the constraint it breaks, when it does not")
-
-
-class EdgeTpuViewOut(BaseModel):
-    summary: str
-    mapped: int = Field(description="operators the Edge TPU would run: all before the first unsupported one")
-    total: int
-    first_unsupported: OpViewOut | None
-    ops: list[OpViewOut]
-
-
 class BackendOut(BaseModel):
+    """One backend's interpreters of a model. Backend plug-ins add their own keys (Backend.describe_backend):
+    an accelerator's plug-in, say, what its compiler would make of the graph this backend runs."""
+
+    model_config = ConfigDict(extra="allow")
+
     interpreters: int
     warm: bool
     load_ms: float
     first_inference_ms: float | None
     input: TensorOut
     output: TensorOut
-    edgetpu_view: EdgeTpuViewOut | None = Field(
-        default=None, description="emulated backend: which ops the Edge TPU would run (offline analysis)")
 
 
 class FileOut(BaseModel):
@@ -91,6 +78,12 @@ class FileOut(BaseModel):
 
 
 class ModelOut(BaseModel):
+    """A model, its state and its backends. Backend plug-ins add their own keys (Backend.describe_model):
+    an accelerator's plug-in, say, the latency model.json estimates on its device (an estimate, not a
+    measurement)."""
+
+    model_config = ConfigDict(extra="allow")
+
     name: str
     state: str = Field(description="loading, ready, degraded (serving, with a problem in `error`), unhealthy, failed")
     error: str | None = None
@@ -104,14 +97,11 @@ class ModelOut(BaseModel):
     labels: int
     input: dict
     output: dict
-    backends: dict[str, BackendOut]
+    backends: dict[str, BackendOut] = Field(description="backend key -> its interpreters of this model")
     files: dict[str, FileOut]
     quality: dict | None = None
     segments: dict | None = Field(default=None, description="a segmented model, served as a pipeline: its "
                                   "segments in order (model.json `segments`, docs/pipelines.md)")
-    edgetpu_estimate: dict | None = Field(
-        default=None, description="Edge TPU latency per invoke ESTIMATED from the model's structure (converter "
-                                  "estimate), per link, with its stated error; not a measurement")
 
 
 class ModelsOut(BaseModel):

@@ -5,7 +5,8 @@ at start (and say which models it cannot serve, and which backend serves them in
 name the model file it runs, list the interpreters to make and their options, load one,
 reopen a lost device. A plug-in also owns its parts of the service: its own settings (a
 PluginSettings class read from EDGETPU_SERVE_<KEY>_*), its report for GET /v1/devices, its
-Prometheus gauges, and whether the watchdog watches its interpreters by default.
+Prometheus gauges, whether the watchdog watches its interpreters by default, and the keys it
+adds to GET /v1/models (describe_model, describe_backend): the core names no backend.
 
 An Engine is one interpreter: not thread-safe, used by one request at a time (the
 registry pools them). Engines move tensors only: no decoding, no labels.
@@ -25,8 +26,8 @@ from app.errors import EngineLoadError
 from app.settings import PluginSettings, Settings
 
 if TYPE_CHECKING:
-    from app.edgetpu.compat import CompatReport
     from app.model_dir import ModelDir
+    from app.tflite_file import TfliteModel
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -55,8 +56,9 @@ class Engine(ABC):
 
     input: TensorSpec
     output: TensorSpec
-    # What edgetpu_compiler would do with the model, for backends that parse the graph (emulated).
-    edgetpu_view: CompatReport | None = None
+    # The graph as app.tflite_file read it, for engines that parse it themselves (emulated): a
+    # plug-in's analysis of the model (describe_backend) reuses it rather than reading the file again.
+    parsed_model: TfliteModel | None = None
 
     @classmethod
     @abstractmethod
@@ -170,3 +172,14 @@ class Backend:
         """Its Prometheus metric families, read at each scrape (device counts, health, temperature);
         members as for report(). Names start with app.metrics.PREFIX."""
         return ()
+
+    def describe_model(self, model_dir: ModelDir) -> dict:
+        """Keys this plug-in adds to a model's entry in GET /v1/models (JSON values), configured or
+        not: what it reads in the model's directory about its own device. Called per request."""
+        return {}
+
+    def describe_backend(self, backend: str, engine: Engine, model_dir: ModelDir) -> dict:
+        """Keys this plug-in adds to the entry of `backend` (any backend, its own or another's) in a
+        model's GET /v1/models answer; `engine` is one of that backend's interpreters of the serving
+        version. Called per request: cache what costs (per engine, so per model version)."""
+        return {}

@@ -10,12 +10,16 @@ compiled file are checked before anything loads; with EDGETPU_ON_FAILURE=fail a 
 stops the service, with fallback the model is served on `cpu` (its plain int8 file) and
 readiness says so and why. It owns its settings (EdgeTpuSettings, EDGETPU_SERVE_EDGETPU_*), its
 report for GET /v1/devices, its gauges on /metrics, and is watched by the watchdog by default.
+It adds its keys to GET /v1/models, configured or not: each model's `edgetpu_estimate` (model.json)
+and, on every backend's entry, `edgetpu_view`: what edgetpu_compiler would map of the graph that
+backend parsed (the emulator's), null where the backend parsed none.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
@@ -25,14 +29,16 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import NoDecode
 
 from app.edgetpu.access import custom_op_message, delegate_failure_message, is_custom_op_error
+from app.edgetpu.compat import analyze
 from app.edgetpu.compiled_model import read_compiled_model
+from app.edgetpu.compiler_view import compiler_view
 from app.edgetpu.delegate import PERFORMANCE, delegate_options, index_of_path, is_device_spec
 from app.edgetpu.environment import EdgeTpuEnvironment, Probe, VersionCheck, check_environment, probe
 from app.edgetpu.library import Device, default_library_name
 from app.edgetpu.report import EdgeTpuReport
 from app.edgetpu.temperature import apex_temperatures
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
-from app.engines.base import Backend, EngineOptions, Fallback
+from app.engines.base import Backend, Engine, EngineOptions, Fallback
 from app.engines.cpu import CpuEngine
 from app.engines.litert import Runtime, prefer_tflite_runtime, runtime
 from app.metrics import PREFIX as METRICS_PREFIX
@@ -215,6 +221,9 @@ class EdgeTpuBackend(Backend):
     def __init__(self, settings):
         super().__init__(settings)
         self.environment: EdgeTpuEnvironment | None = None
+        # engine -> its graph's compiler view: analysed once per interpreter (so per model version),
+        # forgotten with the interpreter
+        self._views: weakref.WeakKeyDictionary[Engine, dict] = weakref.WeakKeyDictionary()
 
     def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
         """Library, version pair, devices, then each model's compiled file: fail or fall back."""
@@ -264,6 +273,23 @@ class EdgeTpuBackend(Backend):
         if backend != self.key and is_custom_op_error(str(error)):
             return ModelDirError(custom_op_message(path, backend))
         return None
+
+    def describe_model(self, model_dir: ModelDir) -> dict:
+        """GET /v1/models: the latency per invoke estimated from the model's structure (converter
+        estimate, model.json), labelled as an estimate; null when it was not estimated."""
+        estimate = model_dir.manifest.edgetpu_estimate
+        return {"edgetpu_estimate": estimate.model_dump() if estimate else None}
+
+    def describe_backend(self, backend: str, engine: Engine, model_dir: ModelDir) -> dict:
+        """GET /v1/models, each backend's entry: which ops of the graph it parsed edgetpu_compiler
+        would map (offline analysis), null when the backend parsed none."""
+        model = getattr(engine, "parsed_model", None)
+        if model is None:
+            return {"edgetpu_view": None}
+        view = self._views.get(engine)
+        if view is None:
+            view = self._views[engine] = compiler_view(analyze(model))
+        return {"edgetpu_view": view}
 
     def report(self, members) -> dict:
         """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions."""

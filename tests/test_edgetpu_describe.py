@@ -94,6 +94,8 @@ class NoteBackendDouble(Backend):
 
     key = "note"
     engine = NoteEngineDouble
+    model_keys = {"note_board": "the board that saw the model", "name": "not the core's"}
+    backend_keys = {"note_fits": "whether the model fits its board"}
 
     def describe_model(self, model_dir):
         return {"note_board": f"seen {model_dir.name}", "name": "not the core's"}
@@ -112,6 +114,7 @@ def test_v1_models_merges_every_plugins_keys_and_keeps_the_edgetpu_ones(tmp_path
             assert app.state.registry.wait_loaded(60)
             detail = client.get(f"/v1/models/{DEFAULT_MODEL}").json()
             listed = client.get("/v1/models").json()["models"][0]
+            schemas = client.get("/openapi.json").json()["components"]["schemas"]
     finally:
         unregister("note")
     assert listed == detail
@@ -126,3 +129,11 @@ def test_v1_models_merges_every_plugins_keys_and_keeps_the_edgetpu_ones(tmp_path
     recorded = read_model_dir(MODELS / DEFAULT_MODEL).manifest.edgetpu_estimate
     assert detail["edgetpu_estimate"] == recorded.model_dump()
     assert list(detail)[-2:] == ["edgetpu_estimate", "note_board"]  # the core's fields first, as before
+    # the keys each plug-in declares are in the API's schema, with what they mean; the core's stay its own
+    model_out, backend_out = schemas["ModelOut"], schemas["BackendOut"]
+    assert model_out["additionalProperties"] is True and backend_out["additionalProperties"] is True
+    assert model_out["properties"]["note_board"]["description"] == "the board that saw the model (plug-in 'note')"
+    assert model_out["properties"]["name"] == {"title": "Name", "type": "string"}
+    assert "not a measurement" in model_out["properties"]["edgetpu_estimate"]["description"]
+    assert "edgetpu_compiler would map" in backend_out["properties"]["edgetpu_view"]["description"]
+    assert backend_out["properties"]["note_fits"]["description"] == "whether the model fits its board (plug-in 'note')"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from app.engines import BACKENDS
+
 
 class ErrorResponse(BaseModel):
     error: str
@@ -49,6 +51,18 @@ class ClassifyResponse(BaseModel):
     cold: bool = Field(description="true when this request paid its interpreter's first inference")
 
 
+def _plugin_keys(declared: str):
+    """json_schema_extra: the keys the registered plug-ins declare (Backend.model_keys or backend_keys),
+    listed with what they mean, when GET /openapi.json is built."""
+
+    def add(schema: dict) -> None:
+        for key, plugin in BACKENDS.items():
+            for name, meaning in getattr(plugin, declared).items():
+                schema["properties"].setdefault(name, {"title": name, "description": f"{meaning} (plug-in {key!r})"})
+
+    return add
+
+
 class TensorOut(BaseModel):
     name: str
     shape: list[int]
@@ -61,7 +75,7 @@ class BackendOut(BaseModel):
     """One backend's interpreters of a model. Backend plug-ins add their own keys (Backend.describe_backend):
     an accelerator's plug-in, say, what its compiler would make of the graph this backend runs."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_plugin_keys("backend_keys"))
 
     interpreters: int
     warm: bool
@@ -82,7 +96,7 @@ class ModelOut(BaseModel):
     an accelerator's plug-in, say, the latency model.json estimates on its device (an estimate, not a
     measurement)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_plugin_keys("model_keys"))
 
     name: str
     state: str = Field(description="loading, ready, degraded (serving, with a problem in `error`), unhealthy, failed")

@@ -122,6 +122,10 @@ class Backend:
     watched: ClassVar[bool] = False
     # Its own settings class; None: it has none.
     settings_class: ClassVar[type[PluginSettings] | None] = None
+    # The keys describe_model and describe_backend add, each with what it means (GET /openapi.json
+    # lists them in ModelOut and BackendOut).
+    model_keys: ClassVar[dict[str, str]] = {}
+    backend_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -174,12 +178,13 @@ class Backend:
         return ()
 
     def describe_model(self, model_dir: ModelDir) -> dict:
-        """Keys this plug-in adds to a model's entry in GET /v1/models (JSON values), configured or
-        not: what it reads in the model's directory about its own device. Called per request."""
+        """Keys this plug-in adds to a model's entry in GET /v1/models (JSON values; declared in
+        model_keys), configured or not: what it reads in the model's directory about its own device.
+        Called per request."""
         return {}
 
     def describe_backend(self, backend: str, engine: Engine, model_dir: ModelDir) -> dict:
         """Keys this plug-in adds to the entry of `backend` (any backend, its own or another's) in a
-        model's GET /v1/models answer; `engine` is one of that backend's interpreters of the serving
+        model's GET /v1/models answer (declared in backend_keys); `engine` is one of that backend's interpreters of the serving
         version. Called per request: cache what costs (per engine, so per model version)."""
         return {}

@@ -215,6 +215,12 @@ class EdgeTpuBackend(Backend):
     host_cpu = False  # the TPU computes; the host's cores only move tensors
     watched = True    # a USB Accelerator can hang until it resets
     settings_class = EdgeTpuSettings
+    model_keys = {"edgetpu_estimate": "Edge TPU latency per invoke ESTIMATED from the model's structure (converter "
+                                      "estimate, model.json), per link, with its stated error; not a measurement. "
+                                      "Null when not estimated"}
+    backend_keys = {"edgetpu_view": "which operators the Edge TPU would run of the graph this backend parsed "
+                                    "(offline analysis of what edgetpu_compiler would map: summary, mapped, total, "
+                                    "first_unsupported, ops); null when the backend parsed none"}
 
     config: EdgeTpuSettings
 

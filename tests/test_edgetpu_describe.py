@@ -58,7 +58,7 @@ def test_the_view_is_analysed_once_per_interpreter_and_null_without_a_parsed_gra
     assert plugin.describe_backend("cpu", CpuEngine.load(MODEL, EngineOptions()), None) == {"edgetpu_view": None}
 
 
-def test_the_estimate_comes_from_model_json_and_is_null_without_one(tmp_path):
+def test_the_estimate_comes_from_model_json_and_is_null_without_one():
     model_dir = read_model_dir(MODELS / DEFAULT_MODEL)
     shown = _plugin().describe_model(model_dir)
     assert shown == {"edgetpu_estimate": model_dir.manifest.edgetpu_estimate.model_dump()}
@@ -104,7 +104,7 @@ class NoteBackendDouble(Backend):
         return {"note_fits": backend == self.key, "warm": "not the core's"}
 
 
-def test_v1_models_merges_every_plugins_keys_and_keeps_the_edgetpu_ones(tmp_path):
+def test_v1_models_merges_every_plugins_keys_and_keeps_the_edgetpu_ones():
     register(NoteBackendDouble)
     try:
         settings = Settings(model_dir=MODELS, models=[DEFAULT_MODEL], backends=["cpu", "emulated", "note"],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import sys
 
-from app.api.shedding import HeadAdmission
 from app.errors import ServeError
 from app.http_server import serve
 from app.main import create_app
@@ -20,7 +19,7 @@ def main() -> int:
     except ServeError as e:
         print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr)
         return 2
-    serve(app, settings, head_check=HeadAdmission(app.state.registry))
+    serve(app, settings)
     return 0
 
 

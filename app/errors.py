@@ -1,4 +1,9 @@
-"""Domain errors. No web import here: the HTTP layer maps each class to a status in one table."""
+"""Domain errors, each carrying the HTTP status that says what went wrong (as MLServer's errors do).
+
+No web import here: a status is a number. Each protocol's HTTP layer reads `error.status` once
+(app/api/errors.py for /v1; app/api/v2/errors.py for v2, which says 503 or 400 where the Open
+Inference Protocol has no 409, 415 or 422). A subclass inherits its parent's status unless it says otherwise.
+"""
 
 from __future__ import annotations
 
@@ -6,37 +11,46 @@ from __future__ import annotations
 class ServeError(Exception):
     """Base of every error the service reports to a client or an operator."""
 
+    status = 500  # a fault of the service itself; the subclasses say what a client can do about it
+
 
 class ModelDirError(ServeError):
     """A model directory is missing, malformed, or a file does not match its sha256."""
 
+    status = 409  # a reload that finds a broken model on disk: the version already loaded keeps serving
+
 
 class ModelNotFound(ServeError):
-    pass
+    status = 404
 
 
 class BackendNotAvailable(ServeError):
     """The backend is unknown, or not loaded for this model."""
 
+    status = 400
+
 
 class EngineLoadError(ServeError):
     """An engine could not load a model (runtime missing, bad file, unsupported op)."""
 
-
-class EdgeTpuUnavailable(EngineLoadError):
-    """The Edge TPU cannot be used: no libedgetpu, no device, no access to it, or no delegate."""
+    status = 409  # as ModelDirError: a reload that fails leaves the loaded version serving
 
 
-class EdgeTpuVersionMismatch(EdgeTpuUnavailable):
-    """libedgetpu, the TFLite runtime and the compiled model are not a known-good combination."""
+class DeviceUnavailable(EngineLoadError):
+    """A backend's device cannot be used: no driver library, no device, no access to it, or versions
+    that do not go together. Each accelerator's plug-in package defines and raises its own subclass."""
 
 
 class NotReady(ServeError):
     """The model is still loading, or failed to load."""
 
+    status = 503
+
 
 class Busy(ServeError):
     """Every interpreter of a pool is taken and the waiting line is full or timed out."""
+
+    status = 503  # with Retry-After
 
     def __init__(self, message: str, retry_after_s: float):
         super().__init__(message)
@@ -50,6 +64,8 @@ class DeviceHung(Busy):
 class InvokeTimeout(Busy):
     """An invoke outlived its deadline on a backend without a watchdog: the request is answered."""
 
+    status = 504
+
 
 class ShuttingDown(NotReady):
     """The service is draining for shutdown: requests already admitted finish, new ones are refused."""
@@ -58,9 +74,13 @@ class ShuttingDown(NotReady):
 class RequestError(ServeError):
     """Something about the request itself is wrong."""
 
+    status = 400
+
 
 class InvalidParameter(RequestError):
     """A query parameter outside what the service's settings allow (as a schema violation: 422)."""
+
+    status = 422
 
 
 class EmptyBody(RequestError):
@@ -68,11 +88,11 @@ class EmptyBody(RequestError):
 
 
 class UnsupportedMediaType(RequestError):
-    pass
+    status = 415
 
 
 class BodyTooLarge(RequestError):
-    pass
+    status = 413
 
 
 class ClientGone(RequestError):
@@ -89,3 +109,5 @@ class DamagedImage(BadImage):
 
 class ImageTooLarge(RequestError):
     """The image decodes to more pixels than allowed (decompression bomb guard)."""
+
+    status = 413

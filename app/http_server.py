@@ -17,14 +17,22 @@ adds, per connection:
 
 each as {"error": "..."} with `Connection: close`. A refused connection is half-closed and
 drained for LINGER_S, so the client reads the answer instead of a reset. Graceful shutdown
-and keep-alive are uvicorn's own (timeout_graceful_shutdown = DRAIN_TIMEOUT_S, timeout_keep_alive);
-a second SIGTERM ends the drain at once.
+is uvicorn's own (timeout_graceful_shutdown = DRAIN_TIMEOUT_S); a second SIGTERM ends the drain
+at once. The keep-alive timeout is the protocol's too, so every launch idles connections alike.
+
+The protocol takes its limits and head check from the app: the app's lifespan puts them in the
+ASGI lifespan state (`lifespan_state()`), which uvicorn hands to each connection's protocol. So
+any server that runs this protocol on the app holds the same limits, whatever started it
+(`python -m app`, uvicorn's command line, gunicorn: app/launch.py), with no other wiring.
+
+This is the one module that reaches into uvicorn's protocol (its constructor, `data_received`,
+its parser callbacks and `_unset_keepalive_if_required`, `_should_upgrade`, `timeout_keep_alive`):
+uvicorn and httptools are pinned to the exact versions tests/test_http_server.py runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import signal
@@ -55,12 +63,13 @@ class HttpLimits:
     body_timeout_s: float
     max_connections: int
     retry_after_s: int
+    keep_alive_timeout_s: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpLimits:
         return cls(max_header_bytes=settings.max_header_bytes, header_timeout_s=settings.header_timeout_s,
                    body_timeout_s=settings.body_timeout_s, max_connections=settings.max_connections,
-                   retry_after_s=settings.retry_after_s)
+                   retry_after_s=settings.retry_after_s, keep_alive_timeout_s=settings.keep_alive_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,16 @@ class Refusal:
 
 # The application's check of a request head: (method, request target) -> a Refusal, or None to go on.
 HeadCheck = Callable[[bytes, bytes], "Refusal | None"]
+
+
+# Where the app's lifespan state holds them (read by the protocol of each connection).
+LIMITS_KEY = "edgetpu_serve.http_limits"
+HEAD_CHECK_KEY = "edgetpu_serve.head_check"
+
+
+def lifespan_state(limits: HttpLimits, head_check: HeadCheck | None) -> dict[str, Any]:
+    """What the app's lifespan yields so that the server's protocol applies these limits."""
+    return {LIMITS_KEY: limits, HEAD_CHECK_KEY: head_check}
 
 
 class _Refused(Exception):
@@ -92,10 +111,16 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a head cap, read deadlines and a connection cap."""
 
-    def __init__(self, *args: Any, limits: HttpLimits, head_check: HeadCheck | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.limits = limits
-        self.head_check = head_check
+    def __init__(self, config: uvicorn.Config, server_state: Any, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        limits = app_state.get(LIMITS_KEY)
+        if limits is None:  # not our app's lifespan (or lifespan off): the limits of the environment
+            limits = app_state[LIMITS_KEY] = HttpLimits.from_settings(Settings())
+            log.warning("the app set no HTTP limits; using those of the environment (EDGETPU_SERVE_*)")
+        self.limits: HttpLimits = limits
+        self.head_check: HeadCheck | None = app_state.get(HEAD_CHECK_KEY)
+        self.timeout_keep_alive = limits.keep_alive_timeout_s
         self._refused = False
         self._in_head = True  # between requests or inside a request's head
         self._in_body = False
@@ -250,12 +275,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._deadline = None
 
 
-def config(app, settings: Settings, head_check: HeadCheck | None = None, **overrides: Any) -> uvicorn.Config:
-    """uvicorn's Config with our protocol and limits; overrides win."""
+def config(app, settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """uvicorn's Config with our protocol (the limits come from the app's lifespan); overrides win."""
     options: dict[str, Any] = dict(
         host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
-        http=functools.partial(LimitedHttpToolsProtocol, limits=HttpLimits.from_settings(settings),
-                               head_check=head_check),
+        http=LimitedHttpToolsProtocol,
         timeout_keep_alive=settings.keep_alive_timeout_s,
         limit_concurrency=None,  # ours is per connection, at connect, in JSON
         timeout_graceful_shutdown=settings.drain_timeout_s,
@@ -273,12 +297,12 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app, settings: Settings, head_check: HeadCheck | None = None, **overrides: Any) -> None:
+def serve(app, settings: Settings, **overrides: Any) -> None:
     """Run the app until SIGINT/SIGTERM. SIGTERM stops accepting and lets admitted requests finish
     within DRAIN_TIMEOUT_S; the lifespan then closes the interpreters (app/main.py)."""
     if settings.tune_malloc and not tune_malloc():
         log.info("not glibc: malloc left as it is")
-    server = _Server(config(app, settings, head_check, **overrides))
+    server = _Server(config(app, settings, **overrides))
     # A SIGTERM before uvicorn installs its handlers (or the one uvicorn re-raises once it is done)
     # asks the server to exit: never ignored, and the process exits 0.
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))

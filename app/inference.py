@@ -110,6 +110,8 @@ async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, imag
         "postprocess": (end - post_start) * 1000,
         "total": (end - start) * 1000,
     }
+    if result.segments_ms is not None:  # a pipelined model: each segment's invoke, in order
+        timing_ms["segments"] = result.segments_ms
     metrics.observe_input(model_dir.name, lease.backend, timing_ms, result.cold)
     return Classification(
         model=model_dir.name,
@@ -154,6 +156,8 @@ def _scored(lease: Lease, result: RunResult, start: float, timing_ms: dict[str, 
     values = scores(result.output, output.scale, output.zero_point, lease.model_dir)
     timing_ms = {**timing_ms, "queue": result.queue_ms, "inference": result.inference_ms,
                  "total": (time.perf_counter() - start) * 1000}
+    if result.segments_ms is not None:  # a pipelined model: each segment's invoke, in order
+        timing_ms["segments"] = result.segments_ms
     metrics.observe_input(lease.model_dir.name, lease.backend, timing_ms, result.cold)
     return Scored(result.output, values, timing_ms, result.cold)
 

@@ -1,4 +1,10 @@
-"""create_app(settings): assembles the routers; the lifespan loads the models."""
+"""create_app(settings): assembles the routers; the lifespan loads the models and hands the HTTP
+server its limits.
+
+`app` (this module's attribute) and `create_app()` without settings are what other servers load
+(`uvicorn app.main:app`, `uvicorn --factory app.main:create_app`, gunicorn): the app they get starts
+only where the server runs our HTTP protocol, and otherwise refuses and says how (app/launch.py).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app import launch
 from app.api import auth, classify, devices, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
+from app.api.routes import InferenceRoutes
+from app.api.shedding import HeadAdmission
 from app.api.v2 import router as v2
+from app.http_server import HttpLimits, lifespan_state
 from app.imaging import reuse_image_buffers
 from app.inference import ImageWork, image_threads
 from app.memory import TRIM_AFTER_BYTES, ByteBudget
@@ -23,10 +33,16 @@ log = logging.getLogger(__name__)
 # OpenTelemetry SDK is installed, and asking per request whether one is configured cost ~7 us of
 # event-loop CPU (bench/loop_cost.py).
 NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
+# The routers of the inference routes (app/api/routes.py), included first: every request is matched against
+# the routes in order, and these are the ones under load. They check the inference key themselves (DirectRoute).
+INFERENCE_ROUTERS = (classify.router, v2.inference)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
+    """The service's app. Without `settings`, a server's factory call (settings from EDGETPU_SERVE_*):
+    built only where the server holds the HTTP limits (app/launch.py)."""
+    if settings is None:
+        return launch.app_for_server("app.main:create_app", create_app)
     reuse_image_buffers()
     registry = Registry(settings)
     # Model directories are checked now, so a misconfiguration stops the process at
@@ -35,9 +51,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        launch.check_server(app)  # started by another server: refuses unless it runs our protocol
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
         try:
-            yield
+            # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
+            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(registry, inference_routes))
         finally:
             # Shutdown: admitted requests finish (bounded), then every interpreter is closed.
             if not await registry.drain(settings.drain_timeout_s):
@@ -61,16 +79,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     budget = ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
                         trim_after_bytes=TRIM_AFTER_BYTES if settings.tune_malloc else None)
     app.add_middleware(HoldBodyBudget, budget=budget)
-    # The inference routes first: every request is matched against the routes in order, and these
-    # are the ones under load. They check the inference key themselves (DirectRoute).
-    app.include_router(classify.router)
-    app.include_router(v2.inference)
+    for router in INFERENCE_ROUTERS:
+        app.include_router(router)
     app.include_router(health.router)
     app.include_router(models.router, dependencies=[auth.InferenceKey])
     app.include_router(devices.router, dependencies=[auth.InferenceKey])
     app.include_router(v2.health)  # open, like /healthz
     app.include_router(v2.router, dependencies=[auth.InferenceKey])
-    metrics.install(app)  # /metrics: open until inference keys are set, like /v1
+    # the table of inference routes (app/api/routes.py): shedding, counting and admission read it
+    inference_routes = app.state.inference_routes = InferenceRoutes.of(
+        route for router in INFERENCE_ROUTERS for route in router.routes)
+    metrics.install(app, inference_routes)  # /metrics: open until inference keys are set, like /v1
     page.install(app)
     openapi.install(app, registry)
     return app
+
+
+def __getattr__(name: str):
+    if name == "app":  # `uvicorn app.main:app`, `gunicorn app.main:app`
+        return launch.app_for_server("app.main:app", create_app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

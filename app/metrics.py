@@ -2,8 +2,8 @@
 
 Events (requests, stage latencies, cold starts, model loads) are counted by a few calls from
 the core. Everything that is a state (queue depth, busy interpreters, warm-up times, model
-states, TPU health and temperature) is read from the registry when Prometheus scrapes, by
-StateCollector, so nothing has to be kept in step by hand. Process metrics come from
+states, and each backend plug-in's own gauges: its devices' health, temperature) is read from
+the registry when Prometheus scrapes, by StateCollector, so nothing has to be kept in step by hand. Process metrics come from
 prometheus_client's own collectors.
 
 Label values are bounded: `model` and `backend` only ever take names the registry serves
@@ -15,8 +15,8 @@ counted under model="" and backend="". Unknown names in URLs create no series.
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Iterable
-from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from app.errors import ServeError
 
+log = logging.getLogger(__name__)
 # No `_created` series: one more gauge per counter and histogram series that dashboards never read.
 disable_created_metrics()
 
@@ -96,15 +97,16 @@ def model_loaded(model: str, ok: bool) -> None:
 class RequestCounter:
     """ASGI middleware: counts answered requests to the inference routes by protocol and status.
 
-    Plain ASGI (no web framework import): it only reads the status line it passes on.
+    Plain ASGI (no web framework import): `routes` says which requests are inference requests and of
+    which protocol (app/api/routes.py InferenceRoutes.protocol_of); it only reads the status it passes on.
     """
 
-    def __init__(self, app, protocols: dict[str, str]):
+    def __init__(self, app, routes):
         self.app = app
-        self.protocols = protocols  # path prefix -> protocol label; other paths are not counted
+        self.routes = routes
 
     async def __call__(self, scope, receive, send):
-        protocol = self._protocol(scope)
+        protocol = self.routes.protocol_of(scope["method"], scope["path"]) if scope["type"] == "http" else None
         if protocol is None:
             return await self.app(scope, receive, send)
         labels = {"model": "", "backend": ""}
@@ -122,26 +124,16 @@ class RequestCounter:
             _request.reset(token)
             answered(protocol, labels["model"], labels["backend"], status["code"])
 
-    def _protocol(self, scope) -> str | None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return None
-        path = scope["path"]
-        for prefix, protocol in self.protocols.items():
-            if path.startswith(prefix) and (path.endswith("/infer") or path.endswith("/classify")):
-                return protocol
-        return None
-
 
 class StateCollector(Collector):
-    """Gauges read from the registry at scrape time."""
+    """Gauges read from the registry at scrape time: the pools', and each plug-in's own."""
 
-    def __init__(self, registry, apex_dir: Path):
+    def __init__(self, registry):
         self.registry = registry
-        self.apex_dir = apex_dir
 
     def collect(self) -> Iterable:
         yield from self._pools()
-        yield from self._devices()
+        yield from self._plugins()
 
     def _pools(self):
         g = {name: GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels) for name, doc, labels in (
@@ -175,51 +167,24 @@ class StateCollector(Collector):
                     g["pool_first_inference_seconds"].add_metric(labels, pool.first_inference_ms / 1000)
         yield from g.values()
 
-    def _devices(self):
-        plugin = self.registry.plugins.get("edgetpu")
-        env = getattr(plugin, "environment", None)  # found at start; None without the plug-in or a TPU
-        count = GaugeMetricFamily(f"{PREFIX}_edgetpu_devices", "Edge TPUs found at start and used by the service")
-        count.add_metric([], len(env.targets) if env is not None else 0)
-        yield count
-        healthy = GaugeMetricFamily(f"{PREFIX}_edgetpu_device_healthy",
-                                    "1 when every interpreter on the TPU is healthy", labels=("device",))
-        by_device: dict[str, bool] = {}
-        for _, member in self.registry.members("edgetpu"):
-            by_device[member.device] = by_device.get(member.device, True) and member.healthy
-        for device, ok in sorted(by_device.items()):
-            healthy.add_metric([device], 1.0 if ok else 0.0)
-        yield healthy
-        temperature = GaugeMetricFamily(f"{PREFIX}_edgetpu_temperature_celsius",
-                                        "TPU temperature from <apex_dir>/apex_N/temp (PCIe and Dev Board)",
-                                        labels=("device",))
-        for device, celsius in apex_temperatures(self.apex_dir):
-            temperature.add_metric([device], celsius)
-        yield temperature
-
-
-def apex_temperatures(apex_dir: Path) -> list[tuple[str, float]]:
-    """(apex_N, degrees C) for each TPU whose driver exposes `temp` (millidegrees Celsius)."""
-    out = []
-    try:
-        entries = sorted(apex_dir.glob("apex_*"))
-    except OSError:
-        return out
-    for entry in entries:
-        try:
-            out.append((entry.name, int((entry / "temp").read_text().strip()) / 1000))
-        except (OSError, ValueError):
-            continue  # no sensor, or unreadable now: no sample rather than a wrong one
-    return out
+    def _plugins(self):
+        for key, plugin in self.registry.plugins.items():
+            try:
+                families = list(plugin.collect(self.registry.members(key)))
+            except Exception:  # one plug-in's failure leaves the other series standing
+                log.exception("backend %s: its metrics could not be collected", key)
+                continue
+            yield from families
 
 
 _collector: StateCollector | None = None
 
 
-def watch(registry, apex_dir: Path, prometheus: CollectorRegistry = REGISTRY) -> None:
+def watch(registry, prometheus: CollectorRegistry = REGISTRY) -> None:
     """Report this registry's state at each scrape (one registry per process: the last one watched)."""
     global _collector
     unwatch(prometheus)
-    _collector = StateCollector(registry, apex_dir)
+    _collector = StateCollector(registry)
     prometheus.register(_collector)
 
 

@@ -6,6 +6,10 @@
       <name>_int8.tflite           full-integer model (cpu and emulated backends)
       <name>_int8_edgetpu.tflite   the same, compiled for the Edge TPU (when compiled)
 
+A segmented model (python -m converter segment) has instead one file per segment, kinds
+`int8_segment_<i>` (and `edgetpu_segment_<i>` when compiled), and a `segments` entry
+listing them in order; the service runs it as a pipeline (app/pipeline.py).
+
 model.json records the sha256 of every file, so a loader can refuse a file that
 does not match what the converter wrote. Directories are written whole, through a
 temporary sibling and a rename, so a reader never sees a half-written model.
@@ -38,6 +42,11 @@ def int8_filename(name: str) -> str:
 
 def edgetpu_filename(name: str) -> str:
     return f"{name}_int8_edgetpu.tflite"
+
+
+def segment_kind(kind: str, index: int) -> str:
+    """The file kind of segment `index` of a model's `kind` file: int8_segment_0, edgetpu_segment_2."""
+    return f"{kind}_segment_{index}"
 
 
 class InputSpec(BaseModel):
@@ -161,6 +170,45 @@ class EdgeTpuCompile(BaseModel):
     segment_reports: list[dict] | None = None
 
 
+class Segment(BaseModel):
+    """One segment of a pipelined model: the tensors that cross its ends and what it holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str    # name of the tensor entering it (the model's input for the first)
+    output: str   # name of the tensor leaving it (the model's output for the last)
+    first_operator: int = Field(ge=0)  # in the whole model's execution order
+    operators: int = Field(ge=1)
+    cost: float | None = None  # in the unit of Segments.balanced_by
+
+
+class Segments(BaseModel):
+    """The model cut into sequential segments (python -m converter segment), served as a pipeline:
+    segment i on device i (edgetpu) or interpreter i (cpu, emulated). Segment i's files are the
+    kinds `int8_segment_<i>` and, when compiled, `edgetpu_segment_<i>`. Absent: one whole model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str                   # the whole int8 model it was cut from (file name)
+    source_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    balanced_by: str              # what the cost of each segment measures, or who chose the cuts
+    items: list[Segment] = Field(min_length=1)
+
+    @property
+    def count(self) -> int:
+        return len(self.items)
+class EdgeTpuEstimate(BaseModel):
+    """converter.estimate: Edge TPU latency per invoke estimated from the model's structure, not measured."""
+
+    model_config = ConfigDict(extra="allow")
+
+    latency_ms: dict[str, float]  # per link: usb3, usb2, pcie, devboard
+    parameters: dict[str, int]    # bytes, on_chip_bytes, streamed_bytes, cache_bytes
+    ops: dict[str, int]           # edgetpu, cpu
+    error: dict                   # the stated (leave-one-out) error and its text
+    method: str
+
+
 class Build(BaseModel):
     """Provenance: the command that rebuilds the directory and what it was made with."""
 
@@ -190,6 +238,8 @@ class Manifest(BaseModel):
     quality: Quality | None = None
     build: Build | None = None
     edgetpu_compile: EdgeTpuCompile | None = None
+    segments: Segments | None = None
+    edgetpu_estimate: EdgeTpuEstimate | None = None
     files: dict[str, FileEntry] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -250,6 +300,13 @@ class ModelDir:
 
     def has(self, kind: str) -> bool:
         return kind in self.manifest.files
+
+    def segment_files(self, kind: str) -> list[Path]:
+        """A segmented model's files of `kind` (int8, edgetpu), in pipeline order, sha256 checked."""
+        segments = self.manifest.segments
+        if segments is None:
+            raise ModelDirError(f"model {self.name!r} is not segmented (no 'segments' in {MANIFEST})")
+        return [self.file(segment_kind(kind, i)) for i in range(segments.count)]
 
 
 def sha256_file(path: Path) -> str:

@@ -1,28 +1,48 @@
-"""Every setting of the service, from environment variables prefixed EDGETPU_SERVE_."""
+"""Every setting of the service, from environment variables prefixed EDGETPU_SERVE_.
+
+The core's own settings are here; each backend plug-in declares its own (a PluginSettings
+class, read from EDGETPU_SERVE_<KEY>_*), which `plugin_settings()` composes. The registry makes
+each plug-in's when it starts, so a wrong value stops the service at start either way.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from collections.abc import Iterable
+
+from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.edgetpu.delegate import PERFORMANCE, is_device_spec
-
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
+# Every setting of the service, a plug-in's too, comes from a variable with this prefix.
+ENV_PREFIX = "EDGETPU_SERVE_"
 
 
-def _split(value):
+def words(value):
     """Lists from the environment as comma-separated words: EDGETPU_SERVE_BACKENDS=cpu,emulated."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
 
 
+class PluginSettings(BaseSettings):
+    """A backend plug-in's own settings (Frigate's way: each detector declares its config class).
+
+    A subclass sets `model_config = plugin_config(KEY)`, so its fields read EDGETPU_SERVE_<KEY>_<FIELD>;
+    values given in code (`Settings(plugins={KEY: {...}})`) take precedence over the environment."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+
+def plugin_config(key: str, **extra) -> SettingsConfigDict:
+    return SettingsConfigDict(env_prefix=f"{ENV_PREFIX}{key.upper()}_", extra="forbid", **extra)
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EDGETPU_SERVE_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -58,23 +78,16 @@ class Settings(BaseSettings):
     # Threads that decode and resize images: more than the cores the interpreters leave free
     # only preempt them, and each holds a decoded image (app/inference.py ImageWork).
     # Unset: half the cores when an interpreter computes on them (cpu, emulated), every core
-    # when only devices do (edgetpu): app.inference.image_threads.
+    # when only devices do (an accelerator's plug-in): app.inference.image_threads.
     image_threads: int | None = Field(default=None, ge=1, le=64)
 
-    # The edgetpu backend: one interpreter per TPU (`workers` does not apply to it).
-    # The platform's libedgetpu (libedgetpu.so.1, libedgetpu.1.dylib, edgetpu.dll) unless a path is given.
-    edgetpu_library: str | None = None
-    # Delegate device specs, one interpreter each (":0", "usb", "usb:1", "pci:0"); empty = every TPU listed.
-    edgetpu_devices: Annotated[list[str], NoDecode] = []
-    edgetpu_performance: Literal[PERFORMANCE] | None = Field(
-        default=None, description="the delegate's Performance option; unset = the library's default (Max)")
-    # fail: refuse to start without a usable TPU; fallback: serve those models on `cpu` (plain int8 file).
-    edgetpu_on_failure: Literal["fail", "fallback"] = "fail"
-    # strict: libedgetpu + TFLite runtime must be a pinned set (app/edgetpu/versions.toml); warn: log and go on.
-    edgetpu_version_check: Literal["strict", "warn"] = "strict"
+    # Plug-ins' own settings given in code, by backend key: {"<key>": {"<field>": value}}. From the
+    # environment each plug-in reads its own EDGETPU_SERVE_<KEY>_<FIELD> variables.
+    plugins: dict[str, dict[str, Any]] = {}
     # An invoke longer than this marks its device unhealthy: out of the pool until re-created.
     watchdog_timeout_s: float = Field(default=5.0, gt=0)
-    watchdog_backends: Annotated[list[str], NoDecode] = ["edgetpu"]
+    # Backends whose interpreters the watchdog watches; unset: those whose plug-in says so (Backend.watched).
+    watchdog_backends: Annotated[list[str] | None, NoDecode] = None
     watchdog_retry_s: float = Field(default=2.0, gt=0, description="wait between attempts to re-create a device")
 
     max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
@@ -82,8 +95,6 @@ class Settings(BaseSettings):
     max_top_k: int = Field(default=1000, ge=1)
     # Open Inference Protocol: images (or tensors) one request may hold; each runs as its own invoke.
     v2_max_batch: int = Field(default=64, ge=1)
-    # Where the Edge TPU's PCIe driver (gasket/apex) exposes each TPU's `temp`, read for /metrics.
-    apex_sysfs_dir: Path = Path("/sys/class/apex")
 
     # API keys (app/api/auth.py), sent as `Authorization: Bearer <key>` or `X-API-Key`; several of
     # each so a key can be rotated. Inference keys: none = inference endpoints open. Admin keys: none =
@@ -113,6 +124,16 @@ class Settings(BaseSettings):
     # Pixels decoded for formats without reduced-size decoding (all but JPEG): bounds time and memory.
     max_decoded_pixels: int = Field(default=24_000_000, ge=1)
 
+    _plugin_settings: dict[type, PluginSettings | None] = PrivateAttr(default_factory=dict)
+
+    def plugin_settings(self, plugin: type) -> PluginSettings | None:
+        """A backend plug-in's own settings: its settings class from the environment, with what
+        `plugins` gives for its key on top. None for a plug-in without settings."""
+        if plugin not in self._plugin_settings:
+            cls = plugin.settings_class
+            self._plugin_settings[plugin] = None if cls is None else cls(**self.plugins.get(plugin.key, {}))
+        return self._plugin_settings[plugin]
+
     @model_validator(mode="after")
     def _budget_holds_a_body(self):
         # a multipart body is held twice for a moment (the body, the file in it)
@@ -129,12 +150,12 @@ class Settings(BaseSettings):
     @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod
     def _keys(cls, value):
-        return _split(value)
+        return words(value)
 
-    @field_validator("models", "backends", "edgetpu_devices", "watchdog_backends", mode="before")
+    @field_validator("models", "backends", "watchdog_backends", mode="before")
     @classmethod
     def _comma_separated(cls, value):
-        return _split(value)
+        return words(value)
 
     @field_validator("backends")
     @classmethod
@@ -143,10 +164,19 @@ class Settings(BaseSettings):
             raise ValueError("at least one backend is needed")
         return value
 
-    @field_validator("edgetpu_devices")
-    @classmethod
-    def _device_specs(cls, value):
-        wrong = [spec for spec in value if not is_device_spec(spec)]
-        if wrong:
-            raise ValueError(f"{wrong}: each device is ':N', 'usb', 'usb:N', 'pci' or 'pci:N'")
-        return value
+
+def variable_names(plugins: Iterable[type] = ()) -> set[str]:
+    """Every environment variable the service reads: the core's, and each given plug-in's own
+    (app.engines.BACKENDS.values() for all), for checks of deployment manifests."""
+    names = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    for plugin in plugins:
+        cls = plugin.settings_class
+        if cls is None:
+            continue
+        prefix = cls.model_config.get("env_prefix", "")
+        for name, field in cls.model_fields.items():
+            names.add(f"{prefix}{name.upper()}")
+            alias = field.validation_alias
+            choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+            names |= {choice.upper() for choice in choices if isinstance(choice, str)}
+    return names

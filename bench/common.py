@@ -12,6 +12,15 @@ def repo_root() -> Path:
     return ROOT
 
 
+def load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages ("-" where /proc/loadavg is missing): printed
+    beside figures, since a shared machine's load moves them more than most changes do."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "-"
+
+
 def default_photo() -> Path:
     """scikit-learn's china.jpg (640x427 JPEG), found without importing scikit-learn."""
     return Path(metadata.distribution("scikit-learn").locate_file("sklearn/datasets/images/china.jpg"))

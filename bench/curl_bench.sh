@@ -9,6 +9,9 @@
 #   EDGETPU_SERVE_BACKENDS=cpu,emulated make serve &                 # or against one already running
 #   bench/curl_bench.sh --backends cpu,emulated -n 50
 #   bench/curl_bench.sh --url http://coral.local:8000 --backends cpu,edgetpu --markdown
+#   bench/curl_bench.sh --start --backends cpu,emulated --chart docs/img/curl_bench_stages.png
+# Beside the table, a PNG chart of each backend's warm latency by stage (--chart PATH, default
+# build/bench/curl_bench.png; --chart '' for none; needs matplotlib, the dev extra).
 set -euo pipefail
 
 url="http://127.0.0.1:8000"
@@ -18,8 +21,10 @@ requests=50
 photo=""
 start=""
 format_args=()
+chart_args=()
+original_args=("$@")
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --url URL | --start, --model NAME --backends a,b -n N --photo FILE --markdown"; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --url URL | --start, --model NAME --backends a,b -n N --photo FILE --markdown --chart PATH"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +34,7 @@ while [ $# -gt 0 ]; do
     -n|--requests) requests="$2"; shift 2 ;;
     --photo) photo="$2"; shift 2 ;;
     --markdown) format_args+=(--markdown); shift ;;
+    --chart) chart_args=(--chart "$2"); shift 2 ;;
     --start) start=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -47,40 +53,27 @@ if [ ! -f "$photo" ]; then
 fi
 case "$photo" in *.png|*.PNG) content_type="image/png" ;; *) content_type="image/jpeg" ;; esac
 
+if [ -n "$start" ]; then
+  # this checkout's service on a free local port, loaded on exactly the backends measured, through the
+  # benchmarks' one launcher (bench/service.py): it runs this script again against {url}, then stops
+  # the service, also when it is itself told to stop. `exec`: the launcher takes this PID, so a
+  # SIGTERM sent to the script reaches it.
+  rerun=()
+  skip=""
+  for arg in "${original_args[@]}"; do
+    if [ -n "$skip" ]; then skip=""; continue; fi
+    case "$arg" in --start) ;; --url) skip=1 ;; *) rerun+=("$arg") ;; esac
+  done
+  exec "$python" "$here/service.py" --only-these --set EDGETPU_SERVE_BACKENDS="$backends" \
+    --set EDGETPU_SERVE_LOG_LEVEL=warning -- bash "$here/curl_bench.sh" --url '{url}' "${rerun[@]}"
+fi
+
 results="$(mktemp)"
-service_log="$(mktemp)"
-service_pid=""
-stop_service() {  # SIGTERM, then SIGKILL after STOP_TIMEOUT_S: the service drains, but not forever
-  [ -n "$service_pid" ] || return 0
-  kill "$service_pid" 2> /dev/null || true
-  for _ in $(seq $((STOP_TIMEOUT_S * 10))); do kill -0 "$service_pid" 2> /dev/null || break; sleep 0.1; done
-  kill -9 "$service_pid" 2> /dev/null || true
-  wait "$service_pid" 2> /dev/null || true
-  service_pid=""
-}
-STOP_TIMEOUT_S=15
-cleanup() { stop_service; rm -f "$results" "$service_log"; }
+described="$(mktemp)"  # the model's /v1/models answer: its edgetpu_estimate becomes an estimated row
+cleanup() { rm -f "$results" "$described"; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-if [ -n "$start" ]; then
-  # this checkout's service on a free local port, loaded on exactly the backends measured
-  port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-  url="http://127.0.0.1:$port"
-  # `exec`: the subshell becomes the service, so $! is the service's own PID (the one to stop)
-  (cd "$here/.." && exec env $(env | grep -o '^EDGETPU_SERVE_[A-Z_]*' | sed 's/^/-u /') \
-    EDGETPU_SERVE_HOST=127.0.0.1 EDGETPU_SERVE_PORT="$port" EDGETPU_SERVE_BACKENDS="$backends" \
-    EDGETPU_SERVE_LOG_LEVEL=warning "$python" -m app > "$service_log" 2>&1 < /dev/null) &
-  service_pid=$!
-  echo "starting the service on $url with backends $backends..." >&2
-  for _ in $(seq 1200); do
-    curl -sf "$url/readyz" > /dev/null && break
-    if ! kill -0 "$service_pid" 2> /dev/null; then echo "the service exited:" >&2; cat "$service_log" >&2; exit 1; fi
-    sleep 0.1
-  done
-  curl -sf "$url/readyz" > /dev/null || { echo "the service did not become ready:" >&2; cat "$service_log" >&2; exit 1; }
-fi
 
 if ! curl -sf "$url/healthz" > /dev/null; then
   echo "no service answering at $url (start one: make serve, or pass --url)" >&2; exit 1
@@ -101,5 +94,6 @@ for backend in "${backend_list[@]}"; do
   for _ in $(seq 0 "$requests"); do classify "$backend"; done
 done
 
-"$python" "$here/curl_table.py" --photo "$(basename "$photo")" --url "$url" "${format_args[@]}" < "$results"
-stop_service
+curl -s "$url/v1/models/$model" > "$described" || true
+"$python" "$here/curl_table.py" --photo "$(basename "$photo")" --url "$url" --model-json "$described" \
+  "${format_args[@]}" "${chart_args[@]}" < "$results"

@@ -28,6 +28,10 @@ Example usage:
     python bench/device_capacity.py --backend cpu --workers 1 --concurrency 1   # a real backend
     python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
     python bench/device_capacity.py --url http://board:8000 --device-ms 2.6     # a running service
+
+Beside the tables, a PNG chart: device busy against concurrency, one line per input and one panel
+per table, the bound without HTTP dashed (--chart PATH; default beside --json's file, else
+build/bench/device_capacity.png; --chart '' for none; needs matplotlib, the dev extra).
 """
 
 from __future__ import annotations
@@ -54,8 +58,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import default_photo, repo_root  # noqa: E402
+from bench.common import default_photo, load_average, repo_root  # noqa: E402
 from bench.service import STOP_TIMEOUT_S, ServiceProcess, free_port  # noqa: E402
+from bench.charts import CHART_DIR  # noqa: E402
+from bench.stats import median, ratio  # noqa: E402
 
 MODEL = "efficientnet_lite0"
 MAX_PIXELS = 50_000_000
@@ -324,7 +330,7 @@ def device_time_ms(url: str, item: Input, n: int = 20) -> float:
         # /v1 reports timing_ms; OIP v2 the same stages as parameters (ahead of binary outputs)
         values.append(answer["timing_ms"]["inference"] if "timing_ms" in answer
                       else answer["parameters"]["inference_ms"])
-    return float(np.median(values))
+    return median(values)
 
 
 def measure_service(service: Service | None, url: str, inputs: list[Input], levels: list[int], seconds: float,
@@ -394,12 +400,12 @@ def median_point(points: list[dict]) -> dict:
     row = dict(points[0])
     for key in ("req_s", "p50_ms", "p99_ms", "device_busy", "cpu_ms_per_request_total"):
         if key in row:
-            row[key] = float(np.median([p[key] for p in points]))
+            row[key] = median(p[key] for p in points)
     for key in ("requests", "errors"):
         row[key] = sum(p[key] for p in points)
     if "cpu_ms_per_request" in row:
         kinds = {k for p in points for k in p["cpu_ms_per_request"]}
-        row["cpu_ms_per_request"] = {k: float(np.median([p["cpu_ms_per_request"].get(k, 0.0) for p in points]))
+        row["cpu_ms_per_request"] = {k: median(p["cpu_ms_per_request"].get(k, 0.0) for p in points)
                                      for k in kinds}
     row["rounds"] = len(points)
     return row
@@ -478,7 +484,7 @@ def peer_comparison(inputs: list[Input], levels: list[int], seconds: float, work
                         got[side].append(wrk_run(url, request, c, seconds, workdir))
                 row = {"input": item.name, "concurrency": c, "workers": workers}
                 for side, runs in got.items():
-                    row[side] = {k: float(np.median([r[k] for r in runs])) for k in ("req_s", "p50_ms", "p99_ms")}
+                    row[side] = {k: median(r[k] for r in runs) for k in ("req_s", "p50_ms", "p99_ms")}
                     row[side]["errors"] = sum(r["errors"] for r in runs)
                 rows.append(row)
     return rows
@@ -495,15 +501,11 @@ def print_peer(rows: list[dict]) -> None:
     for r in rows:
         o, p, f = r["ours"], r["naive peer"], r["peer, our preprocessing"]
         print(f"| {r['input']} | {r['concurrency']} | {o['req_s']:.1f} ({o['p50_ms']:.2f}) | {p['req_s']:.1f} "
-              f"({p['p50_ms']:.2f}) | {o['p50_ms'] / p['p50_ms']:.2f}x | {f['req_s']:.1f} ({f['p50_ms']:.2f}) | "
-              f"{o['p50_ms'] / f['p50_ms']:.2f}x | {o['errors'] + p['errors'] + f['errors']} |")
+              f"({p['p50_ms']:.2f}) | {ratio(o['p50_ms'], p['p50_ms']):.2f}x | {f['req_s']:.1f} ({f['p50_ms']:.2f}) | "
+              f"{ratio(o['p50_ms'], f['p50_ms']):.2f}x | {o['errors'] + p['errors'] + f['errors']} |")
 
 
 # ---- report --------------------------------------------------------------------------------
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
 
 def print_rows(title: str, rows: list[dict], bounds: dict) -> None:
     print(f"\n### {title}\n")
@@ -513,12 +515,58 @@ def print_rows(title: str, rows: list[dict], bounds: dict) -> None:
     for r in rows:
         bound = bounds.get(r["input"])
         bound_txt = "-" if bound is None else f"{bound:.0f} ({bound * r['device_ms'] / 1000 / r['devices']:.0%})"
-        ratio = "-" if not bound else f"{r['req_s'] / bound:.0%}"
+        share = ratio(r["req_s"], bound)
+        share_txt = "-" if share is None else f"{share:.0%}"
         cpu = r.get("cpu_ms_per_request")
         cpu_txt = "-" if cpu is None else (f"{r['cpu_ms_per_request_total']:.2f} (" + " + ".join(
             f"{cpu.get(k, 0):.2f}" for k in ("event loop", "image", "device", "other")) + ")")
         print(f"| {r['input']} | {r['concurrency']} | {r['req_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-              f"{r['device_busy']:.0%} | {bound_txt} | {ratio} | {cpu_txt} | {r['errors']} |")
+              f"{r['device_busy']:.0%} | {bound_txt} | {share_txt} | {cpu_txt} | {r['errors']} |")
+
+
+def chart_panels(report: dict) -> list[dict]:
+    """The report's tables (points grouped by their "table" title, in order) as panels of the
+    utilisation chart, each input's bound without HTTP as a device-busy fraction (req/s x D / devices).
+    Works on a saved --json report too: a chart can be redrawn without measuring again."""
+    tables: dict[str, list[dict]] = {}
+    for point in report["points"]:
+        tables.setdefault(point.get("table", point.get("run", "")), []).append(point)
+    panels = []
+    for title, points in tables.items():
+        busy = {b["input"]: b["req_s"] * b["device_ms"] / 1000 / b["devices"] for b in report.get("bounds", [])
+                for p in points[:1] if (b["device_ms"], b["devices"]) == (p["device_ms"], p["devices"])}
+        panels.append({"title": title, "points": points, "bounds": busy})
+    return panels
+
+
+def write_chart(report: dict, path: Path, title: str) -> Path | None:
+    """The report's tables as device-busy lines in a PNG at `path`; None (and why, on stderr) without
+    matplotlib or without points."""
+    from bench import charts
+
+    if not charts.available():
+        print("no chart: matplotlib is not installed (pip install -e '.[dev]')", file=sys.stderr)
+        return None
+    if not report["points"]:
+        return None
+    return charts.utilisation_lines(chart_panels(report), path, title)
+
+
+def print_estimated_row(model: str) -> None:
+    """No Edge TPU here: the estimated Edge TPU row (converter/estimate.py) under the measured rows, labelled.
+
+    Its req/s is what one device alone would allow (1000 / estimated invoke ms), without HTTP or image work.
+    """
+    from converter.estimate import EstimateError, estimate_row
+
+    try:
+        row = estimate_row(repo_root() / "models" / model)
+    except EstimateError as e:
+        print(f"\n(no estimated Edge TPU row: {e})")
+        return
+    print(f"| {row['backend']} | 1 | <= {row['device_req_s']:.0f} per device | {row['inference_ms']:.2f} (invoke "
+          "alone) | - | - | - | - | - | - |")
+    print(f"\nestimated Edge TPU: not measured, from the model's structure; {row['error']}")
 
 
 def print_stages(title: str, results: list[dict]) -> None:
@@ -541,6 +589,16 @@ def variant_settings(text: str) -> dict[str, str]:
 
 def run_name(checkout: Path, settings: dict[str, str]) -> str:
     return f"{checkout} [{' '.join(f'{k}={v}' for k, v in settings.items())}]" if settings else str(checkout)
+
+
+def short_run_name(name: str, sides: int) -> str:
+    """A run's name for a chart panel: the floor as "floor", this checkout as "this checkout", and
+    nothing at all when it ran alone (the chart's title says what was measured)."""
+    if name.startswith("floor"):
+        return "floor"
+    if sides == 1:
+        return "service"
+    return name.replace(str(repo_root()), "this checkout")
 
 
 def main() -> int:
@@ -571,7 +629,20 @@ def main() -> int:
                         help="also, side by side: bench/floor_server.py, the least a server on this HTTP stack does "
                              "per request (all on the event loop, one request at a time): the floor for c=1")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
+    parser.add_argument("--chart", type=Path, default=None,
+                        help="write the device-busy chart (PNG) here (default: beside --json as .png, else "
+                             "build/bench/device_capacity.png); '' for none")
+    parser.add_argument("--redraw", type=Path, default=None, metavar="JSON",
+                        help="measure nothing: draw the chart of a report saved with --json")
     args = parser.parse_args()
+    chart = args.chart if args.chart is not None else (
+        (args.json or args.redraw).with_suffix(".png") if (args.json or args.redraw) else
+        CHART_DIR / "device_capacity.png")
+    if args.redraw:
+        report = json.loads(args.redraw.read_text())
+        written = write_chart(report, chart, report.get("chart_title", "device busy against concurrency"))
+        print(f"chart: {written}" if written else "no chart", file=sys.stdout if written else sys.stderr)
+        return 0 if written else 1
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk", file=sys.stderr)
         return 2
@@ -587,7 +658,8 @@ def main() -> int:
 
     # the service's own default for a device backend (this checkout's rule), for the bound too
     image_threads = default_image_threads(args.image_threads, host_cpu=not simulated)
-    print(f"device capacity: {os.cpu_count()} cores, load average {load_average()} at start; wrk -t1, "
+    start_load = load_average()
+    print(f"device capacity: {os.cpu_count()} cores, load average {start_load} at start; wrk -t1, "
           f"{args.duration} s per point; image threads {image_threads}; backend {'cpu vs naive peer' if args.peer else args.backend}")
     report: dict = {"points": [], "stages": [], "bounds": []}
     errors = 0
@@ -606,7 +678,11 @@ def main() -> int:
                 rows = measure_service(None, url, inputs + ([v2] if v2 else []), levels, args.duration, d,
                                        args.devices and int(args.devices.split(",")[0]), workdir)
                 print_rows(f"{url}, D = {d} ms (load average {load_average()})", rows, {})
+                for r in rows:
+                    r["table"] = f"D = {d} ms"
                 report["points"] += rows
+            if str(chart) not in ("", ".") and (written := write_chart(report, chart, f"device busy, {url}")):
+                print(f"\nchart: {written}")
             return 0
         for d in device_times:
             for n in device_counts:
@@ -638,6 +714,10 @@ def main() -> int:
                     if rounds > 1:
                         title += f", medians of {rounds} alternating rounds"
                     print_rows(f"{title} (load average {load_average()})", rows, bounds)
+                    for r in rows:
+                        r["table"] = title.replace(name, short_run_name(name, len(sides)))
+                    if args.backend == "cpu":
+                        print_estimated_row(MODEL)
                     if isinstance(side, Service) and len(side_inputs) == len(inputs):
                         print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
                               "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
@@ -652,8 +732,12 @@ def main() -> int:
                 print_stages(f"{run_name(checkout, settings)}: server CPU ms per request by stage, c=1, D = {d} ms, 1 device "
                              f"(load average {load_average()})", results)
                 report["stages"] += results
+    report["chart_title"] = (f"device busy against concurrency ({os.cpu_count()} cores, load average {start_load} "
+                             f"at start; wrk -t1, {args.duration} s a point)")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
+    if str(chart) not in ("", ".") and (written := write_chart(report, chart, report["chart_title"])):
+        print(f"\nchart: {written}")
     return 1 if errors else 0
 
 

@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import default_photo, repo_root  # noqa: E402
+from bench.stats import median, percentile, ratio  # noqa: E402
 
 MODEL = "efficientnet_lite0"
 MAX_PIXELS = 50_000_000
@@ -102,10 +103,6 @@ def emulator_peak_bytes(engine: Engine, x: np.ndarray) -> tuple[int, int]:
     return prepared, peak - prepared
 
 
-def percentile(values: list[float], p: float) -> float:
-    return float(np.percentile(values, p))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--photo", type=Path, default=None, help="photo to classify (default: scikit-learn's china.jpg)")
@@ -151,7 +148,7 @@ def main() -> int:
         for engine in engines:
             engine.timed(x)
 
-    medians = {e.name: float(np.median(e.times_ms)) for e in engines}
+    medians = {e.name: median(e.times_ms) for e in engines}
     emulator_ms = medians[emulator.name]
     figures = {
         "photo": photo.name, "rounds": args.rounds, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -159,9 +156,9 @@ def main() -> int:
         "engines": {e.name: {"p50_ms": medians[e.name], "p90_ms": percentile(e.times_ms, 90), "load_ms": e.load_ms,
                              "rss_growth_mib": e.rss_growth / MIB} for e in engines},
         "emulator": emulator.name,
-        "emulator_speedup_vs_reference": medians[reference.name] / emulator_ms,
-        "emulator_over_optimized": emulator_ms / medians[optimized.name],
-        "emulator_over_xnnpack": emulator_ms / medians[xnnpack.name],
+        "emulator_speedup_vs_reference": ratio(medians[reference.name], emulator_ms),
+        "emulator_over_optimized": ratio(emulator_ms, medians[optimized.name]),
+        "emulator_over_xnnpack": ratio(emulator_ms, medians[xnnpack.name]),
         "emulator_prepared_mib": prepared / MIB,
         "emulator_invoke_peak_mib": invoke_peak / MIB,
     }

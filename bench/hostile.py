@@ -36,8 +36,6 @@ import os
 import re
 import resource
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,55 +50,37 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 
+sys.path.insert(0, str(ROOT))
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from bench.service import ServiceProcess, free_port  # noqa: E402
+from bench.stats import median, percentile, ratio  # noqa: E402
 
 
-class Service:
-    """python -m app (our server), or with plain=True uvicorn's own CLI on the same app (the baseline)."""
+PLAIN_UVICORN = ("import sys, uvicorn; from app.main import create_app; from app.settings import Settings; "
+                 "uvicorn.run(create_app(Settings()), host='127.0.0.1', port=int(sys.argv[1]), http='httptools', "
+                 "log_level='warning', access_log=False)")
+
+
+class Service(ServiceProcess):
+    """python -m app (our server), or with plain=True uvicorn with its own protocol on the same app (the baseline),
+    through the shared launcher; ready when constructed. The caller's EDGETPU_SERVE_* settings are
+    kept, `settings` (lower-case names, the prefix left out) go on top."""
 
     def __init__(self, plain: bool = False, **settings: str):
-        self.port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "EDGETPU_SERVE_HOST": "127.0.0.1",
-               "EDGETPU_SERVE_PORT": str(self.port), "EDGETPU_SERVE_LOG_LEVEL": "warning",
+        env = {"PYTHONPATH": str(ROOT), "EDGETPU_SERVE_LOG_LEVEL": "warning",
                **{f"EDGETPU_SERVE_{k.upper()}": str(v) for k, v in settings.items()}}
-        command = [sys.executable, "-m", "app"]
+        port, argv = None, None
         if plain:
-            command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--http", "httptools",
-                       "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning", "--no-access-log"]
-        self.process = subprocess.Popen(command, cwd=ROOT, env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("service not ready in 60 s")
-
-    def memory_mb(self) -> dict[str, float]:
-        fields = {}
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields[key] = int(value.split()[0]) / 1024
-        return fields
-
-    def open_files(self) -> int:
-        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
-
-    def stop(self) -> None:
-        self.process.terminate()
+            port = free_port()
+            # uvicorn's CLI refuses to start the app with its own protocol (app/launch.py), so the baseline
+            # runs it through uvicorn.run with settings given: the same app, uvicorn's own httptools protocol.
+            argv = [sys.executable, "-c", PLAIN_UVICORN, str(port)]
+        super().__init__(env, argv=argv, port=port)
         try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
 
 # -- raw HTTP over asyncio ------------------------------------------------------------------------
@@ -177,7 +157,8 @@ GET_HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\
 
 
 def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) * 1000 if values else float("nan")
+    """The q-th percentile of latencies in seconds, in ms (bench.stats.percentile); nan when there are none."""
+    return percentile(values, q) * 1000 if values else float("nan")
 
 
 async def probe(port: int, request: bytes, stop: asyncio.Event, interval_s: float = 0.01,
@@ -287,7 +268,7 @@ async def slow_clients(svc: Service, count: int, header_timeout_s: float, body_t
         rows = [r for r in results if r[0] == kind]
         times = [t for _, _, t in rows]
         print(f"| {kind} | {len(rows)} | {dict(sorted(_count(s for _, s, _ in rows).items()))} | "
-              f"{min(times):.2f} / {statistics.median(times):.2f} / {max(times):.2f} |")
+              f"{min(times):.2f} / {median(times):.2f} / {max(times):.2f} |")
     print(f"normal classify alone (same service, before): n {len(alone_latencies)}, "
           f"p50 {pct(alone_latencies, 50):.1f} ms, p99 {pct(alone_latencies, 99):.1f} ms")
     print(f"normal classify beside them: n {len(latencies)}, statuses {dict(_count(statuses))}, "
@@ -475,7 +456,7 @@ def overload_open(svc: Service, workers: int, factor: int, body: bytes, seconds:
         path = Path(tmp) / "body.jpg"
         path.write_bytes(body)
         unloaded, _ = h2load_requests(url, path, "image/jpeg", unloaded_requests, None)
-        capacity = workers / statistics.median(a.seconds for a in unloaded if a.status == 200)
+        capacity = workers / median(a.seconds for a in unloaded if a.status == 200)
         rate = factor * capacity
         service_before = process_cpu_s(svc.process.pid)
         start = time.perf_counter()
@@ -544,10 +525,10 @@ def protocol_cost(rounds: int, requests: int) -> None:
     print("| server | median us per request (client included) |")
     print("|---|---|")
     for name, values in times.items():
-        print(f"| {name} | {statistics.median(values) * 1e6:.0f} |")
-    ratio = statistics.median(times["ours (LimitedHttpToolsProtocol)"]) / statistics.median(
-        times["uvicorn + httptools (plain)"])
-    print(f"ours / plain = {ratio:.2f}")
+        print(f"| {name} | {median(values) * 1e6:.0f} |")
+    ours_over_plain = ratio(median(times["ours (LimitedHttpToolsProtocol)"]),
+                            median(times["uvicorn + httptools (plain)"]))
+    print(f"ours / plain = {ours_over_plain:.2f}")
 
 
 def large_images() -> None:
@@ -583,7 +564,7 @@ def large_images() -> None:
         finally:
             svc.stop()
         print(f"| {name} | {len(body) / 1e6:.1f} | {sorted({s for s, _ in results})} | "
-              f"{statistics.median(t for _, t in results) * 1000:.0f} | {idle:.0f} | {peak:.0f} | {after:.0f} |")
+              f"{median(t for _, t in results) * 1000:.0f} | {idle:.0f} | {peak:.0f} | {after:.0f} |")
 
 
 def main() -> int:

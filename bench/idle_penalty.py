@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.device_capacity import MAX_PIXELS, MODEL, jpeg_224  # noqa: E402
 from bench.common import repo_root  # noqa: E402
+from bench.stats import median  # noqa: E402
 
 SLEEPS_MS = (0.0, 0.5, 2.0, 4.0, 10.0)
 
@@ -64,8 +65,8 @@ def main() -> int:
     for sleep_ms in SLEEPS_MS:
         cells = []
         for name in work:
-            median, hot = (float(np.median(times[name, s])) for s in (sleep_ms, 0.0))
-            cells.append(f"{median * 1000:.3f} ({median / hot:.1f}x)")
+            middle, hot = (median(times[name, s]) for s in (sleep_ms, 0.0))
+            cells.append(f"{middle * 1000:.3f} ({middle / hot:.1f}x)")
         print(f"| {sleep_ms:g} | " + " | ".join(cells) + " |")
     return 0
 

@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_service, default_photo, repo_root  # noqa: E402
+from bench.stats import percentile_or_none  # noqa: E402
 
 DEFAULT_CONCURRENCY = "1,2,4,8"
 DEFAULT_DURATION_S = 8.0
@@ -169,8 +170,8 @@ def _summary(latencies: list[float], duration_s: float, errors: int = 0) -> dict
     return {
         "requests": len(ms),
         "rps": len(ms) / duration_s,
-        "p50": float(np.percentile(ms, 50)) if len(ms) else None,
-        "p99": float(np.percentile(ms, 99)) if len(ms) else None,
+        "p50": percentile_or_none(ms, 50),
+        "p99": percentile_or_none(ms, 99),
         "errors": errors,
     }
 

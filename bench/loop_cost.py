@@ -32,7 +32,6 @@ import asyncio
 import io
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -251,6 +250,8 @@ def http_refusals(root: Path, seconds: float) -> dict[str, list[float]]:
 
 
 def _print_http(figures: dict[str, dict[str, list[list[float]]]]) -> None:
+    from bench.stats import median
+
     labels = list(figures)
     print("503s over HTTP (wrk, 2 s per level): server CPU ms per request (every thread), medians of rounds")
     print(f"{'concurrency':<12}" + "".join(f"{label + ' CPU ms':>16}{'503/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
@@ -259,7 +260,7 @@ def _print_http(figures: dict[str, dict[str, list[list[float]]]]) -> None:
         cells, cpu = "", []
         for label in labels:
             rounds = figures[label][level]
-            med = [statistics.median(r[i] for r in rounds) for i in range(4)]
+            med = [median(r[i] for r in rounds) for i in range(4)]
             cpu.append(med[0])
             cells += f"{med[0]:>16.3f}{med[1]:>8.0f}{med[2]:>8.2f}{med[3]:>8.1f}"
         print(f"{level:<12}{cells}" + (f"{cpu[1] / cpu[0]:>11.2f}" if len(cpu) == 2 else ""))
@@ -295,14 +296,13 @@ def main(argv: list[str] | None = None) -> None:
         figures = asyncio.run(measure(args.worker, args.rounds, args.n, only))
         print(json.dumps(figures))
         return
+    sys.path.insert(0, str(ROOT))  # not before: a worker measures the checkout its PYTHONPATH names
     if args.profile:
-        sys.path.insert(0, str(ROOT))
         asyncio.run(profile(ROOT, args.profile, args.n, 40, args.sort))
         return
 
     checkouts = {"this": ROOT} if args.against is None else {"before": args.against.resolve(), "after": ROOT}
     if args.http:
-        sys.path.insert(0, str(ROOT))
         by_checkout: dict[str, dict[str, list[list[float]]]] = {label: {} for label in checkouts}
         for _ in range(args.rounds):
             for label, root in checkouts.items():
@@ -310,12 +310,14 @@ def main(argv: list[str] | None = None) -> None:
                     by_checkout[label].setdefault(level, []).append(values)
         print(json.dumps(by_checkout)) if args.json else _print_http(by_checkout)
         return
+    from bench.stats import median
+
     figures: dict[str, dict[str, list[float]]] = {label: {} for label in checkouts}
     for _ in range(args.rounds):  # alternating, one round each, so drift hits both alike
         for label, root in checkouts.items():
             for scenario, values in _run_worker(root, 1, args.n, only).items():
                 figures[label].setdefault(scenario, []).extend(values)
-    medians = {label: {s: statistics.median(v) for s, v in f.items()} for label, f in figures.items()}
+    medians = {label: {s: median(v) for s, v in f.items()} for label, f in figures.items()}
     if args.json:
         print(json.dumps({"medians_ms": medians, "rounds": figures}, indent=1))
         return

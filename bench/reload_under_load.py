@@ -17,7 +17,6 @@ import argparse
 import http.client
 import json
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import bench_service, default_photo
+from bench.stats import median, percentile_or_none
 
 MODEL = "efficientnet_lite0"
 SHUTDOWN_LIMIT_S = 60  # the longest this script waits for the service to exit
@@ -80,13 +80,6 @@ def _post(port: int, path: str, timeout_s: float) -> int:
         conn.close()
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
-
 def measure(clients: int, reloads: int, interval_s: float, baseline_s: float, deadline_s: float,
             workers: int, drain_s: float, photo: Path) -> dict:
     data = photo.read_bytes()
@@ -131,10 +124,10 @@ def measure(clients: int, reloads: int, interval_s: float, baseline_s: float, de
                         or (o.status is None and o.error != "timeout" and o.end < term_at) for o in before),
         "unanswered": sum(o.error == "timeout" for o in every),
         "refused_after_sigterm": sum(o.status is None and o.error != "timeout" and o.end >= term_at for o in every),
-        "p50_ms_without_reloads": _ms(statistics.median(baseline) if baseline else None),
-        "p99_ms_without_reloads": _ms(_percentile(baseline, 99)),
-        "p50_ms_during_reloads": _ms(statistics.median(during) if during else None),
-        "p99_ms_during_reloads": _ms(_percentile(during, 99)),
+        "p50_ms_without_reloads": _ms(median(baseline) if baseline else None),
+        "p99_ms_without_reloads": _ms(percentile_or_none(baseline, 99)),
+        "p50_ms_during_reloads": _ms(median(during) if during else None),
+        "p99_ms_during_reloads": _ms(percentile_or_none(during, 99)),
         "shutdown_s": round(shutdown_s, 3),
         "exit_code": exit_code,
         "drain_timeout_s": drain_s,

@@ -8,11 +8,18 @@ a pipe: nobody reads a pipe while the service runs, and a full one would stall a
 Example usage:
     with ServiceProcess({"EDGETPU_SERVE_BACKENDS": "cpu,emulated"}) as service:
         urllib.request.urlopen(f"{service.url}/v1/models")
+
+From a shell script (bench/curl_bench.sh --start): run a command while the service is up, with
+`{url}` in its arguments (and $BENCH_SERVICE_URL) naming it; stopped when the command ends or
+this launcher is told to stop (SIGTERM, SIGINT):
+    python bench/service.py --only-these --set EDGETPU_SERVE_BACKENDS=cpu -- curl -s '{url}/v1/models'
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,6 +69,19 @@ class ServiceProcess:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
+    def memory_mb(self) -> dict[str, float]:
+        """The process's resident memory now (VmRSS) and at its peak (VmHWM), MB, from /proc."""
+        fields = {}
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) / 1024
+        return fields
+
+    def open_files(self) -> int:
+        """File descriptors the process holds (sockets included)."""
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> ServiceProcess:
         """Return once the ready path (/readyz) is 200; raise with the service's output if it exits or times out."""
         deadline = time.monotonic() + timeout_s
@@ -98,3 +118,56 @@ class ServiceProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+COMMAND_STOP_S = 30  # the command is told to stop first; it may finish its current request
+
+
+def run_with_service(command: list[str], env: dict[str, str], inherit_settings: bool) -> int:
+    """Start the service, run `command` ({url} replaced) while it is up, stop both; the command's exit code.
+    SIGTERM and SIGINT stop the command and then the service: nothing is left running."""
+    def stop_on(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop_on)
+    service = ServiceProcess(env, inherit_settings)
+    child = None
+    try:
+        print(f"starting the service on {service.url}...", file=sys.stderr, flush=True)
+        service.wait_ready()
+        child = subprocess.Popen([arg.replace("{url}", service.url) for arg in command],
+                                 env={**os.environ, "BENCH_SERVICE_URL": service.url})
+        return child.wait()
+    finally:
+        if child is not None and child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(COMMAND_STOP_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        service.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for the service (EDGETPU_SERVE_...)")
+    parser.add_argument("--only-these", action="store_true",
+                        help="drop the caller's own EDGETPU_SERVE_* first: only --set configures the service")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS ({url}: the service's URL)")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    pairs = [item.partition("=") for item in args.set]
+    if not command or any(not sep or not name for name, sep, _ in pairs):
+        parser.error("usage: [--set NAME=VALUE ...] -- COMMAND ARGS")
+    try:
+        return run_with_service(command, {name: value for name, _, value in pairs}, not args.only_these)
+    except RuntimeError as e:  # not ready: exited or timed out, with its output
+        print(e, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

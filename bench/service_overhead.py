@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_service, default_photo, repo_root  # noqa: E402
+from bench.stats import percentile  # noqa: E402
 
 MODEL = "efficientnet_lite0"
 PERCENTILES = (50, 90, 99)
@@ -97,7 +98,7 @@ def measure(raw: RawEngine, client: HttpClient, count: int, warmup: int):
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
-    return {f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES} | {"mean": float(np.mean(values))}
+    return {f"p{p}": percentile(values, p) for p in PERCENTILES} | {"mean": float(np.mean(values))}
 
 
 def main() -> int:

@@ -23,6 +23,12 @@ Example usage:
     # compile for the Edge TPU (x86-64 Linux, edgetpu_compiler from Coral's apt repository)
     python -m converter compile models/flowers
 
+    # cut a model into 3 segments for a pipeline of 3 TPUs (or 3 CPU interpreters); --compile compiles each
+    python -m converter segment models/flowers --segments 3 --out models/flowers_x3
+
+    # how fast it would be on a Coral, estimated from its structure (no Edge TPU needed)
+    python -m converter estimate models/flowers
+
     # what quantization cost: float vs int8 on labelled images (one folder per class)
     python -m converter evaluate models/flowers --data test_photos/ --float my_model.keras
 
@@ -129,8 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("model_dir", type=Path, help="models/<name>: its <name>_int8.tflite is compiled")
     c.add_argument("--compiler", type=Path, default=None, help="edgetpu_compiler to run (default: the one on PATH)")
     c.add_argument("--num-segments", type=_positive, default=1,
-                   help="-n: split into this many segments for pipelining over several TPUs (default 1; the "
-                        "service serves single-segment models)")
+                   help="-n: split into this many segments for pipelining over several TPUs (default 1; "
+                        "`converter segment` also cuts a model, balanced by the estimate, without the compiler)")
     c.add_argument("--search-delegate", action="store_true",
                    help="-d: if compilation fails, search for an earlier point to stop mapping ops")
     c.add_argument("--delegate-search-step", type=_positive, default=None,
@@ -141,6 +147,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="-i: comma-separated tensor names to make outputs of the Edge TPU part")
     c.add_argument("--ignore-compiler-version", action="store_true",
                    help="compile even if edgetpu_compiler -v is not the pinned version (recorded in model.json)")
+
+    seg = _sub(sub, "segment", "cut a full-int8 model into K sequential segments, served as a pipeline of K devices",
+               "python -m converter segment models/efficientnet_lite0 --segments 3 --out models/efficientnet_lite0_x3")
+    seg.add_argument("model", type=Path, help="models/<name> (or a bare int8 .tflite: segment files and segments.json)")
+    seg.add_argument("--segments", type=_positive, default=None,
+                     help="K, the number of segments (default: as many as edgetpu_compiler made, for a model "
+                          "directory compiled with --num-segments)")
+    seg.add_argument("--out", type=Path, required=True,
+                     help="the directory to write (its name is the new model's name)")
+    seg.add_argument("--at", default=None,
+                     help="comma-separated tensor names to cut at, instead of balancing by cost")
+    seg.add_argument("--compile", action="store_true", help="compile each segment with edgetpu_compiler")
+    seg.add_argument("--compiler", type=Path, default=None, help="edgetpu_compiler to run (default: on PATH)")
+    seg.add_argument("--ignore-compiler-version", action="store_true",
+                     help="compile even if edgetpu_compiler -v is not the pinned version")
 
     e = _sub(sub, "evaluate", "float vs int8 accuracy on a labelled dataset, recorded in model.json",
              "python -m converter evaluate models/fashion_mnist "
@@ -156,6 +177,14 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=_positive, default=None, help="evaluate at most this many samples")
     e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.add_argument("--no-record", action="store_true", help="do not write the figures into model.json")
+
+    est = _sub(sub, "estimate", "estimate the Edge TPU latency per invoke (USB 3, USB 2, PCIe, Dev Board) from the "
+                                "model's structure, with the estimate's stated error",
+               "python -m converter estimate models/mobilenet_v2 --json")
+    est.add_argument("model", type=Path, help="a model directory (its int8 model) or a plain int8 .tflite")
+    est.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    est.add_argument("--record", action="store_true",
+                     help="model directory: write the estimate into its model.json (edgetpu_estimate)")
     return parser
 
 
@@ -310,6 +339,24 @@ def run_compile(args: argparse.Namespace) -> int:
     return EXIT_OK if report.operations_on_cpu == 0 else EXIT_CPU_OPS
 
 
+def run_segment(args: argparse.Namespace, argv: list[str]) -> int:
+    from app.model_dir import read_model_dir
+    from converter.segment import segment_model_dir
+
+    at = [name for name in args.at.split(",") if name] if args.at else None
+    out = segment_model_dir(args.model, args.out, args.segments, at, compiler=args.compiler,
+                            compile_segments=args.compile, check_compiler_version=not args.ignore_compiler_version,
+                            command=shlex.join(["python", "-m", "converter", *argv]), progress=_say)
+    if (out / "model.json").is_file():
+        segments = read_model_dir(out).manifest.segments
+        _say(f"balanced by: {segments.balanced_by}")
+        for i, s in enumerate(segments.items):
+            _say(f"segment {i}: operators {s.first_operator}..{s.first_operator + s.operators - 1}, "
+                 f"{s.input} -> {s.output}, cost {s.cost}")
+    print(out)
+    return EXIT_OK
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     from app.model_dir import Evaluation, Quality, read_model_dir, update_manifest
     from converter import evaluate
@@ -340,6 +387,21 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_estimate(args: argparse.Namespace) -> int:
+    from converter import estimate
+
+    result = estimate.estimate(args.model)
+    print(json.dumps(result, indent=2) if args.json else estimate.render(result, str(args.model)))
+    if args.record:
+        if not args.model.is_dir():
+            raise estimate.EstimateError("--record needs a model directory (it writes its model.json)")
+        from app.model_dir import update_manifest
+
+        update_manifest(args.model, edgetpu_estimate=result)
+        _say(f"recorded in {args.model / 'model.json'} (edgetpu_estimate)")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     from app.errors import ServeError
     from converter.builds import BuildBelowBar
@@ -347,12 +409,14 @@ def main(argv: list[str] | None = None) -> int:
     from converter.compile import CompileError
     from converter.compiler_log import CompilerLogError
     from converter.datasets import DatasetError
+    from converter.estimate import EstimateError
     from converter.evaluate import EvaluateError
     from converter.fashion_mnist import DataNotInstalled
     from converter.imagenet_labels import LabelsError
     from converter.mobilenet_v2 import WeightsError
     from converter.photos import PhotosNotInstalled
     from converter.quantize import QuantizeError
+    from converter.segment import SegmentError
 
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
@@ -367,13 +431,18 @@ def main(argv: list[str] | None = None) -> int:
             return run_compile(args)
         elif args.command == "evaluate":
             return run_evaluate(args)
+        elif args.command == "segment":
+            return run_segment(args, argv)
+        elif args.command == "estimate":
+            return run_estimate(args)
     except CompileError as e:
         _say(f"converter: {e}")
         if e.stderr and e.stderr.strip() not in str(e):
             _say(f"edgetpu_compiler stderr:\n{e.stderr.rstrip()}")
         return EXIT_FAILED
     except (QuantizeError, CalibrationError, LabelsError, WeightsError, PhotosNotInstalled, ServeError, DatasetError,
-            EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, OSError) as e:
+            EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, SegmentError, EstimateError,
+            OSError) as e:
         _say(f"converter: {e}")
         return EXIT_FAILED
     return EXIT_OK

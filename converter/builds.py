@@ -18,7 +18,7 @@ from app.imaging import decode, to_pixels
 from app.model_dir import Build, Evaluation, InputSpec, Quality, read_model_dir
 from converter import agreement, calibration, quantize
 from converter.scoring import int8_batch_scorer, int8_scorer
-from converter.writing import tool_versions, write_int8_model
+from converter.writing import cpu_kind, tool_versions, write_int8_model
 
 DEFAULT_SEED = 0
 CALIBRATION_SAMPLES = 200
@@ -101,6 +101,7 @@ def build_efficientnet_lite0(out_root: Path, seed: int = DEFAULT_SEED, samples: 
         command=f"python -m converter build {recipe.NAME}", seed=seed,
         calibration=photo_calibration(samples),
         tools=tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "torch", "numpy", "pillow"),
+        cpu=cpu_kind(),
         convert_seconds=round(convert_seconds, 1),
     )
     target = write_int8_model(
@@ -143,6 +144,7 @@ def build_mobilenet_v2(out_root: Path, seed: int = DEFAULT_SEED, samples: int = 
         weights=f"{recipe.WEIGHTS_MEMBER} from {recipe.WEIGHTS_DISTRIBUTION}=={recipe.WEIGHTS_VERSION} "
                 f"(sha256 {recipe.WEIGHTS_SHA256}, checked)",
         tools=tool_versions("torch", "litert-torch", "ai-edge-quantizer", "ai-edge-litert", "numpy", "pillow"),
+        cpu=cpu_kind(),
         convert_seconds=round(convert_seconds, 1),
     )
     target = write_int8_model(
@@ -222,6 +224,7 @@ def build_fashion_mnist(out_root: Path, seed: int = DEFAULT_SEED, data_dir: Path
         calibration=f"{len(calibration_set)} training images (seeded random subset)",
         data=f"Debian package dataset-fashion-mnist, {data_dir}",
         tools=tool_versions("tensorflow-cpu", "keras", "ai-edge-litert", "numpy", "pillow"),
+        cpu=cpu_kind(),
         train_seconds=round(train_seconds, 1), convert_seconds=round(convert_seconds, 1),
         evaluate_seconds=round(evaluate_seconds, 1),
     )

@@ -16,7 +16,9 @@ inverted to look like them.
 Reproducible: seeded (tf.keras.utils.set_random_seed), deterministic ops
 (tf.config.experimental.enable_op_determinism), and a fixed TensorFlow thread count: the same
 seed gives the same weights bit for bit with the same thread count on the same kind of CPU,
-while 1 and 2 intra-op threads give different (equally good) weights.
+while 1 and 2 intra-op threads give different (equally good) weights. The kind (architecture and
+the instruction sets TensorFlow's kernels pick their paths by, converter.writing.cpu_kind) is
+recorded in model.json as build.cpu: elsewhere a rebuild is as good, not the same bytes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """PyTorch (.pt2) and ONNX classifiers -> full-integer TFLite with no TRANSPOSE, no float op, batch 1.
 
-The route, measured to give an Edge TPU clean graph (docs: README "PyTorch and ONNX models"):
+The route, measured to give an Edge TPU clean graph (docs: docs/converter.md "PyTorch and ONNX models"):
 
   1. the model as a torch module: a `torch.export` ExportedProgram (.pt2), or an ONNX graph
      rebuilt as torch operations by converter/onnx_import.py;

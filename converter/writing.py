@@ -15,6 +15,13 @@ from pathlib import Path
 from app.model_dir import Build, InputSpec, Manifest, OutputSpec, Quality, int8_filename, write_model_dir
 
 LABELS_FILE = "labels.txt"
+CPUINFO = Path("/proc/cpuinfo")
+# The instruction sets TensorFlow's CPU kernels (Eigen, oneDNN, XNNPACK) pick their code paths by. Training with
+# one seed, deterministic ops and fixed thread counts gives the same weights bit for bit only where these match:
+# an AVX-512 machine sums in another order than an AVX2 one.
+KERNEL_ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni",
+              "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
+              "asimd", "asimddp", "sve", "sve2", "i8mm", "bf16")
 
 
 def tool_versions(*distributions: str) -> dict[str, str]:
@@ -27,6 +34,32 @@ def tool_versions(*distributions: str) -> dict[str, str]:
     return versions
 
 
+def cpu_kind(cpuinfo: Path = CPUINFO) -> dict[str, str]:
+    """The kind of CPU a build ran on, as far as it decides the bytes: architecture and kernel instruction sets.
+
+    Recorded in model.json (build.cpu) so that a rebuild knows whether it may expect the committed bytes.
+    """
+    model, flags = "", set()
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "cpu model") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = set(value.split())
+    return {"machine": platform.machine(), "model": model,
+            "isa": " ".join(name for name in KERNEL_ISA if name in flags)}
+
+
+def same_cpu_kind(a: dict[str, str] | None, b: dict[str, str] | None) -> bool:
+    """Whether two builds' CPUs pick the same kernel code paths (the model name alone may differ or be masked)."""
+    return bool(a and b) and (a.get("machine"), a.get("isa")) == (b.get("machine"), b.get("isa"))
+
+
 def write_int8_model(out_root: Path, name: str, tflite: bytes, labels: list[str], spec: InputSpec, *,
                      description: str, source: str, licence: str, build: Build, scores: str = "logits",
                      quality: Quality | None = None, quantization: dict | None = None) -> Path:
@@ -36,12 +69,14 @@ def write_int8_model(out_root: Path, name: str, tflite: bytes, labels: list[str]
     """
     from app.edgetpu.compat import analyze
     from app.tflite_file import read_tflite
+    from converter.estimate import estimate_tflite_bytes
     from converter.quantize import describe
 
     manifest = Manifest(
         name=name, description=description, source=source, licence=licence, input=spec,
         output=OutputSpec(scores=scores), quantization=quantization or describe(tflite),
         edgetpu_analysis=analyze(read_tflite(tflite)).summary(), quality=quality, build=build,
+        edgetpu_estimate=estimate_tflite_bytes(tflite),
     )
     return write_model_dir(out_root, manifest, {
         "int8": (int8_filename(name), tflite),

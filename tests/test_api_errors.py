@@ -53,3 +53,34 @@ def test_a_503_answer_is_unchanged_and_other_5xx_are_logged_each(caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == errors.log.name]
     assert sum("all busy" in m for m in messages) == 1  # one line for five refusals
     assert sum("past its deadline" in m for m in messages) == 3
+
+
+def _all_serve_errors():
+    import app.emulator.errors  # noqa: F401  (subclasses defined beside their engines)
+    import app.tflite_file  # noqa: F401
+    from app.errors import ServeError
+
+    def below(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from below(sub)
+
+    return sorted({ServeError, *below(ServeError)}, key=lambda c: c.__name__)
+
+
+def test_each_error_carries_its_status_and_each_protocol_reads_it_once():
+    """The status travels with the class (app/errors.py); /v1 answers it, v2 says it in the protocol's terms."""
+    from app.api.v2.errors import status_of as v2_status_of
+    from app.errors import (BackendNotAvailable, BadImage, BodyTooLarge, DeviceHung, DeviceUnavailable, EmptyBody,
+                            ImageTooLarge, InvalidParameter, ModelDirError, ModelNotFound, ServeError, ShuttingDown,
+                            UnsupportedMediaType)
+
+    v1 = {ModelNotFound: 404, BackendNotAvailable: 400, InvalidParameter: 422, EmptyBody: 400, BadImage: 400,
+          UnsupportedMediaType: 415, BodyTooLarge: 413, ImageTooLarge: 413, InvokeTimeout: 504, DeviceHung: 503,
+          Busy: 503, NotReady: 503, ShuttingDown: 503, ModelDirError: 409, DeviceUnavailable: 409, ServeError: 500}
+    for cls, status in v1.items():
+        assert errors.status_of(cls.__new__(cls)) == status, cls
+    for cls in _all_serve_errors():
+        error = cls.__new__(cls)
+        assert v2_status_of(error) in (400, 404, 413, 503, 504), cls  # the statuses the v2 protocol has
+        assert (v2_status_of(error) == error.status) == (error.status not in (409, 415, 422, 500)), cls

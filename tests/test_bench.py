@@ -98,7 +98,10 @@ def test_curl_bench_prints_cold_and_warm_figures_against_a_running_service(bench
                "-n", "5", "--markdown")
     assert done.returncode == 0, done.stderr
     table = markdown_rows(done.stdout)
-    assert list(table) == ["cpu"]
+    estimated = [name for name in table if name.startswith("estimated Edge TPU")]
+    assert [name for name in table if name not in estimated] == ["cpu"]
+    # no Edge TPU here: the model's edgetpu_estimate is shown beside the CPU row, labelled as an estimate
+    assert estimated == ["estimated Edge TPU (USB 3, not measured)"] and float(table[estimated[0]]["infer p50"]) > 0
     assert_sound_curl_row(table["cpu"])
     assert "served by" not in done.stdout  # the backend asked for is the one that ran
     assert bench_service.process.poll() is None  # a service it did not start, it leaves running
@@ -108,9 +111,10 @@ def test_curl_bench_starts_and_stops_its_own_service_for_cpu_and_emulated():
     done = run("bash", str(BENCH / "curl_bench.sh"), "--start", "--backends", "cpu,emulated", "-n", "3", "--markdown")
     assert done.returncode == 0, done.stderr
     table = markdown_rows(done.stdout)
-    assert set(table) == {"cpu", "emulated"}
-    for row in table.values():
-        assert_sound_curl_row(row)
+    assert set(table) == {"cpu", "emulated", "estimated Edge TPU (USB 3, not measured)"}
+    for name, row in table.items():
+        if not name.startswith("estimated"):
+            assert_sound_curl_row(row)
     assert "served by" not in done.stdout  # each backend ran as asked, no fallback
     # run() has checked that the service it started is gone
 
@@ -145,6 +149,21 @@ def test_curl_bench_stops_its_service_when_interrupted():
 def test_curl_bench_refuses_a_service_that_is_not_there():
     done = run("bash", str(BENCH / "curl_bench.sh"), "--url", "http://127.0.0.1:9", "-n", "1")
     assert done.returncode == 1 and "no service answering" in done.stderr
+
+
+def test_the_launcher_runs_a_command_while_the_service_is_up_and_passes_its_exit_code():
+    """bench/service.py's command-line form (curl_bench.sh --start uses it): {url} names the service."""
+    check = ("import sys, urllib.request; "
+             "sys.exit(3 if urllib.request.urlopen('{url}/readyz').status == 200 else 1)")
+    done = run(sys.executable, str(BENCH / "service.py"), "--only-these", "--set", "EDGETPU_SERVE_BACKENDS=cpu",
+               "--", sys.executable, "-c", check)
+    assert done.returncode == 3, done.stderr  # the command's own code; run() has checked nothing is left
+
+
+def test_the_launcher_reports_a_service_that_does_not_start():
+    done = run(sys.executable, str(BENCH / "service.py"), "--only-these", "--set", "EDGETPU_SERVE_BACKENDS=nonsense",
+               "--", sys.executable, "-c", "raise SystemExit(0)")
+    assert done.returncode == 1 and "service exited" in done.stderr and "nonsense" in done.stderr, done.stderr
 
 
 def test_service_overhead_measures_both_sides():

@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from PIL import Image
 
+from bench.charts import utilisation_chart_size
 from tests.conftest import ROOT
 
 TIMEOUT_S = 240
@@ -47,6 +49,12 @@ def test_device_capacity_measures_the_simulated_device_and_the_stages(tmp_path):
     assert stages["total_ms"] >= ms["decode"] + ms["resize"]
     # the service has /v2: the raw-tensor row joins
     assert any("v2" in p["input"] for p in figures["points"]), done.stdout
+    # beside the --json file, the chart: one panel per table (the service, the floor)
+    chart = out.with_suffix(".png")
+    assert f"chart: {chart}" in done.stdout
+    with Image.open(chart) as image:
+        assert image.format == "PNG" and image.size == utilisation_chart_size(2)
+        assert len(image.convert("RGB").getcolors(1 << 20)) > 50  # lines and text, not a blank canvas
 
 
 def test_idle_penalty_times_the_same_work_after_each_sleep_length():

@@ -1,5 +1,7 @@
 """DirectRoute: the same answers as FastAPI's own handler, without its dependency solving."""
 
+from contextvars import ContextVar
+from types import SimpleNamespace
 from typing import Annotated
 
 import pytest
@@ -109,3 +111,24 @@ def test_a_path_parameter_in_the_inclusion_prefix_is_read_from_the_path():
         r = TestClient(app).get("/t/acme/m/x?top_k=2&tenant=other")
         answers.append((r.status_code, r.text))
     assert answers[0] == answers[1] == (200, "acme x 2")
+
+
+def test_without_fastapis_inclusion_hook_every_route_falls_back_to_fastapis_handler(monkeypatch):
+    """The private hook DirectRoute reads (fastapi.routing._effective_route_context_var, FastAPI pinned
+    exactly): there on this FastAPI, and without it routes still answer alike, dependencies run."""
+    import fastapi.routing
+
+    from app.api import direct
+
+    assert isinstance(getattr(fastapi.routing, "_effective_route_context_var", None), ContextVar)
+    monkeypatch.setattr(direct, "routing", SimpleNamespace())  # a FastAPI without the hook, as DirectRoute sees it
+    direct = TestClient(app_with(DirectRoute))
+    plain = TestClient(app_with(APIRoute))
+    for query in ("need=1&top_k=3", "top_k=0"):
+        ours, theirs = direct.post(f"/m/x/go?{query}"), plain.post(f"/m/x/go?{query}")
+        assert (ours.status_code, ours.content) == (theirs.status_code, theirs.content)
+
+    def refuse():
+        raise HTTPException(401, "no")
+
+    assert TestClient(app_with(DirectRoute, dependencies=[Depends(refuse)])).post("/m/x/go?need=1").status_code == 401

@@ -4,11 +4,14 @@ import numpy as np
 import pytest
 
 from app.edgetpu.library import Device
-from app.engines import ENGINES, EngineOptions
+from app.engines import BACKENDS, ENGINES, EngineOptions
 from app.engines.cpu import CpuEngine
 from app.engines.edgetpu import EdgeTpuEngine, EdgeTpuOptions
-from app.errors import EdgeTpuUnavailable
+from app.edgetpu.errors import EdgeTpuUnavailable
+from app.errors import ServeError
 from app.model_dir import read_model_dir
+from app.registry import Registry
+from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL
 from tests.doubles.edgetpu_models import plain_as_compiled
 from tests.doubles.libedgetpu import DEVICES, OPEN, libedgetpu_double, log_delegates  # noqa: F401
@@ -29,6 +32,28 @@ def two_tpus(monkeypatch, tmp_path):
 
 def test_registered_under_its_key():
     assert ENGINES["edgetpu"] is EdgeTpuEngine and EdgeTpuEngine.model_file == "edgetpu"
+
+
+def test_its_own_settings_keep_their_variable_names(monkeypatch, tmp_path):
+    for name, value in {"LIBRARY": "/opt/libedgetpu.so.1", "DEVICES": "usb:0, pci", "PERFORMANCE": "High",
+                        "ON_FAILURE": "fallback", "VERSION_CHECK": "warn"}.items():
+        monkeypatch.setenv(f"EDGETPU_SERVE_EDGETPU_{name}", value)
+    monkeypatch.setenv("EDGETPU_SERVE_APEX_SYSFS_DIR", str(tmp_path))  # its first name, kept
+    config = BACKENDS["edgetpu"](Settings()).config
+    assert (config.library, config.devices, config.performance, config.on_failure, config.version_check,
+            config.apex_sysfs_dir) == ("/opt/libedgetpu.so.1", ["usb:0", "pci"], "High", "fallback", "warn", tmp_path)
+    given = Settings(plugins={"edgetpu": {"on_failure": "fail"}}).plugin_settings(BACKENDS["edgetpu"])
+    assert given.on_failure == "fail" and given.performance == "High"  # in code over the environment
+
+
+def test_a_wrong_device_spec_stops_the_start_naming_the_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("EDGETPU_SERVE_EDGETPU_DEVICES", "usb:0,tpu1")
+    with pytest.raises(ServeError, match=r"EDGETPU_SERVE_EDGETPU_DEVICES: .*\['tpu1'\]: each device is"):
+        Registry(Settings(model_dir=tmp_path))
+
+
+def test_it_watches_its_interpreters_by_default():
+    assert BACKENDS["edgetpu"].watched and not BACKENDS["cpu"].watched
 
 
 def test_loads_the_edgetpu_file_through_the_delegate_of_the_chosen_tpu(libedgetpu_double, model_dir, two_tpus):

@@ -13,10 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.engines.edgetpu import check_tpus
+from app.engines.edgetpu import EdgeTpuSettings, check_tpus
 from app.errors import ServeError
 from app.model_dir import EDGETPU, discover, read_model_dir
-from app.settings import Settings
 from tests.conftest import MODELS, Service
 
 pytestmark = pytest.mark.edgetpu
@@ -28,9 +27,9 @@ MIN_TOP_K_OVERLAP = 4  # the TPU is not bit-exact with the CPU (±1 per value): 
 
 @pytest.fixture(scope="module")
 def environment():
-    settings = Settings()
+    settings = EdgeTpuSettings()  # from EDGETPU_SERVE_EDGETPU_*
     try:
-        return check_tpus(settings.edgetpu_library, settings.edgetpu_devices, "strict")
+        return check_tpus(settings.library, settings.devices, "strict")
     except ServeError as e:
         pytest.fail(f"these tests need a usable Edge TPU: {e}")
 
@@ -60,7 +59,7 @@ def test_every_tpu_serves_and_agrees_with_the_cpu(environment, compiled_model, c
             answers = {backend: client.post(f"/v1/classify?backend={backend}&top_k={TOP_K}",
                                             files={"image": cat_png.read_bytes()}).json()
                        for backend in ("edgetpu", "cpu")}
-            devices = client.get("/v1/devices").json()
+            devices = client.get("/v1/devices").json()["backends"]["edgetpu"]
     finally:
         service.stop()
     tpu, cpu = ({p["index"] for p in answers[b]["predictions"]} for b in ("edgetpu", "cpu"))

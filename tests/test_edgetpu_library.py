@@ -7,7 +7,7 @@ import pytest
 from app.edgetpu import library as library_module
 from app.edgetpu.library import Device, EdgeTpuLibrary, default_library_name
 from app.edgetpu.versions import parse_runtime_version
-from app.errors import EdgeTpuUnavailable
+from app.edgetpu.errors import EdgeTpuUnavailable
 from tests.doubles.libedgetpu import DEVICES, RUNTIME_14, VERSION, libedgetpu_double  # noqa: F401
 
 

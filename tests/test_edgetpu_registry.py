@@ -12,7 +12,8 @@ import shutil
 import numpy as np
 import pytest
 
-from app.errors import BackendNotAvailable, EdgeTpuUnavailable, EdgeTpuVersionMismatch, ModelDirError
+from app.edgetpu.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch
+from app.errors import BackendNotAvailable, ModelDirError
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -32,9 +33,10 @@ def pci_nodes(tmp_path):
     return nodes
 
 
-def registry(model_dir, library, policy="fail", check="warn", backends=("edgetpu",), **kw) -> Registry:
-    reg = Registry(Settings(model_dir=model_dir, backends=list(backends), edgetpu_library=str(library),
-                            edgetpu_on_failure=policy, edgetpu_version_check=check, workers=1, **kw))
+def registry(model_dir, library, policy="fail", check="warn", backends=("edgetpu",), devices=(), **kw) -> Registry:
+    edgetpu = dict(library=str(library), on_failure=policy, version_check=check, devices=list(devices))
+    reg = Registry(Settings(model_dir=model_dir, backends=list(backends), plugins={"edgetpu": edgetpu}, workers=1,
+                            **kw))
     reg.configure()
     return reg
 
@@ -121,7 +123,7 @@ def test_delegate_that_will_not_open(tmp_path, libedgetpu_double, monkeypatch, p
 def test_unknown_device_spec(tmp_path, libedgetpu_double, monkeypatch, pci_nodes):
     monkeypatch.setenv(DEVICES, f"pci:{pci_nodes[0]}")
     with pytest.raises(EdgeTpuUnavailable, match="device 'usb:0' names no Edge TPU.*EDGETPU_SERVE_EDGETPU_DEVICES"):
-        registry(plain_as_compiled(tmp_path / "models"), libedgetpu_double, edgetpu_devices=["usb:0"])
+        registry(plain_as_compiled(tmp_path / "models"), libedgetpu_double, devices=["usb:0"])
 
 
 def test_version_pair_not_pinned(tmp_path, libedgetpu_double, monkeypatch, pci_nodes):

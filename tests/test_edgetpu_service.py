@@ -40,7 +40,7 @@ def test_without_a_tpu_policy_fallback_serves_on_cpu_and_says_so(cat_png):
             assert list(model["backends"]) == ["cpu"] and "edgetpu requested" in model["error"]
             refused = client.post("/v1/classify?backend=edgetpu", files={"image": cat_png.read_bytes()})
             assert refused.status_code == 400 and "instead of 'edgetpu'" in refused.json()["error"]
-            devices = client.get("/v1/devices").json()
+            devices = client.get("/v1/devices").json()["backends"]["edgetpu"]
             assert devices["devices"] == [] and devices["error"]
     finally:
         service.stop()
@@ -76,7 +76,7 @@ def test_two_tpus_through_the_test_double_compute_what_the_cpu_does(tmp_path, li
             assert ran and all(re.fullmatch(r"invoked device=:[01] ops=1 QUANTIZE:u?int8>u?int8", r) for r in ran)
             assert len({r.split()[1] for r in ran}) == 1, ran
             assert after_cpu == after_tpu  # the cpu backend never touches the delegate
-            devices = client.get("/v1/devices").json()
+            devices = client.get("/v1/devices").json()["backends"]["edgetpu"]
     finally:
         service.stop()
     assert [(d["index"], d["type"], d["path"], d["health"]) for d in devices["devices"]] == [

@@ -12,7 +12,7 @@ from app.edgetpu.versions import (
     pins,
     read_pins,
 )
-from app.errors import EdgeTpuVersionMismatch
+from app.edgetpu.errors import EdgeTpuVersionMismatch
 
 FERANICK = LibraryVersion("BuildLabel(...), RuntimeVersion(14)", 14, "16.0tf2.17.1-1.bookworm")
 CORAL = LibraryVersion("BuildLabel(...), RuntimeVersion(14)", 14, "16.0")

@@ -54,18 +54,12 @@ def test_a_model_it_cannot_run_fails_the_load_with_the_operators(tmp_path):
     assert isinstance(raised.value, UnsupportedOperators)
 
 
-def test_load_reports_which_ops_the_edgetpu_would_run(tmp_path):
-    g = GraphBuilder()
-    x, a, b, y = (g.tensor(n, (1, 8), "INT8", scale=0.05, zero_point=0) for n in ("x", "a", "b", "y"))
-    g.op("RELU", [x], [a])
-    g.op("HARD_SWISH", [a], [b])  # the emulator runs it; the Edge TPU's table has no HARD_SWISH
-    g.op("RELU", [b], [y])
-    path = tmp_path / "hard_swish.tflite"
-    path.write_bytes(g.build([x], [y]))
-    view = EmulatedEngine.load(path, EngineOptions()).edgetpu_view
-    assert view.summary() == "first unsupported op: HARD_SWISH at index 1; 1 of 3 ops would run on the Edge TPU"
-    assert [view.on_edgetpu(i) for i in range(3)] == [True, False, False]  # the RELU after it too
-    assert EmulatedEngine.load(MODEL, EngineOptions()).edgetpu_view.all_mapped
+def test_the_parsed_graph_is_offered_for_analyses_of_the_model():
+    """Plug-ins analyse the graph the emulator parsed (the Edge TPU's: tests/test_edgetpu_describe.py)."""
+    engine = EmulatedEngine.load(MODEL, EngineOptions())
+    assert engine.parsed_model is engine.interpreter.model
+    assert len(engine.parsed_model.graph.operators) == 62
+    assert CpuEngine.load(MODEL, EngineOptions()).parsed_model is None  # the TFLite runtime parses its own
 
 
 def test_registry_serves_cpu_and_emulated_side_by_side(tmp_path):

@@ -5,10 +5,26 @@ import asyncio
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.core import GaugeMetricFamily
 
-from app.engines import BACKENDS, ENGINES, Backend, TensorSpec, load_plugins, register, unregister
+from app import metrics
+from app.engines import (
+    BACKENDS,
+    ENGINES,
+    Backend,
+    EngineOptions,
+    Fallback,
+    PluginSettings,
+    TensorSpec,
+    load_plugins,
+    register,
+    unregister,
+)
+from app.errors import ServeError
+from app.main import create_app
 from app.registry import Registry
-from app.settings import Settings
+from app.settings import Settings, plugin_config
 from tests.conftest import DEFAULT_MODEL, MODELS
 
 
@@ -81,3 +97,104 @@ def test_a_backend_registered_from_outside_is_served_like_any_other():
     assert "echo" not in BACKENDS
     with pytest.raises(Exception, match="unknown backend 'echo'"):
         Registry(Settings(model_dir=MODELS, backends=["echo"]))
+
+
+class ThrowawayEngineDouble(EchoEngineDouble):
+    """TEST DOUBLE engine of the throwaway plug-in: answers class 3."""
+
+    key = "throwaway"
+
+    def run(self, x):
+        out = np.zeros(self.output.shape, np.uint8)
+        out[0, 3] = 255
+        return out
+
+
+class ThrowawaySettings(PluginSettings):
+    """TEST DOUBLE plug-in settings: read from EDGETPU_SERVE_THROWAWAY_*."""
+
+    model_config = plugin_config("throwaway")
+
+    boards: int = 1
+    refuse: list[str] = []  # models it says it cannot serve (served by cpu instead)
+
+
+class ThrowawayBackendDouble(Backend):
+    """TEST DOUBLE plug-in, from outside the app package: an accelerator with its own settings,
+    device report, gauge, fallback policy and watchdog default; the core names none of them."""
+
+    key = "throwaway"
+    engine = ThrowawayEngineDouble
+    host_cpu = False
+    watched = True
+    settings_class = ThrowawaySettings
+
+    def start(self, models):
+        return {name: Fallback("cpu", f"throwaway: board {self.config.boards} is unplugged")
+                for name in models if name in self.config.refuse}
+
+    def interpreters(self):
+        return [EngineOptions()] * self.config.boards
+
+    def report(self, members):
+        return {"boards": self.config.boards, "interpreters": [model for model, _ in members]}
+
+    def collect(self, members):
+        gauge = GaugeMetricFamily(f"{metrics.PREFIX}_throwaway_boards", "Boards of the throwaway plug-in")
+        gauge.add_metric([], self.config.boards)
+        yield gauge
+
+
+@pytest.fixture
+def throwaway():
+    register(ThrowawayBackendDouble)
+    yield ThrowawayBackendDouble
+    unregister(ThrowawayBackendDouble.key)
+
+
+def test_a_plugin_registered_from_outside_shows_in_devices_metrics_and_readyz(throwaway, monkeypatch, cat_png):
+    monkeypatch.setenv("EDGETPU_SERVE_THROWAWAY_BOARDS", "2")  # its own settings, from its own variables
+    settings = Settings(model_dir=MODELS, models=[DEFAULT_MODEL, "fashion_mnist"], backends=["throwaway", "cpu"],
+                        workers=1, plugins={"throwaway": {"refuse": ["fashion_mnist"]}})
+    app = create_app(settings)
+    with TestClient(app) as client:
+        registry = app.state.registry
+        assert registry.wait_loaded(30)
+        assert registry.get(DEFAULT_MODEL).pool("throwaway").watchdog is not None  # watched: its plug-in says so
+        assert registry.get(DEFAULT_MODEL).pool("cpu").watchdog is None
+
+        devices = client.get("/v1/devices").json()["backends"]
+        assert devices["throwaway"] == {"boards": 2, "interpreters": [DEFAULT_MODEL] * 2}
+
+        scraped = client.get("/metrics").text
+        assert "edgetpu_serve_throwaway_boards 2.0" in scraped
+        assert f'edgetpu_serve_pool_interpreters{{backend="throwaway",model="{DEFAULT_MODEL}"}} 2.0' in scraped
+
+        ready = client.get("/readyz")
+        assert ready.status_code == 200
+        models = ready.json()["models"]
+        assert models[DEFAULT_MODEL]["state"] == "ready"
+        assert models["fashion_mnist"]["state"] == "degraded"
+        assert "throwaway requested, serving on cpu: throwaway: board 2 is unplugged" in models["fashion_mnist"]["error"]
+
+        answer = client.post("/v1/classify?backend=throwaway", content=cat_png.read_bytes(),
+                             headers={"content-type": "image/png"})
+        assert answer.status_code == 200 and answer.json()["predictions"][0]["index"] == 3
+
+
+def test_a_plugins_wrong_or_unknown_settings_stop_the_start(throwaway, monkeypatch):
+    with pytest.raises(ServeError, match=r"settings for unknown backends \['nope'\]"):
+        Registry(Settings(model_dir=MODELS, plugins={"nope": {}}))
+    with pytest.raises(ServeError, match="settings of backend 'throwaway': EDGETPU_SERVE_THROWAWAY_BOARDS: .* 'many'"):
+        Registry(Settings(model_dir=MODELS, plugins={"throwaway": {"boards": "many"}}))
+    monkeypatch.setenv("EDGETPU_SERVE_THROWAWAY_BOARDS", "none")
+    with pytest.raises(ServeError, match="EDGETPU_SERVE_THROWAWAY_BOARDS"):
+        Registry(Settings(model_dir=MODELS))
+
+
+def test_the_watchdog_setting_overrides_the_plugins_own_default(throwaway):
+    registry = Registry(Settings(model_dir=MODELS, backends=["throwaway"], watchdog_backends=[]))
+    assert not registry.watched("throwaway")
+    registry = Registry(Settings(model_dir=MODELS, backends=["throwaway"]))
+    assert registry.watched("throwaway") and not registry.watched("cpu")
+

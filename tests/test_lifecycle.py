@@ -286,8 +286,10 @@ def test_clients_stalling_their_bodies_hold_no_place_in_line(cat_png):
 
 
 def test_a_full_line_answers_503_before_reading_the_body(cat_png):
+    # bounded by count only (MAX_QUEUE_MS 0): the refusal below makes the pool overloaded, and the
+    # time bound would then depend on how soon this machine's image thread starts the next request
     app = create_app(Settings(model_dir=MODELS, models=[DEFAULT_MODEL], workers=1, max_waiting=0,
-                              retry_after_s=2, warmup_at_start=False))
+                              retry_after_s=2, warmup_at_start=False, max_queue_ms=0))
     app.state.registry.load_all()  # the lifespan does this in a real process
     place = app.state.registry.get(DEFAULT_MODEL).pool("cpu").admit()  # the line of 1 is full
     try:
@@ -315,12 +317,11 @@ def test_sigterm_after_reloads_answers_the_admitted_request_and_exits_0(cat_png)
         assert httpx.get(f"{service.url}/healthz").status_code == 200
         service.process.send_signal(signal.SIGTERM)
         until(lambda: refuses_connections(service.port), ANSWER_S, "the service stops accepting")
-        start = time.monotonic()
         admitted.sendall(data)  # sent after SIGTERM: the request was admitted before it
         status, raw = response_of(admitted)
         assert status == 200 and b"predictions" in raw
         assert service.process.wait(ANSWER_S) == 0
-        assert time.monotonic() - start < 10
+        assert "still in flight" not in service.output()  # the drain ended with the answer, not at its bound
     finally:
         service.stop()
 
@@ -333,8 +334,9 @@ def test_the_drain_deadline_ends_a_shutdown_a_stalled_request_holds_up():
         assert httpx.get(f"{service.url}/healthz").status_code == 200
         start = time.monotonic()
         service.process.send_signal(signal.SIGTERM)
-        assert service.process.wait(ANSWER_S) == 0
-        assert 1 <= time.monotonic() - start < 1 + 5  # the drain bound, then closing
+        assert service.process.wait(ANSWER_S) == 0  # well before the stalled request's 60 s body deadline
+        assert time.monotonic() - start >= 1  # it waited the drain bound
+        assert "timeout graceful shutdown exceeded" in service.output()  # ended by the bound, not by the client
         stalled.close()
     finally:
         service.stop()
@@ -348,10 +350,8 @@ def test_a_second_sigterm_ends_the_drain_at_once():
         assert httpx.get(f"{service.url}/healthz").status_code == 200
         service.process.send_signal(signal.SIGTERM)
         until(lambda: refuses_connections(service.port), ANSWER_S, "the service stops accepting")
-        start = time.monotonic()
         service.process.send_signal(signal.SIGTERM)
-        service.process.wait(ANSWER_S)
-        assert time.monotonic() - start < 5
+        service.process.wait(ANSWER_S)  # raises if it waits on: the drain's bound is 60 s
         stalled.close()
     finally:
         service.stop()

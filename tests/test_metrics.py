@@ -8,6 +8,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import metrics
+from app.edgetpu.temperature import apex_temperatures
+from app.engines import BACKENDS
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS, Service
@@ -96,17 +98,18 @@ def fashion_registry():
     registry.close()
 
 
-def test_tpu_temperatures_come_from_the_sysfs_directory(tmp_path, fashion_registry):
+def test_tpu_temperatures_come_from_the_sysfs_directory(tmp_path):
     for name, millidegrees in (("apex_0", "47800\n"), ("apex_1", "81250\n")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "temp").write_text(millidegrees)
     (tmp_path / "apex_2").mkdir()  # a TPU whose driver exposes no sensor: no sample
     (tmp_path / "apex_3").mkdir()
     (tmp_path / "apex_3" / "temp").write_text("garbage")
-    families = {f.name: f for f in metrics.StateCollector(fashion_registry, tmp_path).collect()}
+    plugin = BACKENDS["edgetpu"](Settings(plugins={"edgetpu": {"apex_sysfs_dir": tmp_path}}))
+    families = {f.name: f for f in plugin.collect([])}  # the gauges the Edge TPU plug-in adds to /metrics
     samples = {s.labels["device"]: s.value for s in families["edgetpu_serve_edgetpu_temperature_celsius"].samples}
     assert samples == {"apex_0": 47.8, "apex_1": 81.25}
-    assert metrics.apex_temperatures(tmp_path / "missing") == []
+    assert apex_temperatures(tmp_path / "missing") == []
 
 
 def test_a_tensor_input_times_no_image_stages(client):

@@ -19,6 +19,7 @@ from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 
 from tests.conftest import Service
+from tests.hostile_json import HOSTILE_BODIES
 
 EXAMPLES_PER_OPERATION = 40
 CLASSIFY = {"POST /v1/classify", "POST /v1/models/{name}/classify"}
@@ -84,3 +85,14 @@ def test_no_server_errors_and_no_drift(fuzzed_service, mode):
             assert mode == GenerationMode.NEGATIVE and operation.label not in CLASSIFY | V2_INFER
     exercised = CLASSIFY | V2_INFER | ({RELOAD} if mode == GenerationMode.POSITIVE else set())
     assert all(ran[label] >= EXAMPLES_PER_OPERATION // 2 for label in exercised), ran
+
+
+@pytest.mark.parametrize("path", ["/v2/models/fashion_mnist/infer", "/v2/models/fashion_mnist/versions/1/infer"])
+def test_hostile_json_bodies_get_a_400_that_says_why(fuzzed_service, path):
+    """What a schema-driven fuzzer does not think of: nesting past the decoder's stack, numbers
+    past Python's digits limit, NaN, a key twice, ... over the wire: each a 400, none a 500."""
+    with httpx.Client(base_url=fuzzed_service.url, timeout=30) as client:
+        for case, body, message in HOSTILE_BODIES:
+            response = client.post(path, content=body, headers={"content-type": "application/json"})
+            assert response.status_code == 400, (case, response.status_code, response.text[:200])
+            assert message in response.json()["error"], case

@@ -1,16 +1,21 @@
-"""The try-it page in a real headless Chromium: upload a real photo, see the class, compare backends.
+"""The try-it page in a real headless Chromium: upload a real photo, see the class, compare backends,
+and see where each request's time went as stacked bars on one scale.
 
-Needs Debian's `chromium` and `chromium-driver`. The screenshot is kept in build/test-artifacts/.
+Needs Debian's `chromium` and `chromium-driver`. The screenshot goes to the test's tmp dir; with
+TRY_IT_SCREENSHOT=PATH set it is also copied there (the docs' docs/img/try-it.png is made so:
+`TRY_IT_SCREENSHOT=docs/img/try-it.png pytest tests/test_page.py`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
-from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
+from PIL import Image
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service as DriverService
 from selenium.webdriver.common.by import By
@@ -19,7 +24,8 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.conftest import DEFAULT_MODEL, ROOT, Service
 
-ARTIFACTS = ROOT / "build" / "test-artifacts"
+STAGES = ("decode", "preprocess", "queue", "inference", "postprocess")  # the response's timing_ms keys, in order
+PIXEL_TOLERANCE = 1.5  # a segment's width is rounded to device pixels
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # The machine's closed network: no first-run, sync, update or QUIC traffic to wait on.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -62,7 +68,38 @@ def cards(driver) -> dict[str, list[str]]:
         return out;""")
 
 
-def test_upload_classify_and_compare_backends(two_backends, browser, cat_png):
+def stage_bars(driver) -> dict:
+    """The stage chart as drawn: its scale, and per backend the track's width and each segment's
+    stage, ms and rendered width (one script: the page may redraw between calls)."""
+    return driver.execute_script("""
+        const chart = document.getElementById("stages");
+        if (!chart) return null;
+        const rows = {};
+        for (const row of chart.querySelectorAll(".stage-row[data-backend]")) {
+            const track = row.querySelector(".track");
+            rows[row.dataset.backend] = {
+                track: track.getBoundingClientRect().width,
+                segments: [...track.querySelectorAll(".seg")].map((s) => ({
+                    stage: s.dataset.stage, ms: parseFloat(s.dataset.ms), width: s.getBoundingClientRect().width})),
+                sum: row.querySelector(".sum").textContent};
+        }
+        return {scale: parseFloat(chart.dataset.scale), rows: rows,
+                legend: [...chart.querySelectorAll(".legend li")].map((e) => e.textContent)};""")
+
+
+def timing_tables(driver) -> dict[str, dict[str, float]]:
+    """backend -> the timing table its card shows, ms."""
+    return driver.execute_script("""
+        const out = {};
+        for (const card of document.querySelectorAll("#results .card")) {
+            out[card.dataset.backend] = {};
+            for (const tr of card.querySelectorAll("table.timing tr"))
+                out[card.dataset.backend][tr.cells[0].textContent] = parseFloat(tr.cells[1].textContent);
+        }
+        return out;""")
+
+
+def test_upload_classify_and_compare_backends(two_backends, browser, cat_png, tmp_path):
     wait = WebDriverWait(browser, WAIT_S)
     browser.get(two_backends.url + "/")
     wait.until(lambda d: len(Select(d.find_element(By.ID, "backend")).options) == 2)
@@ -74,14 +111,39 @@ def test_upload_classify_and_compare_backends(two_backends, browser, cat_png):
     assert cards(browser)["cpu"][0] == "tiger cat"
     timings = browser.find_element(By.CSS_SELECTOR, "#results .card table.timing").text
     assert all(stage in timings for stage in ("decode", "preprocess", "inference", "total"))
+    assert list(stage_bars(browser)["rows"]) == ["cpu"]  # one response, one bar
 
     browser.find_element(By.ID, "compare").click()
     wait.until(lambda d: set(cards(d)) == {"cpu", "emulated"})
     shown = cards(browser)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(ARTIFACTS / "try-it-page.png"))
     for backend, labels in shown.items():  # the page shows what the API answers
         api = httpx.post(f"{two_backends.url}/v1/classify?backend={backend}&top_k=5", content=cat_png.read_bytes(),
                          timeout=60).json()
         assert labels == [p["label"] for p in api["predictions"]]
     assert shown["cpu"][0] == "tiger cat"
+
+    # the stages of each response as a stacked bar, both backends on one scale
+    wait.until(lambda d: (bars := stage_bars(d)) and set(bars["rows"]) == {"cpu", "emulated"})
+    bars, tables = stage_bars(browser), timing_tables(browser)
+    assert bars["legend"] == list(STAGES)
+    longest = max(sum(seg["ms"] for seg in row["segments"]) for row in bars["rows"].values())
+    assert longest <= bars["scale"] < longest * 2.5  # the scale holds the longest bar and is not much longer
+    for backend, row in bars["rows"].items():
+        assert [seg["stage"] for seg in row["segments"]] == list(STAGES)
+        px_per_ms = row["track"] / bars["scale"]  # one scale: every bar's tracks are equally wide
+        assert row["track"] == pytest.approx(bars["rows"]["cpu"]["track"], abs=0.5)
+        for seg in row["segments"]:
+            # the bar draws what the response said (the card's table shows it to 0.01 ms) ...
+            assert seg["ms"] == pytest.approx(tables[backend][seg["stage"]], abs=0.006), (backend, seg)
+            # ... with a width proportional to it
+            assert seg["width"] == pytest.approx(seg["ms"] * px_per_ms, abs=PIXEL_TOLERANCE), (backend, seg)
+        assert row["sum"].endswith(" ms")
+
+    screenshot = tmp_path / "try-it.png"
+    browser.save_screenshot(str(screenshot))
+    image = np.asarray(Image.open(screenshot).convert("RGB"))
+    assert image.shape[1] >= 1000 and image.shape[0] >= 600
+    colours = {tuple(c) for c in image.reshape(-1, 3)[::7]}
+    assert (0x00, 0x9E, 0x73) in colours  # the inference colour is on the screen: the bars rendered
+    if target := os.environ.get("TRY_IT_SCREENSHOT"):
+        shutil.copyfile(screenshot, ROOT / target)

@@ -9,8 +9,9 @@ from app.engines import EngineOptions, TensorSpec
 from app.engines.cpu import CpuEngine
 from app.errors import Busy, InvokeTimeout
 from app.model_dir import read_model_dir
-from app.pool import EnginePool, Member
+from app.pool import OVERLOAD_HOLD_S, EnginePool, Member
 from tests.conftest import DEFAULT_MODEL, MODELS
+from tests.doubles.clock import FakeClock
 
 
 class GatedEngineDouble:
@@ -31,9 +32,10 @@ class GatedEngineDouble:
         pass
 
 
-def pool_of(engine, max_waiting=0, timeout=5.0, invoke_timeout=30.0, max_queue_ms=0.0) -> EnginePool:
+def pool_of(engine, max_waiting=0, timeout=5.0, invoke_timeout=30.0, max_queue_ms=0.0, clock=None) -> EnginePool:
     return EnginePool("t", [Member(engine, 1.0)], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
-                      invoke_timeout_s=invoke_timeout, max_queue_ms=max_queue_ms)
+                      invoke_timeout_s=invoke_timeout, max_queue_ms=max_queue_ms,
+                      **({"clock": clock} if clock else {}))
 
 
 def test_real_engine_first_run_is_cold_then_warm():
@@ -194,15 +196,16 @@ def test_busy_and_waiting_count_invokes_under_way_and_inputs_not_yet_taken():
 
 
 class TimedEngineDouble:
-    """Test double: an engine whose every run takes `seconds`."""
+    """Test double: an engine whose every run takes `seconds` of a fake clock (and no real time)."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, clock: FakeClock):
         self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
         self.output = self.input
         self.seconds = seconds
+        self.clock = clock
 
     def run(self, x):
-        threading.Event().wait(self.seconds)
+        self.clock.advance(self.seconds)
         return x
 
     def close(self):
@@ -251,7 +254,7 @@ def test_a_request_that_gave_up_before_its_input_was_prepared_costs_no_preparing
 
     async def scenario():
         request = asyncio.create_task(pool.admit().run_after(images.prepare, images.executor))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # its input is handed to the (busy) image thread
         request.cancel()  # the client went away while its image waited for a thread
         with contextlib.suppress(asyncio.CancelledError):
             await request
@@ -266,34 +269,33 @@ def test_a_request_that_gave_up_before_its_input_was_prepared_costs_no_preparing
 
 
 def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only():
-    from app import pool as pool_module
-
-    engine = TimedEngineDouble(0.02)  # 20 ms an invoke, one interpreter
-    pool = pool_of(engine, max_waiting=4, max_queue_ms=50)
+    clock = FakeClock()
+    engine = TimedEngineDouble(0.02, clock)  # 20 ms an invoke on the pool's clock, one interpreter
+    pool = pool_of(engine, max_waiting=4, max_queue_ms=50, clock=clock)
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
         for _ in range(3):  # the pool learns its invoke time (the first run is cold, not counted)
-            await pool.run(x)
-        held = [pool.admit() for _ in range(5)]  # not overloaded: the whole line of 1 + 4, ~100 ms deep
+            assert (await pool.run(x)).inference_ms == pytest.approx(20.0)
+        held = [pool.admit() for _ in range(5)]  # not overloaded: the whole line of 1 + 4, 100 ms deep
         assert not pool.overloaded
         with pytest.raises(Busy, match="4 requests already waiting"):
             pool.admit()  # the line overflows: the pool is overloaded from now
         assert pool.overloaded
         for place in held[2:]:
-            place.release()  # 1 running + 1 ahead: a new one would wait ~2 x 20 ms
+            place.release()  # 1 running + 1 ahead: a new one would wait 2 x 20 ms
         extra = pool.admit()
-        with pytest.raises(Busy, match="overloaded.*MAX_QUEUE_MS 50"):
-            pool.admit()  # ~3 x 20 ms ahead: within the count, over the time bound
+        with pytest.raises(Busy, match="overloaded.*~60 ms.*MAX_QUEUE_MS 50"):
+            pool.admit()  # 3 x 20 ms ahead: within the count, over the time bound
         extra.release()
         held[1].release()
-        pool._overloaded_until = 0.0  # as if OVERLOAD_HOLD_S had passed without a refusal
+        clock.advance(OVERLOAD_HOLD_S + 0.001)  # no refusal for OVERLOAD_HOLD_S: no longer overloaded
+        assert not pool.overloaded
         more = [pool.admit() for _ in range(4)]  # by count only again
         for place in more + held[:1]:
             place.release()
 
     try:
-        assert pool_module.OVERLOAD_HOLD_S > 0
         asyncio.run(scenario())
         assert pool.admitted == 0
     finally:
@@ -301,21 +303,22 @@ def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only
 
 
 def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_its_turn_comes():
+    clock = FakeClock()
     engine = GatedEngineDouble()
-    pool = pool_of(engine, max_waiting=2, max_queue_ms=30)
+    pool = pool_of(engine, max_waiting=2, max_queue_ms=30, clock=clock)
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
         first = asyncio.ensure_future(pool.run(x))  # runs, held at the gate
-        while not engine.started.is_set():
-            await asyncio.sleep(0.001)
+        await asyncio.to_thread(engine.started.wait, 5)
         late = asyncio.ensure_future(pool.run(x))   # joins the line before any overload
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # its task takes its place and queues its input
+        assert pool.admitted == 2 and pool.waiting == 1
         third = pool.admit()  # the line of 1 + 2 is full
         with pytest.raises(Busy):
             pool.admit()  # and overflows: overloaded from now
         third.release()
-        await asyncio.sleep(0.05)  # `late` has now waited ~60 ms, past the 30 ms bound
+        clock.advance(0.060)  # `late` has now waited 60 ms, past the 30 ms bound
         engine.gate.set()
         assert (await first).output.shape == (1, 2)
         with pytest.raises(Busy, match="waited .* ms in line"):
@@ -329,9 +332,10 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
 
 
 def test_under_overload_an_input_that_waited_past_max_queue_ms_for_an_image_thread_is_not_prepared():
+    clock = FakeClock()
     engine = GatedEngineDouble()
     engine.gate.set()
-    pool = pool_of(engine, max_queue_ms=30)
+    pool = pool_of(engine, max_queue_ms=30, clock=clock)
     images = BusyImageThread()
 
     async def scenario():
@@ -339,7 +343,8 @@ def test_under_overload_an_input_that_waited_past_max_queue_ms_for_an_image_thre
         with pytest.raises(Busy):
             pool.admit()  # the line of 1 overflows: overloaded
         request = asyncio.ensure_future(place.run_after(images.prepare, images.executor))
-        await asyncio.sleep(0.06)  # past the 30 ms bound, waiting for the image thread
+        await asyncio.sleep(0)  # its input is handed to the (busy) image thread
+        clock.advance(0.060)  # past the 30 ms bound, waiting for the image thread
         images.free()
         with pytest.raises(Busy, match="waited .* ms in line"):
             await request

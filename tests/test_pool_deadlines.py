@@ -1,9 +1,14 @@
 """The pool's one timer per request: queue wait reported, the wait deadline ends when an
-interpreter takes the job, and the invoke's own deadline runs from that moment."""
+interpreter takes the job, and the invoke's own deadline runs from that moment.
+
+The pool reads a fake clock here: the deadlines pass when the test moves it, after the events
+it waits for (a job taken, an invoke started), never because the machine was fast or slow. The
+timers on the event loop only re-check at the deadlines' distance; a check that does not refuse
+is given the loop's time to run, and a slow machine can only make such a test weaker, not fail it.
+"""
 
 import asyncio
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -11,120 +16,171 @@ import pytest
 from app.engines import TensorSpec
 from app.errors import Busy, InvokeTimeout
 from app.pool import EnginePool, Member
+from tests.doubles.clock import FakeClock
 
 
-class SleepingEngineDouble:
-    """Test double: an engine whose run() takes `seconds` (the GIL released, as a device's invoke)."""
+class SteppedEngineDouble:
+    """Test double: the n-th run signals `started[n]` and holds until the test opens `gates[n]`;
+    it then takes `seconds[n]` of the fake clock (default none)."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, clock: FakeClock, runs: int = 8, seconds=()):
         self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
         self.output = self.input
-        self.seconds = seconds
+        self.clock = clock
+        self.started = [threading.Event() for _ in range(runs)]
+        self.gates = [threading.Event() for _ in range(runs)]
+        self.seconds = list(seconds) + [0.0] * (runs - len(seconds))
         self.runs = 0
-        self.lock = threading.Lock()
 
     def run(self, x):
-        with self.lock:
-            self.runs += 1
-        time.sleep(self.seconds)
+        n = self.runs
+        self.runs += 1
+        self.started[n].set()
+        self.gates[n].wait(10)
+        self.clock.advance(self.seconds[n])
         return x
 
+    async def wait_started(self, n: int) -> None:
+        assert await asyncio.to_thread(self.started[n].wait, 10), f"run {n} never started"
+
+    def open(self, n: int) -> None:
+        self.gates[n].set()
+
     def close(self):
-        pass
+        for gate in self.gates:
+            gate.set()
 
 
-def pool_of(engine, wait_s=5.0, invoke_s=30.0) -> EnginePool:
+def pool_of(engine, clock, wait_s=5.0, invoke_s=30.0) -> EnginePool:
     return EnginePool("t", [Member(engine, 1.0)], max_waiting=8, wait_timeout_s=wait_s, retry_after_s=1,
-                      invoke_timeout_s=invoke_s)
+                      invoke_timeout_s=invoke_s, clock=clock)
 
 
 X = np.zeros((1, 2), np.uint8)
 
 
 def test_queue_wait_is_reported_for_the_request_that_waited():
-    pool = pool_of(SleepingEngineDouble(0.05))
+    clock = FakeClock()
+    engine = SteppedEngineDouble(clock, seconds=[0.05, 0.05])
+    pool = pool_of(engine, clock)
 
     async def two_at_once():
-        return await asyncio.gather(pool.run(X), pool.run(X))
+        runs = [asyncio.ensure_future(pool.run(X)) for _ in range(2)]
+        await engine.wait_started(0)
+        await asyncio.sleep(0)  # both inputs are in line
+        engine.open(0)
+        engine.open(1)
+        return await asyncio.gather(*runs)
 
-    first, second = asyncio.run(two_at_once())
-    waits = sorted([first.queue_ms, second.queue_ms])
-    assert 0 <= waits[0] < 40 and waits[1] >= 40  # the second waited for the first's 50 ms invoke
-    pool.close()
+    try:
+        first, second = asyncio.run(two_at_once())
+        assert first.queue_ms == 0.0  # taken at once
+        assert second.queue_ms == pytest.approx(50.0)  # waited for the first's 50 ms invoke
+        assert first.inference_ms == second.inference_ms == pytest.approx(50.0)
+    finally:
+        pool.close()
 
 
 def test_an_invoke_longer_than_the_wait_deadline_is_not_refused_once_taken():
-    pool = pool_of(SleepingEngineDouble(0.3), wait_s=0.1, invoke_s=5.0)
-    result = asyncio.run(pool.run(X))
-    assert result.inference_ms >= 290
-    pool.close()
+    clock = FakeClock()
+    engine = SteppedEngineDouble(clock)
+    pool = pool_of(engine, clock, wait_s=0.1, invoke_s=5.0)
+
+    async def scenario():
+        request = asyncio.ensure_future(pool.run(X))
+        await engine.wait_started(0)
+        clock.advance(0.3)  # three wait deadlines after it was queued, taken before the first
+        await asyncio.sleep(0.25)  # the loop's timer checks at the wait deadline's distance (0.1 s)
+        assert not request.done()
+        engine.open(0)
+        return await request
+
+    try:
+        assert asyncio.run(scenario()).inference_ms == pytest.approx(300.0)
+    finally:
+        pool.close()
 
 
 def test_a_job_never_taken_is_refused_at_the_wait_deadline_and_skipped():
-    engine = SleepingEngineDouble(0.4)
-    pool = pool_of(engine, wait_s=0.1, invoke_s=5.0)
+    clock = FakeClock()
+    engine = SteppedEngineDouble(clock)
+    pool = pool_of(engine, clock, wait_s=0.1, invoke_s=5.0)
 
     async def scenario():
-        first = asyncio.create_task(pool.run(X))
-        await asyncio.sleep(0.02)
-        start = time.monotonic()
-        with pytest.raises(Busy):
-            await pool.run(X)
-        waited = time.monotonic() - start
+        first = asyncio.ensure_future(pool.run(X))
+        await engine.wait_started(0)  # the one interpreter is held
+        second = asyncio.ensure_future(pool.run(X))
+        await asyncio.sleep(0)  # in line, behind it
+        clock.advance(0.1)  # its wait deadline
+        with pytest.raises(Busy, match="no interpreter free within 0.1 s"):
+            await second
+        engine.open(0)
         await first
-        return waited
+        third = asyncio.ensure_future(pool.run(X))  # in line after the refused one
+        await engine.wait_started(1)
+        engine.open(1)
+        await third
 
-    waited = asyncio.run(scenario())
-    assert 0.09 <= waited < 0.3
-    time.sleep(0.05)
-    assert engine.runs == 1  # the refused job was skipped, never run
-    pool.close()
+    try:
+        asyncio.run(scenario())
+        assert engine.runs == 2  # the first and the third: the refused job was skipped, never run
+        assert pool.admitted == 0
+    finally:
+        pool.close()
 
 
 def test_the_invoke_deadline_runs_from_the_take_not_from_the_queueing():
-    pool = pool_of(SleepingEngineDouble(0.5), wait_s=5.0, invoke_s=0.2)
+    # the second request waits 0.15 s in line, then its invoke runs 0.1 s (0.25 s since it was queued,
+    # over the 0.2 s limit, but within it since the take): not refused; at 0.25 s since the take it is
+    clock = FakeClock()
+    engine = SteppedEngineDouble(clock)
+    pool = pool_of(engine, clock, wait_s=5.0, invoke_s=0.2)
 
     async def scenario():
-        start = time.monotonic()
-        with pytest.raises(InvokeTimeout):
-            await pool.run(X)
-        return time.monotonic() - start
+        first = asyncio.ensure_future(pool.run(X))
+        await engine.wait_started(0)
+        second = asyncio.ensure_future(pool.run(X))
+        await asyncio.sleep(0)
+        clock.advance(0.15)
+        engine.open(0)
+        await first
+        await engine.wait_started(1)  # taken 0.15 s after it was queued
+        clock.advance(0.1)
+        await asyncio.sleep(0.3)  # the loop's timer checks at the invoke limit's distance (0.2 s)
+        assert not second.done()
+        clock.advance(0.15)  # 0.25 s since the take
+        with pytest.raises(InvokeTimeout, match="within 0.2 s"):
+            await second
+        engine.open(1)
 
-    assert 0.19 <= asyncio.run(scenario()) < 0.45
-    pool.close()
-
-
-class ScriptedEngineDouble:
-    """Test double: run() takes the next of the given durations (s)."""
-
-    def __init__(self, durations):
-        self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
-        self.output = self.input
-        self.durations = list(durations)
-
-    def run(self, x):
-        time.sleep(self.durations.pop(0))
-        return x
-
-    def close(self):
-        pass
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.close()
 
 
 def test_an_invoke_taken_late_in_its_wait_still_times_out_at_its_own_limit():
-    # the third request is taken at ~0.8 s of its 3 s wait; its invoke hangs: the 0.5 s limit from
-    # the take answers it at ~1.3 s, not at the wait deadline
-    pool = pool_of(ScriptedEngineDouble([0.01, 0.4, 0.4, 4.0]), wait_s=3.0, invoke_s=0.5)
+    # the third request is taken at 0.8 s of its 3 s wait; its invoke hangs: the 0.5 s limit from
+    # the take answers it, long before the wait deadline
+    clock = FakeClock()
+    engine = SteppedEngineDouble(clock, seconds=[0.4, 0.4])
+    pool = pool_of(engine, clock, wait_s=3.0, invoke_s=0.5)
 
     async def scenario():
-        await pool.run(X)  # the cold first run
-        start = time.monotonic()
+        queued_at = clock()
         runs = [asyncio.ensure_future(pool.run(X)) for _ in range(3)]
-        await runs[0], await runs[1]
+        for n in range(2):
+            await engine.wait_started(n)
+            engine.open(n)
+            await runs[n]
+        await engine.wait_started(2)
+        clock.advance(0.5)  # taken at 0.8 s, now 1.3 s: its own limit, 1.7 s before its wait deadline
         with pytest.raises(InvokeTimeout):
             await runs[2]
-        return time.monotonic() - start
+        engine.open(2)
+        return clock() - queued_at
 
     try:
-        assert asyncio.run(scenario()) < 1.6
+        assert asyncio.run(scenario()) == pytest.approx(1.3)
     finally:
         pool.close()

@@ -14,7 +14,8 @@ from prometheus_client import REGISTRY
 
 from app.api.shedding import HeadAdmission
 from app.http_server import _Server, config
-from app.main import create_app
+from app.api.routes import InferenceRoutes
+from app.main import INFERENCE_ROUTERS, create_app
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.test_http_server import closed_by_server, read_response
@@ -34,7 +35,7 @@ def served():
     settings = Settings(model_dir=MODELS, models=[DEFAULT_MODEL], backends=["cpu", "emulated"], workers=1,
                         max_waiting=0, retry_after_s=2, warmup_at_start=False, host="127.0.0.1", port=free_port())
     app = create_app(settings)
-    server = _Server(config(app, settings, head_check=HeadAdmission(app.state.registry)))
+    server = _Server(config(app, settings))  # the head check comes from the app's lifespan
     thread = threading.Thread(target=server.run, name="test-server", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{settings.port}"
@@ -108,7 +109,7 @@ def test_only_the_full_line_is_refused(served, cat_png):
 
 def test_head_admission_places_a_request_as_the_application_would(served):
     _, registry = served
-    check = HeadAdmission(registry)
+    check = HeadAdmission(registry, InferenceRoutes.of(route for router in INFERENCE_ROUTERS for route in router.routes))
     place = registry.get(DEFAULT_MODEL).pool("cpu").admit()
     try:
         assert check(b"POST", b"/v1/classify").status == 503

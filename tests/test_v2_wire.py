@@ -18,6 +18,7 @@ from app.api.v2.wire import (
     parse_infer_request,
 )
 from app.errors import BodyTooLarge, RequestError
+from tests.hostile_json import HOSTILE_BODIES
 
 
 def _binary_body(header: dict, *blobs: bytes) -> tuple[bytes, str]:
@@ -97,6 +98,15 @@ def test_a_gzip_bomb_stops_at_the_limit():
 def test_malformed_requests_say_what_is_wrong(body, header, message):
     with pytest.raises(RequestError, match=message):
         parse_infer_request(body, header)
+
+
+@pytest.mark.parametrize("body, message", [case[1:] for case in HOSTILE_BODIES],
+                         ids=[case[0] for case in HOSTILE_BODIES])
+def test_hostile_json_gets_a_request_error_that_says_why(body, message):
+    with pytest.raises(RequestError) as refused:
+        parse_infer_request(body, None)
+    assert message in str(refused.value)
+    assert len(str(refused.value)) < 300  # the client's value is quoted, not echoed whole
 
 
 @pytest.mark.parametrize("header, tail, message", [

@@ -5,7 +5,8 @@ taken before the body is read, so a full line answers 503 at once, whatever the 
 the place in line is taken once the body is here (a slow body holds none).
 
 DirectRoutes (app/api/direct.py): the query parameters are validated from the signatures below
-without FastAPI's dependency solving, after the API key check (first, as a dependency was).
+without FastAPI's dependency solving, after the API key check (first, as a dependency was). Inference
+routes (app/api/routes.py): declared here, they are shed, counted and admitted by protocol "v1".
 """
 
 from __future__ import annotations
@@ -18,16 +19,27 @@ from fastapi import APIRouter, Query, Request, Response
 from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.direct import DirectRoute
+from app.api.routes import inference_route, query_value
 from app.api.schemas import ClassifyResponse, ErrorResponse
 from app.errors import InvalidParameter
 from app.inference import Classification, classify
 
-router = APIRouter(prefix="/v1", tags=["classify"], route_class=DirectRoute.checking(check_inference_key))
+
+
+def head_target(registry, parameters: dict[str, str], query: bytes) -> tuple[str, str | None]:
+    """The model (the path's, or the default) and the `backend` query parameter, as the handlers read them."""
+    name = parameters.get("name") or registry.settings.default_model
+    return name, query_value(query, "backend")
+
+
+router = APIRouter(prefix="/v1", tags=["classify"],
+                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", head_target))
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
 TopK = Annotated[int, Query(ge=1, description="how many classes to return (at most EDGETPU_SERVE_MAX_TOP_K)")]
 Threshold = Annotated[float, Query(ge=0.0, le=1.0, description="drop classes scoring below this")]
-Backend = Annotated[str | None, Query(max_length=32, description="cpu, edgetpu, emulated; default: the first configured")]
+Backend = Annotated[str | None, Query(max_length=32, description="a backend key, as GET /v1/models lists "
+                                                              "each model's; default: the first configured")]
 
 
 async def _classify(request: Request, name: str | None, top_k: int, threshold: float,

@@ -1,4 +1,5 @@
-"""Domain errors -> HTTP status, in one table. Every error body is {"error": "..."}.
+"""Domain errors -> HTTP answers for /v1: the status each error class carries (app/errors.py), the body
+{"error": "..."}, Retry-After on a refusal to retry.
 
 Logging: a 503 (a full line, a full body budget, a model not ready, devices out) is a refusal the
 client is told to retry, and under overload there is one per request: RefusalLog writes the first
@@ -18,50 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import (
-    BackendNotAvailable,
-    BadImage,
-    BodyTooLarge,
-    Busy,
-    DeviceHung,
-    InvokeTimeout,
-    EdgeTpuUnavailable,
-    EmptyBody,
-    EngineLoadError,
-    ImageTooLarge,
-    InvalidParameter,
-    ModelDirError,
-    ModelNotFound,
-    NotReady,
-    RequestError,
-    ServeError,
-    UnsupportedMediaType,
-)
+from app.errors import Busy, ServeError
 
 log = logging.getLogger(__name__)
-
-# Most specific first: the first matching class decides.
-STATUS: tuple[tuple[type[ServeError], int], ...] = (
-    (ModelNotFound, 404),
-    (BackendNotAvailable, 400),
-    (InvalidParameter, 422),
-    (EmptyBody, 400),
-    (BadImage, 400),
-    (UnsupportedMediaType, 415),
-    (BodyTooLarge, 413),
-    (ImageTooLarge, 413),
-    (RequestError, 400),
-    (InvokeTimeout, 504),
-    # A device the watchdog took out: Retry-After, as for Busy.
-    (DeviceHung, 503),
-    (Busy, 503),
-    (NotReady, 503),
-    # A reload that finds a broken model on disk: the model already loaded keeps serving.
-    (ModelDirError, 409),
-    (EdgeTpuUnavailable, 409),
-    (EngineLoadError, 409),
-)
-
 
 REFUSED = 503
 REFUSAL_LOG_WINDOW_S = 10.0
@@ -104,10 +64,12 @@ refusals = RefusalLog(log)  # one per process, as the log it writes to
 
 
 def status_of(error: ServeError) -> int:
-    for cls, status in STATUS:
-        if isinstance(error, cls):
-            return status
-    return 500
+    return error.status
+
+
+def retry_after(error: ServeError) -> dict[str, str] | None:
+    """Retry-After, for the refusals that say when to try again (Busy and its kind), in either protocol."""
+    return {"Retry-After": str(int(error.retry_after_s))} if isinstance(error, Busy) else None
 
 
 def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -116,7 +78,7 @@ def error_response(status: int, message: str, headers: dict | None = None) -> JS
 
 async def _serve_error(request: Request, exc: ServeError) -> JSONResponse:
     status = status_of(exc)
-    headers = {"Retry-After": str(int(exc.retry_after_s))} if isinstance(exc, Busy) else None
+    headers = retry_after(exc)
     if status == REFUSED:
         refusals.refused(request.method, request.scope["path"], exc)
     elif status >= 500:

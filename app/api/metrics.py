@@ -8,6 +8,7 @@ from fastapi import APIRouter, FastAPI, Response
 
 from app import metrics
 from app.api import auth
+from app.api.routes import InferenceRoutes
 
 router = APIRouter(tags=["metrics"])
 
@@ -18,9 +19,10 @@ async def scrape():
     return Response(await asyncio.to_thread(metrics.exposition), media_type=metrics.CONTENT_TYPE)
 
 
-def install(app: FastAPI) -> None:
-    """Route, request counting on /v1 and /v2, and the registry's state read at each scrape.
-    The route takes the inference key: open until keys are set (scrapers send it as a bearer token)."""
+def install(app: FastAPI, routes: InferenceRoutes) -> None:
+    """Route, request counting on the inference routes (the table, app/api/routes.py), and the
+    registry's state read at each scrape. The route takes the inference key: open until keys are set
+    (scrapers send it as a bearer token)."""
     app.include_router(router, dependencies=[auth.InferenceKey])
-    app.add_middleware(metrics.RequestCounter, protocols={"/v1/": "v1", "/v2/": "v2"})
-    metrics.watch(app.state.registry, app.state.settings.apex_sysfs_dir)
+    app.add_middleware(metrics.RequestCounter, routes=routes)
+    metrics.watch(app.state.registry)

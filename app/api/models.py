@@ -1,23 +1,26 @@
-"""GET /v1/models, GET /v1/models/{name}, POST /v1/models/{name}/reload."""
+"""GET /v1/models, GET /v1/models/{name}, POST /v1/models/{name}/reload.
+
+Every backend plug-in may add keys to a model's answer and to each backend's entry in it
+(Backend.describe_model, Backend.describe_backend): what a device's plug-in knows of the model."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from fastapi import APIRouter
+from pydantic import BaseModel
 
 from app.api.auth import AdminKey
 from app.api.deps import RegistryDep, SettingsDep
 from app.api.schemas import (
     BackendOut,
-    EdgeTpuViewOut,
     ErrorResponse,
     FileOut,
     ModelOut,
     ModelsOut,
     TensorOut,
 )
-from app.edgetpu.compat import CompatReport
 from app.engines import TensorSpec
 from app.registry import Registry, iso_time
 
@@ -31,8 +34,12 @@ def _tensor(spec: TensorSpec) -> TensorOut:
                      scale=spec.scale, zero_point=spec.zero_point)
 
 
-def _edgetpu_view(report: CompatReport | None) -> EdgeTpuViewOut | None:
-    return None if report is None else EdgeTpuViewOut.model_validate(report.to_dict())
+def _added(out: type[BaseModel], contributions: Iterable[dict]) -> dict:
+    """The plug-ins' keys for a response model, merged in registry order; the core's own fields win."""
+    merged = {}
+    for keys in contributions:
+        merged.update((key, value) for key, value in keys.items() if key not in out.model_fields)
+    return merged
 
 
 def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
@@ -41,11 +48,12 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
     version = registry.serving(name)
     pools = version.pools if version else {}
     manifest = model_dir.manifest
+    plugins = registry.plugins.values()
     backends = {
         key: BackendOut(interpreters=len(pool.members), warm=pool.warm, load_ms=pool.load_ms,
                         first_inference_ms=pool.first_inference_ms,
                         input=_tensor(pool.engine.input), output=_tensor(pool.engine.output),
-                        edgetpu_view=_edgetpu_view(pool.engine.edgetpu_view))
+                        **_added(BackendOut, (plugin.describe_backend(key, pool.engine, model_dir) for plugin in plugins)))
         for key, pool in pools.items()
     }
     return ModelOut(
@@ -56,6 +64,8 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
         quality=manifest.quality_dict(),
+        segments=manifest.segments.model_dump(mode="json") if manifest.segments else None,
+        **_added(ModelOut, (plugin.describe_model(model_dir) for plugin in plugins)),
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from app.engines import BACKENDS
 
 
 class ErrorResponse(BaseModel):
@@ -22,6 +24,17 @@ class Timing(BaseModel):
     inference: float = Field(description="the interpreter's invoke, ms")
     postprocess: float = Field(description="dequantize, softmax, top-k, ms")
     total: float = Field(description="from the first byte decoded to the response built, ms")
+    segments: list[float] | None = Field(
+        default=None, description="a segmented model (a pipeline): each segment's invoke, in order, ms; "
+                                  "absent for a whole model")
+
+    @model_serializer(mode="wrap")
+    def _segments_only_when_pipelined(self, handler):
+        """A whole model's timings stay as they were: no `segments` key rather than a null."""
+        data = handler(self)
+        if data.get("segments") is None:
+            data.pop("segments", None)
+        return data
 
 
 class Warmup(BaseModel):
@@ -38,6 +51,18 @@ class ClassifyResponse(BaseModel):
     cold: bool = Field(description="true when this request paid its interpreter's first inference")
 
 
+def _plugin_keys(declared: str):
+    """json_schema_extra: the keys the registered plug-ins declare (Backend.model_keys or backend_keys),
+    listed with what they mean, when GET /openapi.json is built."""
+
+    def add(schema: dict) -> None:
+        for key, plugin in BACKENDS.items():
+            for name, meaning in getattr(plugin, declared).items():
+                schema["properties"].setdefault(name, {"title": name, "description": f"{meaning} (plug-in {key!r})"})
+
+    return add
+
+
 class TensorOut(BaseModel):
     name: str
     shape: list[int]
@@ -46,31 +71,18 @@ class TensorOut(BaseModel):
     zero_point: int
 
 
-class OpViewOut(BaseModel):
-    index: int
-    opcode: str
-    on_edgetpu: bool = Field(description="inside the single partition edgetpu_compiler would map")
-    supported: bool = Field(description="the operator itself meets the Edge TPU's constraints")
-    reason: str | None = Field(description="the constraint it breaks, when it does not")
-
-
-class EdgeTpuViewOut(BaseModel):
-    summary: str
-    mapped: int = Field(description="operators the Edge TPU would run: all before the first unsupported one")
-    total: int
-    first_unsupported: OpViewOut | None
-    ops: list[OpViewOut]
-
-
 class BackendOut(BaseModel):
+    """One backend's interpreters of a model. Backend plug-ins add their own keys (Backend.describe_backend):
+    an accelerator's plug-in, say, what its compiler would make of the graph this backend runs."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_plugin_keys("backend_keys"))
+
     interpreters: int
     warm: bool
     load_ms: float
     first_inference_ms: float | None
     input: TensorOut
     output: TensorOut
-    edgetpu_view: EdgeTpuViewOut | None = Field(
-        default=None, description="emulated backend: which ops the Edge TPU would run (offline analysis)")
 
 
 class FileOut(BaseModel):
@@ -80,6 +92,12 @@ class FileOut(BaseModel):
 
 
 class ModelOut(BaseModel):
+    """A model, its state and its backends. Backend plug-ins add their own keys (Backend.describe_model):
+    an accelerator's plug-in, say, the latency model.json estimates on its device (an estimate, not a
+    measurement)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_plugin_keys("model_keys"))
+
     name: str
     state: str = Field(description="loading, ready, degraded (serving, with a problem in `error`), unhealthy, failed")
     error: str | None = None
@@ -93,9 +111,11 @@ class ModelOut(BaseModel):
     labels: int
     input: dict
     output: dict
-    backends: dict[str, BackendOut]
+    backends: dict[str, BackendOut] = Field(description="backend key -> its interpreters of this model")
     files: dict[str, FileOut]
     quality: dict | None = None
+    segments: dict | None = Field(default=None, description="a segmented model, served as a pipeline: its "
+                                  "segments in order (model.json `segments`, docs/pipelines.md)")
 
 
 class ModelsOut(BaseModel):

@@ -25,7 +25,7 @@ FIX_USB_NOT_MAPPED = (
     f"Accelerator re-enumerates from {USB_IDS[0]} to {USB_IDS[1]} on first use"
 )
 FIX_USB_PERMISSION = (
-    "on the host, install the udev rules (README 'Running with a USB Accelerator': "
+    "on the host, install the udev rules (docs/deployment.md 'USB Accelerator': "
     "/etc/udev/rules.d/99-edgetpu-accelerator.rules giving GROUP=\"plugdev\" to "
     f"{' and '.join(USB_IDS)}), run `sudo udevadm control --reload-rules && sudo udevadm trigger`, "
     "replug the Accelerator, and run as a member of plugdev (`sudo usermod -aG plugdev $USER`, then log in "

@@ -23,7 +23,7 @@ from app.edgetpu.versions import (
     mismatch_message,
     parse_runtime_version,
 )
-from app.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch
+from app.edgetpu.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch
 
 log = logging.getLogger(__name__)
 

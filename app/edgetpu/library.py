@@ -12,7 +12,7 @@ import platform
 from dataclasses import dataclass
 
 from app.edgetpu.versions import image_pins
-from app.errors import EdgeTpuUnavailable
+from app.edgetpu.errors import EdgeTpuUnavailable
 
 # The library's file name per platform, as the Edge TPU runtime installs it.
 LIBRARY_NAMES = {

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from app.errors import EdgeTpuVersionMismatch
+from app.edgetpu.errors import EdgeTpuVersionMismatch
 
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
 DPKG_STATUS = Path("/var/lib/dpkg/status")

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import importlib
 import logging
+import pkgutil
 
 from app.engines.base import Backend, Engine, EngineOptions, Fallback, TensorSpec
+from app.settings import PluginSettings
 
 log = logging.getLogger(__name__)
 
-# The product's plug-ins: one module each, holding a `PLUGIN` (a Backend subclass).
-PRODUCT = ("app.engines.cpu", "app.engines.emulated", "app.engines.edgetpu")
+# The product's plug-ins: every module of this package that holds a `PLUGIN` (a Backend subclass);
+# the others (base, litert) are what plug-ins share.
+PRODUCT = tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if m.name != "base")
 
 BACKENDS: dict[str, type[Backend]] = {}
 # key -> its Engine class (loading one interpreter directly, as bench/ scripts do)
@@ -38,7 +41,9 @@ def load_plugins(modules: tuple[str, ...]) -> dict[str, str]:
     left_out = {}
     for module in modules:
         try:
-            register(importlib.import_module(module).PLUGIN)
+            plugin = getattr(importlib.import_module(module), "PLUGIN", None)
+            if plugin is not None:
+                register(plugin)
         except ImportError as e:  # e.g. no TFLite runtime, no flatbuffers: the other backends still serve
             log.warning("backend %s left out: %s", module.rsplit(".", 1)[-1], e)
             left_out[module] = str(e)
@@ -47,5 +52,6 @@ def load_plugins(modules: tuple[str, ...]) -> dict[str, str]:
 
 load_plugins(PRODUCT)
 
-__all__ = ["BACKENDS", "ENGINES", "Backend", "Engine", "EngineOptions", "Fallback", "TensorSpec", "load_plugins",
+__all__ = ["BACKENDS", "ENGINES", "Backend", "Engine", "EngineOptions", "Fallback", "PluginSettings", "TensorSpec",
+           "load_plugins",
            "register", "unregister"]

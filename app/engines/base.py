@@ -3,7 +3,10 @@
 A Backend is what the registry drives, the same way for every key: check the environment
 at start (and say which models it cannot serve, and which backend serves them instead),
 name the model file it runs, list the interpreters to make and their options, load one,
-reopen a lost device, report itself for GET /v1/devices.
+reopen a lost device. A plug-in also owns its parts of the service: its own settings (a
+PluginSettings class read from EDGETPU_SERVE_<KEY>_*), its report for GET /v1/devices, its
+Prometheus gauges, whether the watchdog watches its interpreters by default, and the keys it
+adds to GET /v1/models (describe_model, describe_backend): the core names no backend.
 
 An Engine is one interpreter: not thread-safe, used by one request at a time (the
 registry pools them). Engines move tensors only: no decoding, no labels.
@@ -14,17 +17,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from app.errors import EngineLoadError
+from app.settings import PluginSettings, Settings
 
 if TYPE_CHECKING:
-    from app.edgetpu.compat import CompatReport
     from app.model_dir import ModelDir
-    from app.settings import Settings
-
+    from app.tflite_file import TfliteModel
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -53,8 +56,9 @@ class Engine(ABC):
 
     input: TensorSpec
     output: TensorSpec
-    # What edgetpu_compiler would do with the model, for backends that parse the graph (emulated).
-    edgetpu_view: CompatReport | None = None
+    # The graph as app.tflite_file read it, for engines that parse it themselves (emulated): a
+    # plug-in's analysis of the model (describe_backend) reuses it rather than reading the file again.
+    parsed_model: TfliteModel | None = None
 
     @classmethod
     @abstractmethod
@@ -110,12 +114,23 @@ class Backend:
 
     key: ClassVar[str]
     engine: ClassVar[type[Engine]]
-    # Whether its interpreters compute on the host's cores (cpu, emulated) or on a device that
-    # leaves them free (edgetpu): image work gets the cores the interpreters leave.
+    # Whether its interpreters compute on the host's cores or on a device that leaves them
+    # free: image work gets the cores the interpreters leave.
     host_cpu: ClassVar[bool] = True
+    # Whether the watchdog watches its interpreters unless EDGETPU_SERVE_WATCHDOG_BACKENDS says
+    # otherwise: a device that can hang (a USB accelerator until it resets) is; the host's cores are not.
+    watched: ClassVar[bool] = False
+    # Its own settings class; None: it has none.
+    settings_class: ClassVar[type[PluginSettings] | None] = None
+    # The keys describe_model and describe_backend add, each with what it means (GET /openapi.json
+    # lists them in ModelOut and BackendOut).
+    model_keys: ClassVar[dict[str, str]] = {}
+    backend_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        # its own settings, read once (None without a settings class)
+        self.config = settings.plugin_settings(type(self))
 
     @property
     def model_file(self) -> str:
@@ -147,7 +162,29 @@ class Backend:
         """Options to load a lost interpreter again, on the same device (the watchdog)."""
         return options
 
-    def report(self, members: list[tuple[str, Any]]) -> Any:
-        """What this backend says about itself for GET /v1/devices; members are (model, Member)
-        for every interpreter it runs. None: nothing to report."""
+    def explain_load_error(self, backend: str, path: Path, error: Exception) -> Exception | None:
+        """`backend` failed to load `path`: a clearer error if this plug-in recognises why (a file
+        made for its device, given to another backend), else None."""
         return None
+
+    def report(self, members: list[tuple[str, Any]]) -> dict | None:
+        """What this backend says about itself and its devices for GET /v1/devices (a JSON object);
+        members are (model, Member) for every interpreter it runs. None: nothing to report."""
+        return None
+
+    def collect(self, members: list[tuple[str, Any]]) -> Iterable:
+        """Its Prometheus metric families, read at each scrape (device counts, health, temperature);
+        members as for report(). Names start with app.metrics.PREFIX."""
+        return ()
+
+    def describe_model(self, model_dir: ModelDir) -> dict:
+        """Keys this plug-in adds to a model's entry in GET /v1/models (JSON values; declared in
+        model_keys), configured or not: what it reads in the model's directory about its own device.
+        Called per request."""
+        return {}
+
+    def describe_backend(self, backend: str, engine: Engine, model_dir: ModelDir) -> dict:
+        """Keys this plug-in adds to the entry of `backend` (any backend, its own or another's) in a
+        model's GET /v1/models answer (declared in backend_keys); `engine` is one of that backend's interpreters of the serving
+        version. Called per request: cache what costs (per engine, so per model version)."""
+        return {}

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.edgetpu.access import custom_op_message, is_custom_op_error
 from app.engines.base import Backend, EngineOptions, InterpreterEngine
 from app.engines.litert import runtime
-from app.errors import EngineLoadError, ModelDirError
+from app.errors import EngineLoadError
 from app.model_dir import INT8
 
 
@@ -20,9 +19,7 @@ class CpuEngine(InterpreterEngine):
         try:
             interpreter = runtime().Interpreter(model_path=str(path), num_threads=options.cpu_threads)
             interpreter.allocate_tensors()
-        except (ValueError, RuntimeError) as e:
-            if is_custom_op_error(str(e)):  # a compiled model listed as the plain one
-                raise ModelDirError(custom_op_message(path, cls.key)) from None
+        except (ValueError, RuntimeError) as e:  # an accelerator's compiled file: its plug-in explains
             raise EngineLoadError(f"cpu: cannot load {path}: {e}") from None
         cls.check_single_io(interpreter, cls.key, path)
         return cls(interpreter)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.edgetpu.compat import CompatReport, analyze
 from app.emulator import Interpreter
 from app.engines.base import Backend, EngineOptions, InterpreterEngine
 from app.model_dir import INT8
@@ -23,9 +22,8 @@ class EmulatedEngine(InterpreterEngine):
 
     def __init__(self, interpreter: Interpreter):
         super().__init__(interpreter)
-        # What edgetpu_compiler would do with this graph, from the same parsed model: which ops
-        # the Edge TPU would run and where its single partition would end (GET /v1/models/{name}).
-        self.edgetpu_view: CompatReport = analyze(interpreter.model)
+        # The graph the emulator parsed, for plug-ins' analyses of the model (GET /v1/models/{name}).
+        self.parsed_model = interpreter.model
 
     @classmethod
     def load(cls, path: Path, options: EngineOptions) -> EmulatedEngine:
@@ -35,10 +33,8 @@ class EmulatedEngine(InterpreterEngine):
         interpreter.allocate_tensors()
         cls.check_single_io(interpreter, cls.key, path)
         engine = cls(interpreter)
-        log.info("emulated: %s, %d operators, numba kernels %s; Edge TPU view: %s", path.name,
-                 len(interpreter.plan.steps),
-                 "on" if interpreter.accelerated else "off (numpy only: pip install -e '.[accel]')",
-                 engine.edgetpu_view.summary())
+        log.info("emulated: %s, %d operators, numba kernels %s", path.name, len(interpreter.plan.steps),
+                 "on" if interpreter.accelerated else "off (numpy only: pip install -e '.[accel]')")
         return engine
 
     @property

@@ -1,8 +1,8 @@
 """The one place the TFLite runtime is imported.
 
 ai_edge_litert (PyPI, works with numpy 2) everywhere by default; tflite_runtime where an
-image installs it together with the libedgetpu built from the same TensorFlow release:
-an installed tflite_runtime of a pinned version (app/edgetpu/versions.toml) comes first.
+image installs it together with a device library built from the same TensorFlow release: an
+installed tflite_runtime of a version some plug-in pins (`prefer_tflite_runtime`) comes first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from functools import cache
 from importlib import metadata
 from types import ModuleType
 
-from app.edgetpu.versions import pins
 from app.errors import EngineLoadError
 
 log = logging.getLogger(__name__)
@@ -23,6 +22,14 @@ log = logging.getLogger(__name__)
 AI_EDGE_LITERT = ("ai_edge_litert.interpreter", "ai-edge-litert")
 TFLITE_RUNTIME = ("tflite_runtime.interpreter", "tflite-runtime")
 RUNTIMES = (AI_EDGE_LITERT, TFLITE_RUNTIME)
+# tflite_runtime versions that come first when installed, named by the plug-ins whose device
+# library must run with the same TensorFlow build (at import, before any runtime() call)
+_preferred_tflite_runtimes: set[str] = set()
+
+
+def prefer_tflite_runtime(versions) -> None:
+    """A plug-in's pinned tflite_runtime versions: installed, one of them is the runtime used."""
+    _preferred_tflite_runtimes.update(versions)
 
 
 @dataclass(frozen=True)
@@ -41,12 +48,12 @@ class Runtime:
 
 
 def preference() -> tuple[tuple[str, str], ...]:
-    """tflite_runtime first where its version is pinned with a libedgetpu (the Edge TPU images)."""
+    """tflite_runtime first where a plug-in pins its version (an accelerator's image)."""
     try:
         installed = metadata.version(TFLITE_RUNTIME[1])
     except metadata.PackageNotFoundError:
         installed = None
-    if installed in {version_set.tflite_runtime for version_set in pins().sets}:
+    if installed in _preferred_tflite_runtimes:
         return (TFLITE_RUNTIME, AI_EDGE_LITERT)
     return RUNTIMES
 

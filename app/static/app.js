@@ -3,6 +3,9 @@
 
 const $ = (id) => document.getElementById(id);
 const state = { file: null, models: [] };
+// A request's stages in the order it goes through them: the keys of the classify response's
+// timing_ms (app/api/schemas.py Timing), drawn as one stacked bar per response.
+const STAGES = ["decode", "preprocess", "queue", "inference", "postprocess"];
 
 function show(message, isError = false) {
   $("message").textContent = message;
@@ -44,7 +47,8 @@ async function loadModels() {
 
 async function loadDevices() {
   try {
-    const body = await getJson("/v1/devices");
+    const body = (await getJson("/v1/devices")).backends.edgetpu ||
+      { devices: [], error: "the Edge TPU backend is not installed here" };
     const healthy = body.devices.filter((d) => d.health === "healthy").length;
     const text = body.devices.length
       ? `Edge TPUs: ${body.devices.length} (${healthy} healthy)` +
@@ -121,6 +125,95 @@ function card(result) {
   return el;
 }
 
+function stageSum(result) {
+  return STAGES.reduce((sum, stage) => sum + (result.timing_ms[stage] || 0), 0);
+}
+
+function niceCeiling(value) {
+  // the smallest 1, 2, 2.5 or 5 x 10^k at or above value: a scale whose ticks read easily
+  if (!(value > 0)) return 1;
+  const power = 10 ** Math.floor(Math.log10(value));
+  return [1, 2, 2.5, 5, 10].map((m) => m * power).find((v) => v >= value * (1 - 1e-9));
+}
+
+function formatMs(ms) {
+  return ms >= 100 ? ms.toFixed(0) : ms >= 10 ? ms.toFixed(1) : ms.toFixed(2);
+}
+
+function stageChart(results) {
+  // One horizontal stacked bar per response, every bar on the same ms scale: widths compare across backends.
+  const scale = niceCeiling(Math.max(...results.map(stageSum)));
+  const mantissa = scale / 10 ** Math.floor(Math.log10(scale));
+  const ticks = Math.abs(mantissa - 2) < 1e-9 ? 4 : 5;  // steps of 1, 2, 5 or 0.5 x 10^k
+  const el = document.createElement("div");
+  el.id = "stages";
+  el.dataset.scale = scale;
+  el.style.setProperty("--ticks", ticks);
+  const title = document.createElement("h2");
+  title.textContent = results.length > 1 ? "Where the time went, backend by backend " : "Where the time went ";
+  const small = document.createElement("small");
+  small.textContent = "server-side stages of each request, ms, one scale";
+  title.append(small);
+  const legend = document.createElement("ul");
+  legend.className = "legend";
+  for (const stage of STAGES) {
+    const item = document.createElement("li");
+    const swatch = document.createElement("span");
+    swatch.className = `swatch stage-${stage}`;
+    item.append(swatch, stage);
+    legend.append(item);
+  }
+  el.append(title, legend);
+  for (const result of results) {
+    const row = document.createElement("div");
+    row.className = "stage-row";
+    row.dataset.backend = result.backend;
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = result.backend;
+    const track = document.createElement("div");
+    track.className = "track";
+    for (const stage of STAGES) {
+      const ms = result.timing_ms[stage] || 0;
+      const seg = document.createElement("span");
+      seg.className = `seg stage-${stage}`;
+      seg.dataset.stage = stage;
+      seg.dataset.ms = ms;
+      seg.style.width = `${(ms / scale) * 100}%`;
+      seg.title = `${result.backend}, ${stage}: ${ms.toFixed(2)} ms`;
+      seg.textContent = formatMs(ms);
+      track.append(seg);
+    }
+    const sum = document.createElement("span");
+    sum.className = "sum";
+    sum.textContent = `${formatMs(stageSum(result))} ms`;
+    sum.title = `response total (timing_ms.total): ${result.timing_ms.total.toFixed(2)} ms`;
+    row.append(name, track, sum);
+    el.append(row);
+  }
+  const axis = document.createElement("div");
+  axis.className = "stage-row axis";
+  const scaleEl = document.createElement("div");
+  scaleEl.className = "scale";
+  for (let i = 0; i <= ticks; i++) {
+    const tick = document.createElement("span");
+    tick.style.left = `${(i / ticks) * 100}%`;
+    tick.textContent = `${+(scale * i / ticks).toPrecision(3)}${i === ticks ? " ms" : ""}`;
+    scaleEl.append(tick);
+  }
+  axis.append(document.createElement("span"), scaleEl, document.createElement("span"));
+  el.append(axis);
+  return el;
+}
+
+function fitStageLabels() {
+  // a segment too narrow for its figure shows none (the figure stays in its tooltip)
+  for (const seg of document.querySelectorAll("#stages .seg")) {
+    seg.classList.remove("narrow");
+    if (seg.scrollWidth > seg.clientWidth) seg.classList.add("narrow");
+  }
+}
+
 function errorCard(backend, message) {
   const el = document.createElement("div");
   el.className = "card error-card";
@@ -135,14 +228,18 @@ async function run(backends) {
   $("classify").disabled = $("compare").disabled = true;
   show(`classifying on ${backends.join(", ")} …`);
   const cards = [];
+  const answered = [];
   for (const backend of backends) {  // one after another: each backend's timings undisturbed
     try {
-      cards.push(card(await classifyOn(model, backend, topK)));
+      const result = await classifyOn(model, backend, topK);
+      answered.push(result);
+      cards.push(card(result));
     } catch (e) {
       cards.push(errorCard(backend, e.message));
     }
   }
-  $("results").replaceChildren(...cards);
+  $("results").replaceChildren(...(answered.length ? [stageChart(answered)] : []), ...cards);
+  fitStageLabels();
   show(`${state.file.name} on ${model}`);
   updateButtons();
 }
@@ -156,6 +253,7 @@ $("drop").addEventListener("drop", (e) => {
   pickFile(e.dataTransfer.files[0]);
 });
 $("model").addEventListener("change", fillBackends);
+window.addEventListener("resize", fitStageLabels);
 $("classify").addEventListener("click", () => run([$("backend").value]));
 $("compare").addEventListener("click", () => run([...$("backend").options].map((o) => o.value)));
 

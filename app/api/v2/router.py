@@ -22,6 +22,7 @@ from app.api.auth import check_inference_key
 from app.api.body import hold_more, read_limited
 from app.api.deps import RegistryDep, SettingsDep
 from app.api.direct import DirectRoute
+from app.api.routes import inference_route
 from app.api.errors import REFUSED, refusals
 from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
@@ -64,7 +65,20 @@ class V2Route(DirectRoute):
 TAGS = ["v2 (Open Inference Protocol)"]
 router = APIRouter(prefix="/v2", tags=TAGS, route_class=V2Route)
 health = APIRouter(prefix="/v2/health", tags=TAGS, route_class=V2Route)
-inference = APIRouter(prefix="/v2", tags=TAGS, route_class=V2Route.checking(check_inference_key))
+
+
+def head_target(registry: Registry, parameters: dict[str, str], query: bytes) -> tuple[str, str] | None:
+    """The model and the backend _infer leases it on (a body may name another: not read); None for a
+    version or model the route would refuse itself."""
+    name = parameters["name"]
+    model = registry.serving(name)
+    if model is None or parameters.get("version", v2.VERSION) != v2.VERSION:
+        return None
+    return name, _backend(registry, model)
+
+
+inference = APIRouter(prefix="/v2", tags=TAGS,
+                      route_class=inference_route(V2Route.checking(check_inference_key), "v2", head_target))
 
 
 def _errors(*statuses: int) -> dict:

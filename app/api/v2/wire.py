@@ -9,7 +9,9 @@ binary when the request asks (`parameters.binary_data_output`, or per output
 length followed by the bytes.
 
 Every problem with a body is a RequestError (400) whose message says what was got and what
-was expected; nothing here knows about models.
+was expected; nothing here knows about models. Hostile JSON included: nesting deeper than the
+decoder's stack or a tensor's rank, numbers of thousands of digits, NaN and Infinity (not JSON),
+a key given twice (which one counts would be a guess); values quoted in messages are cut short.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from app.errors import BodyTooLarge, RequestError
 from app.inference import top_order
 
 HEADER_LENGTH = "inference-header-content-length"
+# The deepest tensor the wire takes: nested `data` mirrors the shape, so no deeper either (numpy's own
+# ceiling is 64 dimensions; models here have rank 4 at most).
+MAX_RANK = 32
+# How much of a client's value an error message quotes.
+SHOWN_CHARS = 60
 BINARY_CONTENT_TYPE = "application/octet-stream"
 
 # OIP datatype -> numpy dtype (little-endian, as the binary extension defines it). BYTES is separate.
@@ -121,11 +128,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
         if not 0 <= length <= len(body):
             raise RequestError(f"Inference-Header-Content-Length is {length}; the body has {len(body)} bytes")
         json_part, binary = body[:length], body[length:]
-    try:
-        doc = json.loads(json_part)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        hint = "" if header_length else " (binary tensors need the Inference-Header-Content-Length header)"
-        raise RequestError(f"the inference request is not valid JSON: {e}{hint}") from None
+    doc = _json(json_part, header_length)
     if not isinstance(doc, dict):
         raise RequestError("the inference request must be a JSON object with 'inputs'")
     parameters = _parameters(doc.get("parameters"), "request")
@@ -152,6 +155,41 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
     return InferRequest(request_id, inputs, outputs, binary_default, parameters)
 
 
+def _json(text: bytes, header_length: str | None):
+    try:
+        return json.loads(text, parse_constant=_not_json, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise RequestError("the inference request nests arrays or objects too deeply to parse "
+                           f"(a tensor has at most {MAX_RANK} dimensions)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        hint = "" if header_length else " (binary tensors need the Inference-Header-Content-Length header)"
+        raise RequestError(f"the inference request is not valid JSON: {_cut(str(e))}{hint}") from None
+    except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise RequestError(f"the inference request holds a number too long to read: {_cut(str(e))}") from None
+
+
+def _not_json(token: str):
+    raise RequestError(f"the inference request is not valid JSON: {token} is not a JSON number")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise RequestError(f"the inference request gives the key {_shown(twice)} twice in one object")
+    return doc
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+
+
+def _shown(value) -> str:
+    """A client's value as an error message quotes it: repr, cut short."""
+    return _cut(repr(value))
+
+
 def _parameters(value, where: str) -> dict:
     if value is None:
         return {}
@@ -162,7 +200,7 @@ def _parameters(value, where: str) -> dict:
 
 def _bool(value, where: str) -> bool:
     if not isinstance(value, bool):
-        raise RequestError(f"{where} must be true or false, got {value!r}")
+        raise RequestError(f"{where} must be true or false, got {_shown(value)}")
     return value
 
 
@@ -170,21 +208,23 @@ def _input(raw, i: int, binary: bytes, offset: int) -> tuple[InputTensor, int]:
     if not isinstance(raw, dict):
         raise RequestError(f"inputs[{i}] must be an object with name, shape, datatype and data")
     name, datatype, shape = raw.get("name"), raw.get("datatype"), raw.get("shape")
-    where = f"input {name!r}" if isinstance(name, str) else f"inputs[{i}]"
+    where = f"input {_shown(name)}" if isinstance(name, str) else f"inputs[{i}]"
     if not isinstance(name, str) or not name:
         raise RequestError(f"{where}: 'name' must be a non-empty string")
     if datatype != BYTES and datatype not in DTYPES:
-        raise RequestError(f"{where}: datatype {datatype!r} is not one of {sorted([*DTYPES, BYTES])}")
+        raise RequestError(f"{where}: datatype {_shown(datatype)} is not one of {sorted([*DTYPES, BYTES])}")
     if (not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                                for d in shape)):
-        raise RequestError(f"{where}: 'shape' must be a list of non-negative integers, got {shape!r}")
+        raise RequestError(f"{where}: 'shape' must be a list of non-negative integers, got {_shown(shape)}")
+    if len(shape) > MAX_RANK:
+        raise RequestError(f"{where}: 'shape' has {len(shape)} dimensions; at most {MAX_RANK}")
     shape = tuple(shape)
     count = math.prod(shape)  # exact: numpy's int64 product would wrap on a hostile shape
     parameters = _parameters(raw.get("parameters"), where)
     size = parameters.get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise RequestError(f"{where}: binary_data_size must be a non-negative integer, got {size!r}")
+            raise RequestError(f"{where}: binary_data_size must be a non-negative integer, got {_shown(size)}")
         if "data" in raw:
             raise RequestError(f"{where}: has both 'data' and binary_data_size; send one")
         if offset + size > len(binary):
@@ -215,6 +255,7 @@ def _from_buffer(chunk: bytes, datatype: str, shape: tuple[int, ...], where: str
 def _from_json(data, datatype: str, shape: tuple[int, ...], count: int, where: str) -> np.ndarray:
     """Flat or nested JSON numbers -> an array of `shape` (row-major, as the protocol says)."""
     dtype = DTYPES[datatype]
+    _check_depth(data, where)
     try:
         values = np.asarray(data)
     except ValueError:
@@ -235,7 +276,7 @@ def _from_json(data, datatype: str, shape: tuple[int, ...], count: int, where: s
 
 def _json_bytes(data, count: int, parameters: dict, where: str) -> list[bytes]:
     """BYTES in JSON: UTF-8 strings, or base64 strings when parameters.content_type is "base64"."""
-    flat = list(_flatten(data))
+    flat = list(_flatten(data, where))
     if len(flat) != count:
         raise RequestError(f"{where}: 'data' has {len(flat)} elements; the shape needs {count}")
     if not all(isinstance(v, str) for v in flat):
@@ -248,12 +289,35 @@ def _json_bytes(data, count: int, parameters: dict, where: str) -> list[bytes]:
     return [v.encode("utf-8", "surrogateescape") for v in flat]
 
 
-def _flatten(data):
-    if isinstance(data, list):
-        for item in data:
-            yield from _flatten(item)
-    else:
-        yield data
+def _check_depth(data, where: str) -> None:
+    """Nested `data` deeper than a tensor can be, along its first elements: a clear 400 before
+    numpy's (deeper elsewhere: numpy's ragged-list error, a 400 too)."""
+    depth = 0
+    while isinstance(data, list):
+        depth += 1
+        if depth > MAX_RANK:
+            raise RequestError(f"{where}: 'data' is nested more than {MAX_RANK} lists deep; "
+                               "a tensor has at most that many dimensions")
+        data = data[0] if data else None
+
+
+def _flatten(data, where: str = "data"):
+    """The leaves of nested lists, in order; no recursion (the nesting is the client's)."""
+    stack = [iter([data])]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, list):
+            if len(stack) > MAX_RANK:
+                raise RequestError(f"{where}: 'data' is nested more than {MAX_RANK} lists deep; "
+                                   "a tensor has at most that many dimensions")
+            stack.append(iter(item))
+        else:
+            yield item
+
+
+_END = object()
 
 
 def _bytes_elements(chunk: bytes, count: int, where: str) -> list[bytes]:
@@ -276,12 +340,12 @@ def _bytes_elements(chunk: bytes, count: int, where: str) -> list[bytes]:
 def _requested_output(raw, i: int, binary_default: bool) -> RequestedOutput:
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         raise RequestError(f"outputs[{i}] must be an object with a 'name'")
-    where = f"output {raw['name']!r}"
+    where = f"output {_shown(raw['name'])}"
     parameters = _parameters(raw.get("parameters"), where)
     binary = _bool(parameters.get("binary_data", binary_default), f"{where}: parameters.binary_data")
     k = parameters.get("classification")
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        raise RequestError(f"{where}: parameters.classification must be a positive integer, got {k!r}")
+        raise RequestError(f"{where}: parameters.classification must be a positive integer, got {_shown(k)}")
     return RequestedOutput(raw["name"], binary, k)
 
 

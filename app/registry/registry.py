@@ -1,7 +1,9 @@
 """Which models are served, on which backends, and whether they are ready; the versions' lifetimes.
 
 Backends are plug-ins (app.engines): the registry drives each the same way and names none.
-Each model directory is read and its files checked against their sha256 at load.
+Discovery reads each configured model directory at start (its files are checked against their
+sha256 when a version loads); app/registry/loading.py builds the versions, app/registry/versions.py
+defines them and their leases, app/registry/status.py what clients see of their state.
 
 A model version is a unit of lifetime. A load or reload builds a complete new version and
 swaps it in under one lock; a request takes a lease on the version current when it starts
@@ -14,8 +16,9 @@ Admission comes first: `lease()` holds the version and checks the pool's bounded
 the caller reads a body, so an overloaded pool refuses in microseconds; the request takes its
 place in line (`Lease.admit()`, which `Lease.run` and `run_after` do first) once its input has
 arrived, before any work on it, so a client that sends its body slowly holds no place that
-others could use. Shutdown: `drain()` refuses new leases and waits (bounded) for the admitted
-ones, then `close()` closes every version.
+others could use. `resolve()` is the same resolution of model and backend without a lease, for
+checks made before the application sees a request. Shutdown: `drain()` refuses new leases and
+waits (bounded) for the admitted ones, then `close()` closes every version.
 
 Clients see file names relative to the model directory; full paths go to the log only.
 """
@@ -27,138 +30,26 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from concurrent.futures import Executor
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 
-import numpy as np
+from pydantic import ValidationError
 
 from app import metrics
-from app.engines import BACKENDS, Backend, EngineOptions, Fallback
-from app.errors import (
-    BackendNotAvailable,
-    ModelDirError,
-    ModelNotFound,
-    NotReady,
-    ServeError,
-    ShuttingDown,
-)
-from app.imaging import InputQuantizer
+from app.engines import BACKENDS, Backend, Fallback
+from app.errors import ModelDirError, ModelNotFound, NotReady, ServeError, ShuttingDown
 from app.model_dir import ModelDir, discover, read_model_dir
-from app.pool import EnginePool, Member, Place, RunResult, Watchdog
+from app.pool import EnginePool, Member
+from app.registry.loading import Loader
+from app.registry.status import SERVING, ModelStatus, current_status, iso
+from app.registry.versions import Lease, ModelVersion
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
 # How long close() waits for interpreter threads to close their interpreters.
 CLOSE_JOIN_S = 5.0
-
-
-@dataclass(eq=False)
-class ModelVersion:
-    """One load of a model directory: its pools per backend, alive while a lease holds it."""
-
-    model_dir: ModelDir
-    pools: dict[str, EnginePool]
-    quantizers: dict[str, InputQuantizer]
-    fallbacks: dict[str, Fallback]  # requested backend -> the one serving it instead, and why
-    number: int                     # 1 for the first load, +1 per reload
-    loaded_at: float = field(default_factory=time.time)
-    leases: int = 0
-    retired: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.model_dir.name
-
-    @property
-    def fallback(self) -> str | None:
-        """Why a requested backend is served by another, if one is."""
-        return "; ".join(f.reason for f in self.fallbacks.values()) or None
-
-    def pool(self, backend: str) -> EnginePool:
-        try:
-            return self.pools[backend]
-        except KeyError:
-            fallback = self.fallbacks.get(backend)
-            if fallback:
-                raise BackendNotAvailable(
-                    f"model {self.name!r} is served on {fallback.backend!r} instead of {backend!r}: "
-                    f"{fallback.reason}; ask with backend={fallback.backend}") from None
-            raise BackendNotAvailable(
-                f"backend {backend!r} is not loaded for model {self.name!r}; loaded: {sorted(self.pools)}"
-            ) from None
-
-    def close(self) -> None:
-        for pool in self.pools.values():
-            pool.close()
-
-
-LoadedModel = ModelVersion
-
-
-@dataclass
-class Lease:
-    """A request's hold on one model version, and its place in one of its pools once admitted."""
-
-    version: ModelVersion
-    backend: str
-    pool: EnginePool
-    place: Place | None = None
-
-    @property
-    def model_dir(self) -> ModelDir:
-        return self.version.model_dir
-
-    @property
-    def quantizer(self) -> InputQuantizer:
-        return self.version.quantizers[self.backend]
-
-    def admit(self) -> None:
-        """Take a place in the pool's line, now that the input is here and before any work on it:
-        Busy at once if the line filled since the room check. Once per lease; again is a no-op."""
-        if self.place is None:
-            self.place = self.pool.admit()
-
-    def release(self) -> None:
-        if self.place is not None:
-            self.place.release()
-
-    async def run(self, tensor) -> RunResult:
-        """The input tensor through one interpreter of the pool, within the pool's deadlines."""
-        self.admit()  # a no-op when taken already (a batch takes all its places first)
-        return await self.place.run(tensor)
-
-    async def run_after(self, prepare: Callable[[], np.ndarray], executor: Executor) -> RunResult:
-        """`prepare()` on an `executor` thread, its tensor then straight through an interpreter;
-        the place in line is taken first, before `prepare()` does any work."""
-        self.admit()
-        return await self.place.run_after(prepare, executor)
-
-    @contextmanager
-    def another(self, backend: str | None = None) -> Iterator[Lease]:
-        """One more admitted place on the same version (the next input of a batch), in the pool
-        of `backend` (default: this lease's). Refuses at once like admit(); only valid while
-        this lease is held, which keeps the version alive."""
-        key = self.backend if backend is None else backend
-        lease = Lease(self.version, key, self.version.pool(key))
-        lease.admit()
-        try:
-            yield lease
-        finally:
-            lease.release()
-
-
-@dataclass
-class ModelStatus:
-    state: str  # loading | ready | degraded | unhealthy | failed
-    error: str | None = None
-    since: float | None = None  # when this state began (unix time)
-
-
-SERVING = ("ready", "degraded")
 
 
 class Registry:
@@ -168,8 +59,11 @@ class Registry:
         for key in settings.backends:
             if key not in available:
                 raise ServeError(f"unknown backend {key!r} in settings; available: {sorted(available)}")
+        unknown = sorted(set(settings.plugins) - set(available))
+        if unknown:
+            raise ServeError(f"settings for unknown backends {unknown}; available: {sorted(available)}")
         # every available plug-in: /v1/devices reports on backends that are not configured too
-        self.plugins: dict[str, Backend] = {key: cls(settings) for key, cls in available.items()}
+        self.plugins: dict[str, Backend] = {key: _make_plugin(cls, settings) for key, cls in available.items()}
         self._versions: dict[str, ModelVersion] = {}
         self._status: dict[str, ModelStatus] = {}
         self._paths: dict[str, Path] = {}
@@ -181,6 +75,7 @@ class Registry:
         self._draining = False
         self._reload_locks: dict[str, threading.Lock] = {}
         self._loaded = threading.Event()  # load_all has finished (each model ready or failed)
+        self.loader = Loader(settings, self.plugins, self.watched)
 
     @property
     def default_backend(self) -> str:
@@ -224,10 +119,11 @@ class Registry:
             for name, fallback in self.plugins[key].start(dict(self._dirs)).items():
                 self._record_fallback(name, key, fallback)
 
-    def _record_fallback(self, name: str, key: str, fallback: Fallback) -> None:
+    def _record_fallback(self, name: str, key: str, fallback: Fallback) -> Fallback:
         if fallback.backend not in self.plugins:
             raise ServeError(f"backend {key!r} falls back to {fallback.backend!r}, which is not available")
-        self._fallbacks.setdefault(name, {})[key] = Fallback(fallback.backend, self._public(fallback.reason))
+        recorded = self._fallbacks.setdefault(name, {})[key] = Fallback(fallback.backend, self._public(fallback.reason))
+        return recorded
 
     def load_all(self) -> None:
         """Load (and, by setting, warm up) every configured model. Blocking: run off the event loop."""
@@ -286,7 +182,7 @@ class Registry:
                     else:
                         self._status[name] = ModelStatus(
                             "degraded", f"reload failed: {e}; still serving version {current.number} loaded at "
-                            f"{_iso(current.loaded_at)}", time.time())
+                            f"{iso(current.loaded_at)}", time.time())
                 raise
             metrics.model_loaded(name, ok=True)
             with self._lock:
@@ -317,7 +213,7 @@ class Registry:
         line is full now; the caller takes its place with `Lease.admit()` once its input is read."""
         version = self._hold(name)
         try:
-            key = self.default_backend if backend is None else backend  # "" is a wrong name, not the default
+            key = self._backend_for(version, backend)
             pool = version.pool(key)
             metrics.note_model(name, key)  # a refusal from here on is counted against this model
             pool.check_room()
@@ -328,6 +224,29 @@ class Registry:
                 lease.release()
         finally:
             self._let_go(version)
+
+    def resolve(self, name: str, backend: str | None = None) -> tuple[ModelVersion, str]:
+        """The version serving `name` now and the backend a request naming `backend` (None: the
+        default) is served on, resolved as lease() does, without holding anything: for checks made
+        before the application sees the request (shedding from the request head). Raises what the
+        request would get: ModelNotFound, NotReady, BackendNotAvailable."""
+        version = self.get(name)
+        return version, self._backend_for(version, backend)
+
+    def _backend_for(self, version: ModelVersion, backend: str | None) -> str:
+        key = self.default_backend if backend is None else backend  # "" is a wrong name, not the default
+        version.pool(key)  # BackendNotAvailable, saying why (a fallback, say)
+        return key
+
+    def pool_for(self, name: str, backend: str | None = None) -> tuple[str, EnginePool] | None:
+        """The backend and pool whose room lease(name, backend) would check now, without holding the
+        version (load shedding from a request's head: app/api/shedding.py); None where lease() would
+        refuse for another reason (a model not serving, a backend not loaded for it)."""
+        try:
+            version, key = self.resolve(name, backend)
+        except ServeError:
+            return None
+        return key, version.pool(key)
 
     def _hold(self, name: str) -> ModelVersion:
         with self._lock:
@@ -396,21 +315,7 @@ class Registry:
 
     def status(self, name: str) -> ModelStatus:
         """The stored state, and what happened since: a fallback, devices the watchdog took out."""
-        stored = self._status[name]
-        version = self._versions.get(name)
-        if stored.state not in SERVING or version is None:
-            return stored
-        state, notes = stored.state, [stored.error] if stored.error else []
-        for key, fallback in version.fallbacks.items():
-            notes.append(f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
-            state = "degraded"
-        for backend, pool in version.pools.items():
-            sick = pool.unhealthy
-            if sick:
-                notes.append(f"{backend}: " + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in sick))
-                if len(sick) == len(pool.members):
-                    state = "unhealthy"
-        return ModelStatus(state, "; ".join(notes) or None, stored.since)
+        return current_status(self._status[name], self._versions.get(name))
 
     def status_or_raise(self, name: str) -> ModelStatus:
         if name not in self._status:
@@ -445,11 +350,17 @@ class Registry:
         return [(name, member) for name, version in self._versions.items()
                 if backend in version.pools for member in version.pools[backend].members]
 
-    def report(self, backend: str):
-        """What the plug-in says about itself and its devices (GET /v1/devices); None if that
-        plug-in is not available here."""
-        plugin = self.plugins.get(backend)
-        return None if plugin is None else plugin.report(self.members(backend))
+    def reports(self) -> dict[str, dict]:
+        """What each available plug-in says about itself and its devices (GET /v1/devices), by key;
+        plug-ins with nothing to report are left out."""
+        reports = {key: plugin.report(self.members(key)) for key, plugin in self.plugins.items()}
+        return {key: report for key, report in reports.items() if report is not None}
+
+    def watched(self, key: str) -> bool:
+        """Whether the watchdog watches this backend's interpreters: as the settings say, else as its plug-in does."""
+        if self.settings.watchdog_backends is not None:
+            return key in self.settings.watchdog_backends
+        return self.plugins[key].watched
 
     def _not_serving(self, name: str) -> ServeError:
         status = self._status.get(name)
@@ -472,90 +383,16 @@ class Registry:
     # -- loading --------------------------------------------------------------------------------------
 
     def _load(self, name: str, warm_up: bool, number: int) -> ModelVersion:
-        model_dir = self._dirs[name]
-        pools: dict[str, EnginePool] = {}
-        quantizers: dict[str, InputQuantizer] = {}
-        try:
-            for key in self.settings.backends:
-                fallback = self._fallbacks.get(name, {}).get(key)
-                if fallback is None:
-                    try:
-                        self._add_pool(pools, quantizers, model_dir, self.plugins[key], warm_up)
-                        continue
-                    except ServeError as e:
-                        fallback = self.plugins[key].fall_back(name, e)
-                        if fallback is None:
-                            raise
-                        self._record_fallback(name, key, fallback)
-                self._add_pool(pools, quantizers, model_dir, self.plugins[fallback.backend], warm_up)
-        except BaseException:
-            for pool in pools.values():  # the interpreters that did open are released, not leaked
-                pool.close()
-            raise
-        return ModelVersion(model_dir, pools, quantizers, dict(self._fallbacks.get(name, {})), number)
-
-    def _load_member(self, plugin: Backend, path: Path, options: EngineOptions) -> Member:
-        start = time.perf_counter()
-        engine = plugin.load(path, options)
-        return Member(engine, (time.perf_counter() - start) * 1000, device=plugin.device(options), options=options)
-
-    def _recreate(self, plugin: Backend, path: Path, member: Member) -> Member:
-        """For the watchdog: the same interpreter again (a new delegate), on the same device."""
-        return self._load_member(plugin, path, plugin.reopen(member.options))
-
-    def _add_pool(self, pools: dict, quantizers: dict, model_dir: ModelDir, plugin: Backend, warm_up: bool) -> None:
-        key = plugin.key
-        if key in pools:
-            return
-        path = model_dir.file(plugin.model_file)
-        members = []
-        try:
-            for options in plugin.interpreters():
-                members.append(self._load_member(plugin, path, options))
-        except ServeError:
-            for member in members:  # the devices that did open are released, not leaked
-                member.engine.close()
-            raise
-        watchdog = None
-        if key in self.settings.watchdog_backends:
-            watchdog = Watchdog(self.settings.watchdog_timeout_s,
-                                lambda member: self._recreate(plugin, path, member), self.settings.watchdog_retry_s)
-        pool = EnginePool(f"{model_dir.name}/{key}", members, self.settings.max_waiting,
-                          self.settings.wait_timeout_s, self.settings.retry_after_s, watchdog,
-                          invoke_timeout_s=self.settings.invoke_timeout_s, max_queue_ms=self.settings.max_queue_ms,
-                          thread_nice=self.settings.compute_nice if plugin.host_cpu else 0)
-        try:
-            spec = pool.engine.input
-            _check_input_shape(model_dir, spec.shape)
-            quantizer = InputQuantizer(model_dir.manifest.input, spec.dtype, spec.scale, spec.zero_point)
-            if warm_up:
-                pool.warm_up()
-        except BaseException:
-            pool.close()
-            raise
-        quantizers[key] = quantizer
-        pools[key] = pool
-        log.info("loaded %s on %s: %d interpreters, %.1f ms load, first inference %s ms",
-                 model_dir.name, key, len(members), pool.load_ms, _fmt(pool.first_inference_ms))
+        return self.loader.load_version(self._dirs[name], number, warm_up, self._fallbacks.get(name, {}),
+                                        lambda key, fallback: self._record_fallback(name, key, fallback))
 
 
-def _check_input_shape(model_dir: ModelDir, shape: tuple[int, ...]) -> None:
-    spec = model_dir.manifest.input
-    expected = (1, spec.height, spec.width, spec.channels)
-    if tuple(shape) != expected:
-        raise ModelDirError(
-            f"model {model_dir.name!r}: model.json describes input {expected}, the model file has {tuple(shape)}"
-        )
-
-
-def iso_time(unix: float | None) -> str | None:
-    """UTC, to the second, for clients: when a state began, when a version loaded."""
-    return None if unix is None else _iso(unix)
-
-
-def _iso(unix: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def _make_plugin(cls: type[Backend], settings: Settings) -> Backend:
+    """The plug-in, with its own settings read: a wrong value stops the start, naming its variable."""
+    try:
+        return cls(settings)
+    except ValidationError as e:
+        prefix = cls.settings_class.model_config.get("env_prefix", "") if cls.settings_class else ""
+        problems = "; ".join(f"{prefix}{str(error['loc'][0]).upper() if error['loc'] else ''}: {error['msg']} "
+                             f"(got {error.get('input')!r})" for error in e.errors())
+        raise ServeError(f"settings of backend {cls.key!r}: {problems}") from None

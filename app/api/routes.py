@@ -1,0 +1,87 @@
+"""The inference routes, in one table: declared once, on the router, and read by everyone who must know them.
+
+A route is an inference route when its router's route class comes from `inference_route()`: that class
+says the route's protocol (the `protocol` label of the request counter) and how its request head names a
+model and backend (`HeadTarget`). `InferenceRoutes.of(...)`, over the routes of the inference routers
+(app/main.py INFERENCE_ROUTERS), is then the table, and it is read by
+  - load shedding from the head (app/api/shedding.py HeadAdmission): which requests to place, and where;
+  - the request counter (app/metrics.py RequestCounter): which requests to count, under which protocol;
+  - admission: the head's (model, backend) goes to the registry's own resolution (Registry.pool_for),
+    the one a request's lease() makes.
+So a new inference endpoint is shed, counted and admitted by being declared on an inference router;
+nothing else lists it (tests/test_routes.py adds one).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from fastapi.routing import APIRoute
+
+# (path parameters, raw query string) -> (model name, backend or None for the default), or None when
+# the head alone cannot place the request (the application answers it). The registry is passed for
+# protocols whose default backend depends on the model.
+HeadTarget = Callable[[object, dict[str, str], bytes], "tuple[str, str | None] | None"]
+
+
+def inference_route(base: type[APIRoute], protocol: str, head: HeadTarget) -> type[APIRoute]:
+    """`base` (a route class) marked as an inference route of `protocol`, its head read by `head`."""
+    return type(f"{base.__name__}{protocol.upper()}Inference", (base,),
+                {"inference_protocol": protocol, "head_target": staticmethod(head)})
+
+
+@dataclass(frozen=True)
+class InferenceRouteEntry:
+    protocol: str
+    path: str  # as declared, prefixes included
+    pattern: re.Pattern[str]  # Starlette's own, with a group per path parameter
+    head: HeadTarget
+
+
+class InferenceRoutes:
+    """The POST routes marked by `inference_route()` among `routes`, in routing order."""
+
+    def __init__(self, entries: Iterable[InferenceRouteEntry]):
+        self.entries = tuple(entries)
+        # One regex for all (per request one match, not one per route): the routes' own patterns as
+        # alternatives, their groups renamed apart, each closed by an empty group `_N` that names the
+        # route matched (the last group closed).
+        alternatives, self._groups = [], []
+        for i, entry in enumerate(self.entries):
+            pattern = entry.pattern.pattern.removeprefix("^").removesuffix("$")
+            alternatives.append(re.sub(r"\(\?P<(\w+)>", rf"(?P<\1_{i}>", pattern) + f"(?P<_{i}>)")
+            self._groups.append([(name, f"{name}_{i}") for name in entry.pattern.groupindex])
+        self._any = re.compile("^(?:" + "|".join(alternatives) + ")$") if alternatives else None
+
+    @classmethod
+    def of(cls, routes: Iterable) -> InferenceRoutes:
+        return cls(InferenceRouteEntry(route.inference_protocol, route.path, route.path_regex, route.head_target)
+                   for route in routes
+                   if getattr(route, "inference_protocol", None) and "POST" in getattr(route, "methods", ()))
+
+    def match(self, path: str) -> tuple[InferenceRouteEntry, dict[str, str]] | None:
+        """The route a POST to `path` (decoded, as in an ASGI scope) goes to, and its path parameters."""
+        found = self._any.match(path) if self._any is not None else None
+        if found is None:
+            return None
+        i = int(found.lastgroup[1:])
+        return self.entries[i], {name: found.group(group) for name, group in self._groups[i]}
+
+    def protocol_of(self, method: str, path: str) -> str | None:
+        """The protocol label of a request to an inference route, None for any other request."""
+        if method != "POST":
+            return None
+        found = self._any.match(path) if self._any is not None else None
+        return None if found is None else self.entries[int(found.lastgroup[1:])].protocol
+
+    @property
+    def paths(self) -> list[str]:
+        return [entry.path for entry in self.entries]
+
+
+def query_value(query: bytes, name: str) -> str | None:
+    """A query parameter as the application reads it: decoded, the last of repeated ones (Starlette's rule)."""
+    return dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True)).get(name)

@@ -1,0 +1,31 @@
+"""What the Edge TPU plug-in adds to GET /v1/models: the compiler's view of a model any backend
+serves from a parsed graph (which operators edgetpu_compiler would map, where its single partition
+would end), and the model's estimated Edge TPU latency from model.json. The JSON shapes are
+declared here so that the plug-in, not the core, fixes them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from app.edgetpu.compat import CompatReport
+
+
+class OpViewOut(BaseModel):
+    index: int
+    opcode: str
+    on_edgetpu: bool = Field(description="inside the single partition edgetpu_compiler would map")
+    supported: bool = Field(description="the operator itself meets the Edge TPU's constraints")
+    reason: str | None = Field(description="the constraint it breaks, when it does not")
+
+
+class EdgeTpuViewOut(BaseModel):
+    summary: str
+    mapped: int = Field(description="operators the Edge TPU would run: all before the first unsupported one")
+    total: int
+    first_unsupported: OpViewOut | None
+    ops: list[OpViewOut]
+
+
+def compiler_view(report: CompatReport) -> dict:
+    """The analysis as /v1/models shows it (the report's rendering, to the declared keys)."""
+    return EdgeTpuViewOut.model_validate(report.to_dict()).model_dump(mode="json")

@@ -1,0 +1,49 @@
+"""What the Edge TPU plug-in reports for GET /v1/devices: the TPUs, their health, libedgetpu and
+the TFLite runtime, the pinned set. Answers on any host, TPU or not: what libedgetpu lists now,
+what the service runs on each TPU, and why the backend could not be used here when it cannot."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from app.edgetpu.versions import VersionSet
+
+
+class LibraryOut(BaseModel):
+    path: str
+    loaded: bool
+    version: str | None = Field(description="edgetpu_version()")
+    runtime_version: int | None = Field(description="the Edge TPU runtime version (RuntimeVersion(N))")
+    package_version: str | None = Field(description="the Debian package's version, where dpkg knows it")
+
+
+class RuntimeOut(BaseModel):
+    name: str
+    version: str
+    module: str
+
+
+class InterpreterOut(BaseModel):
+    model: str
+    healthy: bool
+    problem: str | None
+    load_ms: float
+    first_inference_ms: float | None = Field(description="this TPU's warm-up: its first inference")
+
+
+class DeviceOut(BaseModel):
+    index: int | None = Field(description="position in libedgetpu's list: the ':N' device spec; null if gone")
+    type: str
+    path: str
+    health: Literal["healthy", "unhealthy", "unused", "missing"]
+    interpreters: list[InterpreterOut]
+
+
+class EdgeTpuReport(BaseModel):
+    library: LibraryOut
+    tflite_runtime: RuntimeOut | None
+    pinned_set: VersionSet | None = Field(description="the known-good set libedgetpu and the runtime match")
+    devices: list[DeviceOut]
+    error: str | None = Field(description="why the Edge TPU backend cannot be used here, if it cannot")

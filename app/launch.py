@@ -1,0 +1,110 @@
+"""How servers other than `python -m app` start the service, and the refusal where one cannot hold its limits.
+
+The HTTP limits (request head size, head and body deadlines, connection cap, keep-alive: app/http_server.py)
+live in the HTTP protocol, below anything an ASGI app sees: a server that runs its own protocol runs
+without them (measured with uvicorn 0.54's own: a 1 MiB header answered 200, clients trickling their
+bodies never dropped; docs/launch.md). So the app starts under a server only where that server runs
+our protocol, and otherwise it refuses before any model loads, with a message that says how to start it:
+
+  python -m app                                                       settings from EDGETPU_SERVE_*
+  uvicorn --http app.launch:Protocol app.main:app                     (or --factory app.main:create_app)
+  gunicorn -k app.gunicorn_worker.LimitedUvicornWorker app.main:app   one worker, no --preload
+
+How it is known: `Protocol` here is looked up by that name only, by uvicorn resolving `--http`
+(uvicorn.Config.load, after which the lifespan starts: pinned with uvicorn), so looking it up marks
+the process; the gunicorn worker marks it itself (app/gunicorn_worker.py). An app built for another
+server (`app.main:app`, `create_app()` without settings) checks the mark when its lifespan starts,
+before any model loads, and refuses there: `uvicorn app.main:app` or `--factory app.main:create_app`
+with uvicorn's own protocol, gunicorn with uvicorn's own worker, and any other server. The limits
+themselves then reach the protocol through the app's lifespan state, whoever started it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from app.errors import ServeError
+from app.memory import tune_malloc
+from app.settings import Settings
+
+# The exit status of an app that cannot be built under another server: gunicorn's "App failed to load"
+# (its arbiter stops instead of starting the worker again and again). A launch refused at lifespan
+# start exits as any failed startup: 3 from uvicorn, and gunicorn's arbiter stops on it too.
+CANNOT_START = 4
+BUILT_FOR_KEY = "built_for"  # app.state: the entry point another server loaded
+
+PROTOCOL_NAME = "Protocol"
+HOW_TO_START = """Start it with one of:
+  python -m app                          (host, port and every setting from EDGETPU_SERVE_*)
+  uvicorn --http app.launch:Protocol app.main:app --host HOST --port PORT
+  gunicorn -k app.gunicorn_worker.LimitedUvicornWorker --workers 1 --bind HOST:PORT app.main:app
+(see docs/launch.md)"""
+
+_protocol_in_use = False
+_built: dict[str, Any] = {}  # entry point -> its app: a server may look the entry up more than once
+
+
+class LaunchRefused(RuntimeError):
+    """The server that started the app does not run its HTTP protocol (the message says how to start it)."""
+
+
+def __getattr__(name: str) -> Any:
+    """`app.launch:Protocol`, the name uvicorn's `--http` is given: our protocol, and the mark that it is used."""
+    if name == PROTOCOL_NAME:
+        global _protocol_in_use
+        _protocol_in_use = True
+        from app.http_server import LimitedHttpToolsProtocol
+
+        return LimitedHttpToolsProtocol
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def mark_protocol_in_use() -> None:
+    """For a launcher that runs our protocol itself (the gunicorn worker)."""
+    global _protocol_in_use
+    _protocol_in_use = True
+
+
+def refuse(why: str) -> NoReturn:
+    message = f"edgetpu-serve: refusing to start: {why}\n{HOW_TO_START}"
+    print(message, file=sys.stderr, flush=True)  # before the server's own account of the failure
+    raise LaunchRefused("started without the service's HTTP protocol: see the message above")
+
+
+def check_server(app: Any) -> None:
+    """At lifespan start: refuse if this app was built for a server that does not run our protocol."""
+    entry = getattr(app.state, BUILT_FOR_KEY, None)
+    if entry is not None and not _protocol_in_use:
+        refuse(f"{entry} was started by a server that does not run the service's HTTP protocol, so its limits "
+               "(request head size, head and body deadlines, connection cap) would not hold.")
+
+
+def environment_settings() -> Settings:
+    """The settings from the environment; a launch with invalid ones stops with pydantic's account of them."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(CANNOT_START) from None
+
+
+def app_for_server(entry: str, create_app: Callable[[Settings], Any]) -> Any:
+    """The app `entry` names, built once from the environment's settings; its lifespan checks the server
+    (check_server) before anything loads."""
+    if entry in _built:
+        return _built[entry]
+    settings = environment_settings()
+    if settings.tune_malloc:
+        tune_malloc()
+    try:
+        app = create_app(settings)
+    except ServeError as e:
+        print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(CANNOT_START) from None
+    setattr(app.state, BUILT_FOR_KEY, entry)
+    _built[entry] = app
+    return app

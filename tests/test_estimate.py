@@ -1,0 +1,339 @@
+"""converter.estimate: the Edge TPU cost model, its calibration on Coral's Table 1, and `converter estimate`.
+
+Nothing here rebuilds a Keras model: the calibration architectures' features are committed
+(converter/data/estimate_features.json) and the fit runs on them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.model_dir import Manifest, read_model_dir
+from converter import estimate
+from converter.__main__ import main
+from converter.calibrate_estimate import read_features, table
+from converter.estimate_features import ModelFeatures, OpFeatures, features, features_of_file
+from app.tflite_file import read_tflite
+from tests.tflite_builder import conv_chain
+
+ROOT = Path(__file__).resolve().parents[1]
+MOBILENET_V2 = ROOT / "models" / "mobilenet_v2"
+EFFICIENTNET_LITE0 = ROOT / "models" / "efficientnet_lite0"
+CORAL_MOBILENET_V2_USB3_MS = 2.6  # Table 1
+MEDIAN_TARGET_PCT = 20.0
+MAX_RATIO_TARGET = 2.0
+
+
+# ---- the calibration --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def refit():
+    return estimate.fit_calibration(table(), read_features())
+
+
+def test_every_buildable_row_has_committed_features():
+    built = read_features()
+    for row in table()["rows"]:
+        if row.get("keras"):
+            assert row["keras"] in built, f"{row['model']}: run python -m converter.calibrate_estimate features"
+            assert built[row["keras"]]["input_size"] == row["input_size"]
+        else:
+            assert row["not_built"], f"{row['model']}: a row that is not built says why"
+        if row.get("check"):  # built only to check the fit out of sample: reported, never fitted
+            assert row["check"] in built
+            assert any(r["built"] == row["check"] for r in estimate.calibration()["out_of_sample"])
+
+
+def test_leave_one_out_error_meets_the_targets(refit):
+    for link in estimate.CALIBRATED_LINKS:
+        stats = refit["leave_one_out_error"][link]
+        assert stats["rows"] >= 7
+        assert stats["median_abs_pct"] <= MEDIAN_TARGET_PCT, (link, refit["leave_one_out"])
+        assert stats["max_ratio"] <= MAX_RATIO_TARGET, (link, refit["leave_one_out"])
+
+
+def test_committed_calibration_is_what_the_fit_gives(refit):
+    committed = estimate.calibration()
+    for link in estimate.CALIBRATED_LINKS:  # the same up to the last printed digit (another BLAS, another scipy)
+        stated, again = committed["leave_one_out_error"][link], refit["leave_one_out_error"][link]
+        assert stated["rows"] == again["rows"]
+        assert stated["median_abs_pct"] == pytest.approx(again["median_abs_pct"], abs=0.2)
+        assert stated["max_ratio"] == pytest.approx(again["max_ratio"], abs=0.02)
+    for name in estimate.SHARED:
+        assert committed["params"][name] == pytest.approx(refit["params"][name], rel=1e-3)
+    for link in estimate.CALIBRATED_LINKS:
+        for name in estimate.PER_LINK[link]:
+            assert committed["params"][link][name] == pytest.approx(refit["params"][link][name], rel=1e-3)
+
+
+def test_fitted_hardware_is_physical():
+    p = estimate.calibration()["params"]
+    assert 0 < p["conv_efficiency"] <= 1 and 0 < p["depthwise_efficiency"] <= 1
+    # USB 3.0 carries at most 5 Gb/s with 8b/10b coding: 500 MB/s of payload; PCIe gen 2 x1 the same
+    for link in estimate.CALIBRATED_LINKS:
+        assert 100e6 < p[link]["bytes_per_s"] <= 500e6
+        assert 0 < p[link]["invoke_s"] < 5e-3
+
+
+# ---- the cost model on synthetic structures -------------------------------------------------------------------
+
+def _model(param_bytes: list[int], peak_activation_bytes: int = 0, on_tpu: list[bool] | None = None) -> ModelFeatures:
+    on_tpu = on_tpu or [True] * len(param_bytes)
+    ops = tuple(OpFeatures(i, "CONV_2D", "conv", macs=1_000_000, param_bytes=b, out_elements=10_000,
+                           on_tpu=t, depth=576, channels=64) for i, (b, t) in enumerate(zip(param_bytes, on_tpu)))
+    return ModelFeatures(ops=ops, input_bytes=150_528, output_bytes=1000, peak_activation_bytes=peak_activation_bytes)
+
+
+def test_parameters_are_cached_first_come_and_the_rest_streamed():
+    mib = 2**20
+    placement = estimate.place_parameters(_model([3 * mib, 3 * mib, 3 * mib, 1 * mib]))
+    assert placement.cache_bytes == estimate.SRAM_BYTES - estimate.SRAM_RESERVE_BYTES
+    # the third op does not fit in what is left; the fourth, smaller, still does
+    assert list(placement.on_chip) == [3 * mib, 3 * mib, 0, 1 * mib]
+    assert list(placement.streamed) == [0, 0, 3 * mib, 0]
+
+
+def test_activations_take_their_share_of_the_on_chip_memory():
+    mib = 2**20
+    roomy = estimate.place_parameters(_model([5 * mib]))
+    crowded = estimate.place_parameters(_model([5 * mib], peak_activation_bytes=4 * mib))
+    assert roomy.streamed_bytes == 0 and crowded.streamed_bytes == 5 * mib
+
+
+def test_streamed_parameters_cost_link_time():
+    hw = estimate.hardware()
+    small = estimate.Arrays.of(_model([2**20] * 4))
+    large = estimate.Arrays.of(_model([2**20] * 4 + [20 * 2**20]))
+    usb3 = hw.links["usb3"]
+    extra = estimate.invoke_seconds(large, hw, usb3) - estimate.invoke_seconds(small, hw, usb3)
+    # 20 MiB streamed over the link, and the op's own overhead
+    assert extra == pytest.approx(20 * 2**20 / usb3.bytes_per_s + hw.op_overhead_s, rel=0.01)
+    usb2 = hw.links["usb2"]
+    assert estimate.invoke_seconds(large, hw, usb2) > 5 * estimate.invoke_seconds(large, hw, usb3)
+
+
+def test_streaming_overlaps_the_work_before_the_op_that_needs_it():
+    """The link delivers parameters ahead while the array works: streaming hides under earlier ops, not later."""
+    hw = estimate.Hardware(conv_efficiency=1.0, depthwise_efficiency=1.0, elements_per_s=1e9, op_overhead_s=0.0,
+                           links={})
+    link = estimate.Link(invoke_s=0.0, bytes_per_s=100e6, cpu_macs_per_s=1e9)
+    heavy = OpFeatures(0, "CONV_2D", "conv", macs=400_000_000_000, param_bytes=0, out_elements=1, on_tpu=True,
+                       depth=64, channels=64)  # 0.2 s of work at 2e12 MAC/s
+    streamed = OpFeatures(1, "CONV_2D", "conv", macs=0, param_bytes=10 * 2**20, out_elements=1, on_tpu=True,
+                          depth=64, channels=64)  # 0.105 s over a 100 MB/s link, no work
+    link_s = 10 * 2**20 / 100e6
+
+    def seconds(*ops):
+        model = ModelFeatures(ops=tuple(ops), input_bytes=0, output_bytes=0, peak_activation_bytes=6 * 2**20)
+        return estimate.tpu_seconds(estimate.Arrays.of(model), hw, link)
+
+    assert seconds(heavy, streamed) == pytest.approx(0.2)            # arrived while the heavy op ran
+    assert seconds(streamed, heavy) == pytest.approx(link_s + 0.2)  # the heavy op waits for it
+
+
+def test_array_fill_counts_partly_empty_tiles():
+    assert estimate.fill([64, 128, 32, 65, 3]).tolist() == pytest.approx([1, 1, 0.5, 65 / 128, 3 / 64])
+
+
+# ---- features of real models ------------------------------------------------------------------------------------
+
+def test_features_of_a_small_graph_by_hand():
+    model = features(read_tflite(conv_chain("TRANSPOSE")))
+    assert [op.opcode for op in model.ops] == ["QUANTIZE", "CONV_2D", "TRANSPOSE", "CONV_2D", "QUANTIZE"]
+    conv1, conv2 = model.ops[1], model.ops[3]
+    assert conv1.macs == 8 * 8 * 4 * (3 * 3 * 4) and (conv1.depth, conv1.channels) == (36, 4)
+    assert conv1.param_bytes == 4 * 3 * 3 * 4 + 4 * 4  # int8 weights + int32 bias
+    assert conv2.macs == 8 * 8 * 4 * 4 and conv2.param_bytes == 16 + 16
+    # TRANSPOSE ends the Edge TPU partition: it and everything after run on the CPU
+    assert [op.on_tpu for op in model.ops] == [True, True, False, False, False]
+    assert model.input_bytes == 8 * 8 * 4 and model.output_bytes == 8 * 8 * 4
+    # live at once at most: the conv1 output and the transpose output (uint8 input freed after QUANTIZE)
+    assert model.peak_activation_bytes == 2 * 8 * 8 * 4
+
+
+def test_features_of_mobilenet_v2_match_its_architecture():
+    model = features_of_file(read_model_dir(MOBILENET_V2).file("int8"))
+    # MobileNetV2 1.0 224: 300 M MACs, 3.5 M parameters (the paper: 300 M multiply-adds, 3.4 M parameters)
+    assert model.macs == pytest.approx(300e6, rel=0.01)
+    assert 3.4e6 < model.param_bytes < 3.7e6
+    assert all(op.on_tpu for op in model.ops)
+    assert round(json.loads(json.dumps(model.to_dict()))["input_bytes"]) == 224 * 224 * 3
+    assert ModelFeatures.from_dict(model.to_dict()) == model
+
+
+# ---- the estimate on the committed models ----------------------------------------------------------------------
+
+def test_mobilenet_v2_estimate_is_near_corals_measurement():
+    result = estimate.estimate(MOBILENET_V2)
+    usb3 = result["latency_ms"]["usb3"]
+    assert CORAL_MOBILENET_V2_USB3_MS / 2 < usb3 < CORAL_MOBILENET_V2_USB3_MS * 2
+    assert result["parameters"]["streamed_bytes"] == 0  # 3.5 MB fits on chip
+    assert result["ops"] == {"edgetpu": 69, "cpu": 0}
+    # USB 2 moves the 150 KB input at ~38 MB/s: ~4 ms more than USB 3
+    assert result["latency_ms"]["usb2"] > usb3 + 3
+    assert "leave-one-out" in result["error"]["text"]
+
+
+def test_efficientnet_lite0_estimate_is_plausible():
+    result = estimate.estimate(EFFICIENTNET_LITE0)
+    mobilenet = estimate.estimate(MOBILENET_V2)
+    # 385 M MACs and 4.7 MB of parameters: a little slower than MobileNetV2, the same order
+    assert mobilenet["latency_ms"]["usb3"] < result["latency_ms"]["usb3"] < 4 * mobilenet["latency_ms"]["usb3"]
+    assert result["parameters"]["bytes"] == pytest.approx(4.7e6, rel=0.02)
+
+
+def test_segment_costs_are_per_op_in_order():
+    costs = estimate.segment_costs(MOBILENET_V2)
+    model = features_of_file(read_model_dir(MOBILENET_V2).file("int8"))
+    assert len(costs) == len(model.ops) and all(c >= 0 for c in costs)
+    # layout ops (PAD, QUANTIZE, RESHAPE) cost nothing; the sum is below the whole invoke (no link, no overhead)
+    assert all(c == 0 for c, op in zip(costs, model.ops) if op.kind == "layout")
+    assert model.ops[int(np.argmax(costs))].kind != "layout"
+    assert sum(costs) < estimate.estimate(MOBILENET_V2)["latency_ms"]["usb3"]
+
+
+def test_cpu_ops_are_costed_on_the_host():
+    model = features(read_tflite(conv_chain("TRANSPOSE")))
+    result = estimate.estimate_features(model)
+    assert result["ops"] == {"edgetpu": 2, "cpu": 3}
+    hw = estimate.hardware()
+    arrays = estimate.Arrays.of(model)
+    # the Dev Board's Cortex-A53 is slower at the CPU ops than the desktop
+    assert estimate.cpu_seconds(arrays, hw.links["devboard"]) > estimate.cpu_seconds(arrays, hw.links["usb3"]) > 0
+
+
+def test_estimate_row_is_labelled_as_an_estimate():
+    row = estimate.estimate_row(MOBILENET_V2)
+    assert "estimated" in row["backend"] and "not measured" in row["backend"] and row["estimated"] is True
+    assert row["device_req_s"] == pytest.approx(1000 / row["inference_ms"])
+
+
+def test_a_compiled_model_is_refused(tmp_path):
+    from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
+    from tests.tflite_builder import GraphBuilder
+
+    g = GraphBuilder()
+    image = g.activation("image", [1, 8, 8, 4], "UINT8")
+    scores = g.activation("scores", [1, 10], "UINT8")
+    g.op("CUSTOM", [image], [scores], custom_code=EDGETPU_CUSTOM_OP)
+    compiled = tmp_path / "model_edgetpu.tflite"
+    compiled.write_bytes(g.build([image], [scores]))
+    with pytest.raises(estimate.EstimateError, match="already compiled"):
+        estimate.estimate(compiled)
+    with pytest.raises(estimate.EstimateError, match="neither a model directory"):
+        estimate.estimate(tmp_path / "missing.tflite")
+
+
+# ---- model.json and the CLI -------------------------------------------------------------------------------------
+
+def test_manifest_carries_the_estimate_and_reads_old_ones():
+    raw = json.loads((MOBILENET_V2 / "model.json").read_text())
+    raw.pop("edgetpu_estimate", None)
+    assert Manifest.model_validate(raw).edgetpu_estimate is None
+    raw["edgetpu_estimate"] = estimate.estimate(MOBILENET_V2)
+    again = Manifest.model_validate_json(Manifest.model_validate(raw).to_json())
+    assert again.edgetpu_estimate.latency_ms["usb3"] == raw["edgetpu_estimate"]["latency_ms"]["usb3"]
+
+
+def test_cli_prints_every_link_and_the_stated_error(capsys):
+    assert main(["estimate", str(MOBILENET_V2)]) == 0
+    out = capsys.readouterr().out
+    for title in estimate.LINK_TITLES.values():
+        assert title in out
+    assert "ESTIMATED" in out and "stated error" in out and "on chip" in out
+
+
+def test_cli_json_and_record(tmp_path, capsys):
+    import shutil
+
+    target = tmp_path / "mobilenet_v2"
+    shutil.copytree(MOBILENET_V2, target)
+    assert main(["estimate", str(target), "--json", "--record"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed["latency_ms"]) == set(estimate.LINKS)
+    recorded = read_model_dir(target).manifest.edgetpu_estimate
+    assert recorded.latency_ms == printed["latency_ms"]
+
+
+def test_cli_bad_input_fails_with_a_message(tmp_path, capsys):
+    assert main(["estimate", str(tmp_path / "nothing")]) == 1
+    assert "neither a model directory nor a .tflite" in capsys.readouterr().err
+    bare = tmp_path / "model.tflite"
+    bare.write_bytes(conv_chain())
+    assert main(["estimate", str(bare), "--record"]) == 1
+    assert "--record needs a model directory" in capsys.readouterr().err
+
+
+def test_v1_models_shows_the_recorded_estimate(models_copy, capsys):
+    import httpx
+
+    from bench.service import ServiceProcess
+
+    model_dir = models_copy / "efficientnet_lite0"
+    assert main(["estimate", str(model_dir), "--record"]) == 0
+    capsys.readouterr()
+    recorded = read_model_dir(model_dir).manifest.edgetpu_estimate
+    service = ServiceProcess({"EDGETPU_SERVE_MODEL_DIR": str(models_copy), "EDGETPU_SERVE_BACKENDS": "cpu"},
+                             inherit_settings=False)
+    try:
+        service.wait_ready()
+        detail = httpx.get(f"{service.url}/v1/models/efficientnet_lite0", timeout=30).json()
+    finally:
+        service.stop()
+    shown = detail["edgetpu_estimate"]
+    assert shown["latency_ms"] == recorded.latency_ms and "not a measurement" in shown["method"]
+
+
+def test_curl_table_adds_a_labelled_estimated_row_only_without_a_measured_edgetpu(tmp_path):
+    from bench import curl_table
+
+    described = {"edgetpu_estimate": estimate.estimate(EFFICIENTNET_LITE0)}
+    cpu = {"backend": "cpu", "warm": 5, "inference_p50": 5.0}
+    row = curl_table.estimated_row([cpu], described)
+    assert row["backend"].startswith("estimated Edge TPU") and "not measured" in row["backend"]
+    assert row["inference_p50"] == described["edgetpu_estimate"]["latency_ms"]["usb3"]
+    assert row["speedup"] == pytest.approx(5.0 / row["inference_p50"])
+    assert row["total_p50"] is None and row["rps"] is None  # nothing else is claimed
+    measured = {"backend": "edgetpu", "warm": 5, "inference_p50": 3.0}
+    assert curl_table.estimated_row([cpu, measured], described) is None
+    assert curl_table.estimated_row([cpu], {}) is None
+    saved = tmp_path / "described.json"
+    saved.write_text("not json")
+    assert curl_table.described_model(str(saved)) == {}
+
+
+def test_estimate_help_has_an_example_and_is_listed(capsys):
+    from converter import __main__ as cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["estimate", "--help"])
+    assert done.value.code == 0
+    assert "example:\n  python -m converter estimate " in capsys.readouterr().out
+    assert "python -m converter estimate " in cli.__doc__
+    subparsers = next(a for a in cli._parser()._actions if a.dest == "command")  # noqa: SLF001
+    assert [a.dest for a in subparsers.choices["estimate"]._actions if not a.help] == []  # noqa: SLF001
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "efficientnet_lite0", "fashion_mnist"])
+def test_committed_models_carry_the_current_estimate(name):
+    """model.json's edgetpu_estimate is what the committed calibration gives (re-record after a refit)."""
+    model_dir = ROOT / "models" / name
+    recorded = read_model_dir(model_dir).manifest.edgetpu_estimate
+    assert recorded is not None, f"python -m converter estimate models/{name} --record"
+    assert recorded.model_dump() == estimate.estimate(model_dir)
+
+
+def test_the_converter_writes_the_estimate_at_build(tmp_path):
+    from app.model_dir import Build, InputSpec
+    from converter.writing import write_int8_model
+
+    tflite = conv_chain()
+    spec = InputSpec(width=8, height=8, channels=3, mean=[0.0], std=[1.0])
+    target = write_int8_model(tmp_path, "tiny", tflite, [f"class {i}" for i in range(4)], spec, description="",
+                              source="tests", licence="MIT", build=Build(command="tests"))
+    written = read_model_dir(target).manifest.edgetpu_estimate
+    assert written is not None and written.model_dump() == estimate.estimate_features(features(read_tflite(tflite)))

@@ -1,0 +1,486 @@
+"""app/pipeline.py: a segmented model served as a pipeline of K interpreters.
+
+The Pipeline itself with stage TEST DOUBLES (order, bounded queues, a stage that hangs and is
+re-created); then the real service over a loopback socket on segmented copies of the committed
+models (python -m converter segment), whose output bytes and top-5 must equal the whole
+model's on `cpu` and `emulated`; a lost device inside a served pipeline; segment i on TPU i
+through the libedgetpu TEST DOUBLE; and bench/pipeline_capacity.py run briefly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from app.engines import Backend, EngineOptions, TensorSpec, register, unregister
+from app.errors import DeviceHung, EngineLoadError, InvokeTimeout
+from app.model_dir import read_model_dir
+from app.pipeline import Pipeline, Stage, stage_options
+from app.settings import Settings
+from bench import pipeline_capacity as capacity_bench
+from bench.service import ServiceProcess
+from converter.segment import segment_model_dir
+from tests.conftest import MODELS
+from tests.doubles.libedgetpu import libedgetpu_double  # noqa: F401 (a fixture: the libedgetpu TEST DOUBLE)
+
+EVENTUALLY_S = 10
+HANG_S = 0.3
+
+
+class StageDouble:
+    """TEST DOUBLE of one segment's interpreter: adds `step` to its input, records what it saw;
+    hangs while `hang` is set (a device that stops answering)."""
+
+    def __init__(self, step: int, seen: list, hang: threading.Event | None = None, pause_s: float = 0.0):
+        self.input = TensorSpec("in", (1, 4), np.dtype(np.int32), 0.0, 0)
+        self.output = TensorSpec("out", (1, 4), np.dtype(np.int32), 0.0, 0)
+        self.step, self.seen, self.hang, self.pause_s = step, seen, hang, pause_s
+        self.released = threading.Event()
+        self.closed = False
+
+    def run(self, x):
+        self.seen.append(int(x[0, 0]))
+        if self.hang is not None and self.hang.is_set():
+            self.hang.clear()
+            self.released.wait(EVENTUALLY_S)
+        if self.pause_s:
+            time.sleep(self.pause_s)
+        return x + self.step
+
+    def close(self):
+        self.closed = True
+
+
+def pipeline_of(doubles, recreate=None, hang_s=HANG_S) -> Pipeline:
+    stages = [Stage(i, d, EngineOptions(), device=f"tpu{i}") for i, d in enumerate(doubles)]
+    return Pipeline("m/test", stages, hang_timeout_s=hang_s, hang_error=DeviceHung, recreate=recreate,
+                    retry_s=0.05, retry_after_s=1)
+
+
+def test_requests_flow_through_every_segment_in_order():
+    seen = [[], [], []]
+    pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(10, seen[1]), StageDouble(100, seen[2])])
+    outputs = {}
+
+    def client(i):
+        outputs[i] = pipeline.run(np.full((1, 4), i * 1000, np.int32))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(EVENTUALLY_S)
+    assert all(int(outputs[i].output[0, 0]) == i * 1000 + 111 for i in range(24))
+    assert all(len(outputs[i].segments_ms) == 3 for i in range(24))
+    # every stage saw the requests in the same order: none overtakes another inside the pipeline
+    assert seen[1] == [v + 1 for v in seen[0]] and seen[2] == [v + 11 for v in seen[0]]
+    pipeline.close()
+
+
+def test_the_queues_between_stages_are_bounded():
+    """A slow last segment holds the others back: at most one input waits in front of it."""
+    depth = []
+    seen = [[], []]
+    pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(1, seen[1], pause_s=0.01)])
+    original = pipeline._queues[1].put
+
+    def put(item, *args, **kwargs):
+        original(item, *args, **kwargs)
+        depth.append(pipeline._queues[1].qsize())
+
+    pipeline._queues[1].put = put
+    threads = [threading.Thread(target=pipeline.run, args=(np.zeros((1, 4), np.int32),))
+               for _ in range(pipeline.lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(EVENTUALLY_S)
+    assert len(seen[1]) == pipeline.lanes and max(depth) <= 1
+    pipeline.close()
+
+
+def test_a_hung_segment_fails_its_requests_and_is_re_created():
+    hang = threading.Event()
+    seen = [[], []]
+    hung = StageDouble(1, seen[1], hang)
+    created = []
+
+    def recreate(old: Stage) -> Stage:
+        fresh = StageDouble(1, seen[1])
+        created.append(fresh)
+        return Stage(old.index, fresh, old.options, old.device)
+
+    pipeline = pipeline_of([StageDouble(1, seen[0]), hung], recreate)
+    assert int(pipeline.run(np.zeros((1, 4), np.int32)).output[0, 0]) == 2
+    hang.set()
+    start = time.monotonic()
+    with pytest.raises(DeviceHung, match=r"segment 1 on tpu1 did not finish an invoke within 0.3 s") as lost:
+        pipeline.run(np.zeros((1, 4), np.int32))
+    assert HANG_S <= time.monotonic() - start < HANG_S + 2 and lost.value.retry_after_s == 1
+    assert pipeline.wait_recovered(EVENTUALLY_S) and len(created) == 1
+    assert int(pipeline.run(np.full((1, 4), 5, np.int32)).output[0, 0]) == 7  # served by the new stage
+    assert not hung.closed
+    hung.released.set()  # the hung invoke returns at last: its thread closes its interpreter and ends
+    for _ in range(100):
+        if hung.closed:
+            break
+        time.sleep(0.05)
+    assert hung.closed
+    pipeline.close()
+
+
+def test_every_request_in_the_pipeline_fails_when_a_segment_is_lost():
+    """One in the hung stage, one queued before it, one in the stage before, blocked handing on."""
+    hang, never = threading.Event(), threading.Event()
+    seen = [[], []]
+
+    def recreate(old):  # the device stays lost while the test looks
+        never.wait(EVENTUALLY_S)
+        raise RuntimeError("device not listed")
+
+    pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(1, seen[1], hang)], recreate)
+    hang.set()
+    errors = []
+
+    def client():
+        try:
+            pipeline.run(np.zeros((1, 4), np.int32))
+        except DeviceHung as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=client) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(EVENTUALLY_S)
+    assert len(errors) == 3 and len(seen[0]) == 3 and len(seen[1]) == 1
+    never.set()
+    pipeline.stages[1].engine.released.set()
+    pipeline.close()
+
+
+def test_while_a_segment_is_being_re_created_requests_are_refused_at_once():
+    gate = threading.Event()
+    hang = threading.Event()
+
+    def recreate(old: Stage) -> Stage:
+        gate.wait(EVENTUALLY_S)
+        return Stage(old.index, StageDouble(1, []), old.options, old.device)
+
+    pipeline = pipeline_of([StageDouble(1, [], hang)], recreate)
+    hang.set()
+    with pytest.raises(DeviceHung):
+        pipeline.run(np.zeros((1, 4), np.int32))
+    start = time.monotonic()
+    with pytest.raises(DeviceHung, match="re-created"):
+        pipeline.run(np.zeros((1, 4), np.int32))
+    assert time.monotonic() - start < HANG_S  # refused, not waited for
+    gate.set()
+    assert pipeline.wait_recovered(EVENTUALLY_S)
+    pipeline.stages[0].engine.hang = None
+    pipeline.close()
+
+
+def test_a_device_backend_needs_one_device_per_segment():
+    class TwoDevices(Backend):
+        key = "twodevices"
+        host_cpu = False
+
+        def interpreters(self):
+            return [EngineOptions()] * 2
+
+    with pytest.raises(EngineLoadError, match=r"a model in 3 segments needs 3 devices, 2 found"):
+        stage_options(TwoDevices(Settings()), 3)
+    assert len(stage_options(TwoDevices(Settings()), 2)) == 2
+
+
+# ---- served: the real models, segmented, over HTTP ------------------------------------------
+
+REAL = ("efficientnet_lite0", "mobilenet_v2")
+
+
+@pytest.fixture(scope="module")
+def segmented_models(tmp_path_factory):
+    """The two real models whole, and each cut into 2 and 3 segments, in one models directory."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("models")
+    for name in REAL:
+        shutil.copytree(MODELS / name, root / name)
+        for k in (2, 3):
+            segment_model_dir(root / name, root / f"{name}_x{k}", k)
+    return root
+
+
+def _tensor(model_dir, photo) -> np.ndarray:
+    from app.imaging import InputQuantizer, prepare
+
+    spec = model_dir.manifest.input
+    q = model_dir.manifest.quantization.input
+    return InputQuantizer(spec, np.dtype(q.dtype), q.scale, q.zero_point)(prepare(photo.read_bytes(), spec, 50_000_000))
+
+
+def _compare_served(url: str, backend: str, root, photos) -> None:
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for name in REAL:
+            model_dir = read_model_dir(root / name)
+            for photo in photos:
+                tensor = _tensor(model_dir, photo)
+                answers = {}
+                for served in (name, f"{name}_x2", f"{name}_x3"):
+                    raw = client.post(f"/v2/models/{served}/infer", json={
+                        "inputs": [{"name": "image", "shape": list(tensor.shape),
+                                    "datatype": "UINT8" if tensor.dtype == np.uint8 else "INT8",
+                                    "data": tensor.reshape(-1).tolist()}],
+                        "outputs": [{"name": "raw"}], "parameters": {"backend": backend}})
+                    assert raw.status_code == 200, raw.text
+                    top5 = client.post(f"/v1/models/{served}/classify?top_k=5&backend={backend}",
+                                       content=photo.read_bytes(), headers={"Content-Type": "image/png"})
+                    assert top5.status_code == 200, top5.text
+                    body = top5.json()
+                    if served != name:
+                        segments = body["timing_ms"]["segments"]
+                        assert len(segments) == int(served[-1]) and all(ms > 0 for ms in segments)
+                    answers[served] = (raw.json()["outputs"][0]["data"], body["predictions"])
+                whole = answers[name]
+                for served, answer in answers.items():
+                    assert answer[0] == whole[0], f"{served} on {backend}: output bytes differ from {name}'s"
+                    assert [p["index"] for p in answer[1]] == [p["index"] for p in whole[1]]
+                    assert [p["score"] for p in answer[1]] == [p["score"] for p in whole[1]]
+
+
+def _service(root, backends: str) -> ServiceProcess:
+    svc = ServiceProcess({"EDGETPU_SERVE_MODEL_DIR": str(root), "EDGETPU_SERVE_BACKENDS": backends,
+                          "EDGETPU_SERVE_WORKERS": "1", "EDGETPU_SERVE_WARMUP_AT_START": "false",
+                          "EDGETPU_SERVE_MODELS": ""}, inherit_settings=False)
+    svc.wait_ready()
+    return svc
+
+
+def test_segmented_models_served_on_cpu_answer_the_whole_models_bytes(segmented_models, cat_png):
+    svc = _service(segmented_models, "cpu")
+    try:
+        _compare_served(svc.url, "cpu", segmented_models, [cat_png])
+        described = httpx.get(f"{svc.url}/v1/models/efficientnet_lite0_x3", timeout=30).json()
+        assert len(described["segments"]["items"]) == 3 and described["backends"]["cpu"]["interpreters"] == 6
+        assert httpx.get(f"{svc.url}/v1/models/efficientnet_lite0", timeout=30).json().get("segments") is None
+        metrics = httpx.get(f"{svc.url}/metrics", timeout=30).text
+        assert 'edgetpu_serve_segment_seconds_count{backend="cpu",model="mobilenet_v2_x3",segment="2"}' in metrics
+    finally:
+        svc.stop()
+
+
+@pytest.mark.slow
+def test_segmented_models_served_emulated_answer_the_whole_models_bytes(segmented_models, cat_png, coffee_png):
+    svc = _service(segmented_models, "emulated")
+    try:
+        _compare_served(svc.url, "emulated", segmented_models, [cat_png, coffee_png])
+    finally:
+        svc.stop()
+
+
+# ---- a lost device inside a served pipeline ------------------------------------------------------
+
+class SegmentDeviceDouble:
+    """TEST DOUBLE of a TPU running one segment: passes its input on (resized to its output), hangs
+    once when told. Loaded from the real segment files, so the pipeline's shapes are the model's."""
+
+    key = "segtpu"
+    model_file = "int8"
+    hang_path: str | None = None
+    gate = threading.Event()  # a hung invoke waits on it
+    loads: list[str] = []
+    reloads = threading.Event()  # while clear, loading a segment again (the watchdog's) waits: the device resets
+
+    def __init__(self, path):
+        from app.tflite_file import read_tflite
+
+        graph = read_tflite(path).graph
+        i, o = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        self.input, self.output = (TensorSpec(t.name, t.shape, t.dtype, float(t.quantization.scale[0]),
+                                              int(t.quantization.zero_point[0])) for t in (i, o))
+        self.path = str(path)
+
+    @classmethod
+    def load(cls, path, options):
+        if str(path) in cls.loads:
+            cls.reloads.wait(EVENTUALLY_S)
+        cls.loads.append(str(path))
+        return cls(path)
+
+    def run(self, x):
+        if SegmentDeviceDouble.hang_path == self.path:
+            SegmentDeviceDouble.hang_path = None
+            SegmentDeviceDouble.gate.wait(EVENTUALLY_S)
+        return np.zeros(self.output.shape, self.output.dtype)
+
+    def close(self):
+        pass
+
+
+class SegmentDevicesDouble(Backend):
+    """TEST DOUBLE plug-in: one SegmentDeviceDouble per 'device', three devices."""
+
+    key = SegmentDeviceDouble.key
+    engine = SegmentDeviceDouble
+    host_cpu = False
+
+    def interpreters(self):
+        return [EngineOptions()] * 3
+
+    def device(self, options):
+        return "segtpu"
+
+
+def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmented_models):
+    from app.registry import Registry
+    from app.settings import Settings
+
+    register(SegmentDevicesDouble)
+    SegmentDeviceDouble.reloads.clear()
+    try:
+        settings = Settings(model_dir=segmented_models, models=["efficientnet_lite0_x3"], backends=["segtpu"],
+                            warmup_at_start=False, watchdog_backends=["segtpu"], watchdog_timeout_s=HANG_S,
+                            watchdog_retry_s=0.05)
+        registry = Registry(settings)
+        registry.configure()
+        registry.load_all()
+        middle = str(read_model_dir(segmented_models / "efficientnet_lite0_x3").segment_files("int8")[1])
+        x = np.zeros((1, 224, 224, 3), np.uint8)
+
+        async def infer():
+            async with registry.lease("efficientnet_lite0_x3") as lease:
+                return await lease.run(x)
+
+        async def scenario():
+            first = await infer()
+            SegmentDeviceDouble.hang_path = middle
+            with pytest.raises(DeviceHung, match="segment 1 on segtpu did not finish an invoke") as lost:
+                await infer()
+            status = registry.status("efficientnet_lite0_x3")  # readiness says so while it is re-created
+            assert status.state == "unhealthy" and "segment 1 on segtpu" in status.error and not registry.ready()
+            SegmentDeviceDouble.reloads.set()
+            pipeline = registry.get("efficientnet_lite0_x3").pool("segtpu").engine.pipeline
+            assert await asyncio.to_thread(pipeline.wait_recovered, EVENTUALLY_S)
+            assert registry.status("efficientnet_lite0_x3").state == "ready" and registry.ready()
+            return first, lost.value, await infer()
+
+        loads_before = len(SegmentDeviceDouble.loads)
+        first, error, after = asyncio.run(scenario())
+        assert first.segments_ms is not None and len(first.segments_ms) == 3
+        assert after.output.shape == (1, 1000) and len(after.segments_ms) == 3
+        assert SegmentDeviceDouble.loads[loads_before:] == [middle]  # that segment alone re-created
+        from app.api.errors import status_of
+
+        assert status_of(error) == 503
+    finally:
+        SegmentDeviceDouble.gate.set()
+        SegmentDeviceDouble.reloads.set()
+        registry.close()
+        unregister(SegmentDevicesDouble.key)
+
+
+def test_invoke_timeout_is_the_error_where_no_watchdog_applies():
+    hang = threading.Event()
+    stages = [Stage(0, StageDouble(1, [], hang), EngineOptions())]
+    pipeline = Pipeline("m/test", stages, hang_timeout_s=HANG_S, hang_error=InvokeTimeout,
+                        recreate=lambda old: Stage(0, StageDouble(1, []), old.options), retry_s=0.05)
+    hang.set()
+    with pytest.raises(InvokeTimeout):
+        pipeline.run(np.zeros((1, 4), np.int32))
+    assert pipeline.wait_recovered(EVENTUALLY_S)
+    pipeline.close()
+
+
+# ---- edgetpu: segment i on TPU i (the libedgetpu TEST DOUBLE; segments "compiled" as their plain files) ----
+
+def test_on_edgetpu_segment_i_runs_on_tpu_i(tmp_path, segmented_models, libedgetpu_double, monkeypatch):
+    """The delegate wiring is real, the TPUs are not: the libedgetpu double lists three PCIe TPUs and
+    its delegate takes what it can; each plain segment file is listed as its compiled one."""
+    import shutil
+
+    from app.model_dir import add_files, segment_kind
+    from app.registry import Registry
+    from app.settings import Settings
+    from tests.doubles.libedgetpu import DEVICES, log_delegates
+
+    nodes = []
+    for i in range(3):
+        nodes.append(tmp_path / f"apex_{i}")
+        nodes[-1].write_bytes(b"")
+    monkeypatch.setenv(DEVICES, ",".join(f"pci:{n}" for n in nodes))
+    log_delegates(monkeypatch, tmp_path / "log")
+    root = tmp_path / "models"
+    shutil.copytree(segmented_models / "efficientnet_lite0_x3", root / "efficientnet_lite0_x3")
+    model = read_model_dir(root / "efficientnet_lite0_x3")
+    add_files(model.path, {segment_kind("edgetpu", i): (p.name.replace(".tflite", "_edgetpu.tflite"), p.read_bytes())
+                           for i, p in enumerate(model.segment_files("int8"))})
+    registry = Registry(Settings(model_dir=root, backends=["edgetpu"], warmup_at_start=False, plugins={"edgetpu": {
+        "library": str(libedgetpu_double), "on_failure": "fail", "version_check": "warn"}}))
+    registry.configure()
+    registry.load_all()
+    try:
+        assert registry.ready() and registry.status("efficientnet_lite0_x3").error is None
+        pipeline = registry.get("efficientnet_lite0_x3").pool("edgetpu").engine.pipeline
+        assert [s.device for s in pipeline.stages] == [str(n) for n in nodes]
+        assert (tmp_path / "log").read_text().splitlines() == [f"created device=:{i}" for i in range(3)]
+
+        async def infer():
+            async with registry.lease("efficientnet_lite0_x3") as lease:
+                return await lease.run(np.full((1, 224, 224, 3), 127, np.uint8))
+
+        result = asyncio.run(infer())
+        assert result.output.shape == (1, 1000) and len(result.segments_ms) == 3
+    finally:
+        registry.close()
+
+
+def test_on_edgetpu_an_uncompiled_segmented_model_says_how_to_compile_it(tmp_path, segmented_models,
+                                                                         libedgetpu_double, monkeypatch):
+    import shutil
+
+    from app.errors import ModelDirError
+    from app.registry import Registry
+    from app.settings import Settings
+    from tests.doubles.libedgetpu import DEVICES
+
+    (tmp_path / "apex_0").write_bytes(b"")
+    monkeypatch.setenv(DEVICES, f"pci:{tmp_path / 'apex_0'}")
+    shutil.copytree(segmented_models / "mobilenet_v2_x2", tmp_path / "models" / "mobilenet_v2_x2")
+    registry = Registry(Settings(model_dir=tmp_path / "models", backends=["edgetpu"], warmup_at_start=False,
+                                 plugins={"edgetpu": {"library": str(libedgetpu_double), "on_failure": "fail",
+                                                      "version_check": "warn"}}))
+    with pytest.raises(ModelDirError, match=r"no 'edgetpu_segment_0' file.*segment it again with --compile"):
+        registry.configure()
+
+
+# ---- bench/pipeline_capacity.py runs, briefly (its figures are the bench's business, not asserted) ----
+
+
+def test_the_capacity_bench_prints_pipeline_against_one_device(capsys):
+    capacity_bench.main(["--models", "mobilenet_v2", "--segments", "2,3", "--device-ms", "20",
+                            "--duration", "0.3", "--rounds", "1"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| mobilenet_v2 |")]
+    assert len(rows) == 2
+    for row, k in zip(rows, (2, 3)):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        segments = [float(v) for v in cells[2].split(" + ")]
+        assert int(cells[1]) == k and len(segments) == k and abs(sum(segments) - 20) < 0.05
+        assert int(cells[3]) == round(1000 / max(segments))          # the bound: 1 / the slowest segment
+        assert float(cells[4]) > 0 and re.fullmatch(r"\d+ \(50\)", cells[6])  # whole model: bound 1/20 ms
+
+
+def test_segment_times_are_the_converters_cost_shares():
+    split = capacity_bench.split("efficientnet_lite0", 3, 30.0)
+    model = read_model_dir(MODELS / "efficientnet_lite0")
+    assert len(split.segments_ms) == 3 and abs(sum(split.segments_ms) - 30.0) < 1e-9
+    assert split.specs[0][0].shape == (1, model.manifest.input.height, model.manifest.input.width, 3)
+    assert split.specs[-1][1].shape == (1, 1000)
+    assert all(a[1].shape == b[0].shape for a, b in zip(split.specs, split.specs[1:]))

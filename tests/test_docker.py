@@ -59,6 +59,8 @@ BUILD_TIMEOUT_S = 1800
 READY_TIMEOUT_S = {"amd64": 120, "arm64": 600}
 REQUEST_TIMEOUT_S = {"amd64": 30, "arm64": 120}
 CONTAINER_PREFIX = "edgetpu-serve-test-"
+# The tests' images hold test doubles: tagged apart from `make images`' edgetpu-serve:latest/devboard.
+TEST_IMAGE_NAME = "edgetpu-serve-test"
 # Everything the service image may not carry: the converter's stack.
 HEAVY = ("tensorflow", "torch", "keras", "jax")
 # Frigate's published sums of the libedgetpu the images pin (docker/main/install_deps.sh).
@@ -324,10 +326,11 @@ def images(engine, tmp_path_factory) -> dict[str, Built]:
     built = {}
     for tag, extra in plan.items():
         started = time.monotonic()
-        done = subprocess.run(["bash", str(TOOLS / "images.sh"), tag], env={**engine, **extra, "PYTHON": sys.executable},
+        done = subprocess.run(["bash", str(TOOLS / "images.sh"), tag],
+                              env={**engine, **extra, "PYTHON": sys.executable, "IMAGE_NAME": TEST_IMAGE_NAME},
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         assert done.returncode == 0, f"images.sh {tag}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-        built[tag] = Built(f"edgetpu-serve:{tag}", time.monotonic() - started, done.stderr)
+        built[tag] = Built(f"{TEST_IMAGE_NAME}:{tag}", time.monotonic() - started, done.stderr)
     return built
 
 

@@ -27,6 +27,9 @@ export EDGETPU_SERVE_CACHE="$cache"
 runtime_dir="${RUNTIME_DIR:-$root/docker/runtime}"
 trust_file="${TRUST_FILE:-}"
 python="${PYTHON:-python3}"
+# The repository the images are tagged in (the tests use their own, so that their images, built with
+# test doubles, never stand in for yours).
+name="${IMAGE_NAME:-edgetpu-serve}"
 suite=bookworm
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=(latest devboard)
@@ -48,13 +51,13 @@ build() {  # tag dockerfile arch
   build_base="$(bash "$here/base.sh" "$suite" amd64)"
   PYTHON="$python" bash "$here/wheelhouse.sh" "$arch"
   [ "$arch" = amd64 ] || PYTHON="$python" bash "$here/wheelhouse.sh" amd64
-  local context="$cache/context/$tag"
+  local context="$cache/context/$name-$tag"
   "$python" "$here/context.py" --arch "$arch" --out "$context" --runtime "$runtime_dir" \
     ${trust_file:+--trust "$trust_file"}
   started=$SECONDS
   DOCKER_BUILDKIT=1 "$DOCKER" build --network=none --platform "linux/$arch" -f "$root/$dockerfile" \
-    --build-arg BASE_IMAGE="$base" --build-arg BUILD_BASE_IMAGE="$build_base" -t "edgetpu-serve:$tag" "$context"
-  log "edgetpu-serve:$tag (linux/$arch) built in $((SECONDS - started)) s, $("$DOCKER" image inspect -f '{{.Size}}' "edgetpu-serve:$tag" | awk '{printf "%.0f MB", $1 / 1e6}')"
+    --build-arg BASE_IMAGE="$base" --build-arg BUILD_BASE_IMAGE="$build_base" -t "$name:$tag" "$context"
+  log "$name:$tag (linux/$arch) built in $((SECONDS - started)) s, $("$DOCKER" image inspect -f '{{.Size}}' "$name:$tag" | awk '{printf "%.0f MB", $1 / 1e6}')"
 }
 
 for target in "${targets[@]}"; do

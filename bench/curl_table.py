@@ -164,7 +164,7 @@ def main() -> int:
     if str(args.chart) not in ("", "."):
         where = "" if "127.0.0.1" in args.url or "localhost" in args.url else f"{args.url}, "
         caption = (f"curl_bench: where a request's time goes, by backend ({where}photo {args.photo or '?'}, "
-                   f"{max(r['warm'] or 0 for r in rows)} warm requests each; load average {load_average()})")
+                   f"{max(r.get('warm') or 0 for r in rows)} warm requests each; load average {load_average()})")
         if (written := write_chart(rows, args.chart, caption)) is not None:
             print(f"\nchart: {written}")
     return 0

@@ -89,7 +89,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     EDGETPU_SERVE_MODEL_DIR=/models \
     EDGETPU_SERVE_BACKENDS=edgetpu,cpu \
     EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback
-# API keys (README "Security and limits"): this image listens on 0.0.0.0, so admin endpoints
+# API keys (docs/security.md): this image listens on 0.0.0.0, so admin endpoints
 # (reload) answer 403 until an admin key is set; inference is open until inference keys are set.
 # Pass keys as secrets, one per line, never baked into the image:
 #   docker run ... -v "$PWD/admin_keys:/run/secrets/admin_keys:ro" \

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ READY_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 15
 COMMAND_TIMEOUT_S = 300
 # Commands the section may show that cannot run here (no Docker engine, no board); checked, not run.
-NOT_RUN_HERE = (("make", "images"), ("docker",))
+NOT_RUN_HERE = (("make", "images"), ("docker",), ("curl", "-L", "--output-dir", "docker/runtime"))
 
 FRAMEWORKS = {
     # framework: (marker of its export block, model file suffix, what builds `model` before the block runs)
@@ -262,7 +263,9 @@ def test_the_readme_takes_a_model_to_a_served_classifier(framework, workspace):
                         ran.append("compile")
                         continue
                     raise AssertionError(f"a converter command this test does not know: {shlex.join(argv)}")
-                if argv[0] == "scp":
+                if any(tuple(argv[:len(prefix)]) == prefix for prefix in NOT_RUN_HERE):
+                    checked.append(argv)
+                elif argv[0] == "scp":
                     place(argv, ws)
                     ran.append("place")
                 elif argv[:2] == ["make", "serve"]:
@@ -279,8 +282,6 @@ def test_the_readme_takes_a_model_to_a_served_classifier(framework, workspace):
                     assert {p["label"] for p in answer["predictions"]} <= set(LABELS)
                     assert answer["timing_ms"]["total"] > 0
                     ran.append("curl")
-                elif any(tuple(argv[:len(prefix)]) == prefix for prefix in NOT_RUN_HERE):
-                    checked.append(argv)
                 else:
                     raise AssertionError(f"a README command this test does not know how to run: {shlex.join(argv)}")
     finally:
@@ -293,3 +294,7 @@ def test_the_readme_takes_a_model_to_a_served_classifier(framework, workspace):
                                for a in docker_runs), "the docker run must mount models/ and name the model"
     assert {a[-1] for a in docker_runs} <= {"edgetpu-serve:latest", "edgetpu-serve:devboard"}
     assert "--device" in docker_runs[0] and "/dev/bus/usb" in docker_runs[0]
+    downloads = [a[-1].rsplit("/", 1)[-1] for a in checked if a[0] == "curl"]
+    assert downloads == [f"libedgetpu1-max_16.0tf2.17.1-1.bookworm_{arch}.deb" for arch in ("amd64", "arm64")]
+    pinned = {f["name"] for f in tomllib.loads((ROOT / "app/edgetpu/versions.toml").read_text())["runtime_file"]}
+    assert set(downloads) <= pinned, "the README downloads the runtime files the build checks by sha256"

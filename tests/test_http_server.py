@@ -19,6 +19,9 @@ HEAD_CAP = 16 * 1024
 DEADLINE_S = 0.6
 MAX_CONNECTIONS = 12
 BODY_LIMIT = 1024 * 1024
+# Upper bounds here prove that the server answers or closes by itself (without its limits it would wait for ever),
+# not how fast: a loaded 2-core CI machine can lag by seconds, and bench/hostile.py measures the speed.
+SLACK_S = 5.0
 
 
 # Every supported launch, as a user types it ({port}: the test's free port). Settings from EDGETPU_SERVE_*.
@@ -114,7 +117,7 @@ def test_one_mib_header_gets_a_fast_431_while_others_are_served(server):
     other.join()
     assert status == 431 and headers["content-type"] == "application/json" and headers["connection"] == "close"
     assert body == {"error": f"request line and headers exceed {HEAD_CAP} bytes"}
-    assert elapsed < 1.0  # loose for a loaded CI machine; bench/hostile.py measures it
+    assert elapsed < SLACK_S  # answered without reading the whole megabyte
     assert len(healthz) == 20
 
 
@@ -140,7 +143,7 @@ def test_a_head_that_trickles_in_gets_408_at_its_deadline(server):
     status, _, body = read_response(s)
     elapsed = time.perf_counter() - start
     assert status == 408 and body == {"error": f"request headers not received within {DEADLINE_S:g} s"}
-    assert DEADLINE_S * 0.9 < elapsed < DEADLINE_S + 1.0
+    assert DEADLINE_S * 0.9 < elapsed < DEADLINE_S + SLACK_S  # not before the deadline
     assert closed_by_server(s, 3)
 
 
@@ -157,7 +160,7 @@ def test_a_body_that_trickles_in_gets_408_at_its_deadline(server):
     s.sendall(b"\x89PNG")
     status, _, body = read_response(s)
     assert status == 408 and body == {"error": f"request body not received within {DEADLINE_S:g} s"}
-    assert time.perf_counter() - start < DEADLINE_S + 1.0
+    assert time.perf_counter() - start < DEADLINE_S + SLACK_S
     assert closed_by_server(s, 3)
     # the service is fine afterwards
     assert httpx.get(f"{server.url}/healthz").status_code == 200
@@ -166,14 +169,19 @@ def test_a_body_that_trickles_in_gets_408_at_its_deadline(server):
 def test_beyond_the_connection_cap_a_fast_503_in_json(server):
     held = [connect(server) for _ in range(MAX_CONNECTIONS)]
     try:
-        time.sleep(0.1)
-        s = connect(server)
-        start = time.perf_counter()
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        status, headers, body = read_response(s)
+        for _ in range(20):  # asked again, a bounded few times, until the server has taken every held connection
+            s = connect(server)
+            start = time.perf_counter()
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, headers, body = read_response(s)
+            elapsed = time.perf_counter() - start
+            s.close()
+            if status == 503:
+                break
+            time.sleep(0.05)
         assert status == 503 and headers["retry-after"] == "1"
         assert "too many open connections" in body["error"]
-        assert time.perf_counter() - start < 0.5
+        assert elapsed < SLACK_S  # answered at once, not after the held connections' deadlines
     finally:
         for h in held:
             h.close()
@@ -202,7 +210,7 @@ def test_keep_alive_connections_close_after_their_idle_timeout(server):
     assert read_response(s)[0] == 200
     start = time.perf_counter()
     assert closed_by_server(s, 3)
-    assert 0.4 < time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start > 0.4  # not before its idle timeout
 
 
 def test_keep_alive_requests_each_get_their_own_head_deadline(server):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +79,7 @@ def main() -> None:
     parser.add_argument("--docker", default="/usr/bin/docker", help="the docker client")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    from bench.stats import median
     from converter.photos import photo
     picture = (args.photo or photo("scikit-learn", "sklearn/datasets/images/china.jpg")).resolve()
     venv: dict[str, list[float]] = {m: [] for m in MODELS}
@@ -94,7 +94,7 @@ def main() -> None:
           f"venv vs {args.image} ({where})")
     print(f"{'model':<20} {'venv':>9} {'image':>9} {'image/venv':>11}")
     for name in MODELS:
-        a, b = statistics.median(venv[name]), statistics.median(image[name])
+        a, b = median(venv[name]), median(image[name])
         print(f"{name:<20} {a:>9.3f} {b:>9.3f} {b / a:>10.2f}x")
 
 

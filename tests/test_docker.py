@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import httpx
 import pytest
 import yaml
 
+from bench.service import free_port
 from converter.photos import sample_photos
 from tests.doubles.libedgetpu import build as build_libedgetpu_double
 
@@ -220,12 +220,6 @@ def docker(*args: str, env: dict, timeout: float = 120, check: bool = True) -> s
     if check and done.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -17,16 +17,11 @@ from app.http_server import _Server, config
 from app.api.routes import InferenceRoutes
 from app.main import INFERENCE_ROUTERS, create_app
 from app.settings import Settings
+from bench.service import free_port
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.test_http_server import closed_by_server, read_response
 
 ANSWER_S = 10
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

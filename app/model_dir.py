@@ -2,7 +2,7 @@
 
     models/<name>/
       model.json                   what the model is, how to feed it, where it came from
-      labels.txt                   one class name per line, in output order
+      labels.txt                   one label per line: line i names class i (a blank line: an id with no label)
       <name>_int8.tflite           full-integer model (cpu and emulated backends)
       <name>_int8_edgetpu.tflite   the same, compiled for the Edge TPU (when compiled)
 
@@ -227,12 +227,19 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    task: Literal["classification"] = "classification"
+    # What the model's outputs mean, and so which task module (app/tasks/) turns them into an
+    # answer; the registry refuses a task it has no module for, and checks `outputs` against it.
+    task: str = Field(default="classification", pattern=r"^[a-z][a-z0-9_]*$")
     description: str = ""
     source: str
     licence: str
     input: InputSpec
     output: OutputSpec = OutputSpec()
+    # The output tensors by role, as the task names them (classification: scores; detection: boxes,
+    # classes, scores, count), each the tensor's name in the model file: the roles are read from
+    # the graph (a detector's TFLite_Detection_PostProcess outputs), never from output positions.
+    # Empty: a classifier's one output.
+    outputs: dict[str, str] = Field(default_factory=dict)
     quantization: Quantization | None = None
     edgetpu_analysis: str | None = None
     quality: Quality | None = None

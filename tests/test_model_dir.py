@@ -132,3 +132,16 @@ def test_the_writer_refuses_a_malformed_report(tmp_path):
         write_model_dir(tmp_path, dict(MANIFEST, quality={"agreement": {"photos": {"inputs": 3}}}),
                         {"int8": ("tiny_int8.tflite", b"m")})
     assert not (tmp_path / "tiny").exists()
+
+
+def test_a_task_and_its_outputs_by_role_round_trip(tmp_path):
+    """model.json declares the task and names its output tensors by role (app/tasks/ reads them)."""
+    outputs = {"boxes": "TFLite_Detection_PostProcess", "classes": "TFLite_Detection_PostProcess:1",
+               "scores": "TFLite_Detection_PostProcess:2", "count": "TFLite_Detection_PostProcess:3"}
+    manifest = dict(MANIFEST, task="detection", outputs=outputs)
+    target = write_model_dir(tmp_path, manifest, {"int8": ("tiny_int8.tflite", b"model")})
+    read = read_model_dir(target).manifest
+    assert (read.task, read.outputs) == ("detection", outputs)
+    assert read_model_dir(write_model_dir(tmp_path / "c", MANIFEST, {})).manifest.task == "classification"
+    with pytest.raises(Exception, match="task"):
+        write_model_dir(tmp_path / "bad", dict(MANIFEST, task="Detection!"), {})

@@ -44,7 +44,7 @@ from app.pool import EnginePool, Member
 from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
 from app.registry.versions import Lease, ModelVersion
-from app.settings import Settings
+from app.settings import Settings, default_model_for
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,10 @@ class Registry:
             raise ModelDirError(f"models {missing} not found in {self.settings.model_dir}; found {sorted(found)}")
         if not wanted:
             raise ModelDirError(f"no model directories (with model.json) in {self.settings.model_dir}")
+        try:  # settled once, here: every reader of settings.default_model sees a served model
+            self.settings.default_model = default_model_for(self.settings.default_model, wanted)
+        except ValueError as e:
+            raise ServeError(str(e)) from None
         for name in wanted:
             model_dir = read_model_dir(found[name])
             if model_dir.name != name:

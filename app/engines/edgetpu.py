@@ -36,7 +36,7 @@ from app.edgetpu.delegate import PERFORMANCE, delegate_options, index_of_path, i
 from app.edgetpu.environment import EdgeTpuEnvironment, Probe, VersionCheck, check_environment, probe
 from app.edgetpu.library import Device, default_library_name
 from app.edgetpu.report import EdgeTpuReport
-from app.edgetpu.temperature import apex_temperatures
+from app.edgetpu.temperature import TemperatureWatch, temperature_families
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
 from app.engines.base import Backend, Engine, EngineOptions, Fallback
 from app.engines.cpu import CpuEngine
@@ -75,6 +75,9 @@ class EdgeTpuSettings(PluginSettings):
     # keeps its first name, EDGETPU_SERVE_APEX_SYSFS_DIR.
     apex_sysfs_dir: Path = Field(default=Path("/sys/class/apex"), validation_alias=AliasChoices(
         f"{ENV_PREFIX}APEX_SYSFS_DIR", f"{ENV_PREFIX}{KEY.upper()}_APEX_SYSFS_DIR"))
+    # At or above this a PCIe TPU is "hot": a warning line, and its models degraded in /readyz with the
+    # reason. 80 °C as Frigate and CodeProject.AI warn, below the driver's first trip point (85 °C).
+    temperature_warn_celsius: float = Field(default=80.0, gt=0, le=150)
 
     @field_validator("devices", mode="before")
     @classmethod
@@ -230,6 +233,8 @@ class EdgeTpuBackend(Backend):
         # engine -> its graph's compiler view: analysed once per interpreter (so per model version),
         # forgotten with the interpreter
         self._views: weakref.WeakKeyDictionary[Engine, dict] = weakref.WeakKeyDictionary()
+        self.temperatures = TemperatureWatch(self.config.apex_sysfs_dir, self.config.temperature_warn_celsius,
+                                             f"{ENV_PREFIX}{KEY.upper()}_TEMPERATURE_WARN_CELSIUS")
 
     def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
         """Library, version pair, devices, then each model's compiled file: fail or fall back."""
@@ -297,8 +302,17 @@ class EdgeTpuBackend(Backend):
             view = self._views[engine] = compiler_view(analyze(model))
         return {"edgetpu_view": view}
 
+    def device_problems(self) -> dict[str, str]:
+        """/readyz: the TPUs in use that run hot (PCIe: the driver's sysfs), by device path."""
+        if self.environment is None:
+            return {}
+        hot = self.temperatures.hot()
+        return {t.device.path: hot[apex] for t in self.environment.targets
+                if t.device.type == "pci" and (apex := Path(t.device.path).name) in hot}
+
     def report(self, members) -> dict:
-        """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions."""
+        """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions, and
+        each PCIe TPU's temperature with its driver's trip points and warning levels."""
         found_inventory = inventory(self.config.library)
         rt, found = found_inventory.runtime, found_inventory.probe
         by_path: dict[str, list[dict]] = {}
@@ -308,10 +322,17 @@ class EdgeTpuBackend(Backend):
                 model=model, healthy=member.healthy, problem=member.problem, load_ms=member.load_ms,
                 first_inference_ms=member.first_inference_ms))
             types[member.device] = member.options.tpu.type
+        # a PCIe TPU's node /dev/apex_N and its driver's sysfs apex_N: one name
+        thermal = {r.device: r.as_report(self.temperatures.warn_celsius) for r in self.temperatures.read()}
+
+        def temperature(kind: str, path: str) -> dict | None:
+            return thermal.get(Path(path).name) if kind == "pci" else None
+
         devices = [dict(index=i, type=d.type, path=d.path, health=_health(by_path.get(d.path, []), True),
-                        interpreters=by_path.pop(d.path, []))
+                        interpreters=by_path.pop(d.path, []), temperature=temperature(d.type, d.path))
                    for i, d in enumerate(found.devices)]
-        devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters)
+        devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters,
+                         temperature=temperature(types[path], path))
                     for path, interpreters in by_path.items()]
         version = found.version
         return EdgeTpuReport.model_validate(dict(
@@ -325,7 +346,8 @@ class EdgeTpuBackend(Backend):
         )).model_dump()
 
     def collect(self, members):
-        """/metrics: the TPUs found at start and used, each TPU's health, and the PCIe TPUs' temperature."""
+        """/metrics: the TPUs found at start and used, each TPU's health, and the PCIe TPUs' temperature
+        with the driver's trip points and warning levels, and the service's own warning threshold."""
         prefix = f"{METRICS_PREFIX}_{KEY}"
         count = GaugeMetricFamily(f"{prefix}_devices", "Edge TPUs found at start and used by the service")
         count.add_metric([], len(self.environment.targets) if self.environment is not None else 0)
@@ -338,12 +360,8 @@ class EdgeTpuBackend(Backend):
         for device, ok in sorted(by_device.items()):
             healthy.add_metric([device], 1.0 if ok else 0.0)
         yield healthy
-        temperature = GaugeMetricFamily(f"{prefix}_temperature_celsius",
-                                        "TPU temperature from <apex_dir>/apex_N/temp (PCIe and Dev Board)",
-                                        labels=("device",))
-        for device, celsius in apex_temperatures(self.config.apex_sysfs_dir):
-            temperature.add_metric([device], celsius)
-        yield temperature
+        watch = self.temperatures
+        yield from temperature_families(prefix, watch.read(), watch.warn_celsius, watch.setting)
 
 
 def _health(interpreters: list[dict], listed: bool) -> str:

@@ -319,7 +319,9 @@ class Registry:
 
     def status(self, name: str) -> ModelStatus:
         """The stored state, and what happened since: a fallback, devices the watchdog took out."""
-        return current_status(self._status[name], self._versions.get(name))
+        version = self._versions.get(name)
+        problems = {key: self.plugins[key].device_problems() for key in version.pools} if version else None
+        return current_status(self._status[name], version, problems)
 
     def status_or_raise(self, name: str) -> ModelStatus:
         if name not in self._status:

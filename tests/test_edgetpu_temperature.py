@@ -5,7 +5,6 @@ warning line and its models degraded in /readyz, until it cools. The TPUs are th
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,24 +14,10 @@ from app.engines import BACKENDS
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, Service
 from tests.doubles.edgetpu_models import plain_as_compiled
+from tests.doubles.apex_sysfs import fake_apex
 from tests.doubles.libedgetpu import DEVICES, libedgetpu_double  # noqa: F401
 
 SETTING = "EDGETPU_SERVE_EDGETPU_TEMPERATURE_WARN_CELSIUS"
-
-
-def fake_apex(sysfs: Path, name: str, millidegrees: int, *, driver_files: bool = True) -> Path:
-    """apex_N as the gasket/apex driver shows it, with its default trip points (85, 90, 95 °C) and hardware
-    warnings (100 °C, 110 °C), the second one enabled here."""
-    entry = sysfs / name
-    entry.mkdir(parents=True, exist_ok=True)
-    (entry / "temp").write_text(f"{millidegrees}\n")
-    if driver_files:
-        for i, at in enumerate((85000, 90000, 95000)):
-            (entry / f"trip_point{i}_temp").write_text(f"{at}\n")
-        for level, at, enabled in ((1, 100000, 0), (2, 110000, 1)):
-            (entry / f"hw_temp_warn{level}").write_text(f"{at}\n")
-            (entry / f"hw_temp_warn{level}_en").write_text(f"{enabled}\n")
-    return entry
 
 
 def test_every_file_the_driver_exposes_is_read(tmp_path):

@@ -28,7 +28,8 @@ from prometheus_client.core import GaugeMetricFamily
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import NoDecode
 
-from app.edgetpu.access import custom_op_message, delegate_failure_message, is_custom_op_error
+from app.edgetpu.access import (HOST, DeviceTree, custom_op_message, delegate_failure_message, is_custom_op_error,
+                                usb_bus_warning)
 from app.edgetpu.compat import analyze
 from app.edgetpu.compiled_model import read_compiled_model
 from app.edgetpu.compiler_view import compiler_view
@@ -78,6 +79,10 @@ class EdgeTpuSettings(PluginSettings):
     # At or above this a PCIe TPU is "hot": a warning line, and its models degraded in /readyz with the
     # reason. 80 °C as Frigate and CodeProject.AI warn, below the driver's first trip point (85 °C).
     temperature_warn_celsius: float = Field(default=80.0, gt=0, le=150)
+    # Where the USB Accelerator is looked for when it cannot be used (its nodes, and sysfs' view of the
+    # bus): the bootloader-mode diagnosis at start. Other values are for tests and unusual hosts.
+    usb_dir: Path = HOST.usb
+    usb_sysfs_dir: Path = HOST.usb_sysfs
 
     @field_validator("devices", mode="before")
     @classmethod
@@ -97,6 +102,7 @@ class EdgeTpuOptions(EngineOptions):
     device: str | None = None           # a delegate `device` spec; None = any TPU
     tpu: Device | None = None           # the listed device it resolved to (for messages)
     performance: str | None = None      # Low | Medium | High | Max; None = the library's default
+    tree: DeviceTree = HOST             # where its access problems are looked for
 
 
 class EdgeTpuEngine(CpuEngine):
@@ -116,7 +122,7 @@ class EdgeTpuEngine(CpuEngine):
         except ValueError as e:  # the library loaded, the device did not open
             device = options.tpu or Device("unknown", "")
             raise EdgeTpuUnavailable(
-                "edgetpu: " + delegate_failure_message(options.library, device, where, str(e))) from None
+                "edgetpu: " + delegate_failure_message(options.library, device, where, str(e), options.tree)) from None
         try:
             interpreter = rt.Interpreter(model_path=str(path), experimental_delegates=[delegate],
                                          num_threads=options.cpu_threads)
@@ -134,10 +140,11 @@ class EdgeTpuEngine(CpuEngine):
         return cls(interpreter)
 
 
-def check_tpus(library: str | None, devices: list[str], version_check: VersionCheck) -> EdgeTpuEnvironment:
+def check_tpus(library: str | None, devices: list[str], version_check: VersionCheck,
+               tree: DeviceTree = HOST) -> EdgeTpuEnvironment:
     """The start-up check against the TFLite runtime this process uses."""
     rt = runtime()
-    return check_environment(library or default_library_name(), devices, rt.name, rt.version, version_check)
+    return check_environment(library or default_library_name(), devices, rt.name, rt.version, version_check, tree)
 
 
 def check_compiled_model(model_dir: ModelDir, environment: EdgeTpuEnvironment) -> Path:
@@ -174,10 +181,11 @@ def _check_compiled_file(model_dir: ModelDir, path: Path, environment: EdgeTpuEn
                         environment.version)
 
 
-def tpu_options(environment: EdgeTpuEnvironment, cpu_threads: int, performance: str | None) -> list[EdgeTpuOptions]:
+def tpu_options(environment: EdgeTpuEnvironment, cpu_threads: int, performance: str | None,
+                tree: DeviceTree = HOST) -> list[EdgeTpuOptions]:
     """One engine's options per TPU the start-up check resolved."""
     return [EdgeTpuOptions(cpu_threads=cpu_threads, library=environment.library.path, device=target.spec,
-                           tpu=target.device, performance=performance)
+                           tpu=target.device, performance=performance, tree=tree)
             for target in environment.targets]
 
 
@@ -200,12 +208,12 @@ class Inventory:
     error: str | None  # why the edgetpu backend cannot be used here
 
 
-def inventory(library: str | None) -> Inventory:
+def inventory(library: str | None, tree: DeviceTree = HOST) -> Inventory:
     try:
         rt = runtime()
     except EngineLoadError as e:
-        return Inventory(None, probe(library or default_library_name(), "", ""), str(e))
-    found = probe(library or default_library_name(), rt.name, rt.version)
+        return Inventory(None, probe(library or default_library_name(), "", "", tree), str(e))
+    found = probe(library or default_library_name(), rt.name, rt.version, tree)
     return Inventory(rt, found, found.error)
 
 
@@ -233,6 +241,7 @@ class EdgeTpuBackend(Backend):
         # engine -> its graph's compiler view: analysed once per interpreter (so per model version),
         # forgotten with the interpreter
         self._views: weakref.WeakKeyDictionary[Engine, dict] = weakref.WeakKeyDictionary()
+        self.tree = DeviceTree(usb=self.config.usb_dir, usb_sysfs=self.config.usb_sysfs_dir)
         self.temperatures = TemperatureWatch(self.config.apex_sysfs_dir, self.config.temperature_warn_celsius,
                                              f"{ENV_PREFIX}{KEY.upper()}_TEMPERATURE_WARN_CELSIUS")
 
@@ -240,7 +249,7 @@ class EdgeTpuBackend(Backend):
         """Library, version pair, devices, then each model's compiled file: fail or fall back."""
         config = self.config
         try:
-            self.environment = check_tpus(config.library, config.devices, config.version_check)
+            self.environment = check_tpus(config.library, config.devices, config.version_check, self.tree)
         except EdgeTpuUnavailable as e:
             every = self._fallback(list(models), e)
             return dict.fromkeys(models, every)
@@ -248,6 +257,8 @@ class EdgeTpuBackend(Backend):
         log.info("Edge TPU: %s, pinned set %s, %d TPU(s): %s", env.version.describe(),
                  env.pinned_set.name if env.pinned_set else "none (version check: warn)",
                  len(env.targets), ", ".join(t.label for t in env.targets))
+        if any(t.device.type == "usb" for t in env.targets) and (warning := usb_bus_warning(self.tree)):
+            log.warning("Edge TPU: %s", warning)
         fallbacks = {}
         for name, model_dir in models.items():
             try:
@@ -270,7 +281,7 @@ class EdgeTpuBackend(Backend):
         return Fallback(self.fallback_backend, str(error))
 
     def interpreters(self) -> list[EngineOptions]:
-        return tpu_options(self.environment, self.settings.cpu_threads, self.config.performance)
+        return tpu_options(self.environment, self.settings.cpu_threads, self.config.performance, self.tree)
 
     def device(self, options: EngineOptions) -> str | None:
         tpu = getattr(options, "tpu", None)
@@ -313,7 +324,7 @@ class EdgeTpuBackend(Backend):
     def report(self, members) -> dict:
         """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions, and
         each PCIe TPU's temperature with its driver's trip points and warning levels."""
-        found_inventory = inventory(self.config.library)
+        found_inventory = inventory(self.config.library, self.tree)
         rt, found = found_inventory.runtime, found_inventory.probe
         by_path: dict[str, list[dict]] = {}
         types: dict[str, str] = {}

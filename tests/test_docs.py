@@ -274,6 +274,12 @@ def shell_commands(path: Path) -> list[list[str]]:
     return commands
 
 
+def test_no_page_needs_a_newer_curl_than_the_hosts_have():
+    """`curl --output-dir` needs curl 7.73 (Ubuntu 20.04 and Mendel, Debian 10, have older): the docs write `-o PATH`."""
+    users = [rel(path) for path in DOCS if "--output-dir" in path.read_text(encoding="utf-8")]
+    assert not users, users
+
+
 def test_every_setting_the_docs_name_is_a_setting():
     named = {(rel(path), m.group(0)) for path in [*DOCS, ROOT / "deploy" / "README.md"]
              for m in SETTING.finditer(path.read_text(encoding="utf-8"))}

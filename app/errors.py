@@ -25,9 +25,10 @@ class ModelNotFound(ServeError):
 
 
 class BackendNotAvailable(ServeError):
-    """The backend is unknown, or not loaded for this model."""
+    """The backend is unknown, or not loaded for this model: a `backend` value outside those served,
+    which GET /openapi.json lists as an enum, so a violation of the schema like any other (422)."""
 
-    status = 400
+    status = 422
 
 
 class EngineLoadError(ServeError):

@@ -75,7 +75,7 @@ def test_each_error_carries_its_status_and_each_protocol_reads_it_once():
                             ImageTooLarge, InvalidParameter, ModelDirError, ModelNotFound, ServeError, ShuttingDown,
                             UnsupportedMediaType)
 
-    v1 = {ModelNotFound: 404, BackendNotAvailable: 400, InvalidParameter: 422, EmptyBody: 400, BadImage: 400,
+    v1 = {ModelNotFound: 404, BackendNotAvailable: 422, InvalidParameter: 422, EmptyBody: 400, BadImage: 400,
           UnsupportedMediaType: 415, BodyTooLarge: 413, ImageTooLarge: 413, InvokeTimeout: 504, DeviceHung: 503,
           Busy: 503, NotReady: 503, ShuttingDown: 503, ModelDirError: 409, DeviceUnavailable: 409, ServeError: 500}
     for cls, status in v1.items():

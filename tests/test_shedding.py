@@ -113,7 +113,7 @@ def test_head_admission_places_a_request_as_the_application_would(served):
         assert check(b"GET", b"/v1/classify") is None
         assert check(b"POST", b"/v1/classify/extra") is None
         assert check(b"POST", b"/v1/models/eff%69cientnet_lite0/classify") is None  # encoded: the app decodes it
-        assert check(b"POST", b"/v1/classify?backend=nope") is None  # the app's 400
+        assert check(b"POST", b"/v1/classify?backend=nope") is None  # the app's 422
         assert check(b"POST", b"/v1/classify?backend=cpu&backend=emulated") is None  # the last one counts
         assert check(b"POST", b"/v1/classify?back%65nd=emulated") is None  # a key decoded as the app does
         assert check(b"POST", f"/v2/models/{DEFAULT_MODEL}/versions/9/infer".encode()) is None  # the app's 404

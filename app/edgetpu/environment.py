@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.edgetpu.access import access_problem, no_device_message
+from app.edgetpu.access import HOST, DeviceTree, access_problem, no_device_message
 from app.edgetpu.delegate import Target, resolve_targets
 from app.edgetpu.library import Device, EdgeTpuLibrary
 from app.edgetpu.versions import (
@@ -57,7 +57,7 @@ def library_version(library: EdgeTpuLibrary) -> LibraryVersion:
 
 
 def check_environment(library_path: str, requested: list[str], runtime_name: str, runtime_version: str,
-                      version_check: VersionCheck = "strict") -> EdgeTpuEnvironment:
+                      version_check: VersionCheck = "strict", tree: DeviceTree = HOST) -> EdgeTpuEnvironment:
     """Everything the edgetpu backend needs before a delegate is created; EdgeTpuUnavailable if not."""
     library = EdgeTpuLibrary(library_path)
     version = library_version(library)
@@ -71,19 +71,19 @@ def check_environment(library_path: str, requested: list[str], runtime_name: str
         pinned = None
     devices = library.list_devices()
     if not devices:
-        raise EdgeTpuUnavailable(no_device_message(library_path))
+        raise EdgeTpuUnavailable(no_device_message(library_path, tree))
     try:
         targets = resolve_targets(requested, devices)
     except ValueError as e:
         raise EdgeTpuUnavailable(f"{e}. Fix: set EDGETPU_SERVE_EDGETPU_DEVICES to specs that exist "
                                  "(empty = every TPU listed)") from None
-    problems = [f"{t.requested}: {problem}" for t in targets if (problem := access_problem(t.device))]
+    problems = [f"{t.requested}: {problem}" for t in targets if (problem := access_problem(t.device, tree))]
     if problems:
         raise EdgeTpuUnavailable("cannot open the Edge TPU " + "; ".join(problems))
     return EdgeTpuEnvironment(library, version, pinned, devices, targets)
 
 
-def probe(library_path: str, runtime_name: str, runtime_version: str) -> Probe:
+def probe(library_path: str, runtime_name: str, runtime_version: str, tree: DeviceTree = HOST) -> Probe:
     report = Probe(library_path)
     try:
         library = EdgeTpuLibrary(library_path)
@@ -97,5 +97,5 @@ def probe(library_path: str, runtime_name: str, runtime_version: str) -> Probe:
     if report.pinned_set is None:
         report.error = mismatch_message(report.version, runtime_name, runtime_version)
     elif not report.devices:
-        report.error = no_device_message(library_path)
+        report.error = no_device_message(library_path, tree)
     return report

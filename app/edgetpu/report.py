@@ -33,12 +33,31 @@ class InterpreterOut(BaseModel):
     first_inference_ms: float | None = Field(description="this TPU's warm-up: its first inference")
 
 
+class HwWarningOut(BaseModel):
+    level: int = Field(description="1: the chip raises an interrupt; 2: its shutdown alarm")
+    celsius: float
+    enabled: bool = Field(description="hw_temp_warnN_en: whether the chip acts on it (off by default)")
+
+
+class TemperatureOut(BaseModel):
+    """A PCIe TPU's thermal state from its driver's sysfs (<apex_dir>/apex_N); a USB Accelerator has none."""
+
+    celsius: float
+    warn_celsius: float = Field(description="EDGETPU_SERVE_EDGETPU_TEMPERATURE_WARN_CELSIUS")
+    hot: bool = Field(description="at or above warn_celsius: a warning in the log, its models degraded in /readyz")
+    trip_points_celsius: list[float | None] = Field(description="trip_point0..2_temp: where the driver lowers the "
+                                                                "TPU's clock, one step each")
+    hw_warnings: list[HwWarningOut]
+
+
 class DeviceOut(BaseModel):
     index: int | None = Field(description="position in libedgetpu's list: the ':N' device spec; null if gone")
     type: str
     path: str
     health: Literal["healthy", "unhealthy", "unused", "missing"]
     interpreters: list[InterpreterOut]
+    temperature: TemperatureOut | None = Field(
+        default=None, description="PCIe TPUs: the driver's temperature, trip points and warning levels")
 
 
 class EdgeTpuReport(BaseModel):

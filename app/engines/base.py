@@ -167,6 +167,12 @@ class Backend:
         made for its device, given to another backend), else None."""
         return None
 
+    def device_problems(self) -> dict[str, str]:
+        """Devices that still serve but are in trouble now (a TPU running hot), by device as device()
+        names it: what is wrong and the fix. The models with an interpreter on one read "degraded" with it
+        in /readyz. Called at each readiness check: keep it cheap."""
+        return {}
+
     def report(self, members: list[tuple[str, Any]]) -> dict | None:
         """What this backend says about itself and its devices for GET /v1/devices (a JSON object);
         members are (model, Member) for every interpreter it runs. None: nothing to report."""

@@ -28,7 +28,8 @@ from prometheus_client.core import GaugeMetricFamily
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import NoDecode
 
-from app.edgetpu.access import custom_op_message, delegate_failure_message, is_custom_op_error
+from app.edgetpu.access import (HOST, DeviceTree, custom_op_message, delegate_failure_message, is_custom_op_error,
+                                usb_bus_warning)
 from app.edgetpu.compat import analyze
 from app.edgetpu.compiled_model import read_compiled_model
 from app.edgetpu.compiler_view import compiler_view
@@ -36,7 +37,7 @@ from app.edgetpu.delegate import PERFORMANCE, delegate_options, index_of_path, i
 from app.edgetpu.environment import EdgeTpuEnvironment, Probe, VersionCheck, check_environment, probe
 from app.edgetpu.library import Device, default_library_name
 from app.edgetpu.report import EdgeTpuReport
-from app.edgetpu.temperature import apex_temperatures
+from app.edgetpu.temperature import TemperatureWatch, temperature_families
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
 from app.engines.base import Backend, Engine, EngineOptions, Fallback
 from app.engines.cpu import CpuEngine
@@ -75,6 +76,13 @@ class EdgeTpuSettings(PluginSettings):
     # keeps its first name, EDGETPU_SERVE_APEX_SYSFS_DIR.
     apex_sysfs_dir: Path = Field(default=Path("/sys/class/apex"), validation_alias=AliasChoices(
         f"{ENV_PREFIX}APEX_SYSFS_DIR", f"{ENV_PREFIX}{KEY.upper()}_APEX_SYSFS_DIR"))
+    # At or above this a PCIe TPU is "hot": a warning line, and its models degraded in /readyz with the
+    # reason. 80 °C as Frigate and CodeProject.AI warn, below the driver's first trip point (85 °C).
+    temperature_warn_celsius: float = Field(default=80.0, gt=0, le=150)
+    # Where the USB Accelerator is looked for when it cannot be used (its nodes, and sysfs' view of the
+    # bus): the bootloader-mode diagnosis at start. Other values are for tests and unusual hosts.
+    usb_dir: Path = HOST.usb
+    usb_sysfs_dir: Path = HOST.usb_sysfs
 
     @field_validator("devices", mode="before")
     @classmethod
@@ -94,6 +102,7 @@ class EdgeTpuOptions(EngineOptions):
     device: str | None = None           # a delegate `device` spec; None = any TPU
     tpu: Device | None = None           # the listed device it resolved to (for messages)
     performance: str | None = None      # Low | Medium | High | Max; None = the library's default
+    tree: DeviceTree = HOST             # where its access problems are looked for
 
 
 class EdgeTpuEngine(CpuEngine):
@@ -113,7 +122,7 @@ class EdgeTpuEngine(CpuEngine):
         except ValueError as e:  # the library loaded, the device did not open
             device = options.tpu or Device("unknown", "")
             raise EdgeTpuUnavailable(
-                "edgetpu: " + delegate_failure_message(options.library, device, where, str(e))) from None
+                "edgetpu: " + delegate_failure_message(options.library, device, where, str(e), options.tree)) from None
         try:
             interpreter = rt.Interpreter(model_path=str(path), experimental_delegates=[delegate],
                                          num_threads=options.cpu_threads)
@@ -131,10 +140,11 @@ class EdgeTpuEngine(CpuEngine):
         return cls(interpreter)
 
 
-def check_tpus(library: str | None, devices: list[str], version_check: VersionCheck) -> EdgeTpuEnvironment:
+def check_tpus(library: str | None, devices: list[str], version_check: VersionCheck,
+               tree: DeviceTree = HOST) -> EdgeTpuEnvironment:
     """The start-up check against the TFLite runtime this process uses."""
     rt = runtime()
-    return check_environment(library or default_library_name(), devices, rt.name, rt.version, version_check)
+    return check_environment(library or default_library_name(), devices, rt.name, rt.version, version_check, tree)
 
 
 def check_compiled_model(model_dir: ModelDir, environment: EdgeTpuEnvironment) -> Path:
@@ -171,10 +181,11 @@ def _check_compiled_file(model_dir: ModelDir, path: Path, environment: EdgeTpuEn
                         environment.version)
 
 
-def tpu_options(environment: EdgeTpuEnvironment, cpu_threads: int, performance: str | None) -> list[EdgeTpuOptions]:
+def tpu_options(environment: EdgeTpuEnvironment, cpu_threads: int, performance: str | None,
+                tree: DeviceTree = HOST) -> list[EdgeTpuOptions]:
     """One engine's options per TPU the start-up check resolved."""
     return [EdgeTpuOptions(cpu_threads=cpu_threads, library=environment.library.path, device=target.spec,
-                           tpu=target.device, performance=performance)
+                           tpu=target.device, performance=performance, tree=tree)
             for target in environment.targets]
 
 
@@ -197,12 +208,12 @@ class Inventory:
     error: str | None  # why the edgetpu backend cannot be used here
 
 
-def inventory(library: str | None) -> Inventory:
+def inventory(library: str | None, tree: DeviceTree = HOST) -> Inventory:
     try:
         rt = runtime()
     except EngineLoadError as e:
-        return Inventory(None, probe(library or default_library_name(), "", ""), str(e))
-    found = probe(library or default_library_name(), rt.name, rt.version)
+        return Inventory(None, probe(library or default_library_name(), "", "", tree), str(e))
+    found = probe(library or default_library_name(), rt.name, rt.version, tree)
     return Inventory(rt, found, found.error)
 
 
@@ -230,12 +241,15 @@ class EdgeTpuBackend(Backend):
         # engine -> its graph's compiler view: analysed once per interpreter (so per model version),
         # forgotten with the interpreter
         self._views: weakref.WeakKeyDictionary[Engine, dict] = weakref.WeakKeyDictionary()
+        self.tree = DeviceTree(usb=self.config.usb_dir, usb_sysfs=self.config.usb_sysfs_dir)
+        self.temperatures = TemperatureWatch(self.config.apex_sysfs_dir, self.config.temperature_warn_celsius,
+                                             f"{ENV_PREFIX}{KEY.upper()}_TEMPERATURE_WARN_CELSIUS")
 
     def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
         """Library, version pair, devices, then each model's compiled file: fail or fall back."""
         config = self.config
         try:
-            self.environment = check_tpus(config.library, config.devices, config.version_check)
+            self.environment = check_tpus(config.library, config.devices, config.version_check, self.tree)
         except EdgeTpuUnavailable as e:
             every = self._fallback(list(models), e)
             return dict.fromkeys(models, every)
@@ -243,6 +257,8 @@ class EdgeTpuBackend(Backend):
         log.info("Edge TPU: %s, pinned set %s, %d TPU(s): %s", env.version.describe(),
                  env.pinned_set.name if env.pinned_set else "none (version check: warn)",
                  len(env.targets), ", ".join(t.label for t in env.targets))
+        if any(t.device.type == "usb" for t in env.targets) and (warning := usb_bus_warning(self.tree)):
+            log.warning("Edge TPU: %s", warning)
         fallbacks = {}
         for name, model_dir in models.items():
             try:
@@ -265,7 +281,7 @@ class EdgeTpuBackend(Backend):
         return Fallback(self.fallback_backend, str(error))
 
     def interpreters(self) -> list[EngineOptions]:
-        return tpu_options(self.environment, self.settings.cpu_threads, self.config.performance)
+        return tpu_options(self.environment, self.settings.cpu_threads, self.config.performance, self.tree)
 
     def device(self, options: EngineOptions) -> str | None:
         tpu = getattr(options, "tpu", None)
@@ -297,9 +313,18 @@ class EdgeTpuBackend(Backend):
             view = self._views[engine] = compiler_view(analyze(model))
         return {"edgetpu_view": view}
 
+    def device_problems(self) -> dict[str, str]:
+        """/readyz: the TPUs in use that run hot (PCIe: the driver's sysfs), by device path."""
+        if self.environment is None:
+            return {}
+        hot = self.temperatures.hot()
+        return {t.device.path: hot[apex] for t in self.environment.targets
+                if t.device.type == "pci" and (apex := Path(t.device.path).name) in hot}
+
     def report(self, members) -> dict:
-        """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions."""
-        found_inventory = inventory(self.config.library)
+        """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions, and
+        each PCIe TPU's temperature with its driver's trip points and warning levels."""
+        found_inventory = inventory(self.config.library, self.tree)
         rt, found = found_inventory.runtime, found_inventory.probe
         by_path: dict[str, list[dict]] = {}
         types: dict[str, str] = {}
@@ -308,10 +333,17 @@ class EdgeTpuBackend(Backend):
                 model=model, healthy=member.healthy, problem=member.problem, load_ms=member.load_ms,
                 first_inference_ms=member.first_inference_ms))
             types[member.device] = member.options.tpu.type
+        # a PCIe TPU's node /dev/apex_N and its driver's sysfs apex_N: one name
+        thermal = {r.device: r.as_report(self.temperatures.warn_celsius) for r in self.temperatures.read()}
+
+        def temperature(kind: str, path: str) -> dict | None:
+            return thermal.get(Path(path).name) if kind == "pci" else None
+
         devices = [dict(index=i, type=d.type, path=d.path, health=_health(by_path.get(d.path, []), True),
-                        interpreters=by_path.pop(d.path, []))
+                        interpreters=by_path.pop(d.path, []), temperature=temperature(d.type, d.path))
                    for i, d in enumerate(found.devices)]
-        devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters)
+        devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters,
+                         temperature=temperature(types[path], path))
                     for path, interpreters in by_path.items()]
         version = found.version
         return EdgeTpuReport.model_validate(dict(
@@ -325,7 +357,8 @@ class EdgeTpuBackend(Backend):
         )).model_dump()
 
     def collect(self, members):
-        """/metrics: the TPUs found at start and used, each TPU's health, and the PCIe TPUs' temperature."""
+        """/metrics: the TPUs found at start and used, each TPU's health, and the PCIe TPUs' temperature
+        with the driver's trip points and warning levels, and the service's own warning threshold."""
         prefix = f"{METRICS_PREFIX}_{KEY}"
         count = GaugeMetricFamily(f"{prefix}_devices", "Edge TPUs found at start and used by the service")
         count.add_metric([], len(self.environment.targets) if self.environment is not None else 0)
@@ -338,12 +371,8 @@ class EdgeTpuBackend(Backend):
         for device, ok in sorted(by_device.items()):
             healthy.add_metric([device], 1.0 if ok else 0.0)
         yield healthy
-        temperature = GaugeMetricFamily(f"{prefix}_temperature_celsius",
-                                        "TPU temperature from <apex_dir>/apex_N/temp (PCIe and Dev Board)",
-                                        labels=("device",))
-        for device, celsius in apex_temperatures(self.config.apex_sysfs_dir):
-            temperature.add_metric([device], celsius)
-        yield temperature
+        watch = self.temperatures
+        yield from temperature_families(prefix, watch.read(), watch.warn_celsius, watch.setting)
 
 
 def _health(interpreters: list[dict], listed: bool) -> str:

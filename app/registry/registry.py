@@ -44,7 +44,7 @@ from app.pool import EnginePool, Member
 from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
 from app.registry.versions import Lease, ModelVersion
-from app.settings import Settings
+from app.settings import Settings, default_model_for
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,10 @@ class Registry:
             raise ModelDirError(f"models {missing} not found in {self.settings.model_dir}; found {sorted(found)}")
         if not wanted:
             raise ModelDirError(f"no model directories (with model.json) in {self.settings.model_dir}")
+        try:  # settled once, here: every reader of settings.default_model sees a served model
+            self.settings.default_model = default_model_for(self.settings.default_model, wanted)
+        except ValueError as e:
+            raise ServeError(str(e)) from None
         for name in wanted:
             model_dir = read_model_dir(found[name])
             if model_dir.name != name:
@@ -315,7 +319,9 @@ class Registry:
 
     def status(self, name: str) -> ModelStatus:
         """The stored state, and what happened since: a fallback, devices the watchdog took out."""
-        return current_status(self._status[name], self._versions.get(name))
+        version = self._versions.get(name)
+        problems = {key: self.plugins[key].device_problems() for key in version.pools} if version else None
+        return current_status(self._status[name], version, problems)
 
     def status_or_raise(self, name: str) -> ModelStatus:
         if name not in self._status:

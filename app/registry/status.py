@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.registry.versions import ModelVersion
@@ -18,8 +19,10 @@ class ModelStatus:
 SERVING = ("ready", "degraded")
 
 
-def current_status(stored: ModelStatus, version: ModelVersion | None) -> ModelStatus:
-    """The stored state, and what happened since: a fallback, devices the watchdog took out."""
+def current_status(stored: ModelStatus, version: ModelVersion | None,
+                   device_problems: Mapping[str, Mapping[str, str]] | None = None) -> ModelStatus:
+    """The stored state, and what happened since: a fallback, devices the watchdog took out, devices
+    in trouble that still serve (device_problems: backend -> device -> what is wrong, from the plug-ins)."""
     if stored.state not in SERVING or version is None:
         return stored
     state, notes = stored.state, [stored.error] if stored.error else []
@@ -32,6 +35,10 @@ def current_status(stored: ModelStatus, version: ModelVersion | None) -> ModelSt
             notes.append(f"{backend}: " + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in sick))
             if len(sick) == len(pool.members):
                 state = "unhealthy"
+        troubled = (device_problems or {}).get(backend, {})
+        for device in dict.fromkeys(m.device for m in pool.members if m.device in troubled):
+            notes.append(f"{backend}: {troubled[device]}")
+            state = "degraded" if state == "ready" else state
         lost = getattr(pool.engine, "problem", None)  # a pipeline with a segment lost (app/pipeline.py)
         if lost:
             notes.append(f"{backend}: {lost}")

@@ -338,6 +338,15 @@ class ModelDir:
     def has(self, kind: str) -> bool:
         return kind in self.manifest.files
 
+    def missing(self, kind: str) -> str | None:
+        """Why a backend that runs `kind` files cannot serve this model (None: it can, or the model is
+        segmented and its loader checks each segment's file)."""
+        if self.manifest.segments is not None or self.has(kind):
+            return None
+        if kind == INT8 and self.has(EDGETPU):
+            return no_cpu_form(self)
+        return f"model {self.name!r} has no {kind!r} file (model.json lists {sorted(self.manifest.files)})"
+
     def segment_files(self, kind: str) -> list[Path]:
         """A segmented model's files of `kind` (int8, edgetpu), in pipeline order, sha256 checked."""
         segments = self.manifest.segments

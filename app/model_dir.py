@@ -180,6 +180,9 @@ class Segment(BaseModel):
     first_operator: int = Field(ge=0)  # in the whole model's execution order
     operators: int = Field(ge=1)
     cost: float | None = None  # in the unit of Segments.balanced_by
+    # the last segment of a model with several outputs (a detector's post-processing): all of them, in
+    # the model's order (`output` is the first); absent otherwise
+    outputs: list[str] | None = None
 
 
 class Segments(BaseModel):

@@ -40,8 +40,7 @@ Exit codes (every subcommand):
     0  done; for inspect and compile: every operator runs (would run) on the Edge TPU
     1  failed: the message on stderr says what was wrong
     2  bad arguments (usage on stderr)
-    3  quantize, import, inspect, compile: done (quantize, import: written), but some operators run (would run)
-       on the CPU that the Edge TPU could run (a detector's post-processing on the CPU is as intended: 0)
+    3  quantize, import, inspect, compile: done (written), but operators the Edge TPU could run run on the CPU
     4  compile: edgetpu_compiler is not available here; the offline analysis was printed instead
 """
 

@@ -357,6 +357,12 @@ def run_compile(args: argparse.Namespace) -> int:
     from converter import compile as edgetpu_compile
     from converter.inspection import render
 
+    if args.model_dir.is_file():
+        _say(f"converter: compile takes a model directory, and {args.model_dir} is a file: make its directory first "
+             f"with `python -m converter import {args.model_dir} --name NAME`, then `python -m converter compile "
+             "models/NAME`")
+        return EXIT_FAILED
+
     options = edgetpu_compile.CompileOptions(
         num_segments=args.num_segments, search_delegate=args.search_delegate,
         delegate_search_step=args.delegate_search_step, timeout_s=args.timeout,

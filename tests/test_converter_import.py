@@ -264,3 +264,10 @@ def test_an_existing_directory_is_replaced_only_when_asked(tmp_path, capsys):
     (tmp_path / "plain").mkdir()
     code, _, err = run(capsys, "import", model, "--name", "plain", "--out", tmp_path, "--replace")
     assert code == 1 and "is not a model directory" in err
+
+
+def test_the_dead_ends_of_before_point_to_import(tmp_path, capsys):
+    """quantize and compile, given a file a Coral owner has, say to import it."""
+    model = write(tmp_path / "m.tflite", tiny_classifier(style="tf1"))
+    code, _, err = run(capsys, "compile", model)
+    assert code == 1 and f"python -m converter import {model} --name NAME" in err and "Traceback" not in err

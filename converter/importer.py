@@ -41,8 +41,12 @@ from converter.tflite_metadata import Metadata, MetadataError, read_metadata
 
 UNKNOWN_LICENCE = "unknown, given by the user"
 ROLES = ("boxes", "classes", "scores", "count")  # TFLite_Detection_PostProcess's outputs, in its order
-# Ops the importer looks through to find what made an output: the edges of a float-I/O model.
+# The edges of a float-I/O model; and what the importer looks through to find what made an output
+# (TF1 classifiers may end in a RESHAPE after their SOFTMAX).
 EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
+SHAPE_OPS = ("RESHAPE", "SQUEEZE")
+# A label file's placeholder for an id without a class (TF's label maps write "???").
+PLACEHOLDER = "???"
 # Label lines that stand for the background class some label files list first.
 BACKGROUND = re.compile(r"^(background|__background__|\?\?\?|unlabeled|none)$", re.I)
 # Coral's `id label` lines (pycoral's read_label_file splits on whitespace or a colon).
@@ -320,7 +324,8 @@ def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
         gaps = count - len(by_id)
         if gaps:
             notes.append(f"{where}: {len(by_id)} ids for {count} {what}; the {gaps} without a label stay blank")
-    return Labels([by_id.get(i, "") for i in range(count)], where, notes)
+    lines = [by_id.get(i, "") for i in range(count)]
+    return Labels(["" if line == PLACEHOLDER else line for line in lines], where, notes)
 
 
 def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) -> Labels:
@@ -438,7 +443,7 @@ def _fmt(values: list[float]) -> str:
 
 def _through_edges(graph: Subgraph, tensor: int):
     op = _producer(graph, tensor)
-    while op is not None and op.opcode in EDGE_OPS:
+    while op is not None and op.opcode in (*EDGE_OPS, *SHAPE_OPS):
         op = _producer(graph, op.inputs[0])
     return op
 

@@ -271,3 +271,10 @@ def test_the_dead_ends_of_before_point_to_import(tmp_path, capsys):
     model = write(tmp_path / "m.tflite", tiny_classifier(style="tf1"))
     code, _, err = run(capsys, "compile", model)
     assert code == 1 and f"python -m converter import {model} --name NAME" in err and "Traceback" not in err
+
+
+def test_a_label_maps_placeholders_become_blank_lines(tmp_path):
+    model = write(tmp_path / "d.tflite", tiny_detector(num_classes=3))
+    labels = write(tmp_path / "labelmap.txt", "???\nperson\n???\ncar\n")  # TF's label maps: background, gaps
+    done = import_model([model], ImportOptions(name="d", out=tmp_path, labels=labels))
+    assert (done.path / "labels.txt").read_text() == "person\n\ncar\n"

@@ -17,6 +17,10 @@ Example usage:
         --width 224 --height 224 --mean 123.675 116.28 103.53 --std 58.395 57.12 57.375 \\
         --source "..." --licence "..."
 
+    # a .tflite you already have (Coral's model zoo, Model Maker, Teachable Machine), with its _edgetpu.tflite
+    python -m converter import mobilenet_v2_1.0_224_quant.tflite mobilenet_v2_1.0_224_quant_edgetpu.tflite \\
+        --name mobilenet_v2_quant --labels imagenet_labels.txt
+
     # which operators would run on the Edge TPU, before (or without) the compiler
     python -m converter inspect models/flowers/flowers_int8.tflite
 
@@ -36,7 +40,7 @@ Exit codes (every subcommand):
     0  done; for inspect and compile: every operator runs (would run) on the Edge TPU
     1  failed: the message on stderr says what was wrong
     2  bad arguments (usage on stderr)
-    3  quantize, inspect, compile: done (quantize: written), but some operators run (would run) on the CPU
+    3  quantize, import, inspect, compile: done (written), but operators the Edge TPU could run run on the CPU
     4  compile: edgetpu_compiler is not available here; the offline analysis was printed instead
 """
 
@@ -124,6 +128,31 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--source", required=True, help="where the model and its weights come from")
     q.add_argument("--licence", required=True, help="licence of the weights")
     q.add_argument("--description", default="", help="one line about the model")
+
+    imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier "
+                              "or a detector ending in TFLite_Detection_PostProcess) -> a model directory, served as it is",
+               "python -m converter import mobilenet_v1_1.0_224_quant.tflite --name mobilenet_v1 --labels labels.txt")
+    imp.add_argument("files", type=Path, nargs="+", metavar="FILE",
+                     help="the plain full-integer .tflite, its _edgetpu.tflite, or both (checked to be the same model)")
+    imp.add_argument("--name", required=True, help="model name: <out>/<name>/")
+    imp.add_argument("--labels", type=Path, default=None,
+                     help="labels: one per line in output order, or Coral's `id label` lines (ids may have gaps) "
+                          "(default: the labels packed in the file's TFLite metadata)")
+    imp.add_argument("--out", type=Path, default=Path("models"), help="models root (default: models)")
+    imp.add_argument("--licence", default=None, help="the model's licence (default: \"unknown, given by the user\")")
+    imp.add_argument("--source", default=None, help="where the file comes from (default: its name and sha256)")
+    imp.add_argument("--description", default=None, help="one line about the model (default: the metadata's)")
+    imp.add_argument("--mean", type=float, nargs="+", default=None,
+                     help="the network sees (pixel - mean) / std; one value or one per channel (default: from the "
+                          "file: its input quantization and metadata normalization)")
+    imp.add_argument("--std", type=float, nargs="+", default=None, help="see --mean")
+    imp.add_argument("--resize", choices=("stretch", "center_crop"), default=None,
+                     help="how an image becomes the input size (default stretch, as Coral's examples)")
+    imp.add_argument("--crop-fraction", type=float, default=0.875,
+                     help="center_crop: fraction of the shorter side kept (default 0.875)")
+    imp.add_argument("--scores", choices=("logits", "probabilities"), default=None,
+                     help="a classifier's output (default: read from the graph; asked for where a compiled file hides it)")
+    imp.add_argument("--replace", action="store_true", help="replace <out>/<name>/ whole if it exists")
 
     inspect = _sub(sub, "inspect", "offline Edge TPU analysis of a .tflite: which ops would map, and why not",
                    "python -m converter inspect models/fashion_mnist/fashion_mnist_int8.tflite --json")
@@ -286,9 +315,29 @@ def _check_mapping(model_dir: Path) -> int:
     for note in op_version_notes(model):
         if note.status != "accepted":
             _say(f"operator version: {note.text}")
-    if report.all_mapped and report.total:
+    if report.as_intended:
         return EXIT_OK
     print(render(report, path))
+    return EXIT_CPU_OPS
+
+
+def run_import(args: argparse.Namespace, argv: list[str]) -> int:
+    """Import a .tflite (and/or its _edgetpu.tflite) as a model directory, then show what maps to the Edge TPU."""
+    from converter.importer import ImportOptions, import_model
+    from converter.inspection import render
+
+    options = ImportOptions(
+        name=args.name, out=args.out, labels=args.labels, licence=args.licence, source=args.source,
+        description=args.description, mean=args.mean, std=args.std, resize=args.resize,
+        crop_fraction=args.crop_fraction, scores=args.scores, replace=args.replace,
+        command=shlex.join(["python", "-m", "converter", *argv]))
+    result = import_model(args.files, options, say=_say)
+    report = result.report
+    _say(f"Edge TPU analysis: {report.summary()}")
+    print(result.path)
+    if report.as_intended:
+        return EXIT_OK
+    print(render(report, result.path))
     return EXIT_CPU_OPS
 
 
@@ -301,12 +350,18 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(to_json_dict(report, args.model), indent=2))
     else:
         print(render(report, args.model))
-    return EXIT_OK if report.all_mapped and report.total else EXIT_CPU_OPS
+    return EXIT_OK if report.as_intended else EXIT_CPU_OPS
 
 
 def run_compile(args: argparse.Namespace) -> int:
     from converter import compile as edgetpu_compile
     from converter.inspection import render
+
+    if args.model_dir.is_file():
+        _say(f"converter: compile takes a model directory, and {args.model_dir} is a file: make its directory first "
+             f"with `python -m converter import {args.model_dir} --name NAME`, then `python -m converter compile "
+             "models/NAME`")
+        return EXIT_FAILED
 
     options = edgetpu_compile.CompileOptions(
         num_segments=args.num_segments, search_delegate=args.search_delegate,
@@ -413,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     from converter.evaluate import EvaluateError
     from converter.fashion_mnist import DataNotInstalled
     from converter.imagenet_labels import LabelsError
+    from converter.importer import ImportRefused
     from converter.mobilenet_v2 import WeightsError
     from converter.photos import PhotosNotInstalled
     from converter.quantize import QuantizeError
@@ -425,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
             print(run_build(args))
         elif args.command == "quantize":
             return run_quantize(args, argv)
+        elif args.command == "import":
+            return run_import(args, argv)
         elif args.command == "inspect":
             return run_inspect(args)
         elif args.command == "compile":
@@ -442,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except (QuantizeError, CalibrationError, LabelsError, WeightsError, PhotosNotInstalled, ServeError, DatasetError,
             EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, SegmentError, EstimateError,
-            OSError) as e:
+            ImportRefused, OSError) as e:
         _say(f"converter: {e}")
         return EXIT_FAILED
     return EXIT_OK

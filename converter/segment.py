@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.edgetpu.compat import HOST_TAIL_OPS, POSTPROCESS
 from app.tflite_file import TfliteModel, read_tflite
 
 COST_ESTIMATE = "estimated Edge TPU ms per operator (converter.estimate.segment_costs)"
@@ -63,8 +64,13 @@ class SegmentPlan:
     first: int      # first operator index (inclusive)
     last: int       # last operator index (inclusive)
     input: int      # tensor entering (the model's input for the first)
-    output: int     # tensor leaving (the model's output for the last)
+    output: int     # tensor leaving (the model's first output for the last)
     cost: float
+    outputs: tuple[int, ...] = ()  # the last segment: every output of the model, in its order
+
+    @property
+    def leaving(self) -> tuple[int, ...]:
+        return self.outputs or (self.output,)
 
 
 # ---- where a model can be cut ---------------------------------------------------------------
@@ -74,9 +80,11 @@ def _check_cuttable(model: TfliteModel) -> None:
     if len(model.subgraphs) != 1:
         raise SegmentError(f"the model has {len(model.subgraphs)} subgraphs (control flow); only a single-graph "
                            "model can be cut")
-    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-        raise SegmentError(f"the model has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs; "
-                           "a segmented model needs exactly one of each")
+    if len(graph.inputs) != 1:
+        raise SegmentError(f"the model has {len(graph.inputs)} inputs; a segmented model needs exactly one")
+    if len(graph.outputs) != 1 and not any(op.opcode == POSTPROCESS for op in graph.operators):
+        raise SegmentError(f"the model has {len(graph.outputs)} outputs; a segmented model needs one, or a "
+                           f"detector's {POSTPROCESS} outputs (in its last segment)")
 
 
 def _live_ranges(model: TfliteModel) -> dict[int, tuple[int, int]]:
@@ -154,7 +162,10 @@ def op_costs(model_path: Path, model: TfliteModel) -> tuple[list[float], str]:
     except ImportError:
         segment_costs = None
     if segment_costs is not None:
-        costs = [float(c) for c in segment_costs(model_path)]
+        try:
+            costs = [float(c) for c in segment_costs(model_path)]
+        except Exception:  # noqa: BLE001 -- a model the estimate cannot take is balanced by MACs and parameters
+            costs = []
         if len(costs) == len(model.graph.operators):
             return costs, COST_ESTIMATE
     return params_macs_costs(model), COST_PARAMS_MACS
@@ -204,8 +215,10 @@ def plan(model: TfliteModel, costs: list[float], chosen: list[Cut]) -> list[Segm
     graph = model.graph
     bounds = [-1] + [c.after for c in chosen] + [len(graph.operators) - 1]
     tensors = [graph.inputs[0]] + [c.tensor for c in chosen] + [graph.outputs[0]]
+    last = len(bounds) - 2
     return [SegmentPlan(bounds[i] + 1, bounds[i + 1], tensors[i], tensors[i + 1],
-                        float(sum(costs[bounds[i] + 1:bounds[i + 1] + 1])))
+                        float(sum(costs[bounds[i] + 1:bounds[i + 1] + 1])),
+                        tuple(graph.outputs) if i == last and len(graph.outputs) > 1 else ())
             for i in range(len(bounds) - 1)]
 
 
@@ -244,7 +257,7 @@ def extract(source: bytes, part: SegmentPlan) -> bytes:
                   *(op.intermediates if op.intermediates is not None else [])]:
             if t >= 0 and t not in used:
                 used.append(int(t))
-    for t in (part.input, part.output):
+    for t in (part.input, *part.leaving):
         if t not in used:
             raise SegmentError(f"tensor {t} is not used by operators {part.first}..{part.last}")
     new_index = {old: new for new, old in enumerate(used)}
@@ -280,7 +293,7 @@ def extract(source: bytes, part: SegmentPlan) -> bytes:
         new_ops.append(fresh)
     sub = s.SubGraphT()
     sub.tensors, sub.operators, sub.name = tensors, new_ops, graph.name
-    sub.inputs, sub.outputs = [new_index[part.input]], [new_index[part.output]]
+    sub.inputs, sub.outputs = [new_index[part.input]], [new_index[t] for t in part.leaving]
     model = s.ModelT()
     model.version = whole.version
     model.description = f"segment of: {(whole.description or b'').decode('utf-8', 'replace')}"
@@ -314,8 +327,12 @@ def segment_bytes(source: bytes, model_path: Path, k: int | None, at: list[str] 
     """Cut the model: at the named tensors if given, else balanced over k segments."""
     model = read_tflite(source)
     _check_cuttable(model)
-    for t in model.graph.tensors:
-        if not t.is_constant and t.type == "FLOAT32" and t.index in (*model.graph.inputs, *model.graph.outputs):
+    graph = model.graph
+    made_by = {t: op.opcode for op in graph.operators for t in op.outputs}
+    for t in graph.tensors:
+        # a float output of the host's post-processing (a detector's) is the model's answer, not a float model
+        host_output = t.index in graph.outputs and made_by.get(t.index) in HOST_TAIL_OPS
+        if not t.is_constant and t.type == "FLOAT32" and t.index in (*graph.inputs, *graph.outputs) and not host_output:
             raise SegmentError(f"tensor {t.name!r} is float32: segment a full-integer model")
     costs, kind = op_costs(model_path, model)
     if at is not None:
@@ -419,6 +436,7 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     elif k is None and at is None:
         raise SegmentError("--segments K is needed (the model directory has no compiled segments to follow)")
     result = segment_bytes(int8_path.read_bytes(), int8_path, k, at)
+    names = {t.index: t.name for t in read_tflite(int8_path).graph.tensors}
     count = len(result.parts)
     stem = int8_path.stem
     files = {segment_kind(INT8, i): (segment_filename(stem, i, count), data) for i, data in enumerate(result.files)}
@@ -441,7 +459,7 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     segments = Segments(
         source=int8_path.name, source_sha256=sha256_file(int8_path), balanced_by=chosen_by,
         items=[Segment(input=i_name, output=o_name, operators=p.last - p.first + 1, first_operator=p.first,
-                       cost=round(p.cost, 6))
+                       cost=round(p.cost, 6), outputs=[names[t] for t in p.outputs] if p.outputs else None)
                for p, (i_name, o_name) in zip(result.parts, result.names)])
     data = model.manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
     for stale in ("files", "edgetpu_compile", "segments"):

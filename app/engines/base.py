@@ -102,9 +102,11 @@ class InterpreterEngine(Engine):
 
 @dataclass(frozen=True)
 class Fallback:
-    """A model a backend cannot serve here, the backend that serves it instead, and why."""
+    """A model a backend cannot serve here, the backend that serves it instead, and why. `backend`
+    None: no backend serves it instead (the model has no file this backend runs: a compiled-only
+    model on `cpu`); the model is degraded, and a request for it on this backend is told why."""
 
-    backend: str
+    backend: str | None
     reason: str
 
 
@@ -139,8 +141,10 @@ class Backend:
 
     def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
         """Check the environment before any interpreter loads. Raise a ServeError to stop the
-        service; return the models this backend cannot serve, to be served by another one."""
-        return {}
+        service; return the models this backend cannot serve, to be served by another one (or by
+        none). By default: the models without the file this backend runs."""
+        return {name: Fallback(None, reason) for name, model_dir in models.items()
+                if (reason := model_dir.missing(self.model_file)) is not None}
 
     def fall_back(self, model: str, error: Exception) -> Fallback | None:
         """An interpreter of `model` failed to load: the backend to serve it instead, or None

@@ -55,6 +55,8 @@ class Loader:
                         if fallback is None:
                             raise
                         fallback = decided[key] = fell_back(key, fallback)
+                if fallback.backend is None:  # no backend serves it instead: the version says why
+                    continue
                 self._add_pool(pools, quantizers, model_dir, self.plugins[fallback.backend], warm_up)
         except BaseException:
             for pool in pools.values():  # the interpreters that did open are released, not leaked

@@ -91,7 +91,7 @@ class Registry:
         instead = {self._fallbacks.get(name, {}).get(key) for name in self._paths}
         if self._paths and None not in instead:
             backends = {f.backend for f in instead}
-            if len(backends) == 1:
+            if len(backends) == 1 and None not in backends:  # None: served by none instead
                 return backends.pop()
         return key
 
@@ -124,7 +124,7 @@ class Registry:
                 self._record_fallback(name, key, fallback)
 
     def _record_fallback(self, name: str, key: str, fallback: Fallback) -> Fallback:
-        if fallback.backend not in self.plugins:
+        if fallback.backend is not None and fallback.backend not in self.plugins:
             raise ServeError(f"backend {key!r} falls back to {fallback.backend!r}, which is not available")
         recorded = self._fallbacks.setdefault(name, {})[key] = Fallback(fallback.backend, self._public(fallback.reason))
         return recorded
@@ -277,7 +277,7 @@ class Registry:
     def host_cpu(self) -> bool:
         """Whether some backend serving a model (a fallback included) computes on the host's cores."""
         keys = set(self.settings.backends)
-        keys |= {f.backend for per_model in self._fallbacks.values() for f in per_model.values()}
+        keys |= {f.backend for per_model in self._fallbacks.values() for f in per_model.values() if f.backend}
         return any(self.plugins[key].host_cpu for key in keys)
 
     @property

@@ -27,7 +27,8 @@ def current_status(stored: ModelStatus, version: ModelVersion | None,
         return stored
     state, notes = stored.state, [stored.error] if stored.error else []
     for key, fallback in version.fallbacks.items():
-        notes.append(f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
+        notes.append(f"{key}: not served: {fallback.reason}" if fallback.backend is None
+                     else f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
         state = "degraded"
     for backend, pool in version.pools.items():
         sick = pool.unhealthy

@@ -50,6 +50,8 @@ class ModelVersion:
             return self.pools[backend]
         except KeyError:
             fallback = self.fallbacks.get(backend)
+            if fallback and fallback.backend is None:
+                raise BackendNotAvailable(f"model {self.name!r} cannot be served on {backend!r}: {fallback.reason}") from None
             if fallback:
                 raise BackendNotAvailable(
                     f"model {self.name!r} is served on {fallback.backend!r} instead of {backend!r}: "

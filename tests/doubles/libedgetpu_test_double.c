@@ -24,8 +24,12 @@
  * between uint8 and int8 with per-tensor parameters (the first and last operators of the
  * Edge TPU's uint8-in, uint8-out models) and computes them itself, in double precision,
  * q_out = clamp(round_half_away(s_in / s_out * (q_in - zp_in)) + zp_out), which equals
- * TFLite's integer requantization for these models (equal scales). Everything else stays on
- * the runtime's CPU kernels. So a request served through it really runs delegated kernels
+ * TFLite's integer requantization for these models (equal scales). It also claims every
+ * `edgetpu-custom-op` node whose tensors are all 8-bit (what edgetpu_compiler writes, and
+ * tests/doubles/compiled_model_double.py imitates), as libedgetpu does, and fills each output
+ * with a stand-in: byte i of the output is byte i (cycling) of the first input. The TPU's
+ * program is not run: a compiled model loads and answers, its numbers are not a model's.
+ * Everything else stays on the runtime's CPU kernels. So a request served through it really runs delegated kernels
  * (counted, and logged per device), and a wrong computation or a missing delegate shows in
  * the outputs or the counts; the TPU's own arithmetic is still not modelled.
  * Device selection follows libedgetpu's rules for the "device" option ("", ":N", "usb",
@@ -205,10 +209,21 @@ typedef struct {
   char device[64];
 } DoubleDelegate;
 
-/* One delegated kernel: the QUANTIZE nodes of one partition, as (input, output) tensor indices. */
+#define EDGETPU_CUSTOM_OP "edgetpu-custom-op"
+#define MAX_OUTPUTS 8
+
+/* One claimed node: a QUANTIZE (input, output) or an edgetpu-custom-op (first input, its outputs). */
+typedef struct {
+  bool custom;
+  int input;
+  int outputs;
+  int output[MAX_OUTPUTS];
+} DelegatedNode;
+
+/* One delegated kernel: the claimed nodes of one partition. */
 typedef struct {
   int count;
-  int tensors[][2];
+  DelegatedNode nodes[];
 } DelegatedKernel;
 
 static long invocations = 0;
@@ -234,11 +249,27 @@ static bool claimable(TfLiteContext* context, const TfLiteNode* node, const TfLi
          in->params.scale > 0 && out->params.scale > 0;
 }
 
+static bool is_edgetpu_op(const TfLiteRegistration* reg) {
+  return reg->custom_name != NULL && strcmp(reg->custom_name, EDGETPU_CUSTOM_OP) == 0;
+}
+
+static bool eight_bit(const TfLiteTensor* t) { return t->type == kTfLiteUInt8 || t->type == kTfLiteInt8; }
+
+/* An edgetpu-custom-op whose tensors are all 8-bit: the double fills its outputs. */
+static bool claimable_custom(TfLiteContext* context, const TfLiteNode* node, const TfLiteRegistration* reg) {
+  if (!is_edgetpu_op(reg) || node->inputs->size < 1 || node->outputs->size < 1 || node->outputs->size > MAX_OUTPUTS)
+    return false;
+  if (!eight_bit(&context->tensors[node->inputs->data[0]])) return false;
+  for (int i = 0; i < node->outputs->size; ++i)
+    if (!eight_bit(&context->tensors[node->outputs->data[i]])) return false;
+  return true;
+}
+
 static void* kernel_init(TfLiteContext* context, const char* buffer, size_t length) {
   (void)length;
   const TfLiteDelegateParams* params = (const TfLiteDelegateParams*)buffer;
   int n = params->nodes_to_replace->size;
-  DelegatedKernel* kernel = calloc(1, sizeof *kernel + (size_t)n * sizeof kernel->tensors[0]);
+  DelegatedKernel* kernel = calloc(1, sizeof *kernel + (size_t)n * sizeof kernel->nodes[0]);
   for (int i = 0; i < n; ++i) {
     TfLiteNode* node = NULL;
     TfLiteRegistration* reg = NULL;
@@ -246,8 +277,11 @@ static void* kernel_init(TfLiteContext* context, const char* buffer, size_t leng
       free(kernel);
       return NULL;
     }
-    kernel->tensors[i][0] = node->inputs->data[0];
-    kernel->tensors[i][1] = node->outputs->data[0];
+    DelegatedNode* claimed = &kernel->nodes[i];
+    claimed->custom = is_edgetpu_op(reg);
+    claimed->input = node->inputs->data[0];
+    claimed->outputs = claimed->custom ? node->outputs->size : 1;
+    for (int k = 0; k < claimed->outputs; ++k) claimed->output[k] = node->outputs->data[k];
   }
   kernel->count = n;
   return kernel;
@@ -273,8 +307,9 @@ static void log_invocation(TfLiteContext* context, const TfLiteDelegate* delegat
   if (f == NULL) return;
   fprintf(f, "invoked device=%s ops=%d", ((const DoubleDelegate*)delegate->data_)->device, kernel->count);
   for (int k = 0; k < kernel->count; ++k)
-    fprintf(f, " QUANTIZE:%s>%s", type_name(context->tensors[kernel->tensors[k][0]].type),
-            type_name(context->tensors[kernel->tensors[k][1]].type));
+    fprintf(f, " %s:%s>%s", kernel->nodes[k].custom ? EDGETPU_CUSTOM_OP : "QUANTIZE",
+            type_name(context->tensors[kernel->nodes[k].input].type),
+            type_name(context->tensors[kernel->nodes[k].output[0]].type));
   fputc('\n', f);
   fclose(f);
 }
@@ -283,8 +318,16 @@ static void log_invocation(TfLiteContext* context, const TfLiteDelegate* delegat
 static int kernel_invoke(TfLiteContext* context, TfLiteNode* node) {
   const DelegatedKernel* kernel = node->user_data;
   for (int k = 0; k < kernel->count; ++k) {
-    const TfLiteTensor* in = &context->tensors[kernel->tensors[k][0]];
-    TfLiteTensor* out = &context->tensors[kernel->tensors[k][1]];
+    const TfLiteTensor* in = &context->tensors[kernel->nodes[k].input];
+    if (kernel->nodes[k].custom) { /* the stand-in: output byte i = input byte i, cycling */
+      for (int o = 0; o < kernel->nodes[k].outputs; ++o) {
+        TfLiteTensor* target = &context->tensors[kernel->nodes[k].output[o]];
+        for (size_t i = 0; i < target->bytes && in->bytes > 0; ++i)
+          ((uint8_t*)target->data)[i] = ((const uint8_t*)in->data)[i % in->bytes];
+      }
+      continue;
+    }
+    TfLiteTensor* out = &context->tensors[kernel->nodes[k].output[0]];
     const double ratio = (double)in->params.scale / (double)out->params.scale;
     const int lo = out->type == kTfLiteUInt8 ? 0 : -128, hi = out->type == kTfLiteUInt8 ? 255 : 127;
     for (size_t i = 0; i < in->bytes && i < out->bytes; ++i) {
@@ -301,7 +344,7 @@ static int kernel_invoke(TfLiteContext* context, TfLiteNode* node) {
   return kTfLiteOk;
 }
 
-/* TfLiteDelegate.Prepare: claim the QUANTIZE nodes this double computes. */
+/* TfLiteDelegate.Prepare: claim the QUANTIZE and edgetpu-custom-op nodes this double computes. */
 static int delegate_prepare(TfLiteContext* context, TfLiteDelegate* delegate) {
   TfLiteIntArray* plan = NULL;
   if (context->GetExecutionPlan(context, &plan) != kTfLiteOk) return kTfLiteError;
@@ -310,7 +353,8 @@ static int delegate_prepare(TfLiteContext* context, TfLiteDelegate* delegate) {
     TfLiteNode* node = NULL;
     TfLiteRegistration* reg = NULL;
     if (context->GetNodeAndRegistration(context, plan->data[i], &node, &reg) != kTfLiteOk) continue;
-    if (claimable(context, node, reg)) claimed->data[claimed->size++] = plan->data[i];
+    if (claimable(context, node, reg) || claimable_custom(context, node, reg))
+      claimed->data[claimed->size++] = plan->data[i];
   }
   int status = kTfLiteOk;
   if (claimed->size > 0) {
@@ -385,6 +429,9 @@ void* tflite_plugin_create_delegate(char** options_keys, char** options_values,
   snprintf(data->device, sizeof data->device, "%s", device ? device : "");
   delegate->data_ = data;
   delegate->Prepare = delegate_prepare;
+  /* kTfLiteDelegateFlagsAllowDynamicTensors: without it TFLite prepares every node before the
+   * delegate's Prepare, and the unresolved edgetpu-custom-op fails there before it can be claimed */
+  delegate->flags = 1;
   log_line("created", options_keys, options_values, num_options);
   return delegate;
 }

@@ -98,7 +98,9 @@ def _model(registry: Registry, name: str, version: str | None) -> LoadedModel:
 
 def _backend(registry: Registry, model: LoadedModel) -> str:
     default = registry.default_backend
-    return default if default in model.pools else next(iter(model.pools))
+    if default in model.pools or not model.pools:
+        return default  # no pool at all: model.pool(default) says why
+    return next(iter(model.pools))
 
 
 def _requested(backend, admitted: str) -> str:

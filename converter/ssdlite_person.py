@@ -272,11 +272,8 @@ def cpu_ops_last(tflite: bytes) -> bytes:
     TF's converter puts each DEQUANTIZE right after the op whose output it converts, so the box branch's lands
     before the class branch's last int8 ops. The Edge TPU compiler maps one run of operators from the start and
     leaves the first CPU op and every op after it on the CPU, so that order would keep int8 ops off the TPU.
-    TFLite runs a subgraph's operators in the order they are stored; this permutes the stored order (the
-    offsets in the subgraph's operator vector, nothing else) and checks it is still a valid execution order.
+    (The op's kernel reads uint8 or float inputs, not int8: the DEQUANTIZE ops themselves must stay.)
     """
-    from ai_edge_litert import schema_py_generated as schema
-
     from app.tflite_file import read_tflite
 
     graph = read_tflite(tflite).graph
@@ -285,12 +282,21 @@ def cpu_ops_last(tflite: bytes) -> bytes:
         raise RecipeError(f"expected one {POSTPROCESS} op, found {len(tail)}")
     feeding = set(graph.operators[tail[0]].inputs)
     moved = [op.index for op in graph.operators if op.opcode == "DEQUANTIZE" and set(op.outputs) <= feeding]
-    order = [i for i in range(len(graph.operators)) if i not in moved and i != tail[0]] + moved + tail
-    order += [i for i in range(tail[0] + 1, len(graph.operators)) if i not in order]
-    _check_execution_order(graph, order)
+    before = [i for i in range(tail[0]) if i not in moved]
+    return permute_operators(tflite, before + moved + list(range(tail[0], len(graph.operators))))
+
+
+def permute_operators(tflite: bytes, order: list[int]) -> bytes:
+    """The model with its first subgraph's operators stored (and so run) in `order`, checked to be a valid execution
+    order. TFLite runs a subgraph's operators in the order they are stored: this rewrites the offsets in the
+    subgraph's operator vector, in place, and nothing else."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from app.tflite_file import read_tflite
+
+    _check_execution_order(read_tflite(tflite).graph, order)
     data = bytearray(tflite)
-    subgraph = schema.Model.GetRootAs(data, 0).Subgraphs(0)
-    table = subgraph._tab
+    table = schema.Model.GetRootAs(data, 0).Subgraphs(0)._tab
     field = table.Offset(10)  # SubGraph.operators (vtable slot 3)
     start, count = table.Vector(field), table.VectorLen(field)
     targets = [start + 4 * j + struct.unpack_from("<I", data, start + 4 * j)[0] for j in range(count)]

@@ -163,7 +163,8 @@ class DetectionAgreement(BaseModel):
     iou_median: float | None = None
     iou_mean: float | None = None
     max_score_error: float | None = None  # max |int8 score - float score| over the found objects
-    per_photo: dict[str, list[float]] = Field(default_factory=dict)  # photo -> IoU of each object found, float score order
+    # photo -> the IoU of each object found there, in the float model's score order
+    per_photo: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class Quality(BaseModel):

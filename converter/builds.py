@@ -288,7 +288,8 @@ def build_ssdlite_mobilenet_v2_person(out_root: Path, seed: int = DEFAULT_SEED, 
     quality = Quality(
         reference="the frozen float graph in TensorFlow (its own box decoding, NMS and clipping) on the same "
                   f"{settings.width}x{settings.height} pixels",
-        data="; ".join(f"{Path(path).name}: {what} ({where}, {licence})" for where, path, what, licence in PEOPLE_PHOTOS),
+        data="; ".join(f"{Path(path).name}: {what} ({where}, {licence})"
+                       for where, path, what, licence in PEOPLE_PHOTOS),
         detection={"people_photos": result})
     build = Build(
         command=f"python -m converter build {recipe.NAME}", seed=seed,

@@ -1,9 +1,9 @@
 """A detector's int8 model: what it is made of, its outputs by role, and how it compares with its float original.
 
-The comparison is box for box on real photos. Both models see the same pixels (app.imaging's resize); the int8 model runs in TFLite's interpreter as the service's
-`cpu` backend runs it, its outputs found by role on its TFLite_Detection_PostProcess op. The float model's objects
-over a score threshold are matched one to one with the int8 model's (same class, best IoU first): how many it
-finds, how well the boxes overlap, how far the scores moved.
+The comparison is box for box on real photos. Both models see the same pixels (app.imaging's resize); the int8
+model runs in TFLite's interpreter as the service's `cpu` backend runs it, its outputs found by role on its
+TFLite_Detection_PostProcess op. The float model's objects over a score threshold are matched one to one with the
+int8 model's (same class, best IoU first): how many it finds, how well the boxes overlap, how far the scores moved.
 """
 
 from __future__ import annotations

@@ -102,7 +102,9 @@ class Quantization(BaseModel):
 
     operators: dict[str, int]
     input: TensorQuantization
-    output: TensorQuantization
+    # None: the outputs are float by design, a detector's TFLite_Detection_PostProcess (decoded boxes, class ids,
+    # scores, count); its `outputs` name them by role.
+    output: TensorQuantization | None = None
 
 
 class Accuracy(BaseModel):
@@ -143,6 +145,28 @@ class Agreement(BaseModel):
     disagreements: list[str] = Field(default_factory=list)
 
 
+class DetectionAgreement(BaseModel):
+    """int8 vs float detections on unlabelled photos. The float model's objects are its detections scoring at least
+    score_threshold; the int8 model finds one when one of its own detections of the same class, also scoring at least
+    score_threshold, overlaps it with IoU >= iou_threshold (matched greedily, best IoU first, one to one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    photos: int = Field(gt=0)
+    score_threshold: float
+    iou_threshold: float
+    float_objects: int = Field(ge=0)
+    found: int = Field(ge=0)
+    recall: float | None = None        # found / float_objects; None when the float model saw nothing
+    int8_extra: int = Field(ge=0)      # int8 detections over the threshold that match no float object
+    iou_min: float | None = None       # over the found objects
+    iou_median: float | None = None
+    iou_mean: float | None = None
+    max_score_error: float | None = None  # max |int8 score - float score| over the found objects
+    # photo -> the IoU of each object found there, in the float model's score order
+    per_photo: dict[str, list[float]] = Field(default_factory=dict)
+
+
 class Quality(BaseModel):
     """What quantization cost, measured: served as-is by /v1/models."""
 
@@ -151,6 +175,7 @@ class Quality(BaseModel):
     reference: str | None = None  # what the int8 model was compared with
     data: str | None = None  # what it was compared on
     agreement: dict[str, Agreement] | None = None  # named input sets -> int8 vs float on them
+    detection: dict[str, DetectionAgreement] | None = None  # a detector's: named photo sets -> int8 vs float boxes
     evaluation: Evaluation | None = None  # labelled accuracy (python -m converter evaluate)
 
 

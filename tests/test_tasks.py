@@ -40,7 +40,7 @@ from app.main import create_app
 from app.model_dir import Manifest, ModelDir, read_model_dir, write_model_dir
 from app.registry import Registry
 from app.settings import Settings
-from app.tasks import OutputRoles, Task
+from app.tasks import Task
 from app.tasks.base import resolve_roles
 from bench.service import free_port
 from tests.detection_models import OUTPUT_ORDERS, output_names, square_image, tiny_detector
@@ -275,7 +275,8 @@ def test_a_classifier_with_several_outputs_must_name_its_scores_output():
         resolve_roles(classification, _model_dir({}), SPECS)
     for name, index in (("probabilities", 1), ("logits", 0)):
         roles = classification.bind(_model_dir({"scores": name}), SPECS)
-        assert roles == OutputRoles({"scores": index}, {"scores": SPECS[index]})
+        assert (roles.index, roles.specs) == ({"scores": index}, {"scores": SPECS[index]})
+        assert [(out.name, out.shape) for out in roles.named] == [("scores", (10,)), ("raw", (10,))]
     one = classification.bind(_model_dir({}), SPECS[1:])  # one output needs no name
     assert one.index == {"scores": 0}
 

@@ -5,11 +5,13 @@ A task turns a run's output tensors into an answer, as pycoral's adapters do bes
 run: engines, pools and pipelines move every output tensor and know no task. model.json names the
 task and, by role, the output tensors it reads (`outputs`: role -> tensor name in the model file).
 At load the registry has the task `bind` a pool's output specs: each role resolved to its tensor BY
-NAME (never by position), once per loaded version; requests then read `roles.of(outputs, role)`.
+NAME (never by position), once per loaded version, with the task's named outputs for tensor protocols;
+requests then read `roles.of(outputs, role)` and `roles.named`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -25,18 +27,6 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class OutputRoles:
-    """A task's roles resolved against one pool's output tensors: role -> its place among a run's
-    outputs, and its tensor's spec (name, shape, dtype, quantization)."""
-
-    index: Mapping[str, int]
-    specs: Mapping[str, TensorSpec]
-
-    def of(self, outputs: Sequence[np.ndarray], role: str) -> np.ndarray:
-        return outputs[self.index[role]]
-
-
-@dataclass(frozen=True)
 class NamedOutput:
     """One tensor of a task's answer, as a tensor protocol names it; shape per input (no batch dimension)."""
 
@@ -45,6 +35,20 @@ class NamedOutput:
     shape: tuple[int, ...]
     scale: float | None = None      # a quantized tensor as the model gave it: its quantization
     zero_point: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputRoles:
+    """A task's roles resolved against one pool's output tensors: role -> its place among a run's
+    outputs, and its tensor's spec (name, shape, dtype, quantization); with the task's named outputs
+    on these tensors (Task.named_outputs), made once with them."""
+
+    index: Mapping[str, int]
+    specs: Mapping[str, TensorSpec]
+    named: tuple[NamedOutput, ...] = ()
+
+    def of(self, outputs: Sequence[np.ndarray], role: str) -> np.ndarray:
+        return outputs[self.index[role]]
 
 
 class Task:
@@ -62,7 +66,7 @@ class Task:
         """At load: resolve the roles against the model's output tensors and check them (ModelDirError)."""
         roles = resolve_roles(self, model_dir, outputs)
         self.check(model_dir, roles)
-        return roles
+        return dataclasses.replace(roles, named=tuple(self.named_outputs(roles)))
 
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
         """What the task needs of its tensors beyond their presence (shapes, types): ModelDirError."""

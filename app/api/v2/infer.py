@@ -42,10 +42,10 @@ class Limits:
     max_classification: int
 
 
-def named_outputs(model: LoadedModel, backend: str) -> list[NamedOutput]:
-    """The model's outputs on the wire: its task's named tensors on that backend's pool."""
+def named_outputs(model: LoadedModel, backend: str) -> tuple[NamedOutput, ...]:
+    """The model's outputs on the wire: its task's named tensors on that backend's pool (made at load)."""
     model.pool(backend)  # BackendNotAvailable for a backend not loaded
-    return model.task.named_outputs(model.roles[backend])
+    return model.roles[backend].named
 
 
 def model_metadata(model: LoadedModel, backend: str) -> dict:
@@ -114,10 +114,10 @@ async def infer(lease: Lease, backend: str, request: InferRequest, images: Image
     with ExitStack() as places:
         if tensor.datatype == BYTES:
             leases = _places(lease, backend, len(tensor.data), places)
-            runs = [_named(each, run_image(each, data, images)) for each, data in zip(leases, tensor.data)]
+            runs = [_image(each, data, images) for each, data in zip(leases, tensor.data)]
         else:
             leases = _places(lease, backend, tensor.shape[0], places)
-            runs = [_named(each, run_tensor(each, tensor.data[i:i + 1])) for i, each in enumerate(leases)]
+            runs = [_tensor(each, tensor.data[i:i + 1]) for i, each in enumerate(leases)]
         results = await _all(runs)
     answer = [_output(name, binary, k, [values for _, values in results], model) for name, binary, k in wanted]
     parameters = {"backend": backend, "cold": any(r.cold for r, _ in results)}
@@ -127,9 +127,16 @@ async def infer(lease: Lease, backend: str, request: InferRequest, images: Image
     return answer, parameters
 
 
-async def _named(lease: Lease, run: Coroutine) -> tuple[Ran, dict[str, np.ndarray]]:
+async def _image(lease: Lease, data: bytes, images: ImageWork) -> tuple[Ran, dict[str, np.ndarray]]:
+    return _named(lease, await run_image(lease, data, images))
+
+
+async def _tensor(lease: Lease, tensor: np.ndarray) -> tuple[Ran, dict[str, np.ndarray]]:
+    return _named(lease, await run_tensor(lease, tensor))
+
+
+def _named(lease: Lease, ran: Ran) -> tuple[Ran, dict[str, np.ndarray]]:
     """One input's run and its task's named values (the input's timings observed once they are made)."""
-    ran = await run
     values = lease.task.named_values(lease.roles, ran.outputs, lease.model_dir)
     finish(lease, ran)
     return ran, values

@@ -56,7 +56,7 @@ class EmbeddingTask(Task):
 
     name = "embedding"
     roles = ("embedding",)
-    routes = f"{__name__}:router"
+    routes = (f"{__name__}:router",)
 
 
 TASK = EmbeddingTask()

@@ -10,8 +10,8 @@ the table, and it is read by
   - admission: the head's (model, backend) goes to the registry's own resolution (Registry.pool_for),
     the one a request's lease() makes.
 So a new inference endpoint is shed, counted and admitted by being declared on an inference router;
-nothing else lists it (tests/test_routes.py adds one). A new task's router is found through the task
-(`Task.routes`, "module:attribute"): `task_routers()`.
+nothing else lists it (tests/test_routes.py adds one). A new task's routers are found through the task
+(`Task.routes`, "module:attribute" each): `task_routers()`.
 """
 
 from __future__ import annotations
@@ -94,11 +94,11 @@ def v1_head_target(registry, parameters: dict[str, str], query: bytes) -> tuple[
 
 
 def task_routers(tasks: Iterable) -> list[APIRouter]:
-    """The routers the tasks name (`Task.routes`, "module:attribute"), in the tasks' order."""
+    """The routers the tasks name (`Task.routes`, "module:attribute" each), in the tasks' order."""
     routers = []
     for task in tasks:
-        if task.routes:
-            module, _, attribute = task.routes.partition(":")
+        for name in task.routes:
+            module, _, attribute = name.partition(":")
             routers.append(getattr(importlib.import_module(module), attribute))
     return routers
 

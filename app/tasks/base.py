@@ -58,9 +58,10 @@ class Task:
     name: ClassVar[str]
     # the output tensors it reads, by role (model.json `outputs` names each one's tensor)
     roles: ClassVar[tuple[str, ...]]
-    # "module:attribute" of the APIRouter holding its inference routes (app/api/routes.py
-    # inference_route); the app includes it (app/main.py), so adding a task touches no list there
-    routes: ClassVar[str | None] = None
+    # "module:attribute" of each APIRouter holding its inference routes (app/api/routes.py
+    # inference_route), one per front door; the app includes them (app/main.py), so adding a task
+    # touches no list there
+    routes: ClassVar[tuple[str, ...]] = ()
 
     def bind(self, model_dir: ModelDir, outputs: Sequence[TensorSpec]) -> OutputRoles:
         """At load: resolve the roles against the model's output tensors and check them (ModelDirError)."""

@@ -45,7 +45,7 @@ class Classification:
 class ClassificationTask(Task):
     name = "classification"
     roles = (SCORES,)
-    routes = "app.api.classify:router"
+    routes = ("app.api.classify:router",)
 
     def named_outputs(self, roles: OutputRoles) -> list[NamedOutput]:
         spec = roles.specs[SCORES]

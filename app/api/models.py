@@ -61,9 +61,9 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
     manifest = model_dir.manifest
     plugins = registry.plugins.values()
     backends = {
-        key: BackendOut(interpreters=len(pool.members), warm=pool.warm, load_ms=pool.load_ms,
+        key: BackendOut(interpreters=pool.interpreters, warm=pool.warm, load_ms=pool.load_ms,
                         first_inference_ms=pool.first_inference_ms,
-                        input=_tensor(pool.engine.input), output=_tensor(pool.engine.output),
+                        input=_tensor(pool.inputs[0]), output=_tensor(pool.outputs[0]),
                         **_added(BackendOut, (plugin.describe_backend(key, pool.engine, model_dir) for plugin in plugins)))
         for key, pool in pools.items()
     }

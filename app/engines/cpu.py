@@ -21,7 +21,6 @@ class CpuEngine(InterpreterEngine):
             interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:  # an accelerator's compiled file: its plug-in explains
             raise EngineLoadError(f"cpu: cannot load {path}: {e}") from None
-        cls.check_single_io(interpreter, cls.key, path)
         return cls(interpreter)
 
 

@@ -136,7 +136,6 @@ class EdgeTpuEngine(CpuEngine):
                     f"{installed}. Fix: recompile with `edgetpu_compiler -m {installed}`, or install a "
                     f"libedgetpu with runtime {required} or newer") from None
             raise EngineLoadError(f"edgetpu: cannot load {path} on {where}: {e}") from None
-        cls.check_single_io(interpreter, cls.key, path)
         return cls(interpreter)
 
 

@@ -1,16 +1,18 @@
-"""A pool of interpreters for one (model, backend): one request per interpreter at a time.
+"""A pool for one (model, backend): its members (app/pool/member.py: interpreters, or a pipeline of
+segments), each taking as many requests at once as it has lanes (one for an interpreter).
 
 Admission in two steps (app/pool/admission.py decides): before a request's body is read,
 `check_room()` refuses it at once (Busy: 503 + Retry-After) when the line is full, without
 taking anything; once its input has arrived, it takes a place (`admit()`) before any work on
 it, so a client sending its body slowly holds no place (it is bounded by the body deadline).
 
-Dispatch: each interpreter has its own thread, which takes the next job straight from the
+Dispatch: each member has a thread per lane, which takes the next job straight from the
 pool's thread-safe queue and completes the request's future through the event loop
 (`call_soon_threadsafe`), so a device never waits for the loop between requests. Every wait
 of a request has a deadline: `wait_timeout_s` to be taken by an interpreter (then Busy),
 and for the invoke itself the watchdog's timeout (then DeviceHung, app/pool/watchdog.py) or
-`invoke_timeout_s` (then InvokeTimeout, 504).
+`invoke_timeout_s` (then InvokeTimeout, 504). A request hands the member all of the model's input
+tensors and gets all its output tensors back (RunResult).
 
 The clock (seconds, monotonic) is passed in: admission, the deadlines' arithmetic and the invoke
 times read it, so tests can drive them with a fake one.
@@ -23,12 +25,12 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
 import numpy as np
 
-from app.engines import Engine
+from app.engines import Engine, TensorSpec
 from app.errors import Busy, DeviceHung, InvokeTimeout
 from app.pool.admission import Admission
 from app.pool.member import Member, RunResult, timed_run
@@ -37,21 +39,22 @@ from app.threads import lower_this_thread
 
 log = logging.getLogger(__name__)
 
-_STOP = object()  # one per interpreter thread: end after the jobs queued before it
+_STOP = object()  # one per member thread: end after the jobs queued before it
+Inputs = Sequence[np.ndarray]  # every input tensor of the model, in its order
 
 
 class _Job:
-    """One input on its way to an interpreter, and the one future its request awaits.
+    """One request's inputs on their way to a member, and the one future its request awaits.
 
     Taken by exactly one side: an interpreter thread (`claim()` before it runs it) or the
     request giving up (`claim()` at its deadline, or when it is cancelled), whichever is first.
     The future is settled from any thread through `_notify`; only the loop touches it directly."""
 
-    __slots__ = ("x", "loop", "done", "member", "created_at", "queued_at", "taken_at", "invoking", "finished", "timer",
+    __slots__ = ("inputs", "loop", "done", "member", "created_at", "queued_at", "taken_at", "invoking", "finished", "timer",
                  "_token")
 
-    def __init__(self, x: np.ndarray | None, loop: asyncio.AbstractEventLoop, now: float):
-        self.x = x
+    def __init__(self, inputs: Inputs | None, loop: asyncio.AbstractEventLoop, now: float):
+        self.inputs = inputs
         self.loop = loop
         self.done = loop.create_future()
         self.member: Member | None = None
@@ -98,12 +101,12 @@ class Place:
         self.pool = pool
         self._held = True
 
-    async def run(self, x: np.ndarray) -> RunResult:
-        return await self.pool._run(x)
+    async def run(self, inputs: Inputs) -> RunResult:
+        return await self.pool._run(inputs)
 
-    async def run_after(self, prepare: Callable[[], np.ndarray], executor: Executor) -> RunResult:
-        """`prepare()` on one of `executor`'s threads, which hands the input straight to the
-        interpreters' queue: no hop back through the event loop between the two."""
+    async def run_after(self, prepare: Callable[[], Inputs], executor: Executor) -> RunResult:
+        """`prepare()` on one of `executor`'s threads, which hands the inputs straight to the
+        members' queue: no hop back through the event loop between the two."""
         return await self.pool._run_after(prepare, executor)
 
     def release(self) -> None:
@@ -117,7 +120,7 @@ class EnginePool:
                  retry_after_s: float, watchdog: Watchdog | None = None, invoke_timeout_s: float = 30.0,
                  *, max_queue_ms: float = 0.0, thread_nice: int = 0, clock: Callable[[], float] = time.monotonic):
         if not members:
-            raise ValueError("a pool needs at least one engine")
+            raise ValueError("a pool needs at least one member")
         self.label = label
         self.members = members
         self.wait_timeout_s = wait_timeout_s
@@ -130,23 +133,41 @@ class EnginePool:
         self._lock = threading.Lock()
         # notified whenever a member's health changes: tests and shutdown wait on it, no polling
         self.changed = threading.Condition(self._lock)
-        self._running = 0  # invokes under way now
+        self._running = 0  # runs under way now
         self.closed = threading.Event()
         # Bounded: admission keeps it far below this; twice the line leaves room for jobs whose
         # requests gave up waiting and which no interpreter has skipped yet.
-        self._jobs: queue.Queue = queue.Queue(maxsize=2 * (len(members) + max_waiting))
+        self._jobs: queue.Queue = queue.Queue(maxsize=2 * (sum(m.lanes for m in members) + max_waiting))
         for member in members:
             self._start(member)
 
     def _start(self, member: Member) -> None:
-        member.thread = threading.Thread(target=self._serve, args=(member,), daemon=True,
-                                         name=f"pool-{self.label}-{member.device or self.members.index(member)}")
-        member.thread.start()
+        name = f"pool-{self.label}-{member.device or self.members.index(member)}"
+        member.threads = [threading.Thread(target=self._serve, args=(member,), daemon=True,
+                                           name=name if member.lanes == 1 else f"{name}-{lane}")
+                          for lane in range(member.lanes)]
+        member.live_lanes = member.lanes
+        for thread in member.threads:
+            thread.start()
 
     @property
-    def engine(self) -> Engine:
-        """A representative engine, for its tensor specs (all members load the same file)."""
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """The model's input tensors (every member loads the same files)."""
+        return self.members[0].inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self.members[0].outputs
+
+    @property
+    def engine(self) -> Engine | None:
+        """A whole model's engine, for plug-ins that analyse its graph; None for a pipeline."""
         return self.members[0].engine
+
+    @property
+    def interpreters(self) -> int:
+        """Interpreters loaded: one per member, one per segment of a pipeline."""
+        return sum(len(m.stages) for m in self.members)
 
     @property
     def load_ms(self) -> float:
@@ -176,7 +197,7 @@ class EnginePool:
 
     @property
     def busy(self) -> int:
-        """Interpreters running an invoke now (a hung one included, until it returns)."""
+        """Requests running now (a hung one included, until it returns)."""
         return self._running
 
     @property
@@ -198,11 +219,11 @@ class EnginePool:
         return Place(self)
 
     def _healthy_or_refuse(self) -> int:
-        """The healthy interpreters; DeviceHung if none, Busy if closed (called under self._lock)."""
-        healthy = sum(m.healthy for m in self.members)
+        """The healthy members' lanes; DeviceHung if none, Busy if closed (called under self._lock)."""
+        healthy = sum(m.lanes for m in self.members if m.healthy)
         if healthy == 0:
             raise DeviceHung(f"{self.label}: every device is unhealthy ("
-                             + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in self.members)
+                             + "; ".join(f"{m.where} {m.problem}" for m in self.members)
                              + ")", self.retry_after_s)
         if self.closed.is_set():
             raise Busy(f"{self.label}: closed (shutting down, or replaced by a reload)", self.retry_after_s)
@@ -212,11 +233,11 @@ class EnginePool:
         with self._lock:
             self.admission.leave()
 
-    async def run(self, x: np.ndarray) -> RunResult:
+    async def run(self, inputs: Inputs) -> RunResult:
         """Admit, run, leave: for callers that did not take a place beforehand."""
         place = self.admit()
         try:
-            return await place.run(x)
+            return await place.run(inputs)
         finally:
             place.release()
 
@@ -225,18 +246,18 @@ class EnginePool:
     # with the output, an image thread with a decoding error), and one timer on the loop for its
     # deadlines: an interpreter thread never has to reach the loop except to answer.
 
-    async def _run(self, x: np.ndarray) -> RunResult:
-        job = _Job(x, asyncio.get_running_loop(), self.clock())
+    async def _run(self, inputs: Inputs) -> RunResult:
+        job = _Job(inputs, asyncio.get_running_loop(), self.clock())
         self._queue(job)
         return await self._outcome(job)
 
-    async def _run_after(self, prepare: Callable[[], np.ndarray], executor: Executor) -> RunResult:
+    async def _run_after(self, prepare: Callable[[], Inputs], executor: Executor) -> RunResult:
         job = _Job(None, asyncio.get_running_loop(), self.clock())
         executor.submit(self._prepare_and_queue, job, prepare)
         return await self._outcome(job)
 
-    def _prepare_and_queue(self, job: _Job, prepare: Callable[[], np.ndarray]) -> None:
-        """On an image thread: the input, then straight into the line."""
+    def _prepare_and_queue(self, job: _Job, prepare: Callable[[], Inputs]) -> None:
+        """On an image thread: the inputs, then straight into the line."""
         if job.abandoned:  # its request gave up while this thread was busy with others
             return
         late = self.admission.too_late(job.created_at, self.clock())
@@ -244,7 +265,7 @@ class EnginePool:
             _notify(job, job.done, error=late)
             return
         try:
-            job.x = prepare()
+            job.inputs = prepare()
             if job.abandoned:  # gave up while its input was prepared
                 return
             self._queue(job)
@@ -303,60 +324,90 @@ class EnginePool:
             job.timer = job.loop.call_at(job.loop.time() + invoke_deadline - now, self._check_deadline, job)
             return
         if self.watchdog:
-            self.watchdog.quarantine(self, job.member)
-            _settle(job.done, error=DeviceHung(
-                f"{self.label}: {job.member.device or 'the device'} {self.watchdog.hang_text}; it is out of the pool "
-                "while it is re-created", self.retry_after_s))
+            stalled = job.member.stalled(now, limit)
+            if not stalled:  # a pipeline moving slowly, none of its segments hung: look again soon
+                job.timer = job.loop.call_at(job.loop.time() + limit / 4, self._check_deadline, job)
+                return
+            _settle(job.done, error=self.watchdog.quarantine(self, job.member, stalled))
         else:
             job.done.set_exception(InvokeTimeout(f"{self.label}: the invoke did not finish within {limit} s "
                                                  "(EDGETPU_SERVE_INVOKE_TIMEOUT_S)", self.retry_after_s))
 
-    # -- the interpreter's side ----------------------------------------------------------------
+    # -- the members' side ----------------------------------------------------------------------
 
     def _serve(self, member: Member) -> None:
-        """An interpreter's thread: next job, invoke, answer; until stopped or taken out."""
+        """One lane of a member: next job, run, answer; until stopped, or out of the pool for good."""
         lower_this_thread(self.thread_nice)
         jobs = self._jobs
         while True:
             job = jobs.get()
             if job is _STOP:
                 break
+            if not member.healthy:  # taken out meanwhile (a pipeline's idle lane): the job goes to the others
+                self._hand_back(job)
+                if self._back_in_pool(member):
+                    continue
+                break
             job.member, job.taken_at = member, self.clock()
             if not job.claim():  # its request stopped waiting
                 continue
             late = self.admission.too_late(job.created_at, job.taken_at)
-            if late is not None:  # a 503 now, and the interpreter goes to the next
+            if late is not None:  # a 503 now, and the lane goes to the next
                 _notify(job, job.done, error=late)
                 continue
             job.invoking = True
             result, error = None, None
             try:
-                result = _run_counted(self, member, job.x, (job.taken_at - job.queued_at) * 1000)
+                result = _run_counted(self, member, job.inputs, (job.taken_at - job.queued_at) * 1000)
             except Exception as e:  # handed to the request
                 error = e
             job.finished = True
             _notify(job, job.done, result, error)
             if result is not None and not result.cold:
                 self.admission.note_invoke(result.inference_ms)
-            if not member.healthy:  # the watchdog took it out while this invoke hung
+            if not member.healthy and not self._back_in_pool(member):  # the watchdog took it out meanwhile
                 break
-        member.engine.close()
+        self._lane_ended(member)
+
+    def _hand_back(self, job: _Job) -> None:
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:  # never while admission bounds the line; answered rather than lost
+            if job.claim():
+                _notify(job, job.done, error=Busy(f"{self.label}: the line is full", self.retry_after_s))
+
+    def _back_in_pool(self, member: Member) -> bool:
+        """A lane of a member the watchdog took out: wait while it is repaired in place (True once it is
+        back); end at once otherwise (an interpreter, whose replacement needs its device), or when the pool closes."""
+        if not member.repaired_in_place:
+            return False
+        with self.changed:
+            self.changed.wait_for(lambda: member.healthy or self.closed.is_set())
+            return member.healthy and not self.closed.is_set()
+
+    def _lane_ended(self, member: Member) -> None:
+        """The last lane of a member to end closes it."""
+        with self._lock:
+            member.live_lanes -= 1
+            last = member.live_lanes == 0
+        if last:
+            member.close()
 
     def _count_running(self, step: int) -> None:
         with self._lock:
             self._running += step
 
     def warm_up(self) -> None:
-        """Run one input through every interpreter (blocking; before the pool serves)."""
+        """Run one input through every member (blocking; before the pool serves)."""
         for member in self.members:
             self.warm_up_member(member)
 
     def warm_up_member(self, member: Member) -> None:
-        x = np.full(self.engine.input.shape, self.engine.input.zero_point, self.engine.input.dtype)
+        inputs = [np.full(spec.shape, spec.zero_point, spec.dtype) for spec in member.inputs]
         if self.watchdog is None:
-            timed_run(member, x, self.clock)
+            timed_run(member, inputs, self.clock)
         else:
-            self.watchdog.warm_up(self, member, x)
+            self.watchdog.warm_up(self, member, inputs)
 
     # -- health: what the watchdog changes ----------------------------------------------------
 
@@ -375,12 +426,15 @@ class EnginePool:
             self.changed.notify_all()
 
     def replace(self, old: Member, fresh: Member) -> bool:
-        """Swap a re-created member in for `old` and start serving on it; False if the pool closed."""
+        """Put a re-created member in for `old` (a new one, or `old` repaired in place: its lanes go on)
+        and serve on it; False if the pool closed."""
         with self._lock:
             if self.closed.is_set():
                 return False
-            self.members[self.members.index(old)] = fresh
-            self._start(fresh)
+            if fresh is not old:
+                self.members[self.members.index(old)] = fresh
+                self._start(fresh)
+            fresh.healthy, fresh.problem = True, None
             self.changed.notify_all()
             return True
 
@@ -392,30 +446,31 @@ class EnginePool:
     # -- the end -------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop taking work: each healthy interpreter's thread closes it after the jobs queued
-        before now. A hung one closes its interpreter if its invoke ever returns."""
+        """Stop taking work: each member's last lane closes it after the jobs queued before now. A hung
+        interpreter closes if its invoke ever returns; the lanes of a member out for repair end now."""
         with self._lock:
             if self.closed.is_set():
                 return
             self.closed.set()
-            healthy = [m for m in self.members if m.healthy]
+            lanes = sum(len(m.threads) for m in self.members if m.healthy or m.repaired_in_place)
             self.changed.notify_all()
-        for _ in healthy:
+        for _ in range(lanes):
             self._jobs.put(_STOP)
 
     def join(self, timeout_s: float) -> bool:
-        """Wait (bounded) until the healthy interpreters are closed; False if some are not yet."""
+        """Wait (bounded) until the healthy members are closed; False if some are not yet."""
         deadline = time.monotonic() + timeout_s
         for member in list(self.members):
-            if member.healthy and member.thread is not None:
-                member.thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(m.healthy and m.thread is not None and m.thread.is_alive() for m in self.members)
+            if member.healthy:
+                for thread in member.threads:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(m.healthy and any(t.is_alive() for t in m.threads) for m in self.members)
 
 
-def _run_counted(pool: EnginePool, member: Member, x: np.ndarray, queue_ms: float) -> RunResult:
+def _run_counted(pool: EnginePool, member: Member, inputs: Inputs, queue_ms: float) -> RunResult:
     """timed_run, counted busy while it runs (and no longer before its request hears of the result)."""
     pool._count_running(1)
     try:
-        return timed_run(member, x, pool.clock, queue_ms)
+        return timed_run(member, inputs, pool.clock, queue_ms)
     finally:
         pool._count_running(-1)

@@ -1,6 +1,7 @@
 """Which models are served, on which backends, and whether they are ready; the versions' lifetimes.
 
-Backends are plug-ins (app.engines): the registry drives each the same way and names none.
+Backends are plug-ins (app.engines): the registry drives each the same way and names none. So are
+tasks (app.tasks): a model's task, named in its model.json, checks the model's outputs at load.
 Discovery reads each configured model directory at start (its files are checked against their
 sha256 when a version loads); app/registry/loading.py builds the versions, app/registry/versions.py
 defines them and their leases, app/registry/status.py what clients see of their state.
@@ -45,6 +46,7 @@ from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
 from app.registry.versions import Lease, ModelVersion
 from app.settings import Settings, default_model_for
+from app.tasks import TASKS, Task
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,8 @@ CLOSE_JOIN_S = 5.0
 
 
 class Registry:
-    def __init__(self, settings: Settings, backends: Mapping[str, type[Backend]] | None = None):
+    def __init__(self, settings: Settings, backends: Mapping[str, type[Backend]] | None = None,
+                 tasks: Mapping[str, Task] | None = None):
         self.settings = settings
         available = dict(BACKENDS if backends is None else backends)
         for key in settings.backends:
@@ -75,7 +78,9 @@ class Registry:
         self._draining = False
         self._reload_locks: dict[str, threading.Lock] = {}
         self._loaded = threading.Event()  # load_all has finished (each model ready or failed)
-        self.loader = Loader(settings, self.plugins, self.watched)
+        # the tasks a model.json may name (app/tasks/): a model of another task fails to load, saying so
+        self.tasks: dict[str, Task] = dict(TASKS if tasks is None else tasks)
+        self.loader = Loader(settings, self.plugins, self.watched, self.tasks)
 
     @property
     def default_backend(self) -> str:

@@ -31,19 +31,15 @@ def current_status(stored: ModelStatus, version: ModelVersion | None,
                      else f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
         state = "degraded"
     for backend, pool in version.pools.items():
-        sick = pool.unhealthy
+        sick = pool.unhealthy  # interpreters, or pipelines with a segment lost: every kind of member alike
         if sick:
-            notes.append(f"{backend}: " + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in sick))
+            notes.append(f"{backend}: " + "; ".join(f"{m.where} {m.problem}" for m in sick))
             if len(sick) == len(pool.members):
                 state = "unhealthy"
         troubled = (device_problems or {}).get(backend, {})
-        for device in dict.fromkeys(m.device for m in pool.members if m.device in troubled):
+        for device in dict.fromkeys(s.device for m in pool.members for s in m.stages if s.device in troubled):
             notes.append(f"{backend}: {troubled[device]}")
             state = "degraded" if state == "ready" else state
-        lost = getattr(pool.engine, "problem", None)  # a pipeline with a segment lost (app/pipeline.py)
-        if lost:
-            notes.append(f"{backend}: {lost}")
-            state = "unhealthy"
     return ModelStatus(state, "; ".join(notes) or None, stored.since)
 
 

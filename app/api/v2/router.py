@@ -178,8 +178,9 @@ async def version_config(name: str, version: str, registry: RegistryDep, setting
 
 INFER_DESCRIPTION = """The body is an Open Inference Protocol request: JSON, or JSON followed by binary tensors
 (`Inference-Header-Content-Length`), optionally gzip or deflate (`Content-Encoding`). Input `image`:
-UINT8 [N, H, W, C] (the model's input tensor) or BYTES [N] (encoded images). Outputs `scores` (FP32)
-and `raw`; `parameters.classification = k` on an output gives "score:index:label"."""
+UINT8 [N, H, W, C] (the model's input tensor) or BYTES [N] (encoded images). Outputs: the model's task's
+(GET /v2/models/{name} lists them; a classifier's: `scores` (FP32) and `raw`); `parameters.classification = k`
+on an output gives "score:index:label"."""
 
 
 _PARAMETERS = {"type": "object", "additionalProperties": True}

@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     model_dir: Path = DEFAULT_MODEL_DIR
     # Models to serve (names of sub-directories of model_dir); empty = every one found.
     models: Annotated[list[str], NoDecode] = []
-    # The model of /v1/classify. Unset: efficientnet_lite0 when it is served, else the only model
+    # The model of /v1/classify. Unset: efficientnet_lite0 when it is served, else the only classifier
     # served; Registry.configure() settles it (default_model_for) and refuses to start when it cannot.
     default_model: str | None = None
     # Backends each model is loaded on; the first is the default for requests.
@@ -171,9 +171,10 @@ class Settings(BaseSettings):
 COMMITTED_DEFAULT_MODEL = "efficientnet_lite0"
 
 
-def default_model_for(chosen: str | None, served: list[str]) -> str:
-    """The model of /v1/classify: the one DEFAULT_MODEL names, which must be served; unset, the committed
-    default when it is served, else the only model served. ValueError, saying what to set, otherwise: a
+def default_model_for(chosen: str | None, served: list[str], classifiers: list[str]) -> str | None:
+    """The model a route uses when its path names none (/v1/classify): the one DEFAULT_MODEL names, which must
+    be served; unset, the committed default when it is served, else the only classification model served, else
+    none (no classifier served: /v1/classify names no model). ValueError, saying what to set, otherwise: a
     default the service guessed among several would answer for a model nobody asked for."""
     variable = f"{ENV_PREFIX}DEFAULT_MODEL"
     if chosen is not None:
@@ -181,12 +182,13 @@ def default_model_for(chosen: str | None, served: list[str]) -> str:
             raise ValueError(f"{variable}={chosen} is not served (serving {', '.join(served)}). Fix: set {variable} "
                              f"to one of them, or serve {chosen} too ({ENV_PREFIX}MODELS)")
         return chosen
-    if COMMITTED_DEFAULT_MODEL in served:
+    if COMMITTED_DEFAULT_MODEL in classifiers:
         return COMMITTED_DEFAULT_MODEL
-    if len(served) == 1:
-        return served[0]
-    raise ValueError(f"{variable} is unset and several models are served ({', '.join(served)}): which one answers "
-                     f"/v1/classify? Fix: set {variable} to one of them (each is also at /v1/models/NAME/classify)")
+    if len(classifiers) <= 1:
+        return classifiers[0] if classifiers else None
+    raise ValueError(f"{variable} is unset and several classification models are served ({', '.join(classifiers)}): "
+                     f"which one answers /v1/classify? Fix: set {variable} to one of them (each is also at "
+                     "/v1/models/NAME/classify)")
 
 
 def variable_names(plugins: Iterable[type] = ()) -> set[str]:

@@ -1,5 +1,5 @@
 """The model of /v1/classify when EDGETPU_SERVE_DEFAULT_MODEL is unset: the committed default when it is served,
-else the only model served; several others, or a default that is not served, stop the start with what to set."""
+else the only classification model served; several others, or a default that is not served, stop the start with what to set."""
 
 import httpx
 import pytest
@@ -11,21 +11,27 @@ from tests.conftest import MODELS, Service
 
 
 def test_unset_the_committed_default_then_the_only_model_served():
-    assert default_model_for(None, ["efficientnet_lite0", "fashion_mnist"]) == "efficientnet_lite0"
-    assert default_model_for(None, ["flowers"]) == "flowers"
-    assert default_model_for("fashion_mnist", ["efficientnet_lite0", "fashion_mnist"]) == "fashion_mnist"
+    both = ["efficientnet_lite0", "fashion_mnist"]
+    assert default_model_for(None, both, both) == "efficientnet_lite0"
+    assert default_model_for(None, ["flowers"], ["flowers"]) == "flowers"
+    assert default_model_for("fashion_mnist", both, both) == "fashion_mnist"
+
+
+def test_only_classifiers_are_defaults_when_unset():
+    assert default_model_for(None, ["people", "flowers"], ["flowers"]) == "flowers"
+    assert default_model_for(None, ["people"], []) is None  # nothing for /v1/classify to default to
 
 
 def test_several_models_without_the_committed_default_need_the_setting():
-    with pytest.raises(ValueError, match="EDGETPU_SERVE_DEFAULT_MODEL is unset and several models are served "
+    with pytest.raises(ValueError, match="EDGETPU_SERVE_DEFAULT_MODEL is unset and several classification models are served "
                                          r"\(birds, flowers\).*Fix: set EDGETPU_SERVE_DEFAULT_MODEL"):
-        default_model_for(None, ["birds", "flowers"])
+        default_model_for(None, ["birds", "flowers"], ["birds", "flowers"])
 
 
 def test_a_default_that_is_not_served_is_refused():
     with pytest.raises(ValueError, match="EDGETPU_SERVE_DEFAULT_MODEL=efficientnet_lite0 is not served "
                                          r"\(serving flowers\)"):
-        default_model_for("efficientnet_lite0", ["flowers"])
+        default_model_for("efficientnet_lite0", ["flowers"], ["flowers"])
 
 
 def test_the_registry_settles_it_at_configure():
@@ -33,7 +39,7 @@ def test_the_registry_settles_it_at_configure():
     registry.configure()
     assert registry.settings.default_model == "fashion_mnist"
     two = Registry(Settings(model_dir=MODELS, models=["fashion_mnist", "mobilenet_v2"], workers=1))
-    with pytest.raises(ServeError, match="several models are served"):
+    with pytest.raises(ServeError, match="several classification models are served"):
         two.configure()
 
 

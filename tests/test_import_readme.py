@@ -105,4 +105,4 @@ def test_the_readme_imports_each_kind_of_file_and_each_is_served(tmp_path, libed
         assert answer.status_code == 200 and answer.json()["backend"] == "edgetpu", answer.text
         assert {p["label"] for p in answer.json()["predictions"]} == {"red", "green", "blue", "magenta"}
         refused = client.post(f"/v1/models/{compiled}/classify?backend=cpu", files={"image": red})
-        assert refused.status_code == 400 and "python -m converter import" in refused.json()["error"]
+        assert refused.status_code == 422 and "python -m converter import" in refused.json()["error"]

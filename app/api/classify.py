@@ -22,7 +22,7 @@ from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.direct import DirectRoute
 from app.api.routes import inference_route, v1_head_target
 from app.api.schemas import ClassifyResponse, ErrorResponse
-from app.errors import InvalidParameter
+from app.errors import InvalidParameter, ModelNotFound
 from app.tasks.classify import Classification, classify
 
 router = APIRouter(prefix="/v1", tags=["classify"],
@@ -41,6 +41,9 @@ async def _classify(request: Request, name: str | None, top_k: int, threshold: f
     state = request.app.state
     registry, settings, images = state.registry, state.settings, state.images
     name = settings.default_model if name is None else name
+    if name is None:
+        raise ModelNotFound(f"no classification model is served, so /v1/classify has none to default to; "
+                            f"serving {registry.names()}")
     if top_k > settings.max_top_k:
         raise InvalidParameter(f"top_k is {top_k}; at most {settings.max_top_k} (EDGETPU_SERVE_MAX_TOP_K)")
     async with registry.lease(name, backend) as lease:

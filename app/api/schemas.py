@@ -95,7 +95,7 @@ class ImportedFileOut(BaseModel):
     name: str = Field(description="the file's name as it was given to `converter import`")
     sha256: str
     bytes: int
-    kind: str = Field(description="the file kind it became in the model directory (int8, edgetpu)")
+    kind: str = Field(description="the file kind it became in the model directory (int8, or an accelerator's compiled file)")
 
 
 class ProvenanceOut(BaseModel):
@@ -139,7 +139,7 @@ class ModelOut(BaseModel):
 
 
 class ModelsOut(BaseModel):
-    default_model: str
+    default_model: str | None  # None: no classification model is served
     default_backend: str
     models: list[ModelOut]
 

@@ -47,6 +47,7 @@ from app.registry.status import SERVING, ModelStatus, current_status, iso
 from app.registry.versions import Lease, ModelVersion
 from app.settings import Settings, default_model_for
 from app.tasks import TASKS, Task
+from app.tasks.classify import TASK as CLASSIFY_TASK
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +113,6 @@ class Registry:
             raise ModelDirError(f"models {missing} not found in {self.settings.model_dir}; found {sorted(found)}")
         if not wanted:
             raise ModelDirError(f"no model directories (with model.json) in {self.settings.model_dir}")
-        try:  # settled once, here: every reader of settings.default_model sees a served model
-            self.settings.default_model = default_model_for(self.settings.default_model, wanted)
-        except ValueError as e:
-            raise ServeError(str(e)) from None
         for name in wanted:
             model_dir = read_model_dir(found[name])
             if model_dir.name != name:
@@ -124,6 +121,11 @@ class Registry:
             self._dirs[name] = model_dir
             self._status[name] = ModelStatus("loading", since=time.time())
             self._reload_locks[name] = threading.Lock()
+        classifiers = [name for name in wanted if self._dirs[name].manifest.task == CLASSIFY_TASK.name]
+        try:  # settled once, here: every reader of settings.default_model sees a served classifier (or None)
+            self.settings.default_model = default_model_for(self.settings.default_model, wanted, classifiers)
+        except ValueError as e:
+            raise ServeError(str(e)) from None
         for key in self.settings.backends:
             for name, fallback in self.plugins[key].start(dict(self._dirs)).items():
                 self._record_fallback(name, key, fallback)

@@ -371,8 +371,8 @@ class Geometry:
 
     width: int                                   # the original image, as a viewer shows it
     height: int
-    box: tuple[float, float, float, float]       # the region of the original that was resized (left, top, right, bottom)
-    fill: tuple[float, float]                    # the fraction of the input's width and height it filled (letterbox < 1)
+    box: tuple[float, float, float, float]  # the region of the original that was resized: left, top, right, bottom
+    fill: tuple[float, float]               # the fraction of the input's width and height it filled (letterbox < 1)
 
     @classmethod
     def of(cls, source: Source, decoded: tuple[int, int], spec: InputSpec) -> Geometry:

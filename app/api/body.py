@@ -96,7 +96,8 @@ async def image_bytes(request: Request, limit: int) -> bytearray:
     return (await image_and_fields(request, limit))[0]
 
 
-async def image_and_fields(request: Request, limit: int, fields: tuple[str, ...] = ()) -> tuple[bytearray, dict[str, str]]:
+async def image_and_fields(request: Request, limit: int,
+                           fields: tuple[str, ...] = ()) -> tuple[bytearray, dict[str, str]]:
     """The image, and the multipart text fields named in `fields` that the body has (none from a raw body)."""
     content_type = request.headers.get("content-type", "")
     media_type = content_type.split(";", 1)[0].strip().lower()

@@ -48,11 +48,12 @@ KEY_FIELD, CONFIDENCE_FIELD = "api_key", "min_confidence"
 MODULE_ID = "edgetpu-serve"
 # Where /v1 answers a status DeepStack's clients do not expect: what DeepStack says instead.
 INSTEAD = {415: 400, 422: 400, 409: 503}
-FAILED = {"success": False}
+# DeepStack's error body beside "error" (its ErrorResponse: success, error, duration)
+FAILED = {"success": False, "duration": 0}
 
 
 def failure(status: int, message: str, headers: dict | None = None) -> Response:
-    return Response(orjson.dumps({**FAILED, "error": message, "duration": 0}), status_code=status,
+    return Response(orjson.dumps({"success": False, "error": message, "duration": 0}), status_code=status,
                     media_type="application/json", headers=headers)
 
 

@@ -37,8 +37,9 @@ router = APIRouter(prefix="/v1", tags=["detect"],
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
 MinScore = Annotated[float, Query(ge=0.0, le=1.0, description="drop objects scoring below this")]
-MaxDetections = Annotated[int | None, Query(ge=1, le=MAX_DETECTIONS, description="at most this many objects, best "
-                                                                                    "first (default: all the model gives)")]
+MaxDetections = Annotated[int | None, Query(ge=1, le=MAX_DETECTIONS,
+                                            description="at most this many objects, best first (default: all the "
+                                                        "model gives)")]
 Labels = Annotated[str | None, Query(max_length=MAX_LABELS_CHARS, description="keep only these classes: labels (or "
                                      "class ids) separated by commas, e.g. person,car")]
 

@@ -75,7 +75,7 @@ class DetectionTask(Task):
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
         """The shapes TFLite_Detection_PostProcess gives, float32, N rows alike across boxes, classes and scores."""
         specs = roles.specs
-        found = {role: f"{specs[role].name!r} {specs[role].dtype.name} {list(specs[role].shape)}" for role in self.roles}
+        found = {role: f"{spec.name!r} {spec.dtype.name} {list(spec.shape)}" for role, spec in specs.items()}
         rows = specs[BOXES].shape[1] if len(specs[BOXES].shape) == 3 else None
         expected = {BOXES: (1, rows, 4), CLASSES: (1, rows), SCORES: (1, rows)}
         wrong = [role for role, shape in expected.items() if tuple(specs[role].shape) != shape or rows is None]

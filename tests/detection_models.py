@@ -15,6 +15,10 @@ square is. `OUTPUT_ORDERS` lists the subgraph output orders the exporters produc
 op's own outputs are always boxes, classes, scores, count.
 
     model_bytes = tiny_detector(order="tf2")
+
+For the op itself: `postprocess_alone` builds a graph of the op alone (any input types, quantization,
+options, code size), `ssd_anchors` gives a 300x300 SSD MobileNet's 1917 anchors and `ssd_like_head`
+the uint8 box encodings and class scores such a model hands the op on a photo with a few objects.
 """
 
 from __future__ import annotations

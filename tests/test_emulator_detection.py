@@ -10,6 +10,9 @@ not abort); whole detectors run through the reference worker subprocess, like ev
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import flatbuffers.flexbuffers as flexbuffers
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from ai_edge_litert.interpreter import OpResolverType
 
 from app.emulator import Interpreter, InvokeFailed, UnsupportedOperators, libm
 from app.emulator.kernels.detection import decreasing_partial_arg_sort
+from tests.conftest import ROOT
 from tests.detection_models import (DEFAULT_OPTIONS, ENCODINGS_Q, OUTPUT_ORDERS, ROLES, SCORES_Q, grid_anchors,
                                     postprocess_alone, square_image, ssd_anchors, ssd_like_head, tiny_detector)
 from tests.emulator_cases import reference  # noqa: F401 (fixture)
@@ -594,3 +598,13 @@ def test_the_runtime_with_several_threads_skips_a_class_in_regular_nms():
     assert one_thread["classes"][0, 0] == 2
     two_threads = by_role(run_kernel(model, inputs, num_threads=2))
     assert 2 not in two_threads["classes"][0, :int(two_threads["count"][0])].tolist()
+
+
+def test_the_benchmark_runs_and_finds_the_same_detections():
+    """bench/detection_postprocess_bench.py, two rounds: it exits 0 only when the emulator's detections equal the
+    kernel's in every configuration (its timings are not judged here)."""
+    bench = ROOT / "bench" / "detection_postprocess_bench.py"
+    done = subprocess.run([sys.executable, str(bench), "-n", "2", "--warmup", "0"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(" True") == 3 and "regular NMS, 100 detections" in done.stdout

@@ -608,3 +608,29 @@ def test_the_benchmark_runs_and_finds_the_same_detections():
                           timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count(" True") == 3 and "regular NMS, 100 detections" in done.stdout
+
+
+def test_the_cpu_engine_runs_a_regular_nms_detector_on_one_thread(tmp_path):
+    """The runtime fact above, applied: the `cpu` engine asked for 2 threads runs a regular-NMS detector on one
+    (app/engines/litert.py interpreter_threads), so it answers as the one-thread kernel; a fast-NMS detector and
+    a classifier keep the threads asked for."""
+    from app.engines.cpu import CpuEngine
+    from app.engines.base import EngineOptions
+    from app.engines.litert import interpreter_threads
+
+    scores = [[0, 0.1, 0.2, 0.9, 0.3]] + [[0, 0.1, 0.1, 0.1, 0.1]] * 2
+    model, inputs, options = one_box_per_anchor(APART[:3], scores, use_regular_nms=True, max_detections=3,
+                                                detections_per_class=3)
+    path = tmp_path / "regular.tflite"
+    path.write_bytes(model)
+    assert interpreter_threads(path, 2) == 1
+    engine = CpuEngine.load(path, EngineOptions(cpu_threads=2))
+    served = by_role(engine.run(inputs))
+    assert served["classes"][0, 0] == 2 and (served["boxes"] == by_role(run_kernel(model, inputs))["boxes"]).all()
+    fast = tmp_path / "fast.tflite"
+    fast.write_bytes(tiny_detector())
+    assert interpreter_threads(fast, 2) == 2
+    plain = tmp_path / "plain.tflite"
+    plain.write_bytes(postprocess_alone(np.asarray(APART[:3], f32), 5, num_classes=4).replace(
+        b"TFLite_Detection_PostProcess", b"TFLite_Detection_Xostprocess"))
+    assert interpreter_threads(plain, 2) == 2

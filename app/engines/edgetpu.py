@@ -41,7 +41,7 @@ from app.edgetpu.temperature import TemperatureWatch, temperature_families
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
 from app.engines.base import Backend, Engine, EngineOptions, Fallback
 from app.engines.cpu import CpuEngine
-from app.engines.litert import Runtime, prefer_tflite_runtime, runtime
+from app.engines.litert import Runtime, interpreter_threads, prefer_tflite_runtime, runtime
 from app.metrics import PREFIX as METRICS_PREFIX
 from app.edgetpu.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch
 from app.errors import EngineLoadError, ModelDirError, ServeError
@@ -125,7 +125,7 @@ class EdgeTpuEngine(CpuEngine):
                 "edgetpu: " + delegate_failure_message(options.library, device, where, str(e), options.tree)) from None
         try:
             interpreter = rt.Interpreter(model_path=str(path), experimental_delegates=[delegate],
-                                         num_threads=options.cpu_threads)
+                                         num_threads=interpreter_threads(path, options.cpu_threads))
             interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             too_new = package_too_new(str(e))

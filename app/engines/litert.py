@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 
 from app.errors import EngineLoadError
@@ -76,3 +77,29 @@ def runtime() -> Runtime:
     raise EngineLoadError(
         "no TFLite runtime found (" + "; ".join(problems) + "): pip install ai-edge-litert==2.3.0"
     )
+
+
+POSTPROCESS = "TFLite_Detection_PostProcess"
+
+
+def interpreter_threads(path: Path, threads: int) -> int:
+    """The thread count to give an interpreter of this file: `threads`, but 1 for a detector whose
+    TFLite_Detection_PostProcess uses regular NMS. ai-edge-litert 2.3.0's multi-threaded regular NMS never
+    looks at class number `num_threads`, writes past a buffer when detections_per_class < max_detections
+    and crashed the process (free(): invalid next size) in 45 of 278 random graphs with 4 threads
+    (tests/test_emulator_detection.py); fast NMS is unaffected. One thread slows the whole model, but
+    answers right. Only files naming the op are parsed (a byte search first: loads stay cheap)."""
+    if threads <= 1:
+        return threads
+    data = path.read_bytes()
+    if POSTPROCESS.encode() not in data:
+        return threads
+    from app.tflite_file import read_tflite  # the flatbuffer reader, only for a detector
+
+    regular = [op for op in read_tflite(data).graph.operators
+               if op.opcode == POSTPROCESS and op.custom_options_map().get("use_regular_nms")]
+    if not regular:
+        return threads
+    log.warning("%s: its %s uses regular NMS, which the TFLite runtime computes wrongly on several threads: "
+                "running it on 1 thread, not %d", path.name, POSTPROCESS, threads)
+    return 1

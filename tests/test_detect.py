@@ -1,11 +1,13 @@
 """Detection served, over real sockets: /v1/detect, DeepStack's /v1/vision/*, OIP v2 and /metrics on the tiny
 detectors of tests/detection_models.py and on the committed person detector.
 
-- every exporter's output order and both feeds load and give the same boxes (roles by tensor name);
+- every exporter's output order and both feeds load and give the same boxes (roles by tensor name), on cpu and on
+  emulated;
 - boxes map back to the original image exactly: stretch and letterbox, PNG and JPEG decoded at 1/8 scale (the
   DCT draft), EXIF-rotated, with a white rectangle at known pixels that the tiny detector finds cell by cell;
 - labels with gaps (Coral's `id label` form through `converter import`) name the right classes;
-- the default detector finds the people on real photos, its boxes equal TFLite's interpreter's within a pixel;
+- the default detector finds the people on real photos, its boxes equal TFLite's interpreter's within a pixel on cpu,
+  and on emulated its outputs are TFLite's reference kernels' byte for byte;
 - a DeepStack client library from PyPI gets boxes, with the API key as the form field it sends;
 - bad input is a 4xx with JSON (DeepStack's shape on its routes), never a 500.
 """
@@ -96,7 +98,7 @@ def encode(image: Image.Image, fmt: str, orientation: int = 1) -> bytes:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny detector in every order and feed, stretched and letterboxed, and one imported with labels with gaps,
-    served on cpu over a real socket."""
+    served on cpu and emulated over a real socket."""
     root = tmp_path_factory.mktemp("detectors")
     for order in OUTPUT_ORDERS:
         for feed in FEEDS:
@@ -107,8 +109,8 @@ def tiny(tmp_path_factory):
     labels = root.parent / "coco_style_labels.txt"
     labels.write_text("0  square\n3  circle\n")  # Coral's `id label` lines: ids 1 and 2 have no label
     import_model([source], ImportOptions(name="tiny_gaps", out=root, labels=labels, mean=[0.0], std=[255.0]))
-    settings = Settings(model_dir=root, backends=["cpu"], workers=1, default_detection_model="tiny_tf1_dequantize",
-                        max_waiting=0, retry_after_s=2)
+    settings = Settings(model_dir=root, backends=["cpu", "emulated"], workers=1,
+                        default_detection_model="tiny_tf1_dequantize", max_waiting=0, retry_after_s=2)
     with served(settings) as (app, url), httpx.Client(base_url=url, timeout=60) as client:
         yield app, client
 
@@ -133,9 +135,9 @@ def png(image: Image.Image) -> bytes:
 def test_every_exporters_order_and_feed_loads_and_gives_the_same_boxes(tiny):
     _, client = tiny
     image = png(rectangle(SIZE, SIZE, (8, 4, 16, 12)))
-    answers = {(order, feed): detect(client, f"tiny_{order}_{feed}", image)
-               for order in OUTPUT_ORDERS for feed in FEEDS}
-    first = answers["tf1", "dequantize"]
+    answers = {(order, feed, backend): detect(client, f"tiny_{order}_{feed}", image, backend=backend)
+               for order in OUTPUT_ORDERS for feed in FEEDS for backend in ("cpu", "emulated")}
+    first = answers["tf1", "dequantize", "cpu"]
     assert boxes_of(first) == cells((8, 4, 16, 12), 4, 4)
     assert {(d["label"], d["class_id"]) for d in first["detections"]} == {("square", 0)}
     assert first["image"] == {"width": SIZE, "height": SIZE}
@@ -224,7 +226,7 @@ def test_max_detections_and_the_labels_filter(tiny):
     assert detect(client, "tiny_gaps", image, labels="circle")["detections"] == []
     assert len(detect(client, "tiny_gaps", image, labels="0")["detections"]) == 4  # a class by its id
     r = client.post("/v1/models/tiny_gaps/detect?labels=person", content=image)
-    assert r.status_code == 422 and r.json()["error"] == ("labels: model 'tiny_gaps' has no label person; its labels: "
+    assert r.status_code == 400 and r.json()["error"] == ("labels: model 'tiny_gaps' has no label person; its labels: "
                                                           "square, circle")
 
 
@@ -254,7 +256,7 @@ def test_a_full_line_is_refused_in_each_protocols_shape(tiny):
 @pytest.fixture(scope="module")
 def people():
     """models/ as `make serve` finds it (the classifiers and the person detector, no setting), on cpu, with a key."""
-    settings = Settings(model_dir=MODELS, backends=["cpu"], workers=1, api_keys=[KEY])
+    settings = Settings(model_dir=MODELS, backends=["cpu", "emulated"], workers=1, api_keys=[KEY])
     with served(settings) as (app, url), httpx.Client(base_url=url, timeout=60, headers=AUTH) as client:
         yield app, url, client
 
@@ -309,6 +311,48 @@ def test_the_default_detector_finds_the_people_as_tflite_does(people):
             assert np.allclose(box, clipped, atol=1.0), (name, box, ref)
         for person in expected:  # the people the float graph finds, checked by eye
             assert max(pixel_iou(person, box) for box in served_boxes) >= 0.85, (name, person, served_boxes)
+
+
+def test_on_emulated_the_default_detectors_outputs_are_tflites_reference_kernels_byte_for_byte(people):
+    """The served tensors (OIP v2, named by role) and the served boxes, from the emulator, against BUILTIN_REF run on
+    the same pixels: the same bytes, and so the same boxes to the last bit."""
+    from app.tflite_file import read_tflite
+    from tests.reference_worker import ReferenceWorker
+
+    _, _, client = people
+    model_dir = read_model_dir(MODELS / DETECTOR)
+    spec = model_dir.manifest.input
+    model = model_dir.file("int8").read_bytes()
+    graph = read_tflite(model).graph
+    names = [graph.tensors[i].name for i in graph.outputs]
+    position = {role: names.index(name) for role, name in model_dir.manifest.outputs.items()}
+    roles = OutputRoles(position, {})
+    quantization = model_dir.manifest.quantization.input
+    worker = ReferenceWorker("BUILTIN_REF")
+    try:
+        for photo in people_photos():
+            data = photo.read_bytes()
+            image, source = decode_with_source(data, spec, 10**8)
+            quantize = InputQuantizer(spec, np.uint8, quantization.scale, quantization.zero_point)
+            reference = worker.run(model, [quantize(to_pixels(image, spec))])
+            r = client.post(f"/v2/models/{DETECTOR}/infer", json={
+                "inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", "parameters": {"content_type": "base64"},
+                            "data": [__import__("base64").b64encode(data).decode()]}],
+                "parameters": {"backend": "emulated"}})
+            assert r.status_code == 200, r.text
+            served = {o["name"]: np.asarray(o["data"], np.float32).reshape(o["shape"][1:]) for o in r.json()["outputs"]}
+            count = int(reference[position["count"]].reshape(-1)[0])
+            assert served["count"].tobytes() == reference[position["count"]].tobytes()
+            for role in ("boxes", "classes", "scores"):  # rows past `count` are the kernel's stale memory (fast NMS)
+                want = reference[position[role]].reshape(served[role].shape)[:count]
+                assert served[role][:count].tobytes() == want.tobytes(), (photo.name, role)
+            answer = detect(client, DETECTOR, data, backend="emulated", min_score=0.5)
+            expected = objects(roles, reference, Geometry.of(source, image.size, spec), model_dir.labels, 0.5)
+            assert answer["backend"] == "emulated"
+            assert boxes_of(answer) == {(o.box.x_min, o.box.y_min, o.box.x_max, o.box.y_max) for o in expected}
+            assert len(answer["detections"]) == len(PEOPLE[photo.name])
+    finally:
+        worker.close()
 
 
 def test_deepstacks_route_answers_as_deepstack_and_codeproject_do(people):

@@ -97,7 +97,10 @@ OPENAPI_BODY = {
         "content": {"multipart/form-data": {"schema": {
             "type": "object", "required": [IMAGE_FIELD],
             "properties": {IMAGE_FIELD: {"type": "string", "format": "binary"},
-                           CONFIDENCE_FIELD: {"type": "number", "maximum": 1, "default": DEFAULT_MIN_CONFIDENCE},
+                           # a number at most 1, or empty for the default (as DeepStack reads it)
+                           CONFIDENCE_FIELD: {"anyOf": [{"type": "number", "maximum": 1}, {"type": "string",
+                                                                                           "maxLength": 0}],
+                                              "default": DEFAULT_MIN_CONFIDENCE},
                            KEY_FIELD: {"type": "string"}}}}},
     }
 }
@@ -105,7 +108,7 @@ OPENAPI_BODY = {
 
 def min_confidence(value: str | None) -> float:
     """The form field as DeepStack reads it: unset or empty, the default; no number or above 1, a 400."""
-    if value is None or not value.strip():
+    if not value:
         return DEFAULT_MIN_CONFIDENCE
     try:
         number = float(value)

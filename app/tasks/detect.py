@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.errors import InvalidParameter, ModelDirError
+from app.errors import ModelDirError, RequestError
 from app.imaging import Geometry
 from app.inference import ImageWork, finish, run_image
 from app.tasks.base import OutputRoles, Task
@@ -114,7 +114,8 @@ def label_of(class_id: int, labels: tuple[str, ...]) -> str:
 
 
 def class_ids(model_dir: ModelDir, wanted: frozenset[str]) -> frozenset[int]:
-    """The class ids the labels name (a label, or an id's number): InvalidParameter for one the model lacks."""
+    """The class ids the labels name (a label, or an id's number): a RequestError (400: the parameter is well
+    formed, this model has no such class) for one the model lacks."""
     labels = model_dir.labels
     by_label = {label: i for i, label in enumerate(labels) if label}
     ids, unknown = set(), []
@@ -128,7 +129,7 @@ def class_ids(model_dir: ModelDir, wanted: frozenset[str]) -> frozenset[int]:
     if unknown:
         known = [label for label in labels if label]
         shown = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
-        raise InvalidParameter(f"labels: model {model_dir.name!r} has no label {', '.join(sorted(unknown))}; its "
+        raise RequestError(f"labels: model {model_dir.name!r} has no label {', '.join(sorted(unknown))}; its "
                                f"labels: {shown or 'none (name classes by id)'}")
     return frozenset(ids)
 

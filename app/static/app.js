@@ -146,8 +146,9 @@ function boxesCanvas(result, image) {
   ctx.textBaseline = "top";
   const drawn = [];
   for (const d of result.detections) {
-    const x = d.box.x_min * scale, y = d.box.y_min * scale;
-    const w = (d.box.x_max - d.box.x_min) * scale, h = (d.box.y_max - d.box.y_min) * scale;
+    // on whole canvas pixels: a 2 px line centred there covers two pixels fully (crisp, no blending)
+    const x = Math.round(d.box.x_min * scale), y = Math.round(d.box.y_min * scale);
+    const w = Math.round(d.box.x_max * scale) - x, h = Math.round(d.box.y_max * scale) - y;
     ctx.strokeStyle = BOX_COLOUR;
     ctx.strokeRect(x, y, w, h);
     const text = `${d.label} ${(d.score * 100).toFixed(0)}%`;

@@ -423,18 +423,12 @@ class InputQuantizer:
         identity = np.arange(256)[:, None]
         self.is_identity = self.dtype == np.uint8 and bool(np.all(self.table == identity))
         self.channels = channels
-        # one table for every channel (the same mean and std in each): one gather over the whole image, not one
-        # strided gather per channel (300x300x3: 0.23 against 0.40 ms)
-        self.shared = np.ascontiguousarray(self.table[:, 0]) if bool(np.all(self.table == self.table[:, :1])) else None
 
     def __call__(self, pixels: np.ndarray) -> np.ndarray:
         if self.is_identity:
             out = pixels
         elif self.channels == 1:
             out = self.table[:, 0][pixels]
-        elif self.shared is not None:
-            out = np.empty(pixels.shape, self.table.dtype)
-            np.take(self.shared, pixels, out=out)
         else:
             out = np.empty(pixels.shape, self.table.dtype)
             for c in range(self.channels):

@@ -18,7 +18,6 @@ import io
 import json
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -468,27 +467,26 @@ def test_the_metrics_say_which_task(people, cat_png):
     assert moved("edgetpu_serve_stage_seconds_count", stage="postprocess", **detector) == 2
 
 
-def test_a_detector_with_other_outputs_is_refused_at_load_saying_what_it_has(tmp_path):
-    from app.registry import Registry
-    from tests.test_tasks import embedder
+def test_a_detector_with_other_outputs_is_refused_at_load_saying_what_it_has():
+    """The registry binds the task's roles when it loads a version: a ModelDirError there fails the model's load."""
+    from app.engines import TensorSpec
+    from app.errors import ModelDirError
+    from app.model_dir import Manifest, ModelDir
+    from app.tasks.detect import TASK
 
-    manifest = {"name": "not_a_detector", "task": "detection", "source": "test", "licence": "MIT",
-                "input": {"width": 2, "height": 2, "resize": "stretch", "mean": [0, 0, 0], "std": [255] * 3},
-                "outputs": {"boxes": "features", "classes": "pooled", "scores": "features", "count": "pooled"}}
-    write_model_dir(tmp_path, manifest, {"int8": ("not_a_detector_int8.tflite", embedder("features,pooled"))})
-    registry = Registry(Settings(model_dir=tmp_path, backends=["cpu"], workers=1))
-    registry.configure()
-    registry.load_all()
-    try:
-        status = registry.status("not_a_detector")
-        assert status.state == "failed"
-        assert status.error == (
-            "model 'not_a_detector' (detection): a detector's outputs are TFLite_Detection_PostProcess's, float32 "
-            "boxes [1, N, 4], classes [1, N], scores [1, N] and count [1]; model.json `outputs` names boxes "
-            "'features' uint8 [1, 12], classes 'pooled' uint8 [1, 1, 1, 3], scores 'features' uint8 [1, 12], count "
-            "'pooled' uint8 [1, 1, 1, 3] (wrong: boxes, classes, scores, count)")
-    finally:
-        registry.close()
+    names = {"boxes": "features", "classes": "pooled", "scores": "features", "count": "pooled"}
+    manifest = Manifest.model_validate({"name": "not_a_detector", "task": "detection", "source": "test",
+                                        "licence": "MIT", "outputs": names,
+                                        "input": {"width": 2, "height": 2, "mean": [0], "std": [1]}})
+    uint8 = np.dtype(np.uint8)
+    outputs = (TensorSpec("features", (1, 12), uint8, 0.1, 0), TensorSpec("pooled", (1, 1, 1, 3), uint8, 0.1, 0))
+    with pytest.raises(ModelDirError) as refused:
+        TASK.bind(ModelDir(Path("not_a_detector"), manifest, ()), outputs)
+    assert str(refused.value) == (
+        "model 'not_a_detector' (detection): a detector's outputs are TFLite_Detection_PostProcess's, float32 "
+        "boxes [1, N, 4], classes [1, N], scores [1, N] and count [1]; model.json `outputs` names boxes "
+        "'features' uint8 [1, 12], classes 'pooled' uint8 [1, 1, 1, 3], scores 'features' uint8 [1, 12], count "
+        "'pooled' uint8 [1, 1, 1, 3] (wrong: boxes, classes, scores, count)")
 
 
 def test_geometry_of_a_draft_decoded_jpeg_uses_the_true_size():

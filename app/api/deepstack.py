@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from email.utils import formatdate
 
 import orjson
@@ -33,12 +32,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.auth import check_inference_key_value, inference_key_in_head
 from app.api.body import IMAGE_FIELD, image_and_fields
 from app.api.classify import Backend
+from app.api.deps import named_or_default
 from app.api.detect import detection_head_target
-from app.api.direct import DirectRoute
-from app.api.errors import REFUSED, refusals, retry_after
+from app.api.direct import AnsweringRoute
+from app.api.errors import log_answered, retry_after
 from app.api.routes import inference_route
 from app.api.schemas import DeepStackError, DeepStackResponse
-from app.errors import ModelNotFound, RequestError, ServeError
+from app.errors import RequestError, ServeError
+from app.settings import DETECTION_DEFAULT
 from app.tasks.detect import Detection, detect
 
 log = logging.getLogger(__name__)
@@ -57,32 +58,22 @@ def failure(status: int, message: str, headers: dict | None = None) -> Response:
                     media_type="application/json", headers=headers)
 
 
-class DeepStackRoute(DirectRoute):
+class DeepStackRoute(AnsweringRoute):
     """Every failure in DeepStack's shape and statuses, without leaving the route."""
 
-    def get_route_handler(self) -> Callable:
-        handler = super().get_route_handler()
-
-        async def answer(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except ServeError as e:
-                status = INSTEAD.get(e.status, e.status)
-                if status == REFUSED:
-                    refusals.refused(request.method, request.scope["path"], e)
-                elif status >= 500:
-                    log.error("%s %s: %s", request.method, request.url.path, e)
-                return failure(status, str(e), retry_after(e))
-            except RequestValidationError as e:
-                return failure(400, "; ".join(f"{'.'.join(str(p) for p in error['loc'][1:])}: {error['msg']}"
-                                              for error in e.errors()) or "invalid request")
-            except StarletteHTTPException as e:
-                return failure(e.status_code, str(e.detail), e.headers)
-            except Exception as e:  # a bug: logged, answered in the protocol's shape
-                log.exception("%s %s", request.method, request.url.path)
-                return failure(500, f"internal error: {type(e).__name__}")
-
-        return answer
+    @staticmethod
+    def failure(request: Request, error: Exception) -> Response:
+        if isinstance(error, ServeError):
+            status = INSTEAD.get(error.status, error.status)
+            log_answered(request, error, status)
+            return failure(status, str(error), retry_after(error))
+        if isinstance(error, RequestValidationError):
+            return failure(400, "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}"
+                                          for e in error.errors()) or "invalid request")
+        if isinstance(error, StarletteHTTPException):
+            return failure(error.status_code, str(error.detail), error.headers)
+        log.exception("%s %s", request.method, request.url.path)  # a bug: logged, answered in the protocol's shape
+        return failure(500, f"internal error: {type(error).__name__}")
 
 
 router = APIRouter(prefix="/v1/vision", tags=["DeepStack (detection)"],
@@ -126,10 +117,7 @@ async def _vision(request: Request, name: str | None, backend: str | None, comma
     state = request.app.state
     registry, settings = state.registry, state.settings
     keyed = inference_key_in_head(request)  # else the key comes as the form field, checked once it is read
-    name = settings.default_detection_model if name is None else name
-    if name is None:
-        raise ModelNotFound(f"no detection model is served, so /v1/vision/detection has none to answer with; "
-                            f"serving {registry.names()}")
+    name = named_or_default(name, registry, settings, DETECTION_DEFAULT, "/v1/vision/detection")
     async with registry.lease(name, backend) as lease:
         data, fields = await image_and_fields(request, settings.max_body_bytes, (KEY_FIELD, CONFIDENCE_FIELD))
         if not keyed:

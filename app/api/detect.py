@@ -16,10 +16,11 @@ from fastapi import APIRouter, Query, Request, Response
 from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.classify import Backend
+from app.api.deps import named_or_default
 from app.api.direct import DirectRoute
 from app.api.routes import inference_route, query_value
 from app.api.schemas import DetectResponse, ErrorResponse
-from app.errors import ModelNotFound
+from app.settings import DETECTION_DEFAULT
 from app.tasks.detect import Detection, detect
 
 MAX_DETECTIONS = 1000
@@ -54,10 +55,7 @@ async def _detect(request: Request, name: str | None, min_score: float, max_dete
                   labels: str | None, backend: str | None) -> Response:
     state = request.app.state
     registry, settings, images = state.registry, state.settings, state.images
-    name = settings.default_detection_model if name is None else name
-    if name is None:
-        raise ModelNotFound(f"no detection model is served, so /v1/detect has none to default to; serving "
-                            f"{registry.names()}")
+    name = named_or_default(name, registry, settings, DETECTION_DEFAULT, "/v1/detect")
     async with registry.lease(name, backend) as lease:
         data = await image_bytes(request, settings.max_body_bytes)
         result = await detect(lease, data, images, min_score, max_detections, wanted_labels(labels))

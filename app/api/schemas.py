@@ -53,10 +53,10 @@ class ClassifyResponse(BaseModel):
 
 
 class BoxOut(BaseModel):
-    x_min: float
-    y_min: float
-    x_max: float
-    y_max: float
+    x_min: float = Field(description="the box's left edge")
+    y_min: float = Field(description="its top edge (y grows downwards)")
+    x_max: float = Field(description="its right edge")
+    y_max: float = Field(description="its bottom edge")
 
 
 class DetectedObjectOut(BaseModel):

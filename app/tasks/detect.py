@@ -24,7 +24,7 @@ import numpy as np
 from app.errors import ModelDirError, RequestError
 from app.imaging import Geometry
 from app.inference import ImageWork, finish, run_image
-from app.tasks.base import OutputRoles, Task
+from app.tasks.base import Answer, OutputRoles, Task
 
 if TYPE_CHECKING:
     from app.model_dir import ModelDir
@@ -57,14 +57,9 @@ class ImageSize:
 
 
 @dataclass(frozen=True)
-class Detection:
-    model: str
-    backend: str
-    image: ImageSize      # the original image, as a viewer shows it: what the boxes are in
+class Detection(Answer):
+    image: ImageSize  # the original image, as a viewer shows it: what the boxes are in
     detections: list[DetectedObject]
-    timing_ms: dict[str, float]
-    warmup: dict[str, float | None]
-    cold: bool
 
 
 class DetectionTask(Task):

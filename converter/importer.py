@@ -32,15 +32,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from flatbuffers import flexbuffers
 
-from app.edgetpu.compat import EIGHT_BIT, POSTPROCESS, CompatReport, analyze
+from app.detection_postprocess import (
+    OUTPUT_ROLES,
+    POSTPROCESS_OP,
+    PostProcessError,
+    PostProcessOptions,
+    outputs_by_role,
+    postprocess_ops,
+    read_options,
+)
+from app.edgetpu.compat import EIGHT_BIT, CompatReport, analyze
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
 from app.tflite_file import Subgraph, Tensor, TfliteFileError, TfliteModel, read_tflite
 from converter.tflite_metadata import Metadata, MetadataError, read_metadata
 
 UNKNOWN_LICENCE = "unknown, given by the user"
-ROLES = ("boxes", "classes", "scores", "count")  # TFLite_Detection_PostProcess's outputs, in its order
 # The edges of a float-I/O model; and what the importer looks through to find what made an output
 # (TF1 classifiers may end in a RESHAPE after their SOFTMAX).
 EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
@@ -113,12 +120,12 @@ def read_source(path: Path) -> SourceFile:
 class Detector:
     """A model ending in TFLite_Detection_PostProcess: its outputs by role, read from the op itself."""
 
-    outputs: dict[str, str]   # role -> tensor name, in the op's order
-    options: dict             # the op's custom options (num_classes, max_detections, ...)
+    outputs: dict[str, str]        # role -> tensor name, in the op's order
+    options: PostProcessOptions    # as the op's kernel reads them
 
     @property
     def num_classes(self) -> int:
-        return int(self.options.get("num_classes", 0))
+        return self.options.num_classes
 
 
 @dataclass(frozen=True)
@@ -137,22 +144,12 @@ def _producer(graph: Subgraph, tensor: int):
 def _is_float_model(graph: Subgraph) -> Tensor | None:
     """A float tensor inside the graph (not at a QUANTIZE/DEQUANTIZE edge, nor the post-process op's), or None."""
     for op in graph.operators:
-        if op.opcode in (*EDGE_OPS, POSTPROCESS, EDGETPU_CUSTOM_OP):
+        if op.opcode in (*EDGE_OPS, POSTPROCESS_OP, EDGETPU_CUSTOM_OP):
             continue
         for index in (*op.inputs, *op.outputs):
             if index >= 0 and graph.tensors[index].type in ("FLOAT32", "FLOAT16"):
                 return graph.tensors[index]
     return None
-
-
-def postprocess_options(raw: bytes | None) -> dict:
-    """TFLite_Detection_PostProcess's flexbuffer options as plain values."""
-    if not raw:
-        return {}
-    try:
-        return {key: value for key, value in flexbuffers.GetRoot(raw).Value.items()}
-    except (TypeError, ValueError, IndexError, KeyError, AttributeError):
-        return {}
 
 
 def graph_facts(source: SourceFile) -> GraphFacts:
@@ -187,14 +184,14 @@ def graph_facts(source: SourceFile) -> GraphFacts:
     if tensor.type in EIGHT_BIT and tensor.quantization is None:
         raise ImportRefused(f"{name}'s input {tensor.name!r} is {tensor.type} without quantization parameters: "
                             "not a quantized model")
-    detectors = [op for op in graph.operators if op.opcode == POSTPROCESS]
+    detectors = postprocess_ops(graph)
     if detectors:
         return GraphFacts(tensor, "detection", 0, None, _detector(name, graph, detectors))
     if len(graph.outputs) != 1:
         names = ", ".join(repr(graph.tensors[i].name) for i in graph.outputs)
-        raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS} op: the "
+        raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS_OP} op: the "
                             "service serves classifiers (one output of class scores) and SSD-style detectors "
-                            f"ending in {POSTPROCESS}")
+                            f"ending in {POSTPROCESS_OP}")
     output = graph.tensors[graph.outputs[0]]
     if len(output.shape) < 2 or int(np.prod(output.shape[:-1])) != 1 or output.shape[-1] < 2:
         raise ImportRefused(f"{name}'s output {output.name!r} has shape {list(output.shape)}: a classifier's output "
@@ -206,19 +203,24 @@ def graph_facts(source: SourceFile) -> GraphFacts:
 
 def _detector(name: str, graph: Subgraph, ops) -> Detector:
     if len(ops) != 1:
-        raise ImportRefused(f"{name} has {len(ops)} {POSTPROCESS} ops: a detector has one")
+        raise ImportRefused(f"{name} has {len(ops)} {POSTPROCESS_OP} ops: a detector has one")
     op = ops[0]
-    if len(op.outputs) != len(ROLES):
-        raise ImportRefused(f"{name}'s {POSTPROCESS} has {len(op.outputs)} outputs, not the 4 of the op "
-                            f"({', '.join(ROLES)})")
-    outputs = {role: graph.tensors[t].name for role, t in zip(ROLES, op.outputs)}
+    try:
+        outputs = {role: tensor.name for role, tensor in outputs_by_role(graph, op).items()}
+    except PostProcessError:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} has {len(op.outputs)} outputs, not the 4 of the op "
+                            f"({', '.join(OUTPUT_ROLES)})") from None
     if sorted(op.outputs) != sorted(graph.outputs):
         listed = [graph.tensors[t].name for t in graph.outputs]
-        raise ImportRefused(f"{name}'s outputs {listed} are not the 4 outputs of its {POSTPROCESS} op "
+        raise ImportRefused(f"{name}'s outputs {listed} are not the 4 outputs of its {POSTPROCESS_OP} op "
                             f"({list(outputs.values())}): the service reads boxes, classes, scores and count from it")
-    options = postprocess_options(op.custom_options)
-    if int(options.get("num_classes", 0)) < 1:
-        raise ImportRefused(f"{name}'s {POSTPROCESS} op has no num_classes in its options: cannot map its classes")
+    try:
+        options = read_options(op)
+    except TfliteFileError as e:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has options its kernel cannot read ({e}): cannot map its "
+                            "classes") from None
+    if options.num_classes < 1:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has no num_classes in its options: cannot map its classes")
     return Detector(outputs, options)
 
 
@@ -304,7 +306,7 @@ def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
         if entries == count + 1 and task == "detection" and BACKGROUND.match(by_id.get(0, "")):
             by_id = {i - 1: label for i, label in by_id.items() if i > 0}
             notes.append(f"{where}: its first line {found.by_id[0]!r} is the background class, which "
-                         f"{POSTPROCESS} does not output: dropped, so that line i names class id i")
+                         f"{POSTPROCESS_OP} does not output: dropped, so that line i names class id i")
         elif entries == count - 1 and task == "classification":
             by_id = {0: "background", **{i + 1: label for i, label in by_id.items()}}
             notes.append(f"{where}: {entries} labels for {count} outputs: output 0 is taken as the background class "
@@ -586,10 +588,10 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
         scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
         outputs = {}
     else:
-        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS}"
+        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS_OP}"
         outputs = facts.detector.outputs
         order = [main.graph.tensors[t].name for t in main.graph.outputs]
-        notes.append(f"detector: outputs by role from {POSTPROCESS} ({', '.join(f'{r} {n!r}' for r, n in outputs.items())}); "
+        notes.append(f"detector: outputs by role from {POSTPROCESS_OP} ({', '.join(f'{r} {n!r}' for r, n in outputs.items())}); "
                      f"the file lists them as {order}")
     analysed = analysis(compiled if plain is None else plain)
     estimate = None

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.edgetpu.compat import HOST_TAIL_OPS, POSTPROCESS
+from app.detection_postprocess import POSTPROCESS_OP
+from app.edgetpu.compat import HOST_TAIL_OPS
 from app.tflite_file import TfliteModel, read_tflite
 
 COST_ESTIMATE = "estimated Edge TPU ms per operator (converter.estimate.segment_costs)"
@@ -82,9 +83,9 @@ def _check_cuttable(model: TfliteModel) -> None:
                            "model can be cut")
     if len(graph.inputs) != 1:
         raise SegmentError(f"the model has {len(graph.inputs)} inputs; a segmented model needs exactly one")
-    if len(graph.outputs) != 1 and not any(op.opcode == POSTPROCESS for op in graph.operators):
+    if len(graph.outputs) != 1 and not any(op.opcode == POSTPROCESS_OP for op in graph.operators):
         raise SegmentError(f"the model has {len(graph.outputs)} outputs; a segmented model needs one, or a "
-                           f"detector's {POSTPROCESS} outputs (in its last segment)")
+                           f"detector's {POSTPROCESS_OP} outputs (in its last segment)")
 
 
 def _live_ranges(model: TfliteModel) -> dict[int, tuple[int, int]]:

@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     from converter.mobilenet_v2 import WeightsError
     from converter.photos import PhotosNotInstalled
     from converter.quantize import QuantizeError
-    from converter.segment import SegmentError
+    from converter.segment_plan import SegmentError
 
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)

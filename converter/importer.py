@@ -43,9 +43,25 @@ from app.detection_postprocess import (
     read_options,
 )
 from app.edgetpu.compat import EIGHT_BIT, CompatReport, analyze
-from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
+from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP, read_compiled_model
+from app.model_dir import (
+    EDGETPU,
+    INT8,
+    LABELS,
+    MANIFEST,
+    Build,
+    ImportedFile,
+    InputSpec,
+    Manifest,
+    OutputSpec,
+    edgetpu_filename,
+    int8_filename,
+    write_model_dir,
+)
+from app.model_dir import Imported as ImportedRecord
 from app.tflite_file import Subgraph, Tensor, TfliteFileError, TfliteModel, read_tflite
 from converter.tflite_metadata import Metadata, MetadataError, read_metadata
+from converter.writing import LABELS_FILE, tool_versions
 
 UNKNOWN_LICENCE = "unknown, given by the user"
 # The edges of a float-I/O model; and what the importer looks through to find what made an output
@@ -532,32 +548,7 @@ def _split(files: list[Path]) -> tuple[SourceFile | None, SourceFile | None]:
 
 def import_model(files: list[Path], options: ImportOptions, say=lambda message: None) -> Imported:
     """Check the file(s), work out labels, input spec and outputs, and write models/<name>/ whole."""
-    from app.model_dir import (
-        EDGETPU,
-        INT8,
-        LABELS,
-        MANIFEST,
-        Build,
-        ImportedFile,
-        InputSpec,
-        Manifest,
-        OutputSpec,
-        edgetpu_filename,
-        int8_filename,
-        write_model_dir,
-    )
-    from app.model_dir import Imported as ImportedRecord
-    from converter.writing import LABELS_FILE, tool_versions
-
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", options.name):
-        raise ImportRefused(f"--name {options.name!r}: a model name is letters, digits, '_', '.' and '-', starting "
-                            "with a letter or digit (it becomes models/<name>/ and the URL /v1/models/<name>)")
-    target = Path(options.out) / options.name
-    if target.exists():
-        if not (target / MANIFEST).is_file():
-            raise ImportRefused(f"{target} exists and is not a model directory: choose another --name or --out")
-        if not options.replace:
-            raise ImportRefused(f"{target} exists: pass --replace to replace it whole, or choose another --name")
+    _check_target(options)
     plain, compiled = _split(files)
     main = plain or compiled
     notes: list[str] = []
@@ -570,9 +561,71 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     labels = resolve_labels(options.labels, plain or compiled, facts)
     notes += labels.notes
     metadata_source = main.metadata if main.metadata.present else (compiled.metadata if compiled else main.metadata)
-    choice = choose_input(facts.input, metadata_source, options.mean, options.std, main.path.name)
-    height, width, channels = facts.input.shape[1:4]
-    info = metadata_source.inputs[0] if metadata_source.inputs else None
+    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes)
+    if facts.task == "classification":
+        scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
+    else:
+        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS_OP}"
+        order = [main.graph.tensors[t].name for t in main.graph.outputs]
+        notes.append(f"detector: outputs by role from {POSTPROCESS_OP} "
+                     f"({', '.join(f'{r} {n!r}' for r, n in facts.detector.outputs.items())}); "
+                     f"the file lists them as {order}")
+    analysed = analysis(compiled if plain is None else plain)
+    estimate = _estimate(plain, notes)
+    metadata = metadata_source.summary()
+    if metadata.get("license") and not options.licence:
+        notes.append(f"the file's metadata gives the licence {metadata['license']!r}; pass --licence to record it")
+    given = [(plain, INT8, int8_filename(options.name)), (compiled, EDGETPU, edgetpu_filename(options.name))]
+    given = [(s, kind, filename) for s, kind, filename in given if s is not None]
+    record = ImportedRecord(
+        files=[ImportedFile(name=s.path.name, sha256=s.sha256, bytes=len(s.data), kind=kind) for s, kind, _ in given],
+        labels=labels.origin, input=f"{input_origin}; resize: {resize_origin}", scores=scores_origin, metadata=metadata,
+        compiler=_compiler_record(compiled), notes=notes)
+    manifest = Manifest(
+        name=options.name, task=facts.task,
+        description=options.description or metadata.get("description") or f"imported from {main.path.name}",
+        source=options.source or _source_of([s for s, _, _ in given], metadata),
+        licence=options.licence or UNKNOWN_LICENCE, input=spec, output=OutputSpec(scores=scores),
+        outputs=facts.detector.outputs if facts.detector is not None else {},
+        quantization=quantization_record(plain) if plain is not None else None,
+        edgetpu_analysis=analysed.summary(),
+        build=Build(command=options.command or f"python -m converter import ... --name {options.name}",
+                    route="imported", tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy")),
+        edgetpu_estimate=estimate, imported=record)
+    written = {kind: (filename, s.data) for s, kind, filename in given}
+    if labels.lines:
+        written[LABELS] = (LABELS_FILE, ("\n".join(labels.lines) + "\n").encode())
+    path = write_model_dir(options.out, manifest, written, replace=True)
+    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} classes)" if labels.lines else ""))
+    say(f"input: {spec.width}x{spec.height}x{spec.channels} {facts.input.type.lower()}; {input_origin}; "
+        f"resize {spec.resize}")
+    if facts.task == "classification":
+        say(f"output: {facts.classes} classes, {scores_origin}")
+    for note in notes:
+        say(f"note: {note}")
+    return Imported(path, analysed, notes)
+
+
+def _check_target(options: ImportOptions) -> None:
+    """ImportRefused unless --name makes a model name and <out>/<name> is free (or --replace replaces a model)."""
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", options.name):
+        raise ImportRefused(f"--name {options.name!r}: a model name is letters, digits, '_', '.' and '-', starting "
+                            "with a letter or digit (it becomes models/<name>/ and the URL /v1/models/<name>)")
+    target = Path(options.out) / options.name
+    if target.exists():
+        if not (target / MANIFEST).is_file():
+            raise ImportRefused(f"{target} exists and is not a model directory: choose another --name or --out")
+        if not options.replace:
+            raise ImportRefused(f"{target} exists: pass --replace to replace it whole, or choose another --name")
+
+
+def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str,
+                notes: list[str]) -> tuple[InputSpec, str, str]:
+    """The service's input spec for the model's input, where its normalization came from, and where its resize came
+    from (a note added where the metadata contradicts the input)."""
+    choice = choose_input(tensor, metadata, options.mean, options.std, name)
+    height, width, channels = tensor.shape[1:4]
+    info = metadata.inputs[0] if metadata.inputs else None
     if info is not None and info.color_space == "GRAYSCALE" and channels == 3:
         notes.append("the metadata says GRAYSCALE but the input has 3 channels: fed as RGB")
     resize = options.resize or "stretch"
@@ -584,62 +637,37 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
                          crop_fraction=options.crop_fraction, mean=choice.mean, std=choice.std)
     except ValueError as e:
         raise ImportRefused(f"the input spec does not fit: {e}") from None
-    if facts.task == "classification":
-        scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
-        outputs = {}
-    else:
-        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS_OP}"
-        outputs = facts.detector.outputs
-        order = [main.graph.tensors[t].name for t in main.graph.outputs]
-        notes.append(f"detector: outputs by role from {POSTPROCESS_OP} ({', '.join(f'{r} {n!r}' for r, n in outputs.items())}); "
-                     f"the file lists them as {order}")
-    analysed = analysis(compiled if plain is None else plain)
-    estimate = None
-    if plain is not None:
-        from converter.estimate import estimate_tflite_bytes  # its public entry point, as builds use it
+    return spec, choice.origin, resize_origin
 
-        estimate = estimate_tflite_bytes(plain.data)
-        if estimate is None:
-            notes.append("no Edge TPU estimate: converter/estimate.py cannot estimate this model")
-    else:
+
+def _estimate(plain: SourceFile | None, notes: list[str]) -> dict | None:
+    """model.json's `edgetpu_estimate`, made from the plain model's structure (a note says why there is none)."""
+    if plain is None:
         notes.append("no Edge TPU estimate: it is made from the plain model's structure, which a compiled file hides")
-    metadata = metadata_source.summary()
-    if metadata.get("license") and not options.licence:
-        notes.append(f"the file's metadata gives the licence {metadata['license']!r}; pass --licence to record it")
-    given = [(plain, INT8, int8_filename(options.name)), (compiled, EDGETPU, edgetpu_filename(options.name))]
-    given = [(s, kind, filename) for s, kind, filename in given if s is not None]
-    compiler = None
-    if compiled is not None:
-        from app.edgetpu.compiled_model import read_compiled_model
+        return None
+    from converter.estimate import estimate_tflite_bytes  # its public entry point, as builds use it
 
-        record = read_compiled_model(compiled.path)
-        compiler = {"edgetpu_ops": record.edgetpu_ops, "min_runtime_version": record.min_runtime_version,
-                    "compiler_version": record.compiler_version}
-    record = ImportedRecord(
-        files=[ImportedFile(name=s.path.name, sha256=s.sha256, bytes=len(s.data), kind=kind) for s, kind, _ in given],
-        labels=labels.origin, input=f"{choice.origin}; resize: {resize_origin}", scores=scores_origin,
-        metadata=metadata, compiler=compiler, notes=notes)
-    names = " and ".join(f"{s.path.name} (sha256 {s.sha256[:12]})" for s, _, _ in given)
-    manifest = Manifest(
-        name=options.name, task=facts.task,
-        description=options.description or metadata.get("description") or f"imported from {main.path.name}",
-        source=options.source or f"imported: {names}" + (f"; the file calls itself {metadata['name']!r}"
-                                                          + (f" by {metadata['author']}" if metadata.get("author") else "")
-                                                          if metadata.get("name") else ""),
-        licence=options.licence or UNKNOWN_LICENCE, input=spec, output=OutputSpec(scores=scores), outputs=outputs,
-        quantization=quantization_record(plain) if plain is not None else None,
-        edgetpu_analysis=analysed.summary(),
-        build=Build(command=options.command or f"python -m converter import ... --name {options.name}",
-                    route="imported", tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy")),
-        edgetpu_estimate=estimate, imported=record)
-    written = {kind: (filename, s.data) for s, kind, filename in given}
-    if labels.lines:
-        written[LABELS] = (LABELS_FILE, ("\n".join(labels.lines) + "\n").encode())
-    path = write_model_dir(options.out, manifest, written, replace=True)
-    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} classes)" if labels.lines else ""))
-    say(f"input: {width}x{height}x{channels} {facts.input.type.lower()}; {choice.origin}; resize {resize}")
-    if facts.task == "classification":
-        say(f"output: {facts.classes} classes, {scores_origin}")
-    for note in notes:
-        say(f"note: {note}")
-    return Imported(path, analysed, notes)
+    estimate = estimate_tflite_bytes(plain.data)
+    if estimate is None:
+        notes.append("no Edge TPU estimate: converter/estimate.py cannot estimate this model")
+    return estimate
+
+
+def _compiler_record(compiled: SourceFile | None) -> dict | None:
+    """What the compiled file says of the compiler that made it (None without a compiled file)."""
+    if compiled is None:
+        return None
+    record = read_compiled_model(compiled.path)
+    return {"edgetpu_ops": record.edgetpu_ops, "min_runtime_version": record.min_runtime_version,
+            "compiler_version": record.compiler_version}
+
+
+def _source_of(sources: list[SourceFile], metadata: dict) -> str:
+    """model.json's `source` when --source is not given: the files by name and sha256, and the name the file gives
+    itself."""
+    names = " and ".join(f"{s.path.name} (sha256 {s.sha256[:12]})" for s in sources)
+    if not metadata.get("name"):
+        return f"imported: {names}"
+    author = f" by {metadata['author']}" if metadata.get("author") else ""
+    return f"imported: {names}; the file calls itself {metadata['name']!r}{author}"
+

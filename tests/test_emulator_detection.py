@@ -635,3 +635,21 @@ def test_the_cpu_engine_runs_a_regular_nms_detector_on_one_thread(tmp_path):
     plain.write_bytes(postprocess_alone(np.asarray(APART[:3], f32), 5, num_classes=4).replace(
         b"TFLite_Detection_PostProcess", b"TFLite_Detection_Xostprocess"))
     assert interpreter_threads(plain, 2) == 2
+
+
+
+def test_options_the_reader_cannot_take_as_numbers_keep_a_detector_on_one_thread(tmp_path):
+    """use_regular_nms stored as text (the kernel would parse it): interpreter_threads cannot tell, and one thread
+    answers right in either mode."""
+    from app.engines.litert import interpreter_threads
+
+    builder = flexbuffers.Builder()
+    with builder.Map():
+        for key, value in DEFAULT_OPTIONS.items():
+            if key == "use_regular_nms":
+                builder.String(key, "1")
+            else:
+                {bool: builder.Bool, int: builder.Int, float: builder.Float}[type(value)](key, value)
+    path = tmp_path / "text.tflite"
+    path.write_bytes(postprocess_alone(np.asarray(APART[:3], f32), 3, options_bytes=bytes(builder.Finish())))
+    assert interpreter_threads(path, 2) == 1

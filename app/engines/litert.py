@@ -15,9 +15,9 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
-from app.detection_postprocess import POSTPROCESS_OP, postprocess_ops, read_options
+from app.detection_postprocess import POSTPROCESS_OP, PostProcessError, postprocess_ops, read_options
 from app.errors import EngineLoadError
-from app.tflite_file import read_tflite
+from app.tflite_file import Operator, read_tflite
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +93,18 @@ def interpreter_threads(path: Path, threads: int) -> int:
     data = path.read_bytes()
     if POSTPROCESS_OP.encode() not in data:
         return threads
-    regular = [op for op in postprocess_ops(read_tflite(data).graph)
-               if read_options(op).use_regular_non_max_suppression]
+    regular = [op for op in postprocess_ops(read_tflite(data).graph) if _uses_regular_nms(op)]
     if not regular:
         return threads
     log.warning("%s: its %s uses regular NMS, which the TFLite runtime computes wrongly on several threads: "
                 "running it on 1 thread, not %d", path.name, POSTPROCESS_OP, threads)
     return 1
+
+
+def _uses_regular_nms(op: Operator) -> bool:
+    """Whether the kernel runs regular NMS; an option stored as something other than a number (which the kernel
+    would parse as text) counts as regular: one thread answers right either way."""
+    try:
+        return read_options(op).use_regular_non_max_suppression
+    except PostProcessError:
+        return True

@@ -9,6 +9,7 @@ a real socket, a bounded load loop runs while TPUs are unplugged and plugged bac
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import Counter
 
@@ -21,6 +22,7 @@ from app.errors import DeviceGone
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, Service
+from tests.doubles.apex_sysfs import fake_apex
 from tests.doubles.clock import FakeClock
 from tests.doubles.edgetpu_models import plain_as_compiled
 from tests.doubles.libedgetpu import DEVICES_FILE, PluggedTpus, libedgetpu_double  # noqa: F401
@@ -43,10 +45,10 @@ def pci(tmp_path, i: int) -> str:
 class Served:
     """A registry serving the default model with the Edge TPU plug-in on the double, its probe on a fake clock."""
 
-    def __init__(self, tmp_path, library, policy="fallback", backends=("edgetpu", "cpu"), devices=()):
+    def __init__(self, tmp_path, library, policy="fallback", backends=("edgetpu", "cpu"), devices=(), **edgetpu):
         settings = Settings(model_dir=plain_as_compiled(tmp_path / "models"), backends=list(backends), workers=1,
                             plugins={"edgetpu": dict(library=str(library), on_failure=policy, version_check="warn",
-                                                     probe_interval_s=INTERVAL_S, devices=list(devices))})
+                                                     probe_interval_s=INTERVAL_S, devices=list(devices), **edgetpu)})
         self.registry = Registry(settings)
         self.plugin = self.registry.plugins["edgetpu"]
         self.clock = FakeClock()
@@ -218,6 +220,23 @@ def test_the_probe_is_counted_on_metrics_and_shown_on_devices(tmp_path, tpus, li
     finally:
         served.close()
     assert served.plugin.prober.stopped  # the registry's close stops the probe
+
+
+def test_each_probe_round_reads_the_temperature_so_a_hot_tpu_is_logged_unasked(tmp_path, tpus, libedgetpu_double,
+                                                                               caplog):
+    node = tmp_path / "apex_0"
+    tpus.plug(f"pci:{node}")
+    sysfs = tmp_path / "sys"
+    fake_apex(sysfs, "apex_0", 52000)
+    served = Served(tmp_path, libedgetpu_double, apex_sysfs_dir=sysfs)
+    try:
+        caplog.set_level(logging.WARNING, logger="app.edgetpu.temperature")
+        fake_apex(sysfs, "apex_0", 86000)
+        served.one_interval()  # no /readyz, /metrics or /v1/devices asked: the probe read it
+        assert [r.getMessage() for r in caplog.records if r.name == "app.edgetpu.temperature"] == [
+            f"Edge TPU {served.plugin.temperatures.hot()['apex_0']}"]
+    finally:
+        served.close()
 
 
 # -- over a real socket, under load -----------------------------------------------------------------

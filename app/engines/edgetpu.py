@@ -3,19 +3,20 @@
 One engine = one interpreter bound to one TPU (the delegate opened with device ":N");
 the plug-in asks for one per TPU and the registry pools them, so requests spread over
 every TPU. Ops the compiler did not map run on the CPU kernels of the same interpreter.
-Running is the CPU engine's: set the input, invoke, copy the output; only loading differs.
+Running is the CPU engine's (set the input, invoke, copy the output), except that an invoke
+failing on a TPU that libedgetpu no longer lists is DeviceGone: its request goes to another TPU.
 
-The plug-in owns the start-up policy: library, version pair, devices and each model's
-compiled file are checked before anything loads; with EDGETPU_ON_FAILURE=fail a problem
-stops the service, with fallback the model is served on `cpu` (its plain int8 file) and
-readiness says so and why. It owns the inventory of TPUs (app/edgetpu/inventory.py): which ones this
-process serves on, listed again by a probe thread every PROBE_INTERVAL_S, so that TPUs plugged in,
-unplugged or missing at start are followed without a restart (the registry's pools follow `interpreters()`
-after each round; `mine()` is where a share of a host's TPUs between processes applies). It owns its settings (EdgeTpuSettings, EDGETPU_SERVE_EDGETPU_*), its
-report for GET /v1/devices, its gauges on /metrics, and is watched by the watchdog by default.
-It adds its keys to GET /v1/models, configured or not: each model's `edgetpu_estimate` (model.json)
-and, on every backend's entry, `edgetpu_view`: what edgetpu_compiler would map of the graph that
-backend parsed (the emulator's), null where the backend parsed none.
+The plug-in owns the start-up policy: library, version pair, devices and each model's compiled file
+are checked before anything loads; with EDGETPU_ON_FAILURE=fail a problem stops the service, with
+fallback the model is served on `cpu` (its plain int8 file) and readiness says so and why. It owns
+the inventory of TPUs (app/edgetpu/inventory.py): which ones this process serves on, listed again by
+a probe thread every PROBE_INTERVAL_S, so that TPUs plugged in, unplugged or missing at start are
+followed without a restart (the registry's pools follow `interpreters()` after each round; `mine()`
+is where a share of a host's TPUs between processes applies). It owns its settings (EdgeTpuSettings,
+EDGETPU_SERVE_EDGETPU_*), its report for GET /v1/devices, its gauges on /metrics, and is watched by
+the watchdog by default. It adds its keys to GET /v1/models, configured or not: each model's
+`edgetpu_estimate` (model.json) and, on every backend's entry, `edgetpu_view`: what edgetpu_compiler
+would map of the graph that backend parsed (the emulator's), null where the backend parsed none.
 """
 
 from __future__ import annotations
@@ -513,7 +514,8 @@ class EdgeTpuBackend(Backend):
         if inventory is None:
             return None
         counts = inventory.counts
-        return dict(interval_s=self.config.probe_interval_s, running=self.prober is not None and not self.prober.stopped,
+        running = self.prober is not None and not self.prober.stopped
+        return dict(interval_s=self.config.probe_interval_s, running=running,
                     last_probe=_utc(inventory.last_probe_at), in_service=len(inventory.in_service),
                     waiting_for=inventory.waiting_for, probes=dict(counts.probes), changes=dict(counts.changes),
                     error=inventory.error)

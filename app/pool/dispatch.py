@@ -74,8 +74,8 @@ class _Job:
     request giving up (`claim()` at its deadline, or when it is cancelled), whichever is first.
     The future is settled from any thread through `_notify`; only the loop touches it directly."""
 
-    __slots__ = ("inputs", "loop", "done", "pool", "member", "created_at", "queued_at", "taken_at", "invoking", "finished",
-                 "timer", "handed_back", "_token")
+    __slots__ = ("inputs", "loop", "done", "pool", "member", "created_at", "queued_at", "taken_at", "invoking",
+                 "finished", "timer", "handed_back", "_token")
 
     def __init__(self, inputs: Inputs | None, loop: asyncio.AbstractEventLoop, now: float, pool: EnginePool):
         self.inputs = inputs
@@ -515,7 +515,8 @@ class EnginePool:
             self._successor, self._refusing = None, None  # a device again: the line is this pool's again
             self._start(member)
             self.changed.notify_all()
-        log.info("%s: %s joined the pool (%d healthy)", self.label, member.where, len(self.members) - len(self.unhealthy))
+        log.info("%s: %s joined the pool (%d healthy)", self.label, member.where,
+                 len(self.members) - len(self.unhealthy))
         return True
 
     def leave(self, member: Member, problem: str, device: str | None = None) -> bool:

@@ -15,7 +15,6 @@ from collections import Counter
 
 import httpx
 import numpy as np
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.errors import DeviceGone
@@ -25,21 +24,11 @@ from tests.conftest import DEFAULT_MODEL, Service
 from tests.doubles.apex_sysfs import fake_apex
 from tests.doubles.clock import FakeClock
 from tests.doubles.edgetpu_models import plain_as_compiled
-from tests.doubles.libedgetpu import DEVICES_FILE, PluggedTpus, libedgetpu_double  # noqa: F401
+from tests.doubles.libedgetpu import libedgetpu_double, pci_tpu, plugged_tpus  # noqa: F401
 
 INTERVAL_S = 1.0
 EVENTUALLY_S = 30
 
-
-@pytest.fixture
-def tpus(tmp_path, monkeypatch) -> PluggedTpus:
-    plugged = PluggedTpus(tmp_path)
-    monkeypatch.setenv(DEVICES_FILE, str(plugged.file))
-    return plugged
-
-
-def pci(tmp_path, i: int) -> str:
-    return f"pci:{tmp_path / f'apex_{i}'}"
 
 
 class Served:
@@ -91,16 +80,16 @@ def devices_of(pool) -> list[tuple[str, bool]]:
     return [(m.device, m.healthy) for m in pool.members]
 
 
-def test_a_tpu_plugged_in_after_start_serves_within_one_probe_interval(tmp_path, tpus, libedgetpu_double):
+def test_a_tpu_plugged_in_after_start_serves_within_one_probe_interval(tmp_path, plugged_tpus, libedgetpu_double):
     """Fewer TPUs than EDGETPU_DEVICES names at start: it serves on those there (even with `fail`), and takes
     the other into service, loaded and warmed up, at the next probe round."""
-    a, b = pci(tmp_path, 0), pci(tmp_path, 1)
-    tpus.plug(a)
+    a, b = pci_tpu(tmp_path, 0), pci_tpu(tmp_path, 1)
+    plugged_tpus.plug(a)
     served = Served(tmp_path, libedgetpu_double, policy="fail", devices=["pci:0", "pci:1"])
     try:
         assert served.registry.ready() and served.plugin.inventory.waiting_for == ["pci:1"]
         assert devices_of(served.pool()) == [(str(tmp_path / "apex_0"), True)]
-        tpus.plug(b)
+        plugged_tpus.plug(b)
         served.one_interval()
         pool = served.pool()
         assert devices_of(pool) == [(str(tmp_path / "apex_0"), True), (str(tmp_path / "apex_1"), True)]
@@ -113,15 +102,15 @@ def test_a_tpu_plugged_in_after_start_serves_within_one_probe_interval(tmp_path,
         served.close()
 
 
-def test_a_model_on_its_cpu_fallback_at_start_moves_to_the_tpu_once_one_is_plugged_in(tmp_path, tpus,
-                                                                                      libedgetpu_double):
+def test_a_model_on_its_cpu_fallback_at_start_moves_to_the_tpu_once_one_is_plugged_in(
+        tmp_path, plugged_tpus, libedgetpu_double):
     served = Served(tmp_path, libedgetpu_double)
     try:
         status = served.status()
         assert status.state == "degraded" and "no Edge TPU found" in status.error
         assert "listed again every 1 s" in status.error and served.registry.default_backend == "cpu"
         assert [a[0] for a in served.requests(2)] == ["cpu", "cpu"]
-        tpus.plug(pci(tmp_path, 0))
+        plugged_tpus.plug(pci_tpu(tmp_path, 0))
         served.one_interval()
         version = served.registry.get(DEFAULT_MODEL)
         assert version.number == 2 and sorted(version.pools) == ["cpu", "edgetpu"] and not version.fallbacks
@@ -133,14 +122,14 @@ def test_a_model_on_its_cpu_fallback_at_start_moves_to_the_tpu_once_one_is_plugg
         served.close()
 
 
-def test_an_unplugged_tpu_leaves_its_requests_to_the_other_and_serves_again_once_back(tmp_path, tpus,
-                                                                                     libedgetpu_double):
-    a, b = pci(tmp_path, 0), pci(tmp_path, 1)
-    tpus.plug(a, b)
+def test_an_unplugged_tpu_leaves_its_requests_to_the_other_and_serves_again_once_back(
+        tmp_path, plugged_tpus, libedgetpu_double):
+    a, b = pci_tpu(tmp_path, 0), pci_tpu(tmp_path, 1)
+    plugged_tpus.plug(a, b)
     served = Served(tmp_path, libedgetpu_double)
     try:
         pool = served.pool()
-        tpus.unplug(a)
+        plugged_tpus.unplug(a)
         answers = served.requests(8)  # some reach the unplugged TPU first: they are answered by the other
         assert all(not isinstance(x, Exception) and x[0] == "edgetpu" for x in answers), answers
         served.one_interval()
@@ -152,7 +141,7 @@ def test_an_unplugged_tpu_leaves_its_requests_to_the_other_and_serves_again_once
         assert report[str(tmp_path / "apex_0")]["health"] == "missing"
         assert report[str(tmp_path / "apex_0")]["index"] is None
         assert report[str(tmp_path / "apex_1")]["health"] == "healthy"
-        tpus.plug(a)
+        plugged_tpus.plug(a)
         served.one_interval()
         assert devices_of(pool) == [(str(tmp_path / "apex_0"), True), (str(tmp_path / "apex_1"), True)]
         assert served.status().state == "ready" and pool.members[0].first_inference_ms > 0
@@ -162,20 +151,20 @@ def test_an_unplugged_tpu_leaves_its_requests_to_the_other_and_serves_again_once
         served.close()
 
 
-def test_the_last_tpu_unplugged_moves_the_model_to_its_fallback_and_back(tmp_path, tpus, libedgetpu_double):
-    a = pci(tmp_path, 0)
-    tpus.plug(a)
+def test_the_last_tpu_unplugged_moves_the_model_to_its_fallback_and_back(tmp_path, plugged_tpus, libedgetpu_double):
+    a = pci_tpu(tmp_path, 0)
+    plugged_tpus.plug(a)
     served = Served(tmp_path, libedgetpu_double)
     try:
         assert served.registry.default_backend == "edgetpu"
-        tpus.unplug(a)
+        plugged_tpus.unplug(a)
         answers = served.requests(6)  # the first finds the TPU gone and wakes the probe: none is lost
         assert all(not isinstance(x, Exception) and x[0] == "cpu" for x in answers), answers
         version = served.registry.get(DEFAULT_MODEL)
         assert list(version.pools) == ["cpu"] and served.registry.default_backend == "cpu"
         status = served.status()
         assert status.state == "degraded" and "edgetpu requested, serving on cpu: every edgetpu device" in status.error
-        tpus.plug(a)
+        plugged_tpus.plug(a)
         served.one_interval()
         assert served.registry.default_backend == "edgetpu" and served.status().state == "ready"
         assert [x[0] for x in served.requests(2)] == ["edgetpu", "edgetpu"]
@@ -183,29 +172,30 @@ def test_the_last_tpu_unplugged_moves_the_model_to_its_fallback_and_back(tmp_pat
         served.close()
 
 
-def test_without_a_fallback_the_last_tpu_unplugged_gets_503s_until_it_is_back(tmp_path, tpus, libedgetpu_double):
-    a = pci(tmp_path, 0)
-    tpus.plug(a)
+def test_without_a_fallback_the_last_tpu_unplugged_gets_503s_until_it_is_back(
+        tmp_path, plugged_tpus, libedgetpu_double):
+    a = pci_tpu(tmp_path, 0)
+    plugged_tpus.plug(a)
     served = Served(tmp_path, libedgetpu_double, policy="fail", backends=("edgetpu",))
     try:
-        tpus.unplug(a)
+        plugged_tpus.unplug(a)
         served.one_interval()
         answers = served.requests(3)
         assert all(isinstance(x, DeviceGone) and x.status == 503 and x.retry_after_s == 1 for x in answers), answers
         status = served.status()
         assert status.state == "unhealthy" and not served.registry.ready() and "not listed any more" in status.error
-        tpus.plug(a)
+        plugged_tpus.plug(a)
         served.one_interval()
         assert served.registry.ready() and [x[0] for x in served.requests(2)] == ["edgetpu", "edgetpu"]
     finally:
         served.close()
 
 
-def test_the_probe_is_counted_on_metrics_and_shown_on_devices(tmp_path, tpus, libedgetpu_double):
+def test_the_probe_is_counted_on_metrics_and_shown_on_devices(tmp_path, plugged_tpus, libedgetpu_double):
     served = Served(tmp_path, libedgetpu_double)
     try:
         served.one_interval()  # nothing there
-        tpus.plug(pci(tmp_path, 0))
+        plugged_tpus.plug(pci_tpu(tmp_path, 0))
         served.one_interval()  # one joins
         samples = {(s.name, tuple(s.labels.items())): s.value
                    for family in served.plugin.collect(served.registry.members("edgetpu")) for s in family.samples}
@@ -222,10 +212,10 @@ def test_the_probe_is_counted_on_metrics_and_shown_on_devices(tmp_path, tpus, li
     assert served.plugin.prober.stopped  # the registry's close stops the probe
 
 
-def test_each_probe_round_reads_the_temperature_so_a_hot_tpu_is_logged_unasked(tmp_path, tpus, libedgetpu_double,
-                                                                               caplog):
+def test_each_probe_round_reads_the_temperature_so_a_hot_tpu_is_logged_unasked(
+        tmp_path, plugged_tpus, libedgetpu_double, caplog):
     node = tmp_path / "apex_0"
-    tpus.plug(f"pci:{node}")
+    plugged_tpus.plug(f"pci:{node}")
     sysfs = tmp_path / "sys"
     fake_apex(sysfs, "apex_0", 52000)
     served = Served(tmp_path, libedgetpu_double, apex_sysfs_dir=sysfs)
@@ -280,13 +270,13 @@ class LoadLoop:
         return self.answers
 
 
-def hotplug_service(tmp_path, tpus, library, policy: str, backends: str) -> Service:
+def hotplug_service(tmp_path, plugged_tpus, library, policy: str, backends: str) -> Service:
     return Service({
         "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
         "EDGETPU_SERVE_BACKENDS": backends, "EDGETPU_SERVE_WORKERS": "1",
         "EDGETPU_SERVE_EDGETPU_LIBRARY": str(library), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
         "EDGETPU_SERVE_EDGETPU_ON_FAILURE": policy, "EDGETPU_SERVE_EDGETPU_PROBE_INTERVAL_S": "0.2",
-        **tpus.env(),
+        **plugged_tpus.env(),
     })
 
 
@@ -308,27 +298,27 @@ def metric(text: str, name: str, **labels) -> float:
     return 0.0
 
 
-def test_over_a_socket_tpus_unplugged_and_plugged_back_under_load_lose_no_request(tmp_path, tpus,
-                                                                                  libedgetpu_double, cat_png):
+def test_over_a_socket_tpus_unplugged_and_plugged_back_under_load_lose_no_request(
+        tmp_path, plugged_tpus, libedgetpu_double, cat_png):
     """Two TPUs and the CPU fallback (the images' settings): one TPU unplugged, then the other, then one
     plugged back, each while requests are in flight. Every request is answered 200: by a TPU, then by the
     CPU, then by the TPU again; /readyz and /v1/devices follow; the probe's metrics count it all."""
-    a, b = pci(tmp_path, 0), pci(tmp_path, 1)
-    tpus.plug(a, b)
-    service = hotplug_service(tmp_path, tpus, libedgetpu_double, "fallback", "edgetpu,cpu")
+    a, b = pci_tpu(tmp_path, 0), pci_tpu(tmp_path, 1)
+    plugged_tpus.plug(a, b)
+    service = hotplug_service(tmp_path, plugged_tpus, libedgetpu_double, "fallback", "edgetpu,cpu")
     try:
         service.wait_ready()
         with httpx.Client(base_url=service.url, timeout=30) as client:
             load = LoadLoop(service.url, cat_png.read_bytes())
             load.reached(20)
-            tpus.unplug(a)
+            plugged_tpus.unplug(a)
             load.reached(50)
             degraded = client.get("/readyz").json()["models"][DEFAULT_MODEL]
-            tpus.unplug(b)  # the last TPU: the model moves to the CPU
+            plugged_tpus.unplug(b)  # the last TPU: the model moves to the CPU
             on_cpu = wait_until(client, lambda m: list(m["models"][0]["backends"]) == ["cpu"],
                                 "the model's version on the CPU")["models"][0]
             load.reached(100)
-            tpus.plug(a)  # back: the model moves to the TPU again
+            plugged_tpus.plug(a)  # back: the model moves to the TPU again
             wait_until(client, lambda m: m["default_backend"] == "edgetpu", "back on the TPU")
             answers = load.finish()
             ready = client.get("/readyz")
@@ -356,19 +346,19 @@ def test_over_a_socket_tpus_unplugged_and_plugged_back_under_load_lose_no_reques
 
 
 def test_over_a_socket_without_a_fallback_an_unplugged_tpu_gets_503s_with_retry_after_none_lost(
-        tmp_path, tpus, libedgetpu_double, cat_png):
-    a = pci(tmp_path, 0)
-    tpus.plug(a)
-    service = hotplug_service(tmp_path, tpus, libedgetpu_double, "fail", "edgetpu")
+        tmp_path, plugged_tpus, libedgetpu_double, cat_png):
+    a = pci_tpu(tmp_path, 0)
+    plugged_tpus.plug(a)
+    service = hotplug_service(tmp_path, plugged_tpus, libedgetpu_double, "fail", "edgetpu")
     try:
         service.wait_ready()
         with httpx.Client(base_url=service.url, timeout=30) as client:
             load = LoadLoop(service.url, cat_png.read_bytes())
             load.reached(20)
-            tpus.unplug(a)
+            plugged_tpus.unplug(a)
             load.reached(60)
             gone = client.get("/readyz")
-            tpus.plug(a)
+            plugged_tpus.plug(a)
             answers = load.finish()
             for _ in range(int(EVENTUALLY_S / 0.05)):  # back within a few probe rounds
                 if client.get("/readyz").status_code == 200:

@@ -8,41 +8,30 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 
 from app.edgetpu.inventory import Change, Inventory, Prober
 from app.edgetpu.library import EdgeTpuLibrary
 from tests.doubles.clock import FakeClock
-from tests.doubles.libedgetpu import DEVICES_FILE, PluggedTpus, libedgetpu_double  # noqa: F401
+from tests.doubles.libedgetpu import libedgetpu_double, pci_tpu, plugged_tpus  # noqa: F401
 
 EVENTUALLY_S = 10
 
-
-@pytest.fixture
-def tpus(tmp_path, monkeypatch) -> PluggedTpus:
-    plugged = PluggedTpus(tmp_path)
-    monkeypatch.setenv(DEVICES_FILE, str(plugged.file))
-    return plugged
-
-
-def pci(tmp_path, i: int) -> str:
-    return f"pci:{tmp_path / f'apex_{i}'}"
 
 
 def paths(targets) -> list[str]:
     return [t.device.path for t in targets]
 
 
-def test_tpus_join_and_leave_as_they_are_listed(tmp_path, tpus, libedgetpu_double):
+def test_tpus_join_and_leave_as_they_are_listed(tmp_path, plugged_tpus, libedgetpu_double):
     inventory = Inventory(EdgeTpuLibrary(str(libedgetpu_double)), [], lambda found: found)
     assert inventory.take() == Change() and inventory.in_service == []
-    tpus.plug(pci(tmp_path, 0))
+    plugged_tpus.plug(pci_tpu(tmp_path, 0))
     change = inventory.take()
     assert paths(change.joined) == [str(tmp_path / "apex_0")] and change.left == ()
-    tpus.plug(pci(tmp_path, 1))
+    plugged_tpus.plug(pci_tpu(tmp_path, 1))
     assert paths(inventory.take().joined) == [str(tmp_path / "apex_1")]
     assert not inventory.take()  # nothing changed
-    tpus.unplug(pci(tmp_path, 0))
+    plugged_tpus.unplug(pci_tpu(tmp_path, 0))
     change = inventory.take()
     assert paths(change.left) == [str(tmp_path / "apex_0")] and change.joined == ()
     (remaining,) = inventory.in_service
@@ -52,18 +41,18 @@ def test_tpus_join_and_leave_as_they_are_listed(tmp_path, tpus, libedgetpu_doubl
     assert inventory.last_probe_at is not None
 
 
-def test_a_requested_tpu_not_there_yet_is_waited_for(tmp_path, tpus, libedgetpu_double):
-    tpus.plug(pci(tmp_path, 0))
+def test_a_requested_tpu_not_there_yet_is_waited_for(tmp_path, plugged_tpus, libedgetpu_double):
+    plugged_tpus.plug(pci_tpu(tmp_path, 0))
     inventory = Inventory(EdgeTpuLibrary(str(libedgetpu_double)), ["pci:0", "pci:1"], lambda found: found)
     inventory.take()
     assert paths(inventory.in_service) == [str(tmp_path / "apex_0")] and inventory.waiting_for == ["pci:1"]
-    tpus.plug(pci(tmp_path, 1))
+    plugged_tpus.plug(pci_tpu(tmp_path, 1))
     assert paths(inventory.take().joined) == [str(tmp_path / "apex_1")] and inventory.waiting_for == []
 
 
-def test_a_tpu_listed_but_not_openable_is_refused_with_the_fix_until_it_is(tmp_path, tpus, libedgetpu_double):
+def test_a_tpu_listed_but_not_openable_is_refused_with_the_fix_until_it_is(tmp_path, plugged_tpus, libedgetpu_double):
     node = tmp_path / "dev" / "apex_0"
-    tpus.plug(f"pci:{node}")  # PluggedTpus makes the node... unless its directory is missing
+    plugged_tpus.plug(f"pci:{node}")  # listed, but its node's directory is missing here
     inventory = Inventory(EdgeTpuLibrary(str(libedgetpu_double)), [], lambda found: found)
     inventory.take()
     assert inventory.in_service == []
@@ -73,29 +62,30 @@ def test_a_tpu_listed_but_not_openable_is_refused_with_the_fix_until_it_is(tmp_p
     assert paths(inventory.take().joined) == [str(node)] and inventory.refused == {}
 
 
-def test_the_process_serves_on_the_tpus_its_one_choice_gives(tmp_path, tpus, libedgetpu_double):
+def test_the_process_serves_on_the_tpus_its_one_choice_gives(tmp_path, plugged_tpus, libedgetpu_double):
     """`choose` is the plug-in's one place for a share of the host's TPUs: it applies to every listing."""
-    tpus.plug(pci(tmp_path, 0), pci(tmp_path, 1))
+    plugged_tpus.plug(pci_tpu(tmp_path, 0), pci_tpu(tmp_path, 1))
     inventory = Inventory(EdgeTpuLibrary(str(libedgetpu_double)), [], lambda found: found[1:])
     inventory.take()
     assert paths(inventory.in_service) == [str(tmp_path / "apex_1")]
-    tpus.plug(pci(tmp_path, 2))
+    plugged_tpus.plug(pci_tpu(tmp_path, 2))
     assert paths(inventory.take().joined) == [str(tmp_path / "apex_2")]
 
 
-def test_an_invoke_that_failed_asks_whether_its_tpu_is_gone_and_wakes_the_probe(tmp_path, tpus, libedgetpu_double):
-    tpus.plug(pci(tmp_path, 0))
+def test_an_invoke_that_failed_asks_whether_its_tpu_is_gone_and_wakes_the_probe(
+        tmp_path, plugged_tpus, libedgetpu_double):
+    plugged_tpus.plug(pci_tpu(tmp_path, 0))
     inventory = Inventory(EdgeTpuLibrary(str(libedgetpu_double)), [], lambda found: found)
     woken = threading.Event()
     inventory.wake = woken.set
     inventory.take()
     assert not inventory.gone(str(tmp_path / "apex_0")) and not woken.is_set()
-    tpus.unplug(pci(tmp_path, 0))
+    plugged_tpus.unplug(pci_tpu(tmp_path, 0))
     assert inventory.gone(str(tmp_path / "apex_0")) and woken.is_set()
 
 
-def test_a_listing_that_fails_keeps_what_is_in_service_and_is_counted(tmp_path, tpus, libedgetpu_double):
-    tpus.plug(pci(tmp_path, 0))
+def test_a_listing_that_fails_keeps_what_is_in_service_and_is_counted(tmp_path, plugged_tpus, libedgetpu_double):
+    plugged_tpus.plug(pci_tpu(tmp_path, 0))
     inventory = Inventory(EdgeTpuLibrary(str(libedgetpu_double)), [":0", "pci:0"], lambda found: found)
     assert not inventory.take()  # two specs naming one TPU: the listing cannot be used
     assert "name the same Edge TPU" in inventory.error and inventory.counts.probes["failed"] == 1

@@ -335,14 +335,7 @@ class EnginePool:
     def _adopt(self, job: _Job) -> None:
         """A job from a pool that handed its line over: into this line, under this pool's deadlines."""
         job.pool = self
-        successor = self._successor
-        if successor is not None:
-            return successor._adopt(job)
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:  # never while admission bounds both lines; answered rather than lost
-            if job.claim():
-                _notify(job, job.done, error=Busy(f"{self.label}: the line is full", self.retry_after_s))
+        self._hand_back(job)
 
     async def _outcome(self, job: _Job) -> RunResult:
         # The first check comes at the earlier deadline: a job taken at once has its invoke

@@ -91,3 +91,17 @@ class PluggedTpus:
 
     def env(self) -> dict[str, str]:
         return {DEVICES_FILE: str(self.file)}
+
+
+@pytest.fixture
+def plugged_tpus(tmp_path, monkeypatch) -> PluggedTpus:
+    """No TPU plugged in yet. The double in this process reads its list from the file; give a service
+    started by the test `plugged_tpus.env()`."""
+    plugged = PluggedTpus(tmp_path)
+    monkeypatch.setenv(DEVICES_FILE, str(plugged.file))
+    return plugged
+
+
+def pci_tpu(directory: Path, i: int) -> str:
+    """The i-th PCIe TPU's entry, its node a file in `directory`."""
+    return f"pci:{directory / f'apex_{i}'}"

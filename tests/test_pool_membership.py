@@ -16,6 +16,7 @@ import pytest
 
 from app.engines import TensorSpec
 from app.errors import Busy, DeviceGone
+from app.pipeline import Pipeline
 from app.pool import EnginePool, Interpreter, Stage
 
 EVENTUALLY_S = 10
@@ -30,7 +31,7 @@ class UnpluggableEngineDouble:
         self.number = number
         self.device = f"tpu{number}"
         self.inputs = (TensorSpec("in", SPEC_SHAPE, np.dtype(np.uint8), 1.0, 0),)
-        self.outputs = (TensorSpec("out", (1, 1), np.dtype(np.uint8), 1.0, 0),)
+        self.outputs = (TensorSpec("out", SPEC_SHAPE, np.dtype(np.uint8), 1.0, 0),)  # a pipeline's stages chain
         self.plugged = True
         self.hold = threading.Event()     # set: the next run waits in the device
         self.inside = threading.Event()   # set once a held run is inside
@@ -46,7 +47,7 @@ class UnpluggableEngineDouble:
         if not self.plugged:
             raise DeviceGone(f"{self.device} is gone", device=self.device)
         self.runs += 1
-        return [np.full((1, 1), self.number, np.uint8)]
+        return [np.full(SPEC_SHAPE, self.number, np.uint8)]
 
     def close(self):
         self.closed.set()
@@ -196,3 +197,27 @@ def test_a_request_whose_every_device_leaves_in_turn_is_answered_503_not_lost():
 
     asyncio.run(scenario())  # handed back MAX_HAND_BACKS times, then answered
     assert all(not m.healthy for m in members)
+
+
+def test_a_pipeline_whose_segment_device_leaves_is_repaired_in_place_and_loses_no_request():
+    """A segmented model on two TPUs: the second unplugged under a request, which waits in line while the
+    pipeline is out (its first segment staying loaded), and is answered once that segment is re-created."""
+    first, second = UnpluggableEngineDouble(0), UnpluggableEngineDouble(1)
+    pipeline = Pipeline("m/edgetpu", [Stage(first, 1.0, device="tpu0", index=0),
+                                      Stage(second, 1.0, device="tpu1", index=1)])
+    pool = pool_of(pipeline)
+    second.plugged = False
+    back = UnpluggableEngineDouble(1)
+
+    async def scenario():
+        request = asyncio.ensure_future(pool.run([x()]))
+        await asyncio.to_thread(lambda: pool.wait_until(lambda: not pipeline.healthy, EVENTUALLY_S))
+        assert pipeline.departed and "tpu1 not listed any more" in pipeline.problem and not request.done()
+        renewed = pipeline.renew(lambda stage: Stage(back, 1.0, device=stage.device, index=stage.index))
+        assert renewed is pipeline and pool.replace(pipeline, renewed)
+        return await request
+
+    result = asyncio.run(scenario())
+    assert answered_by(result) == 1 and back.runs == 1
+    assert pipeline.stages[0].engine is first and first.runs == 2  # kept loaded: its segment ran again
+    pool.close()

@@ -292,15 +292,6 @@ class EdgeTpuBackend(Backend):
         self.temperatures = TemperatureWatch(self.config.apex_sysfs_dir, self.config.temperature_warn_celsius,
                                              f"{ENV_PREFIX}{KEY.upper()}_TEMPERATURE_WARN_CELSIUS")
 
-    @property
-    def environment(self) -> EdgeTpuEnvironment | None:
-        """The library, its version pair and the TPUs in service now."""
-        if self.checked is None or self.inventory is None:
-            return None
-        checked = self.checked
-        return EdgeTpuEnvironment(checked.library, checked.version, checked.pinned_set, self.inventory.listed,
-                                  self.inventory.in_service)
-
     def mine(self, found: list[Target]) -> list[Target]:
         """Which of the TPUs found (listed, and named by EDGETPU_DEVICES) this process serves on: every one.
         The one place that chooses, at start and at each probe round alike: where several processes share

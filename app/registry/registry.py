@@ -463,8 +463,9 @@ class Registry:
         """Every device of `key` serving the model left: to the fallback its plug-in's policy gives (the
         requests waiting meanwhile go to the version's pool on that backend, if it has one), or the requests
         waiting are answered now (503 + Retry-After) and the model waits, unhealthy, for a device."""
-        gone = DeviceGone(f"every {key} device serving it left: "
-                          + "; ".join(f"{m.where} {m.problem}" for m in pool.members), self.settings.retry_after_s)
+        devices = ", ".join(dict.fromkeys(s.device for m in pool.members for s in m.stages if s.device))
+        gone = DeviceGone(f"every {key} device serving it left ({devices}): not listed any more (unplugged?); "
+                          "until one is back", self.settings.retry_after_s)
         fallback = self.plugins[key].fall_back(name, gone)
         if fallback is None or fallback.backend is None:
             refused = pool.refuse_waiting(str(gone))

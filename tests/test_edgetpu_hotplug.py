@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import threading
 from collections import Counter
+from pathlib import Path
 
 import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.errors import DeviceGone
+from app.model_dir import add_files, read_model_dir, segment_kind
 from app.registry import Registry
 from app.settings import Settings
-from tests.conftest import DEFAULT_MODEL, Service
+from converter.segment import segment_model_dir
+from tests.conftest import DEFAULT_MODEL, MODELS, Service
 from tests.doubles.apex_sysfs import fake_apex
 from tests.doubles.clock import FakeClock
 from tests.doubles.edgetpu_models import plain_as_compiled
@@ -34,8 +38,11 @@ EVENTUALLY_S = 30
 class Served:
     """A registry serving the default model with the Edge TPU plug-in on the double, its probe on a fake clock."""
 
-    def __init__(self, tmp_path, library, policy="fallback", backends=("edgetpu", "cpu"), devices=(), **edgetpu):
-        settings = Settings(model_dir=plain_as_compiled(tmp_path / "models"), backends=list(backends), workers=1,
+    def __init__(self, tmp_path, library, policy="fallback", backends=("edgetpu", "cpu"), devices=(), models=None,
+                 name=DEFAULT_MODEL, **edgetpu):
+        self.name = name
+        settings = Settings(model_dir=models or plain_as_compiled(tmp_path / "models"), backends=list(backends),
+                            workers=1,
                             plugins={"edgetpu": dict(library=str(library), on_failure=policy, version_check="warn",
                                                      probe_interval_s=INTERVAL_S, devices=list(devices), **edgetpu)})
         self.registry = Registry(settings)
@@ -54,16 +61,16 @@ class Served:
         assert prober.wait_rounds(done + 1, EVENTUALLY_S)
 
     def pool(self, backend="edgetpu"):
-        return self.registry.get(DEFAULT_MODEL).pool(backend)
+        return self.registry.get(self.name).pool(backend)
 
     def status(self):
-        return self.registry.status(DEFAULT_MODEL)
+        return self.registry.status(self.name)
 
     def requests(self, count: int, backend: str | None = None) -> list:
         """`count` requests at once through the registry, as the core makes them: (backend, result) or the error."""
 
         async def one():
-            async with self.registry.lease(DEFAULT_MODEL, backend) as lease:
+            async with self.registry.lease(self.name, backend) as lease:
                 result = await lease.run([np.full(lease.input.shape, 127, np.uint8)])
                 return lease.backend, result
 
@@ -225,6 +232,47 @@ def test_each_probe_round_reads_the_temperature_so_a_hot_tpu_is_logged_unasked(
         served.one_interval()  # no /readyz, /metrics or /v1/devices asked: the probe read it
         assert [r.getMessage() for r in caplog.records if r.name == "app.edgetpu.temperature"] == [
             f"Edge TPU {served.plugin.temperatures.hot()['apex_0']}"]
+    finally:
+        served.close()
+
+
+def segmented_as_compiled(root: Path, segments: int) -> str:
+    """The default model cut into `segments` (python -m converter segment's own function), each plain segment
+    listed as its compiled file too, as for the whole model; its name."""
+    whole = root / "whole"
+    shutil.copytree(MODELS / DEFAULT_MODEL, whole / DEFAULT_MODEL)
+    name = f"{DEFAULT_MODEL}_x{segments}"
+    segment_model_dir(whole / DEFAULT_MODEL, root / "models" / name, segments)
+    model = read_model_dir(root / "models" / name)
+    add_files(model.path, {segment_kind("edgetpu", i): (p.name.replace(".tflite", "_edgetpu.tflite"), p.read_bytes())
+                           for i, p in enumerate(model.segment_files("int8"))})
+    return name
+
+
+def test_a_segmented_model_moves_to_its_tpus_once_it_has_one_per_segment_and_off_them_when_one_leaves(
+        tmp_path, plugged_tpus, libedgetpu_double):
+    name = segmented_as_compiled(tmp_path, 3)
+    a, b, c = (pci_tpu(tmp_path, i) for i in range(3))
+    plugged_tpus.plug(a, b)
+    served = Served(tmp_path, libedgetpu_double, models=tmp_path / "models", name=name)
+    try:
+        status = served.status()
+        assert status.state == "degraded" and "cut into 3 segments, one per TPU, and 2 TPU(s)" in status.error
+        plugged_tpus.plug(c)
+        served.one_interval()
+        (pipeline,) = served.pool().members
+        assert [s.device for s in pipeline.stages] == [str(tmp_path / f"apex_{i}") for i in range(3)]
+        assert served.status().state == "ready" and [x[0] for x in served.requests(2)] == ["edgetpu", "edgetpu"]
+        plugged_tpus.unplug(b)
+        # The double's delegate takes nothing of a middle segment (no uint8/int8 QUANTIZE there), so no invoke
+        # fails: the probe finds the TPU gone (the pool's own path, an invoke failing, is test_pool_membership's)
+        served.one_interval()
+        assert served.status().error.startswith("edgetpu requested, serving on cpu: every edgetpu device")
+        answers = served.requests(4)
+        assert all(not isinstance(x, Exception) and x[0] == "cpu" for x in answers), answers
+        plugged_tpus.plug(b)
+        served.one_interval()
+        assert served.status().state == "ready" and [x[0] for x in served.requests(2)] == ["edgetpu", "edgetpu"]
     finally:
         served.close()
 

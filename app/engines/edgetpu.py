@@ -328,9 +328,20 @@ class EdgeTpuBackend(Backend):
         for name, model_dir in models.items():
             try:
                 check_compiled_model(model_dir, checked)
+                if (few := self._too_few(model_dir, len(targets))) is not None:
+                    raise EdgeTpuUnavailable(few + self._probe_note())
             except (EdgeTpuUnavailable, ModelDirError) as e:
                 fallbacks[name] = self._fallback([name], e)
         return fallbacks
+
+    @staticmethod
+    def _too_few(model_dir: ModelDir, tpus: int) -> str | None:
+        """A model cut into more segments (one per TPU, app/pipeline.py) than TPUs in service: why."""
+        segments = model_dir.manifest.segments
+        if segments is None or tpus >= segments.count:
+            return None
+        return (f"model {model_dir.name!r} is cut into {segments.count} segments, one per TPU, and {tpus} TPU(s) "
+                "are in service. Fix: plug in more TPUs, or segment it into fewer parts")
 
     def _no_tpu(self) -> EdgeTpuUnavailable:
         """Why no TPU is in service now, as the start-up check says it: none listed, a spec that names none,
@@ -360,10 +371,8 @@ class EdgeTpuBackend(Backend):
         targets = self.inventory.in_service
         if not targets:
             return Fallback(self.fallback_backend, str(self._no_tpu()))
-        segments = model_dir.manifest.segments
-        if segments is not None and len(targets) < segments.count:
-            return Fallback(self.fallback_backend, f"model {model_dir.name!r} is cut into {segments.count} "
-                                                   f"segments, one per TPU, and {len(targets)} TPU(s) are in service")
+        if (few := self._too_few(model_dir, len(targets))) is not None:
+            return Fallback(self.fallback_backend, few + self._probe_note())
         try:
             check_compiled_model(model_dir, self.checked)
         except (EdgeTpuUnavailable, ModelDirError) as e:

@@ -2,7 +2,7 @@
 
 The custom operator (tensorflow/lite/kernels/detection_postprocess.cc) decodes an SSD head's box
 encodings against its anchors and keeps the best boxes by non-maximum suppression. It runs on the
-CPU: edgetpu_compiler leaves it after the Edge TPU's part, by design. Three facts about it are used
+CPU: an accelerator's compiler leaves it after the part it maps, by design. Three facts about it are used
 all over the project, so they live here, once:
 
 - its name, the custom code a file gives it (POSTPROCESS_OP);

@@ -62,6 +62,16 @@ class DeviceHung(Busy):
     """An invoke outlived the watchdog: its device is out of the pool until it is re-created."""
 
 
+class DeviceGone(Busy):
+    """A device left while serving (a USB Accelerator unplugged): its interpreters are out of the pool. A
+    request inside one is handed to another interpreter, or to the backend the model falls back to; with
+    none left, a 503 with Retry-After, until a device is back."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0, device: str | None = None):
+        super().__init__(message, retry_after_s)
+        self.device = device  # the device that left, as the plug-in names it (Backend.device)
+
+
 class InvokeTimeout(Busy):
     """An invoke outlived its deadline on a backend without a watchdog: the request is answered."""
 

@@ -1,6 +1,6 @@
 """Does a pipeline of K devices run at the pace of its slowest segment? Simulated devices, side by side.
 
-A model cut into K segments (converter/segment.py, the committed model's own cuts and costs)
+A model cut into K segments (converter/segment.py, with converter/segment_plan.py's cuts and costs)
 runs on K simulated devices (bench/simulated_device.py: a device takes D ms with the GIL
 released); segment i takes D_i = D x its share of the model's cost. Ideal throughput is
 1 / max(D_i); one device running the whole model manages 1 / D. Both are driven through the

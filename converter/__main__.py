@@ -75,12 +75,19 @@ def _sub(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from converter.builds import BUILDS
-    from converter.compile import DEFAULT_COMPILER_TIMEOUT_S
-
+    """The command line: one subcommand per step of the way from a trained model to an Edge TPU."""
     parser = argparse.ArgumentParser(prog="python -m converter", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_build, _add_quantize, _add_import, _add_inspect, _add_compile, _add_segment, _add_evaluate,
+                _add_estimate):
+        add(sub)
+    return parser
+
+
+def _add_build(sub) -> None:
+    """`build NAME`: a default model from its recipe."""
+    from converter.builds import BUILDS
 
     build = _sub(sub, "build", "rebuild a default model from its recipe",
                  "python -m converter build fashion_mnist --out models")
@@ -99,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="fashion_mnist: folder with the four *-ubyte.gz files "
                             "(default: /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist)")
 
+
+def _add_quantize(sub) -> None:
+    """`quantize MODEL`: a float model, calibrated on the user's images, into a model directory."""
     q = _sub(sub, "quantize", "full-integer quantize a Keras, SavedModel, PyTorch (.pt2) or ONNX model into a model "
                               "directory, then check it (int8 vs float agreement, Edge TPU mapping)",
              "python -m converter quantize model.keras --calibration photos/ --name flowers --labels labels.txt "
@@ -131,6 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--licence", required=True, help="licence of the weights")
     q.add_argument("--description", default="", help="one line about the model")
 
+
+def _add_import(sub) -> None:
+    """`import FILE [FILE]`: a .tflite the user already has, served as it is."""
     imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier "
                               "or a detector ending in TFLite_Detection_PostProcess) -> a model directory, served as it is",
                "python -m converter import mobilenet_v1_1.0_224_quant.tflite --name mobilenet_v1 --labels labels.txt")
@@ -157,10 +170,18 @@ def _parser() -> argparse.ArgumentParser:
                      help="a classifier's output (default: read from the graph; asked for where a compiled file hides it)")
     imp.add_argument("--replace", action="store_true", help="replace <out>/<name>/ whole if it exists")
 
+
+def _add_inspect(sub) -> None:
+    """`inspect MODEL`: the offline Edge TPU analysis."""
     inspect = _sub(sub, "inspect", "offline Edge TPU analysis of a .tflite: which ops would map, and why not",
                    "python -m converter inspect models/fashion_mnist/fashion_mnist_int8.tflite --json")
     inspect.add_argument("model", type=Path, help="a .tflite file (plain int8, or already compiled)")
     inspect.add_argument("--json", action="store_true", help="print the analysis as JSON instead of a table")
+
+
+def _add_compile(sub) -> None:
+    """`compile MODEL_DIR`: edgetpu_compiler, with its flags passed through."""
+    from converter.compile import DEFAULT_COMPILER_TIMEOUT_S
 
     c = _sub(sub, "compile", "compile a model directory's int8 model with edgetpu_compiler",
              "python -m converter compile models/fashion_mnist --compiler /usr/bin/edgetpu_compiler")
@@ -180,6 +201,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--ignore-compiler-version", action="store_true",
                    help="compile even if edgetpu_compiler -v is not the pinned version (recorded in model.json)")
 
+
+def _add_segment(sub) -> None:
+    """`segment MODEL --out DIR`: a model cut into K segments for a pipeline of K devices."""
     seg = _sub(sub, "segment", "cut a full-int8 model into K sequential segments, served as a pipeline of K devices",
                "python -m converter segment models/efficientnet_lite0 --segments 3 --out models/efficientnet_lite0_x3")
     seg.add_argument("model", type=Path, help="models/<name> (or a bare int8 .tflite: segment files and segments.json)")
@@ -195,6 +219,9 @@ def _parser() -> argparse.ArgumentParser:
     seg.add_argument("--ignore-compiler-version", action="store_true",
                      help="compile even if edgetpu_compiler -v is not the pinned version")
 
+
+def _add_evaluate(sub) -> None:
+    """`evaluate MODEL_DIR --data DATA`: float vs int8 accuracy."""
     e = _sub(sub, "evaluate", "float vs int8 accuracy on a labelled dataset, recorded in model.json",
              "python -m converter evaluate models/fashion_mnist "
              "--data /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
@@ -210,6 +237,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.add_argument("--no-record", action="store_true", help="do not write the figures into model.json")
 
+
+def _add_estimate(sub) -> None:
+    """`estimate MODEL`: the Edge TPU latency, estimated from the model's structure."""
     est = _sub(sub, "estimate", "estimate the Edge TPU latency per invoke (USB 3, USB 2, PCIe, Dev Board) from the "
                                 "model's structure, with the estimate's stated error",
                "python -m converter estimate models/mobilenet_v2 --json")
@@ -217,7 +247,6 @@ def _parser() -> argparse.ArgumentParser:
     est.add_argument("--json", action="store_true", help="print the estimate as JSON")
     est.add_argument("--record", action="store_true",
                      help="model directory: write the estimate into its model.json (edgetpu_estimate)")
-    return parser
 
 
 def run_build(args: argparse.Namespace) -> Path:
@@ -475,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     from converter.mobilenet_v2 import WeightsError
     from converter.photos import PhotosNotInstalled
     from converter.quantize import QuantizeError
-    from converter.segment import SegmentError
+    from converter.segment_plan import SegmentError
 
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)

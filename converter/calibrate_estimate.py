@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.detection_postprocess import POSTPROCESS_OP
 from converter import estimate
 from converter.estimate import CALIBRATED_LINKS, LINK_SHORT, PER_LINK, SHARED, SIZES, Arrays, Hardware
 from converter.estimate_features import ModelFeatures
@@ -43,7 +44,6 @@ DATA = Path(__file__).resolve().parent / "data"
 MEASUREMENTS_FILE = DATA / "edgetpu_measurements.json"
 FEATURES_FILE = DATA / "estimate_features.json"
 CALIBRATION_SAMPLES = 2
-POSTPROCESS = "TFLite_Detection_PostProcess"
 CHILD_TIMEOUT_S = 3600
 
 # The fit minimises a robust (soft L1) loss of log(estimated / measured): a figure that no setting of the hardware
@@ -127,7 +127,7 @@ def with_postprocess(model, anchors: int, classes: int):
     from converter.estimate_features import ELEMENTWISE, OpFeatures
 
     detections = SSD_MAX_DETECTIONS
-    op = OpFeatures(index=len(model.ops), opcode=POSTPROCESS, kind=ELEMENTWISE, macs=0,
+    op = OpFeatures(index=len(model.ops), opcode=POSTPROCESS_OP, kind=ELEMENTWISE, macs=0,
                     param_bytes=anchors * 4 * 4,  # the anchors, a float32 constant [anchors, 4]
                     out_elements=detections * 4 + detections * 2 + 1, on_tpu=False,
                     in_elements=anchors * (4 + classes))

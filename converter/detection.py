@@ -14,12 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from app.detection_postprocess import find_postprocess_op, outputs_by_role
 from app.model_dir import DetectionAgreement, InputSpec
-
-POSTPROCESS = "TFLite_Detection_PostProcess"
-# The op's outputs, in the order its kernel writes them (detection_postprocess.cc): whatever order a file lists
-# its subgraph's outputs in, the op's own output list says which is which.
-OUTPUT_ROLES = ("boxes", "classes", "scores", "count")
+from app.tflite_file import read_tflite
 
 
 @dataclass(frozen=True)
@@ -40,29 +37,17 @@ class Detections:
 
 
 def postprocess_outputs(tflite: bytes | Path) -> dict[str, str]:
-    """Role (boxes, classes, scores, count) -> output tensor name, read from the post-process op's outputs."""
-    from app.tflite_file import read_tflite
-
-    graph = read_tflite(tflite).graph
-    ops = [op for op in graph.operators if op.opcode == POSTPROCESS]
-    if len(ops) != 1:
-        raise ValueError(f"expected one {POSTPROCESS} op, found {len(ops)}")
-    outputs = ops[0].outputs
-    if len(outputs) != len(OUTPUT_ROLES):
-        raise ValueError(f"{POSTPROCESS} has {len(outputs)} outputs, expected {len(OUTPUT_ROLES)}")
-    return {role: graph.tensors[i].name for role, i in zip(OUTPUT_ROLES, outputs)}
+    """model.json's `outputs`: role (boxes, classes, scores, count) -> output tensor name, read from the post-process
+    op's own outputs (ValueError when the model has not exactly one such op with its four outputs)."""
+    return {role: tensor.name for role, tensor in outputs_by_role(read_tflite(tflite).graph).items()}
 
 
 def describe(tflite: bytes) -> dict:
     """model.json's `quantization` of a detector: operators, the integer input, and a check that float tensors appear
     only where the post-process op needs them (its dequantized inputs, its anchors, its outputs)."""
-    from app.tflite_file import read_tflite
-
     graph = read_tflite(tflite).graph
-    ops = [op for op in graph.operators if op.opcode == POSTPROCESS]
-    if len(ops) != 1:
-        raise ValueError(f"expected one {POSTPROCESS} op, found {len(ops)}")
-    allowed = set(ops[0].inputs) | set(ops[0].outputs)
+    postprocess = find_postprocess_op(graph)
+    allowed = set(postprocess.inputs) | set(postprocess.outputs)
     stray = [t.name for t in graph.tensors if t.type.startswith("FLOAT") and t.index not in allowed]
     if stray:
         raise ValueError(f"not a full-integer detector: float tensors before the post-process op: {stray[:5]}")

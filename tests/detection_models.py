@@ -27,10 +27,9 @@ import flatbuffers.flexbuffers as flexbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from app.detection_postprocess import OUTPUT_ROLES, POSTPROCESS_OP
 from tests.tflite_builder import GraphBuilder
 
-POSTPROCESS = "TFLite_Detection_PostProcess"
-ROLES = ("boxes", "classes", "scores", "count")  # the op's outputs, in its order
 # subgraph output order, by exporter: TF1 object-detection export, and TF2 / Model Maker exports
 OUTPUT_ORDERS = {
     "tf1": ("boxes", "classes", "scores", "count"),
@@ -104,12 +103,12 @@ def tiny_detector(size: int = 16, order: str = "tf1", feed: str = "dequantize", 
         anchors = g.tensor("anchors", [n, 4], "FLOAT32", data=grid)
     m = options["max_detections"] * options["max_classes_per_detection"]
     outs = {
-        "boxes": g.tensor(POSTPROCESS, [1, m, 4], "FLOAT32"),
-        "classes": g.tensor(f"{POSTPROCESS}:1", [1, m], "FLOAT32"),
-        "scores": g.tensor(f"{POSTPROCESS}:2", [1, m], "FLOAT32"),
-        "count": g.tensor(f"{POSTPROCESS}:3", [1], "FLOAT32"),
+        "boxes": g.tensor(POSTPROCESS_OP, [1, m, 4], "FLOAT32"),
+        "classes": g.tensor(f"{POSTPROCESS_OP}:1", [1, m], "FLOAT32"),
+        "scores": g.tensor(f"{POSTPROCESS_OP}:2", [1, m], "FLOAT32"),
+        "count": g.tensor(f"{POSTPROCESS_OP}:3", [1], "FLOAT32"),
     }
-    g.op("CUSTOM", [encodings, predictions, anchors], [outs[r] for r in ROLES], custom_code=POSTPROCESS)
+    g.op("CUSTOM", [encodings, predictions, anchors], [outs[r] for r in OUTPUT_ROLES], custom_code=POSTPROCESS_OP)
     op = g.operators[-1]
     op.customOptions = list(postprocess_options(**options))
     op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
@@ -170,7 +169,7 @@ def _feed(g: GraphBuilder, tensor: int, feed: str) -> int:
 
 def output_names(order: str = "tf1") -> dict[str, str]:
     """model.json's `outputs` for tiny_detector(order=...): role -> tensor name (the same for every order)."""
-    return {role: POSTPROCESS if i == 0 else f"{POSTPROCESS}:{i}" for i, role in enumerate(ROLES)}
+    return {role: POSTPROCESS_OP if i == 0 else f"{POSTPROCESS_OP}:{i}" for i, role in enumerate(OUTPUT_ROLES)}
 
 
 def square_image(size: int, top: int, left: int, side: int) -> np.ndarray:
@@ -205,9 +204,9 @@ def postprocess_alone(anchors: np.ndarray, columns: int, *, encodings: str = "FL
     anchor_tensor = tensor("anchors", [n, 4], anchor_type, anchors_q, data=anchors)
     m = max(int(options["max_detections"] or 0) * int(options["max_classes_per_detection"] or 0), 0)
     shapes = [[1, m, 4], [1, m], [1, m], [1]] if output_shapes else [[]] * 4
-    outs = {role: g.tensor(POSTPROCESS if i == 0 else f"{POSTPROCESS}:{i}", shapes[i], "FLOAT32")
-            for i, role in enumerate(ROLES)}
-    g.op("CUSTOM", [box_input, class_input, anchor_tensor], [outs[r] for r in ROLES], custom_code=POSTPROCESS)
+    outs = {role: g.tensor(POSTPROCESS_OP if i == 0 else f"{POSTPROCESS_OP}:{i}", shapes[i], "FLOAT32")
+            for i, role in enumerate(OUTPUT_ROLES)}
+    g.op("CUSTOM", [box_input, class_input, anchor_tensor], [outs[r] for r in OUTPUT_ROLES], custom_code=POSTPROCESS_OP)
     op = g.operators[-1]
     op.customOptions = list(options_bytes if options_bytes is not None else postprocess_options(**options))
     op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.detection_postprocess import POSTPROCESS_OP
 from converter import calibrate_estimate as calibrate
 from converter import estimate
 from converter.estimate_architectures import ARCHITECTURES, SSD_CLASSES
@@ -101,7 +102,7 @@ def test_built_architectures_match_their_papers(features, key, macs, params):
 def test_ssd_detectors_end_in_the_postprocess_op_on_the_cpu(features, key):
     model = ModelFeatures.from_dict(features[key]["features"])
     tail = model.ops[-1]
-    assert tail.opcode == calibrate.POSTPROCESS and not tail.on_tpu
+    assert tail.opcode == POSTPROCESS_OP and not tail.on_tpu
     assert all(op.on_tpu for op in model.ops[:-1])
     # 1917 anchors at 300x300; box encodings and 91 class scores cross back over the link as uint8
     assert tail.in_elements == 1917 * (4 + SSD_CLASSES) == model.tpu_handoff_bytes
@@ -113,7 +114,7 @@ def test_with_postprocess_appends_the_op_and_hands_back_the_head():
     head = ModelFeatures(ops=(OpFeatures(0, "CONV_2D", "conv", 100, 10, 50, True, 9, 4, 20),),
                          input_bytes=20, output_bytes=50, peak_activation_bytes=70)
     detector = calibrate.with_postprocess(head, anchors=10, classes=3)
-    assert [op.opcode for op in detector.ops] == ["CONV_2D", calibrate.POSTPROCESS]
+    assert [op.opcode for op in detector.ops] == ["CONV_2D", POSTPROCESS_OP]
     assert detector.ops[-1].in_elements == 10 * 7 and detector.tpu_handoff_bytes == 50
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from converter import detection
-from tests.detection_models import OUTPUT_ORDERS, POSTPROCESS, output_names, tiny_detector
+from app.detection_postprocess import POSTPROCESS_OP
+from tests.detection_models import OUTPUT_ORDERS, output_names, tiny_detector
 
 
 @pytest.mark.parametrize("order", sorted(OUTPUT_ORDERS))
@@ -16,7 +17,7 @@ def test_the_outputs_are_named_by_the_ops_own_outputs_whatever_the_subgraphs_ord
 def test_a_detector_is_described_by_its_operators_and_its_integer_input(feed):
     report = detection.describe(tiny_detector(feed=feed))
     feeds = {"dequantize": {"QUANTIZE": 1, "DEQUANTIZE": 2}, "uint8": {"QUANTIZE": 3}}[feed]  # + the image's QUANTIZE
-    assert report["operators"] == {"CONV_2D": 2, "LOGISTIC": 1, "RESHAPE": 2, POSTPROCESS: 1, **feeds}
+    assert report["operators"] == {"CONV_2D": 2, "LOGISTIC": 1, "RESHAPE": 2, POSTPROCESS_OP: 1, **feeds}
     assert report["input"] == {"dtype": "uint8", "shape": [1, 16, 16, 3], "scale": pytest.approx(1 / 255),
                                "zero_point": 0}
 
@@ -24,7 +25,7 @@ def test_a_detector_is_described_by_its_operators_and_its_integer_input(feed):
 def test_a_classifier_is_not_a_detector():
     from tests.tflite_builder import conv_chain
 
-    with pytest.raises(ValueError, match=f"expected one {POSTPROCESS} op, found 0"):
+    with pytest.raises(ValueError, match=f"expected one {POSTPROCESS_OP} op, found 0"):
         detection.describe(conv_chain())
 
 

@@ -19,10 +19,11 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter as RealInterpreter
 from ai_edge_litert.interpreter import OpResolverType
 
+from app.detection_postprocess import OUTPUT_ROLES
 from app.emulator import Interpreter, InvokeFailed, UnsupportedOperators, libm
 from app.emulator.kernels.detection import decreasing_partial_arg_sort
 from tests.conftest import ROOT
-from tests.detection_models import (DEFAULT_OPTIONS, ENCODINGS_Q, OUTPUT_ORDERS, ROLES, SCORES_Q, grid_anchors,
+from tests.detection_models import (DEFAULT_OPTIONS, ENCODINGS_Q, OUTPUT_ORDERS, SCORES_Q, grid_anchors,
                                     postprocess_alone, square_image, ssd_anchors, ssd_like_head, tiny_detector)
 from tests.emulator_cases import reference  # noqa: F401 (fixture)
 from tests.emulator_cases import run_emulator
@@ -60,7 +61,7 @@ def assert_same_detections(expected: list[np.ndarray], got: list[np.ndarray], op
                            zeros_elsewhere: bool = True) -> dict[str, np.ndarray]:
     """Equal bytes in every row the kernel writes, zeros in the emulator's other rows; the kernel's outputs by role."""
     expected, got = by_role(expected, order), by_role(got, order)
-    for role in ROLES:
+    for role in OUTPUT_ROLES:
         assert got[role].dtype == expected[role].dtype == np.float32
         assert got[role].shape == expected[role].shape, role
     assert got["count"].tobytes() == expected["count"].tobytes(), (got["count"], expected["count"])
@@ -514,7 +515,7 @@ def test_each_option_changes_the_output_and_matches(option):
         columns = 4 if options["num_classes"] == 3 else 3
         model = postprocess_alone(anchors, columns, **options)
         kernel = check(model, [encodings, scores[:, :, :columns]], options)
-        outputs.append(b"".join(kernel[role].tobytes() for role in ROLES))
+        outputs.append(b"".join(kernel[role].tobytes() for role in OUTPUT_ROLES))
     assert outputs[0] != outputs[1]
 
 
@@ -634,3 +635,21 @@ def test_the_cpu_engine_runs_a_regular_nms_detector_on_one_thread(tmp_path):
     plain.write_bytes(postprocess_alone(np.asarray(APART[:3], f32), 5, num_classes=4).replace(
         b"TFLite_Detection_PostProcess", b"TFLite_Detection_Xostprocess"))
     assert interpreter_threads(plain, 2) == 2
+
+
+
+def test_options_the_reader_cannot_take_as_numbers_keep_a_detector_on_one_thread(tmp_path):
+    """use_regular_nms stored as text (the kernel would parse it): interpreter_threads cannot tell, and one thread
+    answers right in either mode."""
+    from app.engines.litert import interpreter_threads
+
+    builder = flexbuffers.Builder()
+    with builder.Map():
+        for key, value in DEFAULT_OPTIONS.items():
+            if key == "use_regular_nms":
+                builder.String(key, "1")
+            else:
+                {bool: builder.Bool, int: builder.Int, float: builder.Float}[type(value)](key, value)
+    path = tmp_path / "text.tflite"
+    path.write_bytes(postprocess_alone(np.asarray(APART[:3], f32), 3, options_bytes=bytes(builder.Finish())))
+    assert interpreter_threads(path, 2) == 1

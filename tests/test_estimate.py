@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.detection_postprocess import POSTPROCESS_OP
 from app.model_dir import Manifest, read_model_dir
 from converter import estimate
 from converter.__main__ import main
 from converter.estimate_features import ModelFeatures, OpFeatures, features, features_of_file
 from app.tflite_file import read_tflite
-from tests.detection_models import OUTPUT_ORDERS, POSTPROCESS, tiny_detector
+from tests.detection_models import OUTPUT_ORDERS, tiny_detector
 from tests.tflite_builder import conv_chain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,21 +168,21 @@ def test_a_detector_is_the_edge_tpu_part_plus_the_postprocess_op_on_the_cpu(orde
     model = features(read_tflite(tiny_detector(order=order, feed=feed)))
     result = estimate.estimate_features(model)
     assert result["ops"]["cpu"] == (3 if feed == "dequantize" else 1)
-    (tail,) = [op for op in result["cpu_ops"] if op["opcode"] == POSTPROCESS]
+    (tail,) = [op for op in result["cpu_ops"] if op["opcode"] == POSTPROCESS_OP]
     assert tail["index"] == len(model.ops) - 1
     for link in estimate.LINKS:
         assert tail["ms"][link] > 0 and result["latency_ms"][link] > sum(op["ms"][link] for op in result["cpu_ops"])
     # the CPU reads the box encodings and class scores: 16 anchors x (4 + 2 classes + background) bytes come back
     assert model.tpu_handoff_bytes == 16 * (4 + 3)
     text = estimate.render(result, "tiny")
-    assert f"on the CPU after the Edge TPU: {POSTPROCESS}" in text and "included above" in text
+    assert f"on the CPU after the Edge TPU: {POSTPROCESS_OP}" in text and "included above" in text
 
 
 def test_the_postprocess_op_costs_more_with_more_anchors_and_on_slower_hosts():
     small = estimate.estimate_features(features(read_tflite(tiny_detector(size=16))))
     large = estimate.estimate_features(features(read_tflite(tiny_detector(size=64))))
     def cost(result, link):
-        return next(op["ms"][link] for op in result["cpu_ops"] if op["opcode"] == POSTPROCESS)
+        return next(op["ms"][link] for op in result["cpu_ops"] if op["opcode"] == POSTPROCESS_OP)
 
     assert cost(large, "usb3") > 5 * cost(small, "usb3")  # 256 anchors against 16
     assert cost(large, "usb2") > cost(large, "rpi4") > cost(large, "usb3")
@@ -194,7 +195,7 @@ def test_coral_ssd_estimate_includes_its_stated_postprocess_cost():
     model = ModelFeatures.from_dict(read_features()["SSDMobileNetV1"]["features"])
     result = estimate.estimate_features(model)
     (tail,) = result["cpu_ops"]
-    assert tail["opcode"] == POSTPROCESS
+    assert tail["opcode"] == POSTPROCESS_OP
     assert 0.1 < tail["ms"]["usb3"] < 5 and tail["ms"]["usb2"] > 3 * tail["ms"]["usb3"]
     # Coral's reference figures for this model: 10.02 ms (Xeon, USB 3) and 62.6 ms (Raspberry Pi 3 B, USB 2)
     assert 10.02 / 2 < result["latency_ms"]["usb3"] < 10.02 * 2
@@ -206,7 +207,7 @@ def test_segment_costs_cost_a_cpu_tail_at_its_host_time(tmp_path):
     path.write_bytes(tiny_detector())
     costs = estimate.segment_costs(path)
     model = features_of_file(path)
-    assert len(costs) == len(model.ops) and costs[-1] > 0 and model.ops[-1].opcode == POSTPROCESS
+    assert len(costs) == len(model.ops) and costs[-1] > 0 and model.ops[-1].opcode == POSTPROCESS_OP
 
 
 def test_size_classes():

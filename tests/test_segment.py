@@ -1,5 +1,5 @@
-"""converter/segment.py: where a model can be cut, how the cuts are balanced, and that the
-segments of the committed models are valid int8 models that, chained, compute the whole model's
+"""converter/segment_plan.py: where a model can be cut and how the cuts are balanced; converter/segment.py: that
+the segments of the committed models are valid int8 models that, chained, compute the whole model's
 output byte for byte (here on the TFLite CPU kernels; served, in tests/test_pipeline.py).
 
 The Edge TPU compiler is tests/doubles/edgetpu_compiler_double.py, a TEST DOUBLE: it compiles
@@ -20,7 +20,8 @@ from ai_edge_litert.interpreter import Interpreter
 from app.model_dir import add_files, read_model_dir, segment_kind
 from app.tflite_file import read_tflite
 from converter.__main__ import main
-from converter.segment import (
+from converter.segment import segment_bytes, segment_filename, segment_model_dir
+from converter.segment_plan import (
     COST_ESTIMATE,
     COST_PARAMS_MACS,
     Cut,
@@ -28,9 +29,6 @@ from converter.segment import (
     balance,
     cut_points,
     params_and_macs,
-    segment_bytes,
-    segment_filename,
-    segment_model_dir,
 )
 from tests.conftest import MODELS
 from tests.doubles import edgetpu_compiler_double

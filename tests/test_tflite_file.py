@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+from app.detection_postprocess import POSTPROCESS_OP
 from app.tflite_file import TfliteFileError, read_tflite
 from tests.conftest import DEFAULT_MODEL, MODELS
-from tests.detection_models import DEFAULT_OPTIONS, POSTPROCESS, tiny_detector
+from tests.detection_models import DEFAULT_OPTIONS, tiny_detector
 from tests.doubles.compiled_model_double import CUSTOM_OP, compiled_model_bytes
 from tests.tflite_builder import GraphBuilder
 
@@ -88,7 +89,7 @@ def test_custom_ops_keep_their_code_and_options():
 def test_custom_options_read_as_a_flexbuffer_map(model):
     detector = read_tflite(tiny_detector(max_detections=7, use_regular_nms=True))
     op = detector.graph.operators[-1]
-    assert op.custom and op.opcode == POSTPROCESS
+    assert op.custom and op.opcode == POSTPROCESS_OP
     assert op.custom_options_map() == {**DEFAULT_OPTIONS, "max_detections": 7, "use_regular_nms": True}
     assert model.graph.operators[0].custom_options_map() == {}  # a builtin operator: none
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from app.detection_postprocess import POSTPROCESS_OP
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
 from app.tflite_file import Operator, Subgraph, Tensor, TfliteModel, read_tflite, schema
 
@@ -90,8 +91,7 @@ COMPILED_ELSEWHERE = "not part of the compiled Edge TPU op: runs on the CPU"
 # Operators that run on the host after the Edge TPU's part by design: a detector's box decoding and
 # non-maximum suppression, and the DEQUANTIZE that feeds it or makes a float output. When everything
 # after the partition is such an operator, the partition ends where the model means it to.
-POSTPROCESS = "TFLite_Detection_PostProcess"
-HOST_TAIL_OPS = frozenset({POSTPROCESS, "DEQUANTIZE"})
+HOST_TAIL_OPS = frozenset({POSTPROCESS_OP, "DEQUANTIZE"})
 HOST_HEAD = "float input quantized on the CPU before the Edge TPU's part (edgetpu_compiler leaves it there), as intended"
 HOST_TAIL = "runs on the CPU after the Edge TPU's part ({opcode}: host post-processing), as intended"
 

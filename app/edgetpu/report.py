@@ -58,6 +58,21 @@ class DeviceOut(BaseModel):
     interpreters: list[InterpreterOut]
     temperature: TemperatureOut | None = Field(
         default=None, description="PCIe TPUs: the driver's temperature, trip points and warning levels")
+    problem: str | None = Field(default=None, description="why this process does not use a TPU it lists (no "
+                                                          "access to its device node, say), with the fix")
+
+
+class ProbeOut(BaseModel):
+    """The probe that lists the TPUs again while the service runs (EDGETPU_SERVE_EDGETPU_PROBE_INTERVAL_S)."""
+
+    interval_s: float = Field(description="seconds between rounds; 0: off, the TPUs found at start only")
+    running: bool
+    last_probe: str | None = Field(description="when the TPUs were last listed (UTC)")
+    in_service: int = Field(description="TPUs this process serves on now")
+    waiting_for: list[str] = Field(description="EDGETPU_SERVE_EDGETPU_DEVICES specs that name no TPU now")
+    probes: dict[str, int] = Field(description="rounds since start by result: unchanged, changed, failed")
+    changes: dict[str, int] = Field(description="TPUs that joined and left since start")
+    error: str | None = Field(description="why the last listing failed, if it did")
 
 
 class EdgeTpuReport(BaseModel):
@@ -65,4 +80,6 @@ class EdgeTpuReport(BaseModel):
     tflite_runtime: RuntimeOut | None
     pinned_set: VersionSet | None = Field(description="the known-good set libedgetpu and the runtime match")
     devices: list[DeviceOut]
+    probe: ProbeOut | None = Field(default=None, description="the TPUs followed while serving; null when "
+                                                             "libedgetpu was not usable at start")
     error: str | None = Field(description="why the Edge TPU backend cannot be used here, if it cannot")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -171,6 +171,22 @@ class Backend:
         """`backend` failed to load `path`: a clearer error if this plug-in recognises why (a file
         made for its device, given to another backend), else None."""
         return None
+
+    def follow(self, listener: Callable[[bool], bool | None]) -> None:
+        """Follow this backend's devices while the service runs (a plug-in whose devices come and go: TPUs
+        plugged in and unplugged): look at them again now and then, on a thread of its own, and after each
+        look call `listener(changed)`, `changed` saying whether the devices in use changed, so that the
+        registry's pools follow `interpreters()` and models move between their fallback and this backend.
+        A listener that returns False is gone: stop. By default nothing: devices that never change."""
+
+    def recheck(self, model_dir: ModelDir) -> Fallback | None:
+        """A model this backend handed to another one: None when it can serve it now (its devices changed),
+        else the fallback that still holds. Never raises."""
+        reason = model_dir.missing(self.model_file)
+        return None if reason is None else Fallback(None, reason)
+
+    def close(self) -> None:
+        """Stop what `follow` started (the registry's close)."""
 
     def device_problems(self) -> dict[str, str]:
         """Devices that still serve but are in trouble now (a TPU running hot), by device as device()

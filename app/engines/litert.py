@@ -15,7 +15,9 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
+from app.detection_postprocess import POSTPROCESS_OP, PostProcessError, postprocess_ops, read_options
 from app.errors import EngineLoadError
+from app.tflite_file import Operator, read_tflite
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +81,6 @@ def runtime() -> Runtime:
     )
 
 
-POSTPROCESS = "TFLite_Detection_PostProcess"
-
-
 def interpreter_threads(path: Path, threads: int) -> int:
     """The thread count to give an interpreter of this file: `threads`, but 1 for a detector whose
     TFLite_Detection_PostProcess uses regular NMS. ai-edge-litert 2.3.0's multi-threaded regular NMS never
@@ -92,14 +91,20 @@ def interpreter_threads(path: Path, threads: int) -> int:
     if threads <= 1:
         return threads
     data = path.read_bytes()
-    if POSTPROCESS.encode() not in data:
+    if POSTPROCESS_OP.encode() not in data:
         return threads
-    from app.tflite_file import read_tflite  # the flatbuffer reader, only for a detector
-
-    regular = [op for op in read_tflite(data).graph.operators
-               if op.opcode == POSTPROCESS and op.custom_options_map().get("use_regular_nms")]
+    regular = [op for op in postprocess_ops(read_tflite(data).graph) if _uses_regular_nms(op)]
     if not regular:
         return threads
     log.warning("%s: its %s uses regular NMS, which the TFLite runtime computes wrongly on several threads: "
-                "running it on 1 thread, not %d", path.name, POSTPROCESS, threads)
+                "running it on 1 thread, not %d", path.name, POSTPROCESS_OP, threads)
     return 1
+
+
+def _uses_regular_nms(op: Operator) -> bool:
+    """Whether the kernel runs regular NMS; an option stored as something other than a number (which the kernel
+    would parse as text) counts as regular: one thread answers right either way."""
+    try:
+        return read_options(op).use_regular_non_max_suppression
+    except PostProcessError:
+        return True

@@ -45,6 +45,7 @@ class RunResult:
     cold: bool
     queue_ms: float = 0.0  # from the request's queueing to an interpreter taking it
     segments_ms: list[float] | None = None  # a pipeline: each segment's invoke, in order
+    backend: str | None = None  # the backend of the pool whose member ran it (a pool hands its line over)
 
 
 class Member(ABC):
@@ -60,6 +61,9 @@ class Member(ABC):
         self.lanes = lanes
         self.healthy = True
         self.problem: str | None = None  # why it is unhealthy
+        # Out because a device of it left (unplugged), not because it hung: it comes back re-created when the
+        # device is listed again (or a new device takes its place); the watchdog re-creates only hung ones.
+        self.departed = False
         self.first_inference_ms: float | None = None
         self.threads: list[threading.Thread] = []  # the pool's, one per lane
         self.live_lanes = 0  # of those threads, the ones still running (the pool counts them)
@@ -144,7 +148,7 @@ class Interpreter(Member):
 
 
 def timed_run(member: Member, inputs: Sequence[np.ndarray], clock: Callable[[], float],
-              queue_ms: float = 0.0) -> RunResult:
+              queue_ms: float = 0.0, backend: str | None = None) -> RunResult:
     """One run, timed by `clock` (seconds); the member's first one is its cold start."""
     cold = not member.warm
     start = clock()
@@ -152,5 +156,5 @@ def timed_run(member: Member, inputs: Sequence[np.ndarray], clock: Callable[[], 
     elapsed = (clock() - start) * 1000
     if cold:
         member.first_inference_ms = elapsed
-    return RunResult(outputs, elapsed, cold, queue_ms, segments_ms)
+    return RunResult(outputs, elapsed, cold, queue_ms, segments_ms, backend)
 

@@ -109,7 +109,7 @@ class Loader:
         pool = EnginePool(f"{model_dir.name}/{key}", members, settings.max_waiting, settings.wait_timeout_s,
                           settings.retry_after_s, watchdog, invoke_timeout_s=settings.invoke_timeout_s,
                           max_queue_ms=settings.max_queue_ms,
-                          thread_nice=settings.compute_nice if plugin.host_cpu else 0)
+                          thread_nice=settings.compute_nice if plugin.host_cpu else 0, backend=key)
         try:
             quantizer = InputQuantizer(model_dir.manifest.input, image.dtype, image.scale, image.zero_point)
             if warm_up:

@@ -32,10 +32,13 @@ def current_status(stored: ModelStatus, version: ModelVersion | None,
         state = "degraded"
     for backend, pool in version.pools.items():
         sick = pool.unhealthy  # interpreters, or pipelines with a segment lost: every kind of member alike
-        if sick:
+        if sick:  # hung and being re-created, or a device gone (unplugged): fewer serve, or none
             notes.append(f"{backend}: " + "; ".join(f"{m.where} {m.problem}" for m in sick))
-            if len(sick) == len(pool.members):
-                state = "unhealthy"
+            everyone = len(sick) == len(pool.members)
+            if everyone and pool.handed_to:  # its requests go to the backend the model moves to
+                notes.append(f"{backend} requested, serving on {pool.handed_to}")
+            state = ("unhealthy" if everyone and not pool.handed_to else
+                     "degraded" if state == "ready" else state)
         troubled = (device_problems or {}).get(backend, {})
         for device in dict.fromkeys(s.device for m in pool.members for s in m.stages if s.device in troubled):
             notes.append(f"{backend}: {troubled[device]}")

@@ -124,13 +124,21 @@ class Lease:
     async def run(self, inputs: Sequence[np.ndarray]) -> RunResult:
         """Every input tensor through one member of the pool, within the pool's deadlines: every output."""
         self.admit()  # a no-op when taken already (a batch takes all its places first)
-        return await self.place.run(inputs)
+        return self._ran_on(await self.place.run(inputs))
 
     async def run_after(self, prepare: Callable[[], Sequence[np.ndarray]], executor: Executor) -> RunResult:
         """`prepare()` on an `executor` thread, its tensors then straight through a member;
         the place in line is taken first, before `prepare()` does any work."""
         self.admit()
-        return await self.place.run_after(prepare, executor)
+        return self._ran_on(await self.place.run_after(prepare, executor))
+
+    def _ran_on(self, result: RunResult) -> RunResult:
+        """A pool whose every device left hands its line to the version's pool on the backend the model falls
+        back to (EnginePool.hand_over): the answer then says the backend that ran it, and its outputs are read
+        with that pool's roles."""
+        if result.backend is not None and result.backend != self.backend and result.backend in self.version.pools:
+            self.backend, self.pool = result.backend, self.version.pools[result.backend]
+        return result
 
     @contextmanager
     def another(self, backend: str | None = None) -> Iterator[Lease]:

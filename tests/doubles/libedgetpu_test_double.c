@@ -11,6 +11,10 @@
  *   EDGETPU_TEST_DOUBLE_DEVICES  comma-separated TYPE:PATH, TYPE = usb | pci,
  *                                e.g. "usb:/sys/bus/usb/devices/2-1,pci:/dev/apex_0";
  *                                unset or empty = no device.
+ *   EDGETPU_TEST_DOUBLE_DEVICES_FILE  a file read again at every call, holding the same list
+ *                                (commas or newlines between entries): TPUs plugged in and
+ *                                unplugged while a process runs. When set, it replaces
+ *                                EDGETPU_TEST_DOUBLE_DEVICES; a missing file = no device.
  *   EDGETPU_TEST_DOUBLE_VERSION  what edgetpu_version() returns.
  *   EDGETPU_TEST_DOUBLE_OPEN     "fail": every delegate creation fails (as when the
  *                                device exists but cannot be opened).
@@ -32,6 +36,9 @@
  * Everything else stays on the runtime's CPU kernels. So a request served through it really runs delegated kernels
  * (counted, and logged per device), and a wrong computation or a missing delegate shows in
  * the outputs or the counts; the TPU's own arithmetic is still not modelled.
+ * A delegate remembers the path of the TPU it opened; once that TPU is no longer listed (unplugged),
+ * each invoke of its kernels fails (kTfLiteError, and the error reported to the runtime), as a
+ * real invoke on a TPU that left does.
  * Device selection follows libedgetpu's rules for the "device" option ("", ":N", "usb",
  * "usb:N", "pci", "pci:N"): a spec that names no listed device gives no delegate.
  *
@@ -62,18 +69,42 @@ struct edgetpu_device {
 
 static int live_device_lists = 0;
 
-/* Parses EDGETPU_TEST_DOUBLE_DEVICES; the caller frees with edgetpu_free_devices. */
+/* The list as text: the file's content when EDGETPU_TEST_DOUBLE_DEVICES_FILE is set, else the
+ * variable; NULL = no device. The caller frees it. */
+static char* device_spec(void) {
+  const char* file = getenv("EDGETPU_TEST_DOUBLE_DEVICES_FILE");
+  if (file == NULL) {
+    const char* spec = getenv("EDGETPU_TEST_DOUBLE_DEVICES");
+    return spec ? strdup(spec) : NULL;
+  }
+  FILE* f = fopen(file, "r");
+  if (f == NULL) return NULL;
+  size_t capacity = 256, size = 0;
+  char* text = malloc(capacity);
+  size_t got;
+  while ((got = fread(text + size, 1, capacity - size - 1, f)) > 0) {
+    size += got;
+    if (size + 1 == capacity) text = realloc(text, capacity *= 2);
+  }
+  fclose(f);
+  text[size] = '\0';
+  return text;
+}
+
+/* Parses the list (device_spec); the caller frees with edgetpu_free_devices. */
 struct edgetpu_device* edgetpu_list_devices(size_t* num_devices) {
   *num_devices = 0;
-  const char* spec = getenv("EDGETPU_TEST_DOUBLE_DEVICES");
-  if (spec == NULL || *spec == '\0') return NULL;
+  char* copy = device_spec();
+  if (copy == NULL || *copy == '\0') {
+    free(copy);
+    return NULL;
+  }
 
   size_t capacity = 1;
-  for (const char* c = spec; *c; ++c) capacity += (*c == ',');
+  for (const char* c = copy; *c; ++c) capacity += (*c == ',' || *c == '\n');
   struct edgetpu_device* devices = calloc(capacity + 1, sizeof *devices);
-  char* copy = strdup(spec);
   char* save = NULL;
-  for (char* item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+  for (char* item = strtok_r(copy, ",\n", &save); item; item = strtok_r(NULL, ",\n", &save)) {
     char* colon = strchr(item, ':');
     if (colon == NULL) continue;
     *colon = '\0';
@@ -206,7 +237,8 @@ typedef struct TfLiteDelegateParams {
 
 /* What the double keeps per delegate (TfLiteDelegate.data_). */
 typedef struct {
-  char device[64];
+  char device[64];  /* the "device" option it was created with */
+  char path[512];   /* the listed TPU that option selected */
 } DoubleDelegate;
 
 #define EDGETPU_CUSTOM_OP "edgetpu-custom-op"
@@ -314,9 +346,24 @@ static void log_invocation(TfLiteContext* context, const TfLiteDelegate* delegat
   fclose(f);
 }
 
+/* Whether a TPU of this path is listed now. */
+static bool listed(const char* path) {
+  size_t count = 0;
+  struct edgetpu_device* devices = edgetpu_list_devices(&count);
+  bool found = false;
+  for (size_t i = 0; i < count && !found; ++i) found = strcmp(devices[i].path, path) == 0;
+  edgetpu_free_devices(devices);
+  return found;
+}
+
 /* q_out = clamp(round_half_away(s_in / s_out * (q_in - zp_in)) + zp_out) */
 static int kernel_invoke(TfLiteContext* context, TfLiteNode* node) {
   const DelegatedKernel* kernel = node->user_data;
+  const DoubleDelegate* opened = node->delegate->data_;
+  if (!listed(opened->path)) { /* unplugged since the delegate was created */
+    context->ReportError(context, "edgetpu test double: the Edge TPU %s is gone", opened->path);
+    return kTfLiteError;
+  }
   for (int k = 0; k < kernel->count; ++k) {
     const TfLiteTensor* in = &context->tensors[kernel->nodes[k].input];
     if (kernel->nodes[k].custom) { /* the stand-in: output byte i = input byte i, cycling */
@@ -371,8 +418,9 @@ static int delegate_prepare(TfLiteContext* context, TfLiteDelegate* delegate) {
   return status;
 }
 
-/* Index of the listed device a "device" option names, or -1 (libedgetpu's rules). */
-static int select_device(const char* option) {
+/* Index of the listed device a "device" option names, or -1 (libedgetpu's rules); its path is
+ * copied to `path` (`size` bytes) when found. */
+static int select_device(const char* option, char* path, size_t size) {
   size_t count = 0;
   struct edgetpu_device* devices = edgetpu_list_devices(&count);
   int chosen = -1;
@@ -397,6 +445,7 @@ static int select_device(const char* option) {
     if (index == -1 || seen == index) { chosen = (int)i; break; }
     ++seen;
   }
+  if (chosen >= 0) snprintf(path, size, "%s", devices[chosen].path);
   edgetpu_free_devices(devices);
   return chosen;
 }
@@ -419,13 +468,14 @@ void* tflite_plugin_create_delegate(char** options_keys, char** options_values,
   for (size_t i = 0; i < num_options; ++i)
     if (strcmp(options_keys[i], "device") == 0) device = options_values[i];
   const char* open = getenv("EDGETPU_TEST_DOUBLE_OPEN");
-  if (select_device(device) < 0 || (open != NULL && strcmp(open, "fail") == 0)) {
+  DoubleDelegate* data = calloc(1, sizeof *data);
+  if (select_device(device, data->path, sizeof data->path) < 0 || (open != NULL && strcmp(open, "fail") == 0)) {
     log_line("refused", options_keys, options_values, num_options);
+    free(data);
     return NULL;
   }
   /* Larger than this file's TfLiteDelegate: fields a newer runtime appends read as zero. */
   TfLiteDelegate* delegate = calloc(1, DELEGATE_BYTES);
-  DoubleDelegate* data = calloc(1, sizeof *data);
   snprintf(data->device, sizeof data->device, "%s", device ? device : "");
   delegate->data_ = data;
   delegate->Prepare = delegate_prepare;

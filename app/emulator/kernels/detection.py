@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.detection_postprocess import POSTPROCESS_OP, PostProcessOptions, read_options
 from app.emulator import libm
 from app.emulator.errors import InvokeFailed, Unsupported
 from app.emulator.kernels.common import OpView, Step
@@ -50,80 +51,8 @@ from app.tflite_file import Tensor, TfliteFileError
 
 f32 = np.float32
 f64 = np.float64
-POSTPROCESS = "TFLite_Detection_PostProcess"
-NUM_DETECTIONS_PER_CLASS = 100  # kNumDetectionsPerClass: detections_per_class when the options leave it out
 NUM_COORD_BOX = 4
 INT32_MAX = 2**31 - 1
-
-
-# ---- options: flexbuffers' As* conversions, as the kernel's Init reads them ----
-
-def as_int32(value) -> int:
-    """flexbuffers Reference::AsInt32: a missing key is 0, a bool 0/1, a float truncated, the rest wrapped to int32."""
-    if value is None:
-        return 0
-    if isinstance(value, float):
-        if not np.isfinite(value) or abs(value) >= 2.0**63:
-            raise Unsupported(f"option value {value} does not convert to an integer")
-        value = int(value)  # static_cast<int64_t>: toward zero
-    if not isinstance(value, (bool, int)):
-        raise Unsupported(f"option value {value!r} is not a number")
-    return int(np.array(int(value) & 0xFFFFFFFF, np.uint32).view(np.int32))
-
-
-def as_float(value) -> np.float32:
-    """flexbuffers Reference::AsFloat: a missing key is 0, ints and bools converted, doubles rounded to float."""
-    if value is None:
-        return f32(0.0)
-    if not isinstance(value, (bool, int, float)):
-        raise Unsupported(f"option value {value!r} is not a number")
-    return f32(float(value))
-
-
-def as_bool(value) -> bool:
-    """flexbuffers Reference::AsBool: a bool as stored, anything else AsUInt64() != 0 (0.5 is false)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, float):
-        return bool(np.isfinite(value)) and int(value) != 0
-    if isinstance(value, int):
-        return value != 0
-    raise Unsupported(f"option value {value!r} is not a boolean")
-
-
-@dataclass(frozen=True)
-class DetectionPostProcessOptions:
-    """The kernel's OpData, from the operator's flexbuffer options."""
-
-    max_detections: int
-    max_classes_per_detection: int
-    detections_per_class: int
-    use_regular_non_max_suppression: bool
-    non_max_suppression_score_threshold: np.float32
-    intersection_over_union_threshold: np.float32
-    num_classes: int
-    scale_values: tuple[np.float32, np.float32, np.float32, np.float32]  # y, x, h, w
-
-    @classmethod
-    def read(cls, values: dict) -> DetectionPostProcessOptions:
-        """Init(): detections_per_class defaults to 100 and use_regular_nms to false; any other missing key reads 0."""
-        per_class = values.get("detections_per_class")
-        regular = values.get("use_regular_nms")
-        return cls(
-            max_detections=as_int32(values.get("max_detections")),
-            max_classes_per_detection=as_int32(values.get("max_classes_per_detection")),
-            detections_per_class=NUM_DETECTIONS_PER_CLASS if per_class is None else as_int32(per_class),
-            use_regular_non_max_suppression=False if regular is None else as_bool(regular),
-            non_max_suppression_score_threshold=as_float(values.get("nms_score_threshold")),
-            intersection_over_union_threshold=as_float(values.get("nms_iou_threshold")),
-            num_classes=as_int32(values.get("num_classes")),
-            scale_values=tuple(as_float(values.get(key)) for key in ("y_scale", "x_scale", "h_scale", "w_scale")),
-        )
-
-    @property
-    def num_detected_boxes(self) -> int:
-        """Rows of the boxes, classes and scores outputs (both modes)."""
-        return self.max_detections * self.max_classes_per_detection
 
 
 # ---- box decoding ----
@@ -460,7 +389,7 @@ def _empty_outputs(rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros((1, rows, NUM_COORD_BOX), f32), np.zeros((1, rows), f32), np.zeros((1, rows), f32)
 
 
-def non_max_suppression_multi_class_fast(options: DetectionPostProcessOptions, decoded_boxes: np.ndarray,
+def non_max_suppression_multi_class_fast(options: PostProcessOptions, decoded_boxes: np.ndarray,
                                          class_scores: ClassScores) -> Detections:
     """NonMaxSuppressionMultiClassFastHelper: NMS once, on each anchor's best class score; each selected anchor
     then reports its min(max_classes_per_detection, num_classes) best classes."""
@@ -488,7 +417,7 @@ def non_max_suppression_multi_class_fast(options: DetectionPostProcessOptions, d
     return Detections(boxes, classes, scores, np.array([selected.size], f32))
 
 
-def non_max_suppression_multi_class_regular(options: DetectionPostProcessOptions, decoded_boxes: np.ndarray,
+def non_max_suppression_multi_class_regular(options: PostProcessOptions, decoded_boxes: np.ndarray,
                                             class_scores: ClassScores) -> Detections:
     """NonMaxSuppressionMultiClassRegularHelper (one thread): NMS per class, up to min(detections_per_class,
     max_detections) each; the classes' lists merged by std::inplace_merge (stable) in class order, the best
@@ -552,12 +481,13 @@ def _quantization(tensor: Tensor) -> tuple[float, int]:
     return float(f32(tensor.quantization.scale[0])), int(tensor.quantization.zero_point[0])
 
 
-def _read_options(view: OpView) -> DetectionPostProcessOptions:
+def _read_options(view: OpView) -> PostProcessOptions:
+    """The options as the kernel's Init reads them (app/detection_postprocess.py), refused where its Prepare or
+    Eval would fail."""
     try:
-        values = view.operator.custom_options_map()
-    except TfliteFileError as e:
+        options = read_options(view.operator)
+    except TfliteFileError as e:  # not a flexbuffer map, or a value that is no number
         raise Unsupported(str(e)) from None
-    options = DetectionPostProcessOptions.read(values)
     if options.num_classes <= 0:
         raise Unsupported(f"num_classes is {options.num_classes}; the kernel needs at least 1")
     if options.max_detections < 0:
@@ -642,7 +572,7 @@ def prepare_detection_postprocess(view: OpView) -> Step:
         anchor = constant_anchors if anchor_values is None else anchors_of(anchor_values)
         decoded_boxes = decode_center_size_boxes(box_centersize_of(box_encodings), anchor, scale_values, exp_memo)
         if not validate_boxes(decoded_boxes):
-            raise InvokeFailed(f"#{view.operator.index} {POSTPROCESS}: a decoded box has ymin > ymax or xmin > xmax "
+            raise InvokeFailed(f"#{view.operator.index} {POSTPROCESS_OP}: a decoded box has ymin > ymax or xmin > xmax "
                                "(negative anchor sizes?); TFLite's kernel fails on it too")
         return suppress(options, decoded_boxes, scores_of(class_predictions)).astuple()
 
@@ -651,4 +581,4 @@ def prepare_detection_postprocess(view: OpView) -> Step:
                      nms="regular" if options.use_regular_non_max_suppression else "fast")
 
 
-PREPARE = {POSTPROCESS: prepare_detection_postprocess}
+PREPARE = {POSTPROCESS_OP: prepare_detection_postprocess}

@@ -9,6 +9,7 @@ from pathlib import Path
 import flatbuffers.flexbuffers as flexbuffers
 import pytest
 
+from app.detection_postprocess import POSTPROCESS_OP as POSTPROCESS
 from app.edgetpu.compat import analyze_file
 from app.imaging import InputQuantizer, decode, to_pixels
 from app.model_dir import read_model_dir
@@ -18,7 +19,7 @@ from converter import ssdlite_person as recipe
 from converter.photos import people_photos
 from converter.writing import cpu_kind, same_cpu_kind
 from tests.conftest import MODELS, ROOT
-from tests.detection_models import POSTPROCESS, square_image, tiny_detector
+from tests.detection_models import square_image, tiny_detector
 
 MODEL = MODELS / recipe.NAME
 COMMITTED_SHA256 = "35d3df033e60c8ec9872997d7b237f4c981edd8df2e1f38bf427fe6c8ede0808"

@@ -6,7 +6,7 @@ Every backend plug-in may add keys to a model's answer and to each backend's ent
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 
 from fastapi import APIRouter
 from pydantic import BaseModel
@@ -53,8 +53,8 @@ def provenance(model_dir) -> ProvenanceOut:
                          labels=imported.labels, input=imported.input, metadata=imported.metadata or None)
 
 
-def describe(registry: Registry, defaults: Collection[str | None], name: str) -> ModelOut:
-    """`defaults`: the models the routes without a model name use (settings: one per task)."""
+def describe(registry: Registry, default_model: str | None, name: str) -> ModelOut:
+    """`default`: the model of /v1/classify (`default_model`), or of /v1/detect (the default detection model)."""
     status = registry.status(name)
     model_dir = registry.model_dir(name)
     version = registry.serving(name)
@@ -71,7 +71,7 @@ def describe(registry: Registry, defaults: Collection[str | None], name: str) ->
     return ModelOut(
         name=name, task=manifest.task, state=status.state, error=status.error, since=iso_time(status.since),
         version=version.number if version else None, loaded_at=iso_time(version.loaded_at) if version else None,
-        default=name in defaults,
+        default=name in (default_model, registry.settings.default_detection_model),
         description=manifest.description, source=manifest.source, licence=manifest.licence,
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
@@ -81,25 +81,21 @@ def describe(registry: Registry, defaults: Collection[str | None], name: str) ->
     )
 
 
-def defaults(settings) -> tuple[str | None, ...]:
-    return settings.default_model, settings.default_detection_model
-
-
 @router.get("", response_model=ModelsOut)
 async def list_models(registry: RegistryDep, settings: SettingsDep):
     return ModelsOut(default_model=settings.default_model, default_detection_model=settings.default_detection_model,
                      default_backend=registry.default_backend,
-                     models=[describe(registry, defaults(settings), n) for n in registry.names()])
+                     models=[describe(registry, settings.default_model, n) for n in registry.names()])
 
 
 @router.get("/{name}", response_model=ModelOut, responses=ERRORS)
 async def get_model(name: str, registry: RegistryDep, settings: SettingsDep):
     registry.status_or_raise(name)
-    return describe(registry, defaults(settings), name)
+    return describe(registry, settings.default_model, name)
 
 
 @router.post("/{name}/reload", response_model=ModelOut, responses=ADMIN_ERRORS, dependencies=[AdminKey],
              summary="Reload from disk; the next request on each interpreter is cold again")
 async def reload_model(name: str, registry: RegistryDep, settings: SettingsDep):
     await asyncio.to_thread(registry.reload, name)
-    return describe(registry, defaults(settings), name)
+    return describe(registry, settings.default_model, name)

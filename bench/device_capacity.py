@@ -183,8 +183,7 @@ class Service(ServiceProcess):
     started through the shared launcher running bench/device_launcher.py."""
 
     def __init__(self, checkout: Path, device_ms: float, devices: int, backend: str, image_threads: int | None,
-                 stages: bool = False, workers: int | None = None, settings: dict[str, str] | None = None,
-                 photo: Path | None = None):
+                 stages: bool = False, workers: int | None = None, settings: dict[str, str] | None = None):
         self.checkout = checkout
         self.stats_file = Path(tempfile.mkstemp(prefix="device_capacity_", suffix=".json")[1])
         env = {"PYTHONPATH": str(checkout),
@@ -196,8 +195,6 @@ class Service(ServiceProcess):
                "BENCH_STATS_FILE": str(self.stats_file), "BENCH_STAGES": "1" if stages else "0"}
         if image_threads:
             env["EDGETPU_SERVE_IMAGE_THREADS"] = str(image_threads)
-        if photo is not None:  # the simulated device answers with this photo's outputs
-            env["BENCH_DEVICE_PHOTO"] = str(photo)
         env.update({f"EDGETPU_SERVE_{name}": value for name, value in (settings or {}).items()})
         super().__init__(env, inherit_settings=False, argv=[sys.executable, str(LAUNCHER)], cwd=checkout)
 
@@ -712,8 +709,9 @@ def main() -> int:
     simulated = args.backend == "simtpu" and args.url is None
     device_times = [float(d) for d in args.device_ms.split(",")] if (simulated or args.url) else [None]
     device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
-    inputs = (detection_inputs(MODEL) if detection else
-              [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")])
+    inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
+    if detection:  # a detector's inputs instead: a camera frame, to its route and to DeepStack's
+        inputs = detection_inputs(MODEL)
     runs = [(c.resolve(), variant_settings(v)) for c in (args.checkout or [repo_root()]) for v in (args.variant or [""])]
     rounds = args.rounds or (3 if len(runs) > 1 or args.floor else 1)
     from app.inference import image_threads as default_image_threads
@@ -727,10 +725,10 @@ def main() -> int:
     errors = 0
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        photo = None  # a detector's device answers with the frame the benchmark sends
-        if detection:
+        if detection:  # the simulated device answers with the frame the benchmark sends (the services inherit it)
             photo = workdir / "frame.jpg"
             photo.write_bytes(inputs[0].jpeg)
+            os.environ["BENCH_DEVICE_PHOTO"] = str(photo)
         if args.peer:
             rows = peer_comparison(inputs, levels, args.duration, args.workers or 1, workdir)
             print_peer(rows)
@@ -762,7 +760,7 @@ def main() -> int:
                     sides = []
                     for checkout, settings in runs:
                         svc = stack.enter_context(Service(checkout, d or 0, n, args.backend, args.image_threads,
-                                                          workers=args.workers, settings=settings, photo=photo))
+                                                          workers=args.workers, settings=settings))
                         v2 = v2_binary_request(svc.url, MODEL, inputs[0].jpeg)
                         sides.append((svc, svc.url, inputs + ([v2] if v2 else [])))
                     names = [run_name(checkout, settings) for checkout, settings in runs]
@@ -791,8 +789,7 @@ def main() -> int:
         if simulated and not args.no_stages:
             for checkout, settings in runs:
                 d = device_times[0]
-                with Service(checkout, d, 1, args.backend, args.image_threads, stages=True, settings=settings,
-                             photo=photo) as svc:
+                with Service(checkout, d, 1, args.backend, args.image_threads, stages=True, settings=settings) as svc:
                     results = [stage_pass(svc, item, args.duration, workdir) for item in inputs]
                 for r in results:
                     r["checkout"], r["settings"] = str(checkout), settings

@@ -8,8 +8,9 @@ each plug-in's when it starts, so a wrong value stops the service at start eithe
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from collections.abc import Iterable
 
@@ -41,6 +42,35 @@ def plugin_config(key: str, **extra) -> SettingsConfigDict:
     return SettingsConfigDict(env_prefix=f"{ENV_PREFIX}{key.upper()}_", extra="forbid", **extra)
 
 
+@dataclass(frozen=True)
+class DeviceShare:
+    """Share `index` of `count` (0-based): what one of several processes serving a host opens of the
+    devices a plug-in finds, so that no device is opened by two processes (app/processes)."""
+
+    index: int
+    count: int
+
+    def __post_init__(self):
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"share {self.index}/{self.count}: the index must be 0 to {self.count - 1}")
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceShare:
+        index, sep, count = text.partition("/")
+        if not sep or not index.strip().isdigit() or not count.strip().isdigit():
+            raise ValueError(f"{text!r}: a share is K/N, the K-th of N (0-based), e.g. 0/2")
+        return cls(int(index), int(count))
+
+    def of(self, items: list) -> list:
+        """This share's part of `items`: contiguous and in order (0/2 of [a, b, c, d] is [a, b]), the
+        parts of all N shares together being `items` once each; empty when there are fewer items than shares."""
+        n = len(items)
+        return items[self.index * n // self.count:(self.index + 1) * n // self.count]
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
@@ -69,6 +99,13 @@ class Settings(BaseSettings):
     # interpreters, image work), so the event loop, which answers and refuses, runs first when
     # they fill every core (app/threads.py). 0 = as the process.
     compute_nice: int = Field(default=10, ge=0, le=19)
+    # Processes serving one port (app/processes): `python -m app` starts that many under gunicorn, each
+    # with its own share of the TPUs. auto: one per TPU (fewer when a segmented model needs several TPUs
+    # in one process, or when there are fewer cores), and a single process without an Edge TPU.
+    processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
+    # This process's share of the devices ("K/N": the K-th of N, 0-based): each device plug-in opens only
+    # that part of the devices it finds. Set for each worker by the process group; unset = every device.
+    device_share: DeviceShare | None = None
     # The deadline of one invoke on a backend without a watchdog: past it the request gets a 504.
     invoke_timeout_s: float = Field(default=30.0, gt=0)
     # SIGTERM: requests already admitted get this long to finish before interpreters are closed.
@@ -141,6 +178,13 @@ class Settings(BaseSettings):
             raise ValueError(f"MAX_BODY_BYTES_IN_FLIGHT ({self.max_body_bytes_in_flight}) must be at least twice "
                              f"MAX_BODY_BYTES ({self.max_body_bytes})")
         return self
+
+    @field_validator("device_share", mode="before")
+    @classmethod
+    def _share(cls, value):
+        if value == "":
+            return None
+        return DeviceShare.parse(value) if isinstance(value, str) else value
 
     @field_validator("api_keys_file", "admin_keys_file", mode="before")
     @classmethod

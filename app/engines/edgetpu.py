@@ -41,11 +41,11 @@ from app.edgetpu.versions import check_model_runtime, package_too_new, pins
 from app.engines.base import Backend, Engine, EngineOptions, Fallback
 from app.engines.cpu import CpuEngine
 from app.engines.litert import Runtime, prefer_tflite_runtime, runtime
-from app.metrics import PREFIX as METRICS_PREFIX
+from app.metrics import PREFIX as METRICS_PREFIX, merged_by
 from app.edgetpu.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch
 from app.errors import EngineLoadError, ModelDirError, ServeError
 from app.model_dir import EDGETPU, INT8, ModelDir, edgetpu_filename
-from app.settings import ENV_PREFIX, PluginSettings, plugin_config, words
+from app.settings import ENV_PREFIX, DeviceShare, PluginSettings, plugin_config, words
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +178,29 @@ def tpu_options(environment: EdgeTpuEnvironment, cpu_threads: int, performance: 
             for target in environment.targets]
 
 
+def take_share(environment: EdgeTpuEnvironment, share: DeviceShare | None,
+               models: dict[str, ModelDir]) -> EdgeTpuEnvironment:
+    """This process's TPUs when several processes serve the host (app/processes): its share of the
+    TPUs resolved, so that no TPU is opened by two processes. A process with no TPU, or with fewer than
+    a segmented model's segments (a pipeline's TPUs live in one process), is a configuration error: it
+    stops the start whatever EDGETPU_ON_FAILURE says, rather than serve some requests on the CPU."""
+    if share is None:
+        return environment
+    targets = share.of(environment.targets)
+    found = len(environment.targets)
+    segments = {name: m.manifest.segments.count for name, m in models.items() if m.manifest.segments is not None}
+    needed = max(segments.values(), default=1)
+    if len(targets) < needed:
+        most = found // needed
+        why = (f"model {max(segments, key=segments.get)!r} is cut into {needed} segments, whose TPUs must be "
+               f"in one process, and share {share} of {found} TPU(s) has {len(targets)}" if segments else
+               f"share {share} of {found} TPU(s) has none: a TPU is opened by one process only")
+        fix = (f"at most {most} process(es) (EDGETPU_SERVE_PROCESSES, or gunicorn's --workers), or "
+               "EDGETPU_SERVE_PROCESSES=auto" if most else "add TPUs, or segment the model into fewer parts")
+        raise ServeError(f"edgetpu: {share.count} processes for {found} TPU(s): {why}. Fix: {fix}")
+    return dataclasses.replace(environment, targets=targets)
+
+
 def reopen_options(options: EdgeTpuOptions, environment: EdgeTpuEnvironment) -> EdgeTpuOptions:
     """The same TPU, found again by its path: after a reset a USB Accelerator may list elsewhere."""
     devices = environment.library.list_devices()
@@ -239,10 +262,11 @@ class EdgeTpuBackend(Backend):
         except EdgeTpuUnavailable as e:
             every = self._fallback(list(models), e)
             return dict.fromkeys(models, every)
-        env = self.environment
-        log.info("Edge TPU: %s, pinned set %s, %d TPU(s): %s", env.version.describe(),
-                 env.pinned_set.name if env.pinned_set else "none (version check: warn)",
-                 len(env.targets), ", ".join(t.label for t in env.targets))
+        env = self.environment = take_share(self.environment, self.settings.device_share, models)
+        log.info("Edge TPU: %s, pinned set %s, %d TPU(s)%s: %s", env.version.describe(),
+                 env.pinned_set.name if env.pinned_set else "none (version check: warn)", len(env.targets),
+                 f" (share {self.settings.device_share})" if self.settings.device_share else "",
+                 ", ".join(t.label for t in env.targets))
         fallbacks = {}
         for name, model_dir in models.items():
             try:
@@ -337,13 +361,13 @@ class EdgeTpuBackend(Backend):
             by_device[member.device] = by_device.get(member.device, True) and member.healthy
         for device, ok in sorted(by_device.items()):
             healthy.add_metric([device], 1.0 if ok else 0.0)
-        yield healthy
+        yield merged_by(healthy, "min")  # several processes: each TPU is one worker's, and healthy only if so there
         temperature = GaugeMetricFamily(f"{prefix}_temperature_celsius",
                                         "TPU temperature from <apex_dir>/apex_N/temp (PCIe and Dev Board)",
                                         labels=("device",))
         for device, celsius in apex_temperatures(self.config.apex_sysfs_dir):
             temperature.add_metric([device], celsius)
-        yield temperature
+        yield merged_by(temperature, "max")  # every worker reads the same sysfs file
 
 
 def _health(interpreters: list[dict], listed: bool) -> str:

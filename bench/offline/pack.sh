@@ -37,7 +37,8 @@ for line in sys.stdin:
 ' "$PACKAGES")
 for spec in $specs; do
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$TARGET_PYTHON" --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 \
     -d "$DEST/whl" "$spec"
 done
 echo "wheels: $(ls "$DEST/whl" | wc -l) ($(echo $specs | wc -w) packages)"

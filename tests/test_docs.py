@@ -232,3 +232,28 @@ def test_the_your_own_model_section_has_the_steps_its_end_to_end_test_follows():
     assert quantized == {"keras", "pt2"}
     order = ["python -m converter quantize", "python -m converter compile", "scp -r", "make serve", "curl -F"]
     assert [k for k in dict.fromkeys(kinds) if k in order] == order
+
+
+def test_every_setting_has_its_row_in_the_configuration_page():
+    """docs/configuration.md names each variable the service reads (without the EDGETPU_SERVE_ prefix): the
+    core's settings, and each plug-in's under one of its names. `plugins` is given in code only."""
+    from pydantic import AliasChoices
+
+    from app.engines import BACKENDS
+    from app.settings import ENV_PREFIX, Settings
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    documented = {span for _, span in INLINE_CODE.findall(text)}
+    missing = [name.upper() for name in Settings.model_fields if name != "plugins" and name.upper() not in documented]
+    for plugin in BACKENDS.values():
+        cls = plugin.settings_class
+        if cls is None:
+            continue
+        prefix = cls.model_config.get("env_prefix", "").removeprefix(ENV_PREFIX)
+        for name, field in cls.model_fields.items():
+            alias = field.validation_alias
+            names = {f"{prefix}{name.upper()}"} | {c.upper().removeprefix(ENV_PREFIX) for c in (
+                alias.choices if isinstance(alias, AliasChoices) else [alias]) if isinstance(c, str)}
+            if not names & documented:
+                missing.append(sorted(names)[0])
+    assert not missing, f"settings without a row in docs/configuration.md: {missing}"

@@ -60,10 +60,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         launch.check_server(app)  # started by another server: refuses unless it runs our protocol
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
         if siblings is not None:
+            await siblings.start()  # the others see it loading, and ask it for reloads, from now on
             # a worker listens once loaded: the kernel gives connections only to workers that accept, so
             # the other workers take the requests meanwhile (a restart after a crash fails nothing)
             await asyncio.shield(loading)
-            await siblings.start()
             processes.slots.loaded.set()
         hangup = reload_on_hangup(registry)
         try:

@@ -63,9 +63,11 @@ class DeviceShare:
 
     def of(self, items: list) -> list:
         """This share's part of `items`: contiguous and in order (0/2 of [a, b, c, d] is [a, b]), the
-        parts of all N shares together being `items` once each; empty when there are fewer items than shares."""
-        n = len(items)
-        return items[self.index * n // self.count:(self.index + 1) * n // self.count]
+        parts of all N shares together being `items` once each, the first ones one longer where they do
+        not divide evenly; the last ones empty when there are fewer items than shares."""
+        size, extra = divmod(len(items), self.count)
+        start = self.index * size + min(self.index, extra)
+        return items[start:start + size + (self.index < extra)]
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"

@@ -491,7 +491,7 @@ def test_readiness_of_the_group_is_degraded_where_a_worker_does_not_serve():
     assert [(w["slot"], w["pid"], w["versions"]) for w in each] == [(0, 1, {"m": 1}), (1, 2, {"m": 2})]
     ready, models, each = views.readiness({0: worker(1, "ready"), 1: None})
     assert ready and models["m"]["state"] == "degraded"
-    assert models["m"]["error"] == "worker 1: did not answer (starting, or gone)" and not each[1]["answering"]
+    assert models["m"]["error"] == "worker 1: did not answer (gone, or starting)" and not each[1]["answering"]
     ready, models, _ = views.readiness({0: worker(1, "failed", "bad file"), 1: worker(2, "loading")})
     assert not ready and models["m"] == {"state": "failed", "error": "worker 0: failed: bad file; worker 1: loading",
                                          "since": 12.0}

@@ -26,7 +26,7 @@ router = APIRouter(prefix="/v1/devices", tags=["devices"])
 
 class WorkerDevicesOut(BaseModel):
     slot: int
-    answering: bool = Field(description="false: starting (it answers once its models are loaded), or gone")
+    answering: bool = Field(description="false: gone (a replacement on its way), or not started yet")
     devices: list[str] = Field(description="the paths of the devices it runs interpreters on")
 
 

@@ -133,7 +133,7 @@ class ModelStateOut(BaseModel):
 class WorkerStateOut(BaseModel):
     slot: int = Field(description="the worker's slot (0 to N-1), kept by the worker that replaces it")
     pid: int | None = Field(description="its process; null when it did not answer")
-    answering: bool = Field(description="false: starting (it answers once its models are loaded), or gone")
+    answering: bool = Field(description="false: gone (a replacement on its way), or not started yet")
     ready: bool
     versions: dict[str, int | None] = Field(description="model -> the version it serves (+1 per reload)")
 

@@ -159,5 +159,5 @@ async def reload_everywhere(registry: Registry, siblings: Siblings | None, name:
         status = next((a["status"] for a in failed.values() if a is not None and "status" in a), 503)
         raise ReloadIncomplete(
             f"reloaded in {len(answers) + 1 - len(failed)} of {siblings.processes} worker processes; "
-            + "; ".join(f"worker {i}: " + ("did not answer (starting, or gone)" if a is None else a.get("error", "?"))
+            + "; ".join(f"worker {i}: " + ("did not answer (gone, or starting)" if a is None else a.get("error", "?"))
                         for i, a in sorted(failed.items())), status)

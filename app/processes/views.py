@@ -18,7 +18,7 @@ from typing import Any
 
 from app.registry.status import SERVING
 
-NOT_ANSWERING = "did not answer (starting, or gone)"
+NOT_ANSWERING = "did not answer (gone, or starting)"
 
 
 def readiness(answers: dict[int, dict | None]) -> tuple[bool, dict[str, dict], list[dict]]:

@@ -64,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # a worker listens once loaded: the kernel gives connections only to workers that accept, so
             # the other workers take the requests meanwhile (a restart after a crash fails nothing)
             await asyncio.shield(loading)
-            processes.slots.loaded.set()
+            processes.slots.mark_loaded()
         hangup = reload_on_hangup(registry)
         try:
             # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)

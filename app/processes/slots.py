@@ -20,6 +20,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +67,20 @@ def metrics_dir(run_dir: Path) -> Path:
 
 _current: Slot | None = None
 _lock_fd: int | None = None
-# Set once this worker's models are loaded, and it serves (app/main.py's lifespan)
+# Set once this worker's models are loaded and it listens (app/main.py's lifespan: mark_loaded)
 loaded = threading.Event()
+_when_loaded: list[Callable[[], None]] = []
+
+
+def when_loaded(callback: Callable[[], None]) -> None:
+    """Call `callback` once this worker's models are loaded, before it serves (the worker listens then)."""
+    _when_loaded.append(callback)
+
+
+def mark_loaded() -> None:
+    for callback in _when_loaded:
+        callback()
+    loaded.set()
 
 
 def current() -> Slot | None:

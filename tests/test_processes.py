@@ -114,19 +114,23 @@ def never_two_processes_on_one_tpu(log: Path, killed: set[int] = frozenset()) ->
 
 # ---- the group on four TPUs ----------------------------------------------------------------------
 
+def on_tpus(root: Path, count: int, library: Path, processes: int, **settings: str) -> tuple[Service, list[Path]]:
+    """`python -m app` with `processes` workers on `count` PCIe TPUs of the double (files standing for
+    /dev/apex_N, which exclusive mode locks), the default model listed as compiled."""
+    nodes = [root / f"apex_{i}" for i in range(count)]
+    for node in nodes:
+        node.write_bytes(b"")
+    env = {"EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(root / "models")), "EDGETPU_SERVE_BACKENDS": "edgetpu",
+           "EDGETPU_SERVE_PROCESSES": str(processes), "EDGETPU_SERVE_EDGETPU_LIBRARY": str(library),
+           "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn", DEVICES: ",".join(f"pci:{node}" for node in nodes)}
+    return Service({**env, **settings}), nodes
+
+
 @pytest.fixture(scope="module")
 def tpus(tmp_path_factory, libedgetpu_double):
     root = tmp_path_factory.mktemp("group")
-    nodes = [root / f"apex_{i}" for i in range(TPUS)]
-    for node in nodes:
-        node.write_bytes(b"")
     log = root / "delegates.log"
-    service = Service({
-        "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(root / "models")),
-        "EDGETPU_SERVE_BACKENDS": "edgetpu", "EDGETPU_SERVE_PROCESSES": "2",
-        "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
-        DEVICES: ",".join(f"pci:{node}" for node in nodes), EXCLUSIVE: "1", LOG: str(log),
-    })
+    service, nodes = on_tpus(root, TPUS, libedgetpu_double, 2, **{EXCLUSIVE: "1", LOG: str(log)})
     try:
         service.wait_ready()
         ready_workers(service)
@@ -407,16 +411,8 @@ def test_cpu_only_serving_uses_every_worker(cpu_group):
 # ---- how many processes, and what each one takes ---------------------------------------------------
 
 def test_more_processes_than_tpus_stop_the_start_saying_how_many_fit(tmp_path, libedgetpu_double):
-    nodes = [tmp_path / f"apex_{i}" for i in range(2)]
-    for node in nodes:
-        node.write_bytes(b"")
-    service = Service({
-        "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
-        "EDGETPU_SERVE_BACKENDS": "edgetpu", "EDGETPU_SERVE_PROCESSES": "3",
-        "EDGETPU_SERVE_EDGETPU_ON_FAILURE": "fallback",  # a configuration error stops it all the same
-        "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
-        DEVICES: ",".join(f"pci:{node}" for node in nodes),
-    })
+    # EDGETPU_ON_FAILURE=fallback: a configuration error stops it all the same
+    service, _ = on_tpus(tmp_path, 2, libedgetpu_double, 3, EDGETPU_SERVE_EDGETPU_ON_FAILURE="fallback")
     try:
         assert service.process.wait(WAIT_S) != 0
     finally:

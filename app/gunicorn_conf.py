@@ -10,8 +10,9 @@ counted in a child process). `python -m app` starts the same when it has more th
 """
 
 from app.launch import environment_settings
-from app.processes.arbiter import options
+from app.processes.arbiter import import_the_service, options
 from app.processes.inventory import process_count
 
 _settings = environment_settings()
 globals().update(options(_settings, process_count(_settings)))
+import_the_service()

@@ -142,10 +142,20 @@ def refuse(server, what: str) -> None:
 
 # ---- python -m app ------------------------------------------------------------------------------
 
+def import_the_service() -> None:
+    """Import the service's modules in the master, before the fork, without building the app (as --preload
+    would: its threads and interpreters): every worker, a replacement after a crash too, starts with them
+    imported (a second or more of imports saved), and shares their memory until it writes to it. Nothing
+    they import starts a thread or opens a device; the metrics take their multiprocess values in the worker
+    (app/metrics.py use_multiprocess)."""
+    import app.main  # noqa: F401
+
 def serve(settings: Settings, workers: int) -> int:
     """`python -m app` with EDGETPU_SERVE_PROCESSES > 1: gunicorn's master in this process (plug-ins
     registered before, by a benchmark say, are in every worker: they are forked from here)."""
     from gunicorn.app.base import BaseApplication
+
+    import_the_service()
 
     class Service(BaseApplication):
         def load_config(self) -> None:

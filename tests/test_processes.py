@@ -510,3 +510,27 @@ def test_the_state_gauges_of_the_workers_merge_by_their_rules(tmp_path):
     for line in ('x_busy{model="m"} 5.0', 'x_ready{model="m"} 0.0', 'x_temp{device="apex_0"} 52.5',
                  'x_temp{device="apex_1"} 40.0', "edgetpu_serve_processes 3.0", "edgetpu_serve_processes_answering 2.0"):
         assert line in text.splitlines(), text
+
+
+def test_auto_counts_the_tpus_in_a_child_process(tmp_path, libedgetpu_double, monkeypatch):
+    from app.processes import inventory
+    from app.settings import Settings
+
+    nodes = [tmp_path / f"apex_{i}" for i in range(3)]
+    for node in nodes:
+        node.write_bytes(b"")
+    monkeypatch.setenv(DEVICES, ",".join(f"pci:{node}" for node in nodes))
+    monkeypatch.setenv("EDGETPU_SERVE_EDGETPU_LIBRARY", str(libedgetpu_double))
+    monkeypatch.setenv("EDGETPU_SERVE_EDGETPU_VERSION_CHECK", "warn")
+    monkeypatch.setenv("EDGETPU_SERVE_BACKENDS", "edgetpu,cpu")
+    assert inventory.count() == inventory.Inventory(3, 1, None)  # listed in a child, none opened
+    assert inventory.process_count(Settings()) == min(3, os.cpu_count() or 1)
+    monkeypatch.setenv("EDGETPU_SERVE_EDGETPU_DEVICES", "pci:0")  # named: one process, nothing listed
+    assert inventory.process_count(Settings()) == 1
+    monkeypatch.setenv("EDGETPU_SERVE_BACKENDS", "cpu")
+    assert inventory.process_count(Settings()) == 1 and inventory.process_count(Settings(processes=3)) == 3
+    monkeypatch.setenv(DEVICES, "")
+    monkeypatch.setenv("EDGETPU_SERVE_BACKENDS", "edgetpu")
+    monkeypatch.delenv("EDGETPU_SERVE_EDGETPU_DEVICES")
+    none = inventory.count()
+    assert none.tpus == 0 and "no Edge TPU found" in none.error

@@ -12,6 +12,7 @@ with many Edge TPUs needs of it:
                worker, the worker count fixed (the TPUs are split by it), `python -m app`'s gunicorn
   siblings.py  the workers' line to each other (a Unix socket each): every worker's readiness, devices,
                gauges and reloads, so /readyz, /v1/devices, /metrics and the admin reload speak for all
+  views.py     their answers merged into the service's: readiness, devices
   inventory.py the TPUs and pipeline lengths a host has, counted in a child process (for `auto`)
 
 Requests go to whichever worker accepts the connection (the kernel's choice); a worker accepts only

@@ -85,7 +85,12 @@ def process_count(settings: Settings) -> int:
         return settings.processes
     if EDGETPU not in settings.backends:
         return 1
-    found = count()
+    from app.engines.edgetpu import EdgeTpuSettings
+
+    configured = EdgeTpuSettings(**settings.plugins.get(EDGETPU, {})).devices
+    # TPUs named (EDGETPU_SERVE_EDGETPU_DEVICES, as the Dev Board image does): one each, no listing needed;
+    # a spec that names no TPU stops the start with the plug-in's own message
+    found = Inventory(len(configured), most_segments(settings), None) if configured else count()
     processes = processes_for(found.tpus, found.segments, os.cpu_count() or 1)
     log.info("EDGETPU_SERVE_PROCESSES=auto: %d process(es) for %d TPU(s)%s%s", processes, found.tpus,
              f", models in up to {found.segments} segments" if found.segments > 1 else "",

@@ -15,8 +15,9 @@ with many Edge TPUs needs of it:
   views.py     their answers merged into the service's: readiness, devices
   inventory.py the TPUs and pipeline lengths a host has, counted in a child process (for `auto`)
 
-Requests go to whichever worker accepts the connection (the kernel's choice); a worker accepts only
-once its models are loaded. See docs/launch.md ("Several processes").
+Each worker listens on its own socket on the one port (SO_REUSEPORT), once its models are loaded; the
+kernel gives each new connection to one of them, by a hash of its addresses. See docs/launch.md
+("Several processes on one port").
 """
 
 from app.processes.slots import Slot, current, join, process_settings, processes_for

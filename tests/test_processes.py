@@ -534,3 +534,17 @@ def test_auto_counts_the_tpus_in_a_child_process(tmp_path, libedgetpu_double, mo
     monkeypatch.delenv("EDGETPU_SERVE_EDGETPU_DEVICES")
     none = inventory.count()
     assert none.tpus == 0 and "no Edge TPU found" in none.error
+
+
+def test_hup_reloads_a_single_process_in_place_too():
+    """SIGHUP to `python -m app` alone reloads every model (it used to end the process)."""
+    with Service({"EDGETPU_SERVE_MODELS": "fashion_mnist", "EDGETPU_SERVE_DEFAULT_MODEL": "fashion_mnist",
+                  "EDGETPU_SERVE_BACKENDS": "cpu", "EDGETPU_SERVE_WORKERS": "1"}) as service:
+        version = lambda: httpx.get(f"{service.url}/v1/models/fashion_mnist", timeout=10).json()["version"]  # noqa: E731
+        assert version() == 1
+        os.kill(service.process.pid, signal.SIGHUP)
+        deadline = time.monotonic() + WAIT_S
+        while version() != 2:
+            assert time.monotonic() < deadline and service.process.poll() is None, service.output()[-2000:]
+            time.sleep(POLL_S)
+        assert "SIGHUP: reloading every model" in service.output()

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -548,3 +549,13 @@ def test_hup_reloads_a_single_process_in_place_too():
             assert time.monotonic() < deadline and service.process.poll() is None, service.output()[-2000:]
             time.sleep(POLL_S)
         assert "SIGHUP: reloading every model" in service.output()
+
+
+def test_a_second_group_on_a_port_in_use_refuses(cpu_group):
+    """Each worker listens with SO_REUSEPORT, which would let a second instance of the same user share the
+    port: the master checks that nothing answers there first, and holds the address."""
+    env = {**os.environ, "EDGETPU_SERVE_MODELS": "fashion_mnist", "EDGETPU_SERVE_DEFAULT_MODEL": "fashion_mnist",
+           "EDGETPU_SERVE_BACKENDS": "cpu", "EDGETPU_SERVE_PROCESSES": "2", "EDGETPU_SERVE_PORT": str(cpu_group.port)}
+    done = subprocess.run([sys.executable, "-m", "app"], env=env, capture_output=True, text=True, timeout=WAIT_S,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode != 0 and f"127.0.0.1:{cpu_group.port} is in use" in done.stderr, done.stderr

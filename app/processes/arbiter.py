@@ -3,8 +3,9 @@
 Through gunicorn's documented server hooks (a config module: app/gunicorn_conf.py, or `python -m app`'s
 own application below), with one exception said below:
 
-  on_starting   the group's directory (0700): each worker's socket and slot lock, and the metrics files
-                (PROMETHEUS_MULTIPROC_DIR); removed on exit
+  on_starting   the address reserved (each worker listens on a socket of its own, SO_REUSEPORT, once its
+                models are loaded); the group's directory (0700): each worker's socket and slot lock, and
+                the metrics files (PROMETHEUS_MULTIPROC_DIR); removed on exit
   pre_fork      the new worker's slot: the lowest one no live worker holds, so a worker that replaces a
                 dead one takes its slot, and its TPUs (app/processes/slots.py)
   child_exit    a dead worker's live gauges dropped from the metrics files (its counters stay: its
@@ -28,6 +29,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ class Group:
     def __init__(self, run_dir: Path, count: int):
         self.run_dir = run_dir
         self.count = count
+        self.guards: list[socket.socket] = []  # the master's hold on its addresses (reserve)
 
     def slot_for(self, live_slots: set[int]) -> Slot:
         free = [i for i in range(self.count) if i not in live_slots]
@@ -88,16 +91,48 @@ def group_of(server) -> Group | None:
 # ---- the hooks -------------------------------------------------------------------------------
 
 def on_starting(server) -> None:
+    guards = [reserve(server, address) for address in server.cfg.address if isinstance(address, tuple)]
     run_dir = Path(tempfile.mkdtemp(prefix="edgetpu-serve-"))  # 0700
     metrics_dir(run_dir).mkdir()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir(run_dir))  # inherited by every worker
-    setattr(server, GROUP, Group(run_dir, server.cfg.workers))
+    group = Group(run_dir, server.cfg.workers)
+    group.guards = guards
+    setattr(server, GROUP, group)
     server.handle_hup = lambda: reload_workers(server)
     server.handle_usr2 = lambda: refuse(server, "USR2 (a second master with its own workers)")
     server.handle_ttin = lambda: refuse(server, "TTIN (one worker more)")
     server.handle_ttou = lambda: refuse(server, "TTOU (one worker less)")
     server.log.info("edgetpu-serve: %d worker processes, each with its share of the TPUs; group files in %s",
                     server.cfg.workers, run_dir)
+
+
+def reserve(server, address: tuple[str, int]) -> socket.socket:
+    """The master's hold on a TCP address its workers will listen on, each with its own socket
+    (SO_REUSEPORT): a socket bound with SO_REUSEPORT but not listening, so that another program cannot bind
+    the port meanwhile, and none answers on it already (a second instance of the service, whose own
+    reuse_port sockets would otherwise share the port with ours). Port 0: the port the kernel gives it, which
+    the workers then take (gunicorn's `bind`). RuntimeError, which gunicorn prints, where the port is taken."""
+    host, port = address
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            target = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+            if probe.connect_ex((target, port)) == 0:
+                raise RuntimeError(f"{host}:{port} is in use: something answers on it already")
+    guard = socket.socket(family, socket.SOCK_STREAM)
+    guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past connections in TIME_WAIT
+    guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        guard.bind((host, port))
+    except OSError as e:
+        guard.close()
+        raise RuntimeError(f"cannot bind {host}:{port}: {e}") from None
+    if not port:
+        port = guard.getsockname()[1]
+        server.cfg.set("bind", [f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"])
+        server.log.info("edgetpu-serve: port 0: listening on %d", port)
+    return guard
 
 
 def pre_fork(server, worker) -> None:
@@ -123,6 +158,8 @@ def nworkers_changed(server, new_value: int, old_value: int | None) -> None:
 def on_exit(server) -> None:
     group = group_of(server)
     if group is not None:
+        for guard in group.guards:
+            guard.close()
         shutil.rmtree(group.run_dir, ignore_errors=True)
 
 

@@ -24,6 +24,7 @@ bypass the signals, is off.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -95,6 +96,10 @@ def on_starting(server) -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="edgetpu-serve-"))  # 0700
     metrics_dir(run_dir).mkdir()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir(run_dir))  # inherited by every worker
+    master = os.getpid()
+    # removed on any exit of the master (gunicorn's on_exit misses one after an error in its loop), never
+    # by a worker, which inherits the handler
+    atexit.register(lambda: os.getpid() == master and shutil.rmtree(run_dir, ignore_errors=True))
     group = Group(run_dir, server.cfg.workers)
     group.guards = guards
     setattr(server, GROUP, group)

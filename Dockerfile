@@ -3,7 +3,9 @@
 # says how to build both offline and run them.
 #
 #   make images                      # docker/tools/images.sh: base, wheelhouse, checked runtime files
-#   docker run --rm --network=host --device /dev/bus/usb edgetpu-serve:latest
+#   docker run --rm --network=host -v /dev/bus/usb:/dev/bus/usb --device-cgroup-rule='c 189:* rmw' \
+#       --group-add "$(getent group plugdev | cut -d: -f3)" edgetpu-serve:latest
+# (the bus bind-mounted, not --device: the USB Accelerator comes back on a new node after its first use)
 #
 # The build context is not this checkout but the one docker/tools/context.py assembles: app/,
 # converter/, models/, docker/ files, wheelhouse/<arch> (wheels of docker/requirements.lock) and

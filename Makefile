@@ -26,10 +26,11 @@ debian-packages:
 
 # edgetpu-serve:latest (x86-64) and edgetpu-serve:devboard (arm64, through QEMU): debootstrap'd
 # base, hash-pinned wheelhouse, the runtime files of docker/runtime/ checked by sha256, builds
-# with --network=none. IMAGES=latest, IMAGES=devboard: one of them.
+# with --network=none. IMAGES=latest (a USB Accelerator or a PCIe card), IMAGES=devboard: one of them.
+# As root on Debian or Ubuntu; a Docker engine already here is used as it is (docker/tools/host.sh).
 IMAGES ?= latest devboard
 images:
-	bash tests/install-debian-packages.sh docker/tools/debian-packages.txt
+	PYTHON=$(PYTHON) bash docker/tools/host.sh $(IMAGES)
 	PYTHON=$(PYTHON) bash docker/tools/images.sh $(IMAGES)
 
 bench: $(VENV)/.test-installed

@@ -25,9 +25,10 @@ class ModelNotFound(ServeError):
 
 
 class BackendNotAvailable(ServeError):
-    """The backend is unknown, or not loaded for this model."""
+    """The backend is unknown, or not loaded for this model: a `backend` value outside those served,
+    which GET /openapi.json lists as an enum, so a violation of the schema like any other (422)."""
 
-    status = 400
+    status = 422
 
 
 class EngineLoadError(ServeError):
@@ -59,6 +60,16 @@ class Busy(ServeError):
 
 class DeviceHung(Busy):
     """An invoke outlived the watchdog: its device is out of the pool until it is re-created."""
+
+
+class DeviceGone(Busy):
+    """A device left while serving (a USB Accelerator unplugged): its interpreters are out of the pool. A
+    request inside one is handed to another interpreter, or to the backend the model falls back to; with
+    none left, a 503 with Retry-After, until a device is back."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0, device: str | None = None):
+        super().__init__(message, retry_after_s)
+        self.device = device  # the device that left, as the plug-in names it (Backend.device)
 
 
 class InvokeTimeout(Busy):

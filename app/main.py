@@ -14,12 +14,12 @@ import signal
 import threading
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
-from app import launch, processes
-from app.api import auth, classify, devices, errors, health, metrics, models, openapi, page
+from app import launch, processes, tasks
+from app.api import auth, devices, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
-from app.api.routes import InferenceRoutes
+from app.api.routes import InferenceRoutes, task_routers
 from app.api.shedding import HeadAdmission
 from app.api.v2 import router as v2
 from app.http_server import HttpLimits, lifespan_state
@@ -36,9 +36,13 @@ log = logging.getLogger(__name__)
 # OpenTelemetry SDK is installed, and asking per request whether one is configured cost ~7 us of
 # event-loop CPU (bench/loop_cost.py).
 NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
-# The routers of the inference routes (app/api/routes.py), included first: every request is matched against
-# the routes in order, and these are the ones under load. They check the inference key themselves (DirectRoute).
-INFERENCE_ROUTERS = (classify.router, v2.inference)
+
+
+def inference_routers() -> list[APIRouter]:
+    """The routers of the inference routes (app/api/routes.py), included first: every request is matched
+    against the routes in order, and these are the ones under load. Each task's (the task names its
+    router: app/tasks/), then the protocols' (OIP v2). They check the inference key themselves (DirectRoute)."""
+    return [*task_routers(tasks.TASKS.values()), v2.inference]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -97,7 +101,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     budget = ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
                         trim_after_bytes=TRIM_AFTER_BYTES if settings.tune_malloc else None)
     app.add_middleware(HoldBodyBudget, budget=budget)
-    for router in INFERENCE_ROUTERS:
+    routers = inference_routers()
+    for router in routers:
         app.include_router(router)
     app.include_router(health.router)
     app.include_router(models.router, dependencies=[auth.InferenceKey])
@@ -106,7 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2.router, dependencies=[auth.InferenceKey])
     # the table of inference routes (app/api/routes.py): shedding, counting and admission read it
     inference_routes = app.state.inference_routes = InferenceRoutes.of(
-        route for router in INFERENCE_ROUTERS for route in router.routes)
+        route for router in routers for route in router.routes)
     metrics.install(app, inference_routes)  # /metrics: open until inference keys are set, like /v1
     page.install(app)
     openapi.install(app, registry)

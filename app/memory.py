@@ -83,10 +83,14 @@ class ByteBudget:
     on a thread so the memory goes back to the OS; at most once per TRIM_INTERVAL_S, a trim due
     sooner waits for the interval's end (and for the end of a burst begun meanwhile).
     trim_after_bytes None: never.
+
+    `clock` (seconds, monotonic) spaces the trims; `event_loop` gives the loop whose timer and
+    executor run them (the running one). Both are passed in so that tests move time themselves.
     """
 
     def __init__(self, capacity: int, retry_after_s: float = 1.0, trim_after_bytes: int | None = TRIM_AFTER_BYTES,
-                 trimmer: Callable[[], None] = trim):
+                 trimmer: Callable[[], None] = trim, *, clock: Callable[[], float] = time.monotonic,
+                 event_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.get_running_loop):
         self.capacity = capacity
         self.trim_after_bytes = trim_after_bytes
         self.retry_after_s = retry_after_s
@@ -94,10 +98,17 @@ class ByteBudget:
         self.peak = 0
         self._waiters: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
         self._trimmer = trimmer
+        self._clock = clock
+        self._event_loop = event_loop
         self._burst_peak = 0  # the most reserved at once since the last trim
-        self._last_trim = -math.inf  # monotonic
+        self._last_trim = -math.inf  # on self._clock
         self._trim_due: asyncio.TimerHandle | None = None
         self._trim_loop: asyncio.AbstractEventLoop | None = None  # the loop _trim_due is on
+
+    @property
+    def waiting(self) -> int:
+        """Reservations waiting in line for memory."""
+        return len(self._waiters)
 
     async def acquire(self, size: int, timeout_s: float) -> None:
         if size > self.capacity:
@@ -108,7 +119,7 @@ class ByteBudget:
         future = asyncio.get_running_loop().create_future()
         entry = (size, future)
         self._waiters.append(entry)
-        start = time.monotonic()
+        start = self._clock()
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except (asyncio.TimeoutError, asyncio.CancelledError) as e:
@@ -121,15 +132,15 @@ class ByteBudget:
             if isinstance(e, asyncio.CancelledError):
                 raise
             raise Busy(f"request bodies in flight fill the memory budget ({self.capacity} bytes); waited "
-                       f"{time.monotonic() - start:.1f} s", self.retry_after_s) from None
+                       f"{self._clock() - start:.1f} s", self.retry_after_s) from None
 
     def release(self, size: int) -> None:
         self.reserved -= size
         self._grant()
         if self.reserved == 0 and self.trim_after_bytes is not None and self._burst_peak >= self.trim_after_bytes:
-            loop = asyncio.get_running_loop()
+            loop = self._event_loop()
             if self._trim_due is None or self._trim_loop is not loop:  # one left on an ended loop never runs
-                wait_s = self._last_trim + TRIM_INTERVAL_S - time.monotonic()
+                wait_s = self._last_trim + TRIM_INTERVAL_S - self._clock()
                 self._trim_due, self._trim_loop = loop.call_later(max(0.0, wait_s), self._start_trim, loop), loop
 
     def _start_trim(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -137,7 +148,7 @@ class ByteBudget:
         if self.reserved:  # a burst begun meanwhile: trimmed when it ends
             return
         self._burst_peak = 0
-        self._last_trim = time.monotonic()
+        self._last_trim = self._clock()
         try:
             loop.run_in_executor(None, self._trimmer)
         except RuntimeError:  # the loop is shutting down its executor: nothing left to trim for

@@ -185,7 +185,7 @@ class StateCollector(Collector):
             g["model_loaded_timestamp_seconds"].add_metric([name], model.loaded_at)
             for backend, pool in model.pools.items():
                 labels = [name, backend]
-                g["pool_interpreters"].add_metric(labels, len(pool.members))
+                g["pool_interpreters"].add_metric(labels, pool.interpreters)
                 g["pool_interpreters_busy"].add_metric(labels, pool.busy)
                 g["pool_interpreters_unhealthy"].add_metric(labels, len(pool.unhealthy))
                 g["pool_queue_depth"].add_metric(labels, pool.waiting)

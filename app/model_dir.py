@@ -102,7 +102,9 @@ class Quantization(BaseModel):
 
     operators: dict[str, int]
     input: TensorQuantization
-    output: TensorQuantization
+    # None: the outputs are float by design, a detector's TFLite_Detection_PostProcess (decoded boxes, class ids,
+    # scores, count); its `outputs` name them by role.
+    output: TensorQuantization | None = None
 
 
 class Accuracy(BaseModel):
@@ -143,6 +145,28 @@ class Agreement(BaseModel):
     disagreements: list[str] = Field(default_factory=list)
 
 
+class DetectionAgreement(BaseModel):
+    """int8 vs float detections on unlabelled photos. The float model's objects are its detections scoring at least
+    score_threshold; the int8 model finds one when one of its own detections of the same class, also scoring at least
+    score_threshold, overlaps it with IoU >= iou_threshold (matched greedily, best IoU first, one to one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    photos: int = Field(gt=0)
+    score_threshold: float
+    iou_threshold: float
+    float_objects: int = Field(ge=0)
+    found: int = Field(ge=0)
+    recall: float | None = None        # found / float_objects; None when the float model saw nothing
+    int8_extra: int = Field(ge=0)      # int8 detections over the threshold that match no float object
+    iou_min: float | None = None       # over the found objects
+    iou_median: float | None = None
+    iou_mean: float | None = None
+    max_score_error: float | None = None  # max |int8 score - float score| over the found objects
+    # photo -> the IoU of each object found there, in the float model's score order
+    per_photo: dict[str, list[float]] = Field(default_factory=dict)
+
+
 class Quality(BaseModel):
     """What quantization cost, measured: served as-is by /v1/models."""
 
@@ -151,6 +175,7 @@ class Quality(BaseModel):
     reference: str | None = None  # what the int8 model was compared with
     data: str | None = None  # what it was compared on
     agreement: dict[str, Agreement] | None = None  # named input sets -> int8 vs float on them
+    detection: dict[str, DetectionAgreement] | None = None  # a detector's: named photo sets -> int8 vs float boxes
     evaluation: Evaluation | None = None  # labelled accuracy (python -m converter evaluate)
 
 
@@ -180,6 +205,9 @@ class Segment(BaseModel):
     first_operator: int = Field(ge=0)  # in the whole model's execution order
     operators: int = Field(ge=1)
     cost: float | None = None  # in the unit of Segments.balanced_by
+    # the last segment of a model with several outputs (a detector's post-processing): all of them, in
+    # the model's order (`output` is the first); absent otherwise
+    outputs: list[str] | None = None
 
 
 class Segments(BaseModel):
@@ -202,11 +230,38 @@ class EdgeTpuEstimate(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    latency_ms: dict[str, float]  # per link: usb3, usb2, pcie, devboard
+    latency_ms: dict[str, float]  # per link: usb3, usb2, rpi4, pcie, devboard
     parameters: dict[str, int]    # bytes, on_chip_bytes, streamed_bytes, cache_bytes
     ops: dict[str, int]           # edgetpu, cpu
     error: dict                   # the stated (leave-one-out) error and its text
     method: str
+
+
+class ImportedFile(BaseModel):
+    """A file a model directory was imported from, as the user gave it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str                  # its file name where it came from
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+    kind: str                  # the file kind it became here (int8, edgetpu)
+
+
+class Imported(BaseModel):
+    """Provenance of a model brought in as a file (python -m converter import), not built here:
+    what was given, and where each fact of model.json came from (the file, its TFLite metadata, a
+    flag), so that a reader can tell what the importer read from what it was told."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: list[ImportedFile] = Field(min_length=1)
+    labels: str                # where labels.txt came from
+    input: str                 # where the input spec (normalization, resize) came from
+    scores: str                # how the output's meaning was decided (logits or probabilities)
+    metadata: dict = Field(default_factory=dict)  # the file's own TFLite metadata: name, author, license, ...
+    compiler: dict | None = None  # an imported Edge TPU file: what its edgetpu-custom-op records
+    notes: list[str] = Field(default_factory=list)
 
 
 class Build(BaseModel):
@@ -247,6 +302,7 @@ class Manifest(BaseModel):
     edgetpu_compile: EdgeTpuCompile | None = None
     segments: Segments | None = None
     edgetpu_estimate: EdgeTpuEstimate | None = None
+    imported: Imported | None = None  # set when the model came in as a file, not from a recipe
     files: dict[str, FileEntry] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -271,6 +327,8 @@ class Manifest(BaseModel):
     def to_json(self) -> str:
         """The one serialisation of model.json (files last, absent facts left out)."""
         data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not data["outputs"]:  # a classifier's one output needs no name
+            del data["outputs"]
         data["files"] = data.pop("files")
         return json.dumps(data, indent=2) + "\n"
 
@@ -292,6 +350,8 @@ class ModelDir:
         """Path of a file kind (int8, edgetpu, labels) after checking its sha256."""
         entry = self.manifest.files.get(kind)
         if entry is None:
+            if kind == INT8 and self.has(EDGETPU):
+                raise ModelDirError(no_cpu_form(self))
             raise ModelDirError(f"model {self.name!r} has no {kind!r} file in {self.path / MANIFEST}")
         path = self.path / entry.path
         if not path.is_file():
@@ -308,12 +368,32 @@ class ModelDir:
     def has(self, kind: str) -> bool:
         return kind in self.manifest.files
 
+    def missing(self, kind: str) -> str | None:
+        """Why a backend that runs `kind` files cannot serve this model (None: it can, or the model is
+        segmented and its loader checks each segment's file)."""
+        if self.manifest.segments is not None or self.has(kind):
+            return None
+        if kind == INT8 and self.has(EDGETPU):
+            return no_cpu_form(self)
+        return f"model {self.name!r} has no {kind!r} file (model.json lists {sorted(self.manifest.files)})"
+
     def segment_files(self, kind: str) -> list[Path]:
         """A segmented model's files of `kind` (int8, edgetpu), in pipeline order, sha256 checked."""
         segments = self.manifest.segments
         if segments is None:
             raise ModelDirError(f"model {self.name!r} is not segmented (no 'segments' in {MANIFEST})")
         return [self.file(segment_kind(kind, i)) for i in range(segments.count)]
+
+
+def no_cpu_form(model: ModelDir) -> str:
+    """Why a model that has only its Edge TPU file runs nowhere but on an Edge TPU, and the fix."""
+    compiled = model.manifest.files[EDGETPU].path
+    imported = model.manifest.imported
+    given = next((f.name for f in imported.files if f.kind == EDGETPU), compiled) if imported else compiled
+    plain = given.removesuffix("_edgetpu.tflite") + ".tflite" if given.endswith("_edgetpu.tflite") else "MODEL.tflite"
+    return (f"model {model.name!r} has no CPU form: only its Edge TPU file {compiled} is here, which runs only "
+            "through libedgetpu's delegate on an Edge TPU. Fix: import the plain .tflite it was compiled from "
+            f"beside it: python -m converter import {plain} {given} --name {model.name} --replace")
 
 
 def sha256_file(path: Path) -> str:
@@ -373,20 +453,22 @@ def _as_manifest(manifest: Manifest | dict) -> Manifest:
     return manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
 
 
-def write_model_dir(root: Path, manifest: Manifest | dict, files: dict[str, tuple[str, bytes]]) -> Path:
+def write_model_dir(root: Path, manifest: Manifest | dict, files: dict[str, tuple[str, bytes]],
+                    replace: bool = False) -> Path:
     """Write models/<name>/ whole, atomically: a complete new directory or the old one.
 
     files maps a kind (int8, labels, ...) to (filename, content); their entries
     (path, sha256, bytes) are filled into the manifest here. Files already in an
     existing directory that this write does not name are kept (e.g. a compiled
-    Edge TPU model when only the int8 model is rebuilt) along with their entries.
+    Edge TPU model when only the int8 model is rebuilt) along with their entries,
+    unless `replace`: then the new directory holds only these files.
     """
     manifest = _as_manifest(manifest)
     root = Path(root)
     target = root / manifest.name
     root.mkdir(parents=True, exist_ok=True)
     kept = {}
-    if target.is_dir() and (target / MANIFEST).is_file():
+    if not replace and target.is_dir() and (target / MANIFEST).is_file():
         previous = json.loads((target / MANIFEST).read_text(encoding="utf-8"))
         kept = {kind: FileEntry.model_validate(entry) for kind, entry in previous.get("files", {}).items()
                 if kind not in files and (target / entry["path"]).is_file()}

@@ -83,7 +83,9 @@ class Settings(BaseSettings):
     model_dir: Path = DEFAULT_MODEL_DIR
     # Models to serve (names of sub-directories of model_dir); empty = every one found.
     models: Annotated[list[str], NoDecode] = []
-    default_model: str = "efficientnet_lite0"
+    # The model of /v1/classify. Unset: efficientnet_lite0 when it is served, else the only classifier
+    # served; Registry.configure() settles it (default_model_for) and refuses to start when it cannot.
+    default_model: str | None = None
     # Backends each model is loaded on; the first is the default for requests.
     backends: Annotated[list[str], NoDecode] = ["cpu"]
 
@@ -209,6 +211,30 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one backend is needed")
         return value
+
+
+# The default model when DEFAULT_MODEL is unset and it is served: the committed ImageNet classifier.
+COMMITTED_DEFAULT_MODEL = "efficientnet_lite0"
+
+
+def default_model_for(chosen: str | None, served: list[str], classifiers: list[str]) -> str | None:
+    """The model a route uses when its path names none (/v1/classify): the one DEFAULT_MODEL names, which must
+    be served; unset, the committed default when it is served, else the only classification model served, else
+    none (no classifier served: /v1/classify names no model). ValueError, saying what to set, otherwise: a
+    default the service guessed among several would answer for a model nobody asked for."""
+    variable = f"{ENV_PREFIX}DEFAULT_MODEL"
+    if chosen is not None:
+        if chosen not in served:
+            raise ValueError(f"{variable}={chosen} is not served (serving {', '.join(served)}). Fix: set {variable} "
+                             f"to one of them, or serve {chosen} too ({ENV_PREFIX}MODELS)")
+        return chosen
+    if COMMITTED_DEFAULT_MODEL in classifiers:
+        return COMMITTED_DEFAULT_MODEL
+    if len(classifiers) <= 1:
+        return classifiers[0] if classifiers else None
+    raise ValueError(f"{variable} is unset and several classification models are served ({', '.join(classifiers)}): "
+                     f"which one answers /v1/classify? Fix: set {variable} to one of them (each is also at "
+                     "/v1/models/NAME/classify)")
 
 
 def variable_names(plugins: Iterable[type] = ()) -> set[str]:

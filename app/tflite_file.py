@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import flatbuffers.flexbuffers as flexbuffers
 import numpy as np
 
 from app.errors import EngineLoadError
@@ -97,6 +98,22 @@ class Operator:
     outputs: tuple[int, ...]
     options: dict[str, Any]      # builtin options by schema field name (strideW, fusedActivationFunction, ...)
     custom_options: bytes | None = field(default=None, repr=False)
+
+    def custom_options_map(self) -> dict[str, Any]:
+        """A custom operator's options read as the flexbuffer map most custom ops carry (TFLite_Detection_PostProcess's
+        max_detections, nms_iou_threshold, ...): key -> int, float, bool, str, None or list, as stored; {} when
+        the operator has none. TfliteFileError when they are not a flexbuffer map."""
+        if not self.custom_options:
+            return {}
+        try:
+            values = flexbuffers.Loads(self.custom_options)
+        except Exception as e:  # a corrupt flexbuffer fails anywhere in the reader
+            raise TfliteFileError(f"operator #{self.index} {self.opcode}: custom options are not a readable "
+                                  f"flexbuffer ({type(e).__name__}: {e})") from None
+        if not isinstance(values, dict):
+            raise TfliteFileError(f"operator #{self.index} {self.opcode}: custom options are a flexbuffer "
+                                  f"{type(values).__name__}, not a map")
+        return values
 
 
 @dataclass(frozen=True)

@@ -290,14 +290,14 @@ def bound_without_http(jpeg: bytes, device_ms: float, devices: int, image_thread
     a bounded queue, post-processing on the device's thread; completions per second."""
     import bench.simulated_device as sim
     from app.imaging import InputQuantizer, decode, to_pixels
-    from app.inference import scores, top_predictions
+    from app.tasks.classify import scores, top_predictions
     from app.model_dir import read_model_dir
 
     model_dir = read_model_dir(repo_root() / "models" / MODEL)
     spec = model_dir.manifest.input
-    input_spec, output_spec, output = _real_output(model_dir)
-    quantizer = InputQuantizer(spec, input_spec.dtype, input_spec.scale, input_spec.zero_point)
-    engines = [sim.SimulatedTpuEngine(input_spec, output_spec, output, device_ms / 1000) for _ in range(devices)]
+    inputs, outputs, values = _real_output(model_dir)
+    quantizer = InputQuantizer(spec, inputs[0].dtype, inputs[0].scale, inputs[0].zero_point)
+    engines = [sim.SimulatedTpuEngine(inputs, outputs, values, device_ms / 1000) for _ in range(devices)]
     tensors: queue.Queue = queue.Queue(maxsize=devices)
     stop = threading.Event()
     counting = threading.Event()
@@ -320,8 +320,8 @@ def bound_without_http(jpeg: bytes, device_ms: float, devices: int, image_thread
                 tensor = tensors.get(timeout=0.05)
             except queue.Empty:
                 continue
-            result = engine.run(tensor)
-            top_predictions(scores(result, output_spec.scale, output_spec.zero_point, model_dir),
+            (result,) = engine.run([tensor])
+            top_predictions(scores(result, outputs[0].scale, outputs[0].zero_point, model_dir),
                             model_dir.labels, 5, 0.0)
             if counting.is_set():
                 done[i] += 1

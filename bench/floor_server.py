@@ -27,21 +27,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # simulated_device, be
 import simulated_device  # noqa: E402
 
 from app.imaging import InputQuantizer, prepare, reuse_image_buffers  # noqa: E402
-from app.inference import scores, top_predictions  # noqa: E402
+from app.tasks.classify import scores, top_predictions  # noqa: E402
 from app.model_dir import read_model_dir  # noqa: E402
 
 MODEL_DIR = read_model_dir(Path(__file__).resolve().parents[1] / "models" / "efficientnet_lite0")
 SPEC = MODEL_DIR.manifest.input
 ENGINE = simulated_device.SimulatedTpuEngine.load(MODEL_DIR.file("int8"), None)
-QUANTIZER = InputQuantizer(SPEC, ENGINE.input.dtype, ENGINE.input.scale, ENGINE.input.zero_point)
+QUANTIZER = InputQuantizer(SPEC, ENGINE.inputs[0].dtype, ENGINE.inputs[0].scale, ENGINE.inputs[0].zero_point)
 JSON_HEADERS = [(b"content-type", b"application/json")]
 reuse_image_buffers()  # as the service does at start
 
 
 def classify(data: bytes) -> bytes:
     tensor = QUANTIZER(prepare(data, SPEC, simulated_device.MAX_PIXELS))
-    output = ENGINE.run(tensor)
-    values = scores(output, ENGINE.output.scale, ENGINE.output.zero_point, MODEL_DIR)
+    (output,) = ENGINE.run([tensor])
+    values = scores(output, ENGINE.outputs[0].scale, ENGINE.outputs[0].zero_point, MODEL_DIR)
     predictions = top_predictions(values, MODEL_DIR.labels, 5, 0.0)
     return orjson.dumps({"predictions": [{"index": p.index, "label": p.label, "score": p.score}
                                          for p in predictions]})

@@ -35,7 +35,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     from app.imaging import InputQuantizer, prepare, reuse_image_buffers
-    from app.inference import scores, top_predictions
+    from app.tasks.classify import scores, top_predictions
     from app.model_dir import read_model_dir
 
     model_dir = read_model_dir(repo_root() / "models" / MODEL)

@@ -126,13 +126,13 @@ class Engines:
         for _ in range(workers):
             engine = engine_cls.load(path, EngineOptions(cpu_threads=1))
             self.idle.put(engine)
-        spec = engine.input
+        spec = engine.inputs[0]
         self.quantizer = InputQuantizer(self.model_dir.manifest.input, spec.dtype, spec.scale, spec.zero_point)
 
     def invoke(self, tensor: np.ndarray) -> None:
         engine = self.idle.get()
         try:
-            engine.run(tensor)
+            engine.run([tensor])
         finally:
             self.idle.put(engine)
 

@@ -1,6 +1,6 @@
 """Does a pipeline of K devices run at the pace of its slowest segment? Simulated devices, side by side.
 
-A model cut into K segments (converter/segment.py, the committed model's own cuts and costs)
+A model cut into K segments (converter/segment.py, with converter/segment_plan.py's cuts and costs)
 runs on K simulated devices (bench/simulated_device.py: a device takes D ms with the GIL
 released); segment i takes D_i = D x its share of the model's cost. Ideal throughput is
 1 / max(D_i); one device running the whole model manages 1 / D. Both are driven through the
@@ -29,10 +29,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.engines import EngineOptions, TensorSpec  # noqa: E402
-from app.errors import DeviceHung  # noqa: E402
-from app.pipeline import Pipeline, Stage  # noqa: E402
-from app.pool import EnginePool, Member  # noqa: E402
+from app.engines import TensorSpec  # noqa: E402
+from app.pipeline import Pipeline  # noqa: E402
+from app.pool import EnginePool, Interpreter, Stage  # noqa: E402
 from bench.common import load_average, repo_root  # noqa: E402
 from bench.simulated_device import SimulatedTpuEngine  # noqa: E402
 from bench.stats import median  # noqa: E402
@@ -76,27 +75,26 @@ def split(model: str, k: int, device_ms: float) -> Split:
 
 
 def simulated(spec_in: TensorSpec, spec_out: TensorSpec, ms: float) -> SimulatedTpuEngine:
-    return SimulatedTpuEngine(spec_in, spec_out, np.zeros(spec_out.shape, spec_out.dtype), ms / 1000)
+    return SimulatedTpuEngine((spec_in,), (spec_out,), [np.zeros(spec_out.shape, spec_out.dtype)], ms / 1000)
 
 
 def whole_pool(s: Split, device_ms: float, lanes: int) -> EnginePool:
     engine = simulated(s.specs[0][0], s.specs[-1][1], device_ms)
-    return EnginePool(f"{s.model}/whole", [Member(engine, 0.0)], max_waiting=lanes, wait_timeout_s=30,
+    return EnginePool(f"{s.model}/whole", [Interpreter(Stage(engine))], max_waiting=lanes, wait_timeout_s=30,
                       retry_after_s=1, invoke_timeout_s=30)
 
 
 def pipeline_pool(s: Split) -> EnginePool:
-    stages = [Stage(i, simulated(a, b, ms), EngineOptions(), device=f"sim{i}")
+    stages = [Stage(simulated(a, b, ms), device=f"sim{i}", index=i)
               for i, ((a, b), ms) in enumerate(zip(s.specs, s.segments_ms))]
-    pipeline = Pipeline(f"{s.model}/x{len(stages)}", stages, hang_timeout_s=30, hang_error=DeviceHung)
-    members = [Member(pipeline.lane(), 0.0) for _ in range(pipeline.lanes)]
-    return EnginePool(f"{s.model}/pipeline", members, max_waiting=len(members), wait_timeout_s=30,
+    pipeline = Pipeline(f"{s.model}/x{len(stages)}", stages)
+    return EnginePool(f"{s.model}/pipeline", [pipeline], max_waiting=pipeline.lanes, wait_timeout_s=30,
                       retry_after_s=1, invoke_timeout_s=30)
 
 
 async def drive(pool: EnginePool, concurrency: int, seconds: float, warmup_s: float) -> float:
     """Completions per second with `concurrency` clients, after a warm-up; bounded in time and count."""
-    x = np.zeros(pool.engine.input.shape, pool.engine.input.dtype)
+    x = [np.zeros(pool.inputs[0].shape, pool.inputs[0].dtype)]
     loop = asyncio.get_running_loop()
     start_at = loop.time() + warmup_s
     end_at = start_at + seconds

@@ -48,13 +48,13 @@ class RawEngine:
         model_dir = read_model_dir(repo_root() / "models" / MODEL)
         engine_cls = ENGINES[backend]
         self.engine = engine_cls.load(model_dir.file(engine_cls.model_file), EngineOptions(cpu_threads=1))
-        spec = self.engine.input
+        spec = self.engine.inputs[0]
         quantizer = InputQuantizer(model_dir.manifest.input, spec.dtype, spec.scale, spec.zero_point)
         self.tensor = quantizer(prepare(photo, model_dir.manifest.input, MAX_PIXELS))
 
     def run_ms(self) -> float:
         start = time.perf_counter()
-        self.engine.run(self.tensor)
+        self.engine.run([self.tensor])
         return (time.perf_counter() - start) * 1000
 
 

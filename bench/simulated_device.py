@@ -1,9 +1,11 @@
 """A simulated Edge TPU for benchmarks: one interpreter = one device that takes D ms per inference.
 
-`run()` copies the input (as a delegate's set_tensor does), sleeps D ms with the GIL released
-(time.sleep releases it, as libedgetpu's invoke does), and returns a copy of a real output
-vector: the default model's own quantized output for a real photo, computed once on the `cpu`
-backend at load, so post-processing (dequantize, softmax, top-k over 1000 classes) is real work.
+`run()` copies the inputs (as a delegate's set_tensor does), sleeps D ms with the GIL released
+(time.sleep releases it, as libedgetpu's invoke does), and returns copies of real outputs: the
+model's own output tensors (all of them) for a real photo, computed once on the `cpu` backend at
+load, so post-processing (a classifier's dequantize, softmax, top-k over 1000 classes) is real work.
+It also runs inside a checkout from before the task seam (bench --checkout), whose engines took one
+tensor and gave one.
 
 Never in the product's backend list: bench/device_launcher.py plugs it in with
 `app.engines.register()` (or, on a checkout without plug-ins, into `app.engines.ENGINES`).
@@ -44,8 +46,11 @@ def devices() -> int:
     return int(os.environ.get(DEVICES_ENV, "1"))
 
 
-def real_output(int8_path: Path, photo: bytes | None = None) -> tuple[TensorSpec, TensorSpec, np.ndarray]:
-    """The model's input/output specs and its output for a real photo, on the cpu backend."""
+Outputs = tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], list[np.ndarray]]
+
+
+def real_output(int8_path: Path, photo: bytes | None = None) -> Outputs:
+    """The model's input and output specs and its outputs for a real photo, on the cpu backend."""
     from app.engines.cpu import CpuEngine
     from app.imaging import InputQuantizer, prepare
     from app.model_dir import read_model_dir
@@ -54,31 +59,39 @@ def real_output(int8_path: Path, photo: bytes | None = None) -> tuple[TensorSpec
     try:
         model_dir = read_model_dir(int8_path.parent)
         spec = model_dir.manifest.input
-        quantizer = InputQuantizer(spec, cpu.input.dtype, cpu.input.scale, cpu.input.zero_point)
+        seam = hasattr(cpu, "inputs")  # a checkout from before the task seam: one `input`, one `output`
+        inputs, outputs = (cpu.inputs, cpu.outputs) if seam else ((cpu.input,), (cpu.output,))
+        quantizer = InputQuantizer(spec, inputs[0].dtype, inputs[0].scale, inputs[0].zero_point)
         tensor = quantizer(prepare(photo or default_photo().read_bytes(), spec, MAX_PIXELS))
-        return cpu.input, cpu.output, np.array(cpu.run(tensor), copy=True)
+        values = cpu.run([tensor]) if seam else [cpu.run(tensor)]
+        return inputs, outputs, [np.array(v, copy=True) for v in values]
     finally:
         cpu.close()
 
 
 class SimulatedTpuEngine(Engine):
     key = KEY
-    model_file = "int8"  # the plain int8 file: its tensor specs, and its real output
+    model_file = "int8"  # the plain int8 file: its tensor specs, and its real outputs
 
-    def __init__(self, input_spec: TensorSpec, output_spec: TensorSpec, output: np.ndarray, seconds: float):
-        self.input, self.output = input_spec, output_spec
-        self._output = output
+    def __init__(self, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], values: list[np.ndarray],
+                 seconds: float):
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self.input, self.output = self.inputs[0], self.outputs[0]  # for a checkout from before the task seam
+        self._values = values
         self._seconds = seconds
-        self._buffer = np.empty(input_spec.shape, input_spec.dtype)
+        self._buffers = [np.empty(spec.shape, spec.dtype) for spec in self.inputs]
 
     @classmethod
     def load(cls, path: Path, options: EngineOptions) -> SimulatedTpuEngine:
         return cls(*real_output(Path(path)), device_ms() / 1000)
 
-    def run(self, x: np.ndarray) -> np.ndarray:
-        np.copyto(self._buffer, x.reshape(self._buffer.shape))  # the input goes to the device
-        time.sleep(self._seconds)                                # the device works, GIL released
-        return self._output.copy()
+    def run(self, inputs):
+        """Every input -> every output (a checkout from before the task seam: one array -> one array)."""
+        one = isinstance(inputs, np.ndarray)
+        for buffer, x in zip(self._buffers, [inputs] if one else inputs):
+            np.copyto(buffer, x.reshape(buffer.shape))  # the inputs go to the device
+        time.sleep(self._seconds)                       # the device works, GIL released
+        return self._values[0].copy() if one else [v.copy() for v in self._values]
 
 
 def plugin():

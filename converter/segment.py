@@ -3,22 +3,16 @@
 A model bigger than the Edge TPU's ~8 MB parameter cache streams the rest from the host on
 every inference; cut into K segments, each on its own TPU, every part stays on chip and the
 K devices work on K requests at once (Coral's `edgetpu_compiler --num_segments`, pycoral's
-PipelinedModelRunner). This module makes the segments itself, without the compiler:
+PipelinedModelRunner). The converter makes the segments itself, without the compiler:
 
     whole model --cut after op j where exactly one tensor crosses--> segment 0 | segment 1 | ...
 
-A cut point is an operator boundary where one non-constant tensor carries all live state:
-on a branchy graph (residual ADDs) the cuts fall between blocks, never inside one. Every
-segment is a plain int8 TFLite flatbuffer holding its operators, their constants, and the
-cut tensors with their quantization unchanged, so the segments chained compute exactly what
-the whole model computes (same kernels on the same tensors). The K-1 cuts are chosen among
-the cut points to make the most expensive segment as cheap as possible: the pipeline runs at
-the pace of its slowest segment.
-
-Cost per operator: `converter.estimate.segment_costs(model_path)` (estimated Edge TPU ms per
-operator) when that module is there; otherwise half its share of the model's MACs plus half
-its share of the parameter bytes (`params_macs_costs`): an Edge TPU's time is compute and
-moving parameters, and without a model of the hardware neither is known to dominate.
+converter/segment_plan.py decides where to cut (the cut points, each operator's cost, the
+balanced choice of cuts). This module writes what it planned: each segment as a plain int8
+TFLite flatbuffer holding its operators, their constants, and the cut tensors with their
+quantization unchanged, so the segments chained compute exactly what the whole model computes
+(same kernels on the same tensors); then the model directory that lists them, and with
+--compile each segment through edgetpu_compiler.
 
 Example usage:
 
@@ -31,209 +25,54 @@ Example usage:
 
 from __future__ import annotations
 
+import copy
 import json
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+import flatbuffers
 import numpy as np
 
-from app.tflite_file import TfliteModel, read_tflite
-
-COST_ESTIMATE = "estimated Edge TPU ms per operator (converter.estimate.segment_costs)"
-COST_PARAMS_MACS = "half MACs share + half parameter-bytes share per operator (no estimate available)"
-CORAL_SEGMENT = re.compile(r"_segment_(\d+)_of_(\d+)_edgetpu\.tflite$")
-
-
-class SegmentError(Exception):
-    """The model cannot be cut as asked; the message says why and what would work."""
-
-
-@dataclass(frozen=True)
-class Cut:
-    """A boundary after operator `after` where tensor `tensor` alone crosses."""
-
-    after: int
-    tensor: int
-    name: str
-
-
-@dataclass(frozen=True)
-class SegmentPlan:
-    first: int      # first operator index (inclusive)
-    last: int       # last operator index (inclusive)
-    input: int      # tensor entering (the model's input for the first)
-    output: int     # tensor leaving (the model's output for the last)
-    cost: float
-
-
-# ---- where a model can be cut ---------------------------------------------------------------
-
-def _check_cuttable(model: TfliteModel) -> None:
-    graph = model.graph
-    if len(model.subgraphs) != 1:
-        raise SegmentError(f"the model has {len(model.subgraphs)} subgraphs (control flow); only a single-graph "
-                           "model can be cut")
-    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-        raise SegmentError(f"the model has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs; "
-                           "a segmented model needs exactly one of each")
+from app.model_dir import (
+    INT8,
+    LABELS,
+    MANIFEST,
+    Build,
+    EdgeTpuCompile,
+    ModelDir,
+    Segment,
+    Segments,
+    add_files,
+    read_model_dir,
+    segment_kind,
+    sha256_file,
+    write_model_dir,
+)
+from app.tflite_file import read_tflite, schema
+from converter.segment_plan import (
+    SegmentError,
+    SegmentPlan,
+    balance,
+    check_cuttable,
+    check_full_integer,
+    coral_cut_names,
+    coral_segments,
+    cut_points,
+    cuts_at,
+    op_costs,
+    plan,
+)
+from converter.writing import tool_versions
 
 
-def _live_ranges(model: TfliteModel) -> dict[int, tuple[int, int]]:
-    """Non-constant tensor -> (operator producing it, last operator reading it); the model's
-    input counts as produced at -1, its output as read after the last operator."""
-    graph = model.graph
-    n = len(graph.operators)
-    produced = {t: -1 for t in graph.inputs}
-    last_read: dict[int, int] = {}
-    for op in graph.operators:
-        for t in op.outputs:
-            produced[t] = op.index
-        for t in op.inputs:
-            if t >= 0 and not graph.tensors[t].is_constant:
-                last_read[t] = op.index
-    for t in graph.outputs:
-        last_read[t] = n
-    return {t: (produced[t], last_read[t]) for t in produced if t in last_read}
-
-
-def cut_points(model: TfliteModel) -> list[Cut]:
-    """Every operator boundary where exactly one tensor (8-bit, quantized) carries all live state."""
-    _check_cuttable(model)
-    graph = model.graph
-    ranges = _live_ranges(model)
-    cuts = []
-    for j in range(len(graph.operators) - 1):
-        crossing = [t for t, (born, dies) in ranges.items() if born <= j < dies]
-        if len(crossing) != 1:
-            continue
-        tensor = graph.tensors[crossing[0]]
-        if tensor.type not in ("INT8", "UINT8") or tensor.quantization is None:
-            continue  # a float or unquantized tensor between segments would not be an int8 model
-        cuts.append(Cut(j, tensor.index, tensor.name))
-    return cuts
-
-
-# ---- what each operator costs -------------------------------------------------------------
-
-def params_and_macs(model: TfliteModel) -> list[tuple[int, int]]:
-    """(parameter bytes, multiply-accumulates) per operator, in execution order."""
-    graph = model.graph
-    out = []
-    for op in graph.operators:
-        inputs = [graph.tensors[t] for t in op.inputs if t >= 0]
-        params = sum(t.data.nbytes for t in inputs if t.is_constant)
-        outputs = [graph.tensors[t] for t in op.outputs]
-        out_elements = sum(int(np.prod(t.shape)) for t in outputs)
-        weights = next((t for t in inputs[1:2] if t.is_constant), None)
-        if op.opcode == "CONV_2D" and weights is not None:          # (O, kh, kw, I)
-            macs = out_elements * int(np.prod(weights.shape[1:]))
-        elif op.opcode == "DEPTHWISE_CONV_2D" and weights is not None:  # (1, kh, kw, C): one tap per output
-            macs = out_elements * weights.shape[1] * weights.shape[2]
-        elif op.opcode == "FULLY_CONNECTED" and weights is not None:    # (O, I)
-            macs = out_elements * weights.shape[-1]
-        else:  # elementwise, pooling, reshapes: about one operation per output value
-            macs = out_elements
-        out.append((params, macs))
-    return out
-
-
-def params_macs_costs(model: TfliteModel) -> list[float]:
-    """Half the operator's share of all MACs plus half its share of all parameter bytes."""
-    pairs = params_and_macs(model)
-    total_params = sum(p for p, _ in pairs) or 1
-    total_macs = sum(m for _, m in pairs) or 1
-    return [0.5 * m / total_macs + 0.5 * p / total_params for p, m in pairs]
-
-
-def op_costs(model_path: Path, model: TfliteModel) -> tuple[list[float], str]:
-    """Cost per operator in execution order, and what it is: the Edge TPU estimate when
-    converter.estimate offers one, else parameters and MACs."""
-    try:
-        from converter.estimate import segment_costs
-    except ImportError:
-        segment_costs = None
-    if segment_costs is not None:
-        costs = [float(c) for c in segment_costs(model_path)]
-        if len(costs) == len(model.graph.operators):
-            return costs, COST_ESTIMATE
-    return params_macs_costs(model), COST_PARAMS_MACS
-
-
-# ---- choosing the cuts --------------------------------------------------------------------
-
-def balance(costs: list[float], cuts: list[Cut], k: int) -> list[Cut]:
-    """The k-1 cuts that make the most expensive of the k segments the cheapest (ties: the
-    smaller sum of squared segment costs, i.e. the more even split). Exact: dynamic programming
-    over the cut points (tens of them in a classifier)."""
-    if k == 1:
-        return []
-    if len(cuts) < k - 1:
-        raise SegmentError(f"{k} segments need {k - 1} cut points, the model has {len(cuts)} "
-                           f"(operator boundaries where one tensor alone crosses); ask for at most {len(cuts) + 1}")
-    prefix = np.concatenate([[0.0], np.cumsum(costs)])
-    n = len(costs)
-    ends = [c.after for c in cuts] + [n - 1]  # a segment ends at a cut or at the last operator
-
-    def seg(a: int, b: int) -> float:  # operators a..b inclusive
-        return float(prefix[b + 1] - prefix[a])
-
-    # best[m][e]: (max, sum of squares, cuts) for the first m segments ending at ends[e]
-    best: list[dict[int, tuple[float, float, tuple[int, ...]]]] = [dict() for _ in range(k + 1)]
-    for e, end in enumerate(ends[:-1]):
-        c = seg(0, end)
-        best[1][e] = (c, c * c, (e,))
-    for m in range(2, k + 1):
-        targets = [len(ends) - 1] if m == k else range(len(ends) - 1)
-        for e in targets:
-            candidates = []
-            for p, (worst, squares, chosen) in best[m - 1].items():
-                if ends[p] >= ends[e]:
-                    continue
-                c = seg(ends[p] + 1, ends[e])
-                candidates.append((max(worst, c), squares + c * c, chosen + (e,)))
-            if candidates:
-                best[m][e] = min(candidates)
-    final = best[k].get(len(ends) - 1)
-    if final is None:
-        raise SegmentError(f"cannot make {k} non-empty segments")
-    return [cuts[e] for e in final[2][:-1]]
-
-
-def plan(model: TfliteModel, costs: list[float], chosen: list[Cut]) -> list[SegmentPlan]:
-    graph = model.graph
-    bounds = [-1] + [c.after for c in chosen] + [len(graph.operators) - 1]
-    tensors = [graph.inputs[0]] + [c.tensor for c in chosen] + [graph.outputs[0]]
-    return [SegmentPlan(bounds[i] + 1, bounds[i + 1], tensors[i], tensors[i + 1],
-                        float(sum(costs[bounds[i] + 1:bounds[i + 1] + 1])))
-            for i in range(len(bounds) - 1)]
-
-
-def cuts_at(model: TfliteModel, names: list[str]) -> list[Cut]:
-    """The cut points at the named tensors (Coral's segments, or --at), in order."""
-    by_name = {c.name: c for c in cut_points(model)}
-    missing = [n for n in names if n not in by_name]
-    if missing:
-        raise SegmentError(f"no cut point at tensor(s) {missing}: a cut needs a tensor that alone carries all live "
-                           f"state; the cut points are {sorted(by_name, key=lambda n: by_name[n].after)}")
-    chosen = [by_name[n] for n in names]
-    if [c.after for c in chosen] != sorted({c.after for c in chosen}):
-        raise SegmentError(f"cut tensors {names} are not in execution order (or repeat)")
-    return chosen
-
-
-# ---- writing one segment ----------------------------------------------------------------------
+# ---- one segment's file: flatbuffer surgery -----------------------------------------------------
 
 def extract(source: bytes, part: SegmentPlan) -> bytes:
     """Operators first..last of the model as a model of their own (a valid int8 TFLite flatbuffer):
     their tensors (cut tensors keep name, shape and quantization), constants copied, the operator
     codes they use; input `part.input`, output `part.output`."""
-    import copy
-
-    import flatbuffers
-
-    from app.tflite_file import schema
-
     s = schema()
     whole = s.ModelT.InitFromPackedBuf(source, 0)
     graph = whole.subgraphs[0]
@@ -244,7 +83,7 @@ def extract(source: bytes, part: SegmentPlan) -> bytes:
                   *(op.intermediates if op.intermediates is not None else [])]:
             if t >= 0 and t not in used:
                 used.append(int(t))
-    for t in (part.input, part.output):
+    for t in (part.input, *part.leaving):
         if t not in used:
             raise SegmentError(f"tensor {t} is not used by operators {part.first}..{part.last}")
     new_index = {old: new for new, old in enumerate(used)}
@@ -280,7 +119,7 @@ def extract(source: bytes, part: SegmentPlan) -> bytes:
         new_ops.append(fresh)
     sub = s.SubGraphT()
     sub.tensors, sub.operators, sub.name = tensors, new_ops, graph.name
-    sub.inputs, sub.outputs = [new_index[part.input]], [new_index[part.output]]
+    sub.inputs, sub.outputs = [new_index[part.input]], [new_index[t] for t in part.leaving]
     model = s.ModelT()
     model.version = whole.version
     model.description = f"segment of: {(whole.description or b'').decode('utf-8', 'replace')}"
@@ -301,9 +140,10 @@ def extract(source: bytes, part: SegmentPlan) -> bytes:
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
 
-
 @dataclass(frozen=True)
 class SegmentedModel:
+    """A model cut as planned: each segment's plan and its file's bytes, and how the cuts were chosen."""
+
     parts: list[SegmentPlan]
     files: list[bytes]
     cost_kind: str
@@ -313,10 +153,8 @@ class SegmentedModel:
 def segment_bytes(source: bytes, model_path: Path, k: int | None, at: list[str] | None = None) -> SegmentedModel:
     """Cut the model: at the named tensors if given, else balanced over k segments."""
     model = read_tflite(source)
-    _check_cuttable(model)
-    for t in model.graph.tensors:
-        if not t.is_constant and t.type == "FLOAT32" and t.index in (*model.graph.inputs, *model.graph.outputs):
-            raise SegmentError(f"tensor {t.name!r} is float32: segment a full-integer model")
+    check_cuttable(model)
+    check_full_integer(model)
     costs, kind = op_costs(model_path, model)
     if at is not None:
         chosen = cuts_at(model, at)
@@ -330,48 +168,11 @@ def segment_bytes(source: bytes, model_path: Path, k: int | None, at: list[str] 
                           [(tensors[p.input].name, tensors[p.output].name) for p in parts])
 
 
-# ---- Coral's own segments ------------------------------------------------------------------------
-
-def coral_segments(files: list[Path]) -> list[Path]:
-    """Coral's `--num_segments` output files (<stem>_segment_<i>_of_<n>_edgetpu.tflite) in order."""
-    indexed = []
-    for path in files:
-        match = CORAL_SEGMENT.search(path.name)
-        if match:
-            indexed.append((int(match[1]), int(match[2]), path))
-    if not indexed:
-        return []
-    counts = {n for _, n, _ in indexed}
-    if len(counts) != 1 or sorted(i for i, _, _ in indexed) != list(range(counts.pop())):
-        raise SegmentError(f"incomplete or mixed Coral segments: {sorted(p.name for _, _, p in indexed)}")
-    return [p for _, _, p in sorted(indexed)]
-
-
-def coral_cut_names(compiled: list[Path]) -> list[str]:
-    """The tensors where Coral's compiler cut: each segment's output but the last's, checked
-    against the next segment's input."""
-    names = []
-    for a, b in zip(compiled, compiled[1:]):
-        out_a, in_b = _io_names(a)[1], _io_names(b)[0]
-        if out_a != in_b:
-            raise SegmentError(f"{a.name} outputs {out_a!r} but {b.name} takes {in_b!r}: not one pipeline")
-        names.append(out_a)
-    return names
-
-
-def _io_names(path: Path) -> tuple[str, str]:
-    graph = read_tflite(path).graph
-    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-        raise SegmentError(f"{path.name}: a segment needs one input and one output tensor")
-    return graph.tensors[graph.inputs[0]].name, graph.tensors[graph.outputs[0]].name
-
-
 # ---- the model directory ------------------------------------------------------------------------
 
 def segment_filename(stem: str, i: int, k: int, compiled: bool = False) -> str:
     """<stem>_segment_<i>_of_<k>.tflite; compiled: Coral's <stem>_segment_<i>_of_<k>_edgetpu.tflite."""
     return f"{stem}_segment_{i}_of_{k}{'_edgetpu' if compiled else ''}.tflite"
-
 
 def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | None = None,
                       compiler: Path | None = None, compile_segments: bool = False,
@@ -382,22 +183,6 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     input spec the same); a bare .tflite gives the segment files and segments.json. A model
     directory compiled with `converter compile --num-segments N` is cut where Coral's compiler
     cut, and its compiled segments are kept as the Edge TPU files."""
-    from app.model_dir import (
-        INT8,
-        LABELS,
-        MANIFEST,
-        Build,
-        EdgeTpuCompile,
-        Segment,
-        Segments,
-        add_files,
-        read_model_dir,
-        segment_kind,
-        sha256_file,
-        write_model_dir,
-    )
-    from converter.writing import tool_versions
-
     say = progress or (lambda message: None)
     out = Path(out)
     source = Path(source)
@@ -410,38 +195,68 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     int8_path = model.file(INT8)
     coral = coral_segments([model.path / e.path for kind, e in model.manifest.files.items()
                             if kind.startswith("edgetpu_segment_")])
-    if coral and at is None and not compile_segments:
-        at = coral_cut_names(coral)
-        if k is not None and k != len(coral):
-            raise SegmentError(f"{model.name} was compiled into {len(coral)} segments by edgetpu_compiler; ask for "
-                               f"--segments {len(coral)}, or --compile to compile {k} segments of its own")
-        say(f"cutting where edgetpu_compiler cut: {at}")
+    keep_coral = bool(coral) and not compile_segments  # Coral's compiled segments stay the Edge TPU files
+    if keep_coral and at is None:
+        at = _follow_coral(model.name, coral, k, say)
     elif k is None and at is None:
         raise SegmentError("--segments K is needed (the model directory has no compiled segments to follow)")
     result = segment_bytes(int8_path.read_bytes(), int8_path, k, at)
+    compile_one = (partial(compile_segment, compiler=compiler, check_compiler_version=check_compiler_version)
+                   if compile_segments else None)
+    files, compiled = _segment_files(model, int8_path, result, coral if keep_coral else [], compile_one, say)
+    if at is None:
+        chosen_by = result.cost_kind
+    else:
+        chosen_by = "edgetpu_compiler's own cuts" if keep_coral else "the named cut tensors"
+    data = _segmented_manifest(model, int8_path, result, chosen_by, compiled, out,
+                               command or f"python -m converter segment {source} --segments {len(result.parts)} "
+                                          f"--out {out}")
+    return _write_segmented_dir(out, data, files)
+
+
+def _follow_coral(name: str, coral: list[Path], k: int | None, say: Callable[[str], None]) -> list[str]:
+    """The tensors where Coral's compiler cut the model directory's compiled segments, to cut the int8 model there."""
+    at = coral_cut_names(coral)
+    if k is not None and k != len(coral):
+        raise SegmentError(f"{name} was compiled into {len(coral)} segments by edgetpu_compiler; ask for "
+                           f"--segments {len(coral)}, or --compile to compile {k} segments of its own")
+    say(f"cutting where edgetpu_compiler cut: {at}")
+    return at
+
+
+def _segment_files(model: ModelDir, int8_path: Path, result: SegmentedModel, coral: list[Path],
+                   compile_one: Callable[[bytes, str], CompiledSegment] | None,
+                   say: Callable[[str], None]) -> tuple[dict[str, tuple[str, bytes]], list[CompiledSegment]]:
+    """The segmented directory's files by kind (file name, bytes): the int8 segments, the labels, and the Edge TPU
+    segments, Coral's kept or each compiled here by `compile_one`; and what the compiler said of each."""
     count = len(result.parts)
     stem = int8_path.stem
     files = {segment_kind(INT8, i): (segment_filename(stem, i, count), data) for i, data in enumerate(result.files)}
     if model.has(LABELS):
         labels = model.file(LABELS)
         files[LABELS] = (labels.name, labels.read_bytes())
-    if coral and not compile_segments:
+    compiled = []
+    if coral:
         for i, path in enumerate(coral):
             files[segment_kind("edgetpu", i)] = (path.name, path.read_bytes())
-    elif compile_segments:
-        compiled = []
+    elif compile_one is not None:
         for i, data in enumerate(result.files):
             say(f"compiling segment {i} of {count}...")
-            compiled.append(compile_segment(data, segment_filename(stem, i, count), compiler, check_compiler_version))
+            compiled.append(compile_one(data, segment_filename(stem, i, count)))
             files[segment_kind("edgetpu", i)] = (segment_filename(stem, i, count, compiled=True), compiled[-1].data)
-    if at is None:
-        chosen_by = result.cost_kind
-    else:
-        chosen_by = "edgetpu_compiler's own cuts" if coral and not compile_segments else "the named cut tensors"
+    return files, compiled
+
+
+def _segmented_manifest(model: ModelDir, int8_path: Path, result: SegmentedModel, chosen_by: str,
+                        compiled: list[CompiledSegment], out: Path, command: str) -> dict:
+    """model.json of the segmented model: the whole model's, less its files and compile record, plus the segments
+    (and the compiler's record, one report per segment, when they were compiled here)."""
+    names = {t.index: t.name for t in read_tflite(int8_path).graph.tensors}
+    count = len(result.parts)
     segments = Segments(
         source=int8_path.name, source_sha256=sha256_file(int8_path), balanced_by=chosen_by,
         items=[Segment(input=i_name, output=o_name, operators=p.last - p.first + 1, first_operator=p.first,
-                       cost=round(p.cost, 6))
+                       cost=round(p.cost, 6), outputs=[names[t] for t in p.outputs] if p.outputs else None)
                for p, (i_name, o_name) in zip(result.parts, result.names)])
     data = model.manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
     for stale in ("files", "edgetpu_compile", "segments"):
@@ -449,7 +264,7 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
     data["name"] = out.name
     data["description"] = f"{model.manifest.description} -- in {count} segments for a pipeline of {count} devices"
     data["segments"] = segments.model_dump(mode="json")
-    if compile_segments:  # the compiler's record, as `converter compile` writes it: one report per segment
+    if compiled:  # the compiler's record, as `converter compile` writes it: one report per segment
         data["edgetpu_compile"] = EdgeTpuCompile(
             command=compiled[0].command, compiler_version=compiled[0].compiler_version,
             min_runtime_version=compiled[0].min_runtime_version,
@@ -457,10 +272,14 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
             int8_sha256=segments.source_sha256, segments=count, report=compiled[0].report,
             offline_analysis=data.get("edgetpu_analysis") or "", segment_reports=[c.report for c in compiled],
         ).model_dump(mode="json", exclude_none=True)
-    data["build"] = Build(command=command or f"python -m converter segment {source} --segments {count} --out {out}",
-                          tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy"),
+    data["build"] = Build(command=command, tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy"),
                           segmented_from=model.name).model_dump(mode="json")
-    if (out / MANIFEST).is_file():  # segmented again: the new segments replace the old ones, whole
+    return data
+
+
+def _write_segmented_dir(out: Path, data: dict, files: dict[str, tuple[str, bytes]]) -> Path:
+    """A new model directory `out`; or, where `out` holds segments already, the new segments replace them whole."""
+    if (out / MANIFEST).is_file():
         previous = read_model_dir(out)
         if previous.manifest.segments is None:
             raise SegmentError(f"{out} holds a whole model, not segments: choose a new --out")
@@ -473,8 +292,7 @@ def segment_model_dir(source: Path, out: Path, k: int | None, at: list[str] | No
 
 
 def _segment_bare_file(source: Path, out: Path, k: int | None, at: list[str] | None) -> Path:
-    from app.model_dir import sha256_file
-
+    """The segment files and segments.json, for a .tflite that came without a model directory."""
     if k is None and at is None:
         raise SegmentError("--segments K is needed")
     result = segment_bytes(source.read_bytes(), source, k, at)

@@ -62,10 +62,12 @@ def same_cpu_kind(a: dict[str, str] | None, b: dict[str, str] | None) -> bool:
 
 def write_int8_model(out_root: Path, name: str, tflite: bytes, labels: list[str], spec: InputSpec, *,
                      description: str, source: str, licence: str, build: Build, scores: str = "logits",
-                     quality: Quality | None = None, quantization: dict | None = None) -> Path:
+                     quality: Quality | None = None, quantization: dict | None = None,
+                     task: str = "classification", outputs: dict[str, str] | None = None) -> Path:
     """Write models/<name>/ (model.json, labels.txt, <name>_int8.tflite); returns the directory.
 
-    quantization: converter.quantize.describe(tflite), when the caller has it already.
+    quantization: converter.quantize.describe(tflite), when the caller has it already (a detector's:
+    converter.detection.describe). task and outputs: model.json's, for a model that is not a classifier.
     """
     from app.edgetpu.compat import analyze
     from app.tflite_file import read_tflite
@@ -73,8 +75,8 @@ def write_int8_model(out_root: Path, name: str, tflite: bytes, labels: list[str]
     from converter.quantize import describe
 
     manifest = Manifest(
-        name=name, description=description, source=source, licence=licence, input=spec,
-        output=OutputSpec(scores=scores), quantization=quantization or describe(tflite),
+        name=name, task=task, outputs=outputs or {}, description=description, source=source, licence=licence,
+        input=spec, output=OutputSpec(scores=scores), quantization=quantization or describe(tflite),
         edgetpu_analysis=analyze(read_tflite(tflite)).summary(), quality=quality, build=build,
         edgetpu_estimate=estimate_tflite_bytes(tflite),
     )

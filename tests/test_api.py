@@ -120,7 +120,7 @@ def big_png(width, height) -> bytes:
         ("/v1/classify", {"top_k": "many"}, {"content-type": "image/jpeg"}, b"x", 422, "top_k"),
         ("/v1/classify", {"top_k": "1001"}, {"content-type": "image/jpeg"}, b"x", 422, "top_k"),
         ("/v1/classify", {"threshold": "2"}, {"content-type": "image/jpeg"}, b"x", 422, "threshold"),
-        ("/v1/classify", {"backend": "gpu"}, {"content-type": "image/jpeg"}, b"x", 400, "backend 'gpu'"),
+        ("/v1/classify", {"backend": "gpu"}, {"content-type": "image/jpeg"}, b"x", 422, "backend 'gpu'"),
         ("/v1/classify", {}, {"content-type": "multipart/form-data; boundary=xyz"}, b"--xyz\r\nbroken", 400, ""),
         ("/v1/classify", {}, {"content-type": "image/png"}, big_png(10000, 5000), 413, "50000000 pixels"),
         ("/v1/classify", {}, {"content-type": "image/png"}, b"\0" * (4 * 1024 * 1024 + 1), 413, "limit"),

@@ -8,28 +8,52 @@ from starlette.testclient import TestClient
 
 from app.api import errors
 from app.errors import Busy, InvokeTimeout, NotReady
+from tests.doubles.clock import FakeClock, FakeTimers
 
 LOGGER = "test.refusals"
 
 
 def test_refusals_are_logged_first_in_full_then_summed_up_per_window(caplog):
-    async def burst():
-        refusals = errors.RefusalLog(logging.getLogger(LOGGER), window_s=0.05)
+    """The windows close on fake timers (tests/doubles/clock.py): the test moves time, nothing sleeps."""
+    timers = FakeTimers(FakeClock())
+    refusals = errors.RefusalLog(logging.getLogger(LOGGER), window_s=10, event_loop=lambda: timers)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
         for _ in range(100):
             refusals.refused("POST", "/v1/classify", Busy("m/cpu: all 1 interpreters busy", 1))
         refusals.refused("POST", "/v2/models/m/infer", NotReady("loading"))
-        await asyncio.sleep(0.08)  # the first window closes: one summary
-        await asyncio.sleep(0.08)  # a quiet window: nothing, and the next refusal is in full again
+        timers.advance(10)  # the first window closes: one summary
+        timers.advance(10)  # a quiet window: nothing, and the next refusal is in full again
         refusals.refused("POST", "/v1/classify", Busy("again", 1))
-        await asyncio.sleep(0.08)
-
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        asyncio.run(burst())
+        timers.advance(10)
     lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert len(lines) == 3, lines
     assert lines[0].startswith("POST /v1/classify: 503 m/cpu: all 1 interpreters busy")
-    assert lines[1] == "refused 100 more requests (503) in the last 0.05 s: 99 x Busy, 1 x NotReady"
+    assert lines[1] == "refused 100 more requests (503) in the last 10 s: 99 x Busy, 1 x NotReady"
     assert lines[2].startswith("POST /v1/classify: 503 again")
+
+
+def test_on_the_running_loop_a_window_closes_on_the_loops_timer():
+    """The default: the running loop's timer writes the summary (awaited as the log line itself, not slept for)."""
+    async def main():
+        summary = asyncio.get_running_loop().create_future()
+
+        class Summary(logging.Handler):
+            def emit(self, record):
+                if record.getMessage().startswith("refused") and not summary.done():
+                    summary.set_result(record.getMessage())
+
+        logger = logging.getLogger(f"{LOGGER}.loop")
+        handler = Summary()
+        logger.addHandler(handler)
+        try:
+            refusals = errors.RefusalLog(logger, window_s=0.01)
+            refusals.refused("POST", "/v1/classify", Busy("all busy", 1))
+            refusals.refused("POST", "/v1/classify", Busy("all busy", 1))
+            return await asyncio.wait_for(summary, 10)
+        finally:
+            logger.removeHandler(handler)
+
+    assert asyncio.run(main()) == "refused 1 more requests (503) in the last 0.01 s: 1 x Busy"
 
 
 def test_a_503_answer_is_unchanged_and_other_5xx_are_logged_each(caplog):
@@ -75,7 +99,7 @@ def test_each_error_carries_its_status_and_each_protocol_reads_it_once():
                             ImageTooLarge, InvalidParameter, ModelDirError, ModelNotFound, ServeError, ShuttingDown,
                             UnsupportedMediaType)
 
-    v1 = {ModelNotFound: 404, BackendNotAvailable: 400, InvalidParameter: 422, EmptyBody: 400, BadImage: 400,
+    v1 = {ModelNotFound: 404, BackendNotAvailable: 422, InvalidParameter: 422, EmptyBody: 400, BadImage: 400,
           UnsupportedMediaType: 415, BodyTooLarge: 413, ImageTooLarge: 413, InvokeTimeout: 504, DeviceHung: 503,
           Busy: 503, NotReady: 503, ShuttingDown: 503, ModelDirError: 409, DeviceUnavailable: 409, ServeError: 500}
     for cls, status in v1.items():

@@ -195,7 +195,9 @@ def test_the_clone3_filter_answers_enosys_and_threads_start():
 def test_compose_runs_the_built_images_with_each_tpu_and_its_group():
     compose = yaml.safe_load(COMPOSE.read_text())
     usb, board = compose["services"]["usb"], compose["services"]["devboard"]
-    assert usb["devices"] == ["/dev/bus/usb:/dev/bus/usb"] and usb["profiles"] == ["usb"]
+    # the bus bind-mounted (live: the re-enumerated node appears) and USB's major allowed, not `devices:` (a copy)
+    assert "devices" not in usb and "/dev/bus/usb:/dev/bus/usb" in usb["volumes"] and usb["profiles"] == ["usb"]
+    assert usb["device_cgroup_rules"] == ["c 189:* rmw"]
     assert board["devices"] == ["/dev/apex_0:/dev/apex_0"] and board["platform"] == "linux/arm64"
     assert (usb["image"], board["image"]) == ("edgetpu-serve:latest", "edgetpu-serve:devboard")
     assert usb["group_add"] and board["group_add"]
@@ -208,7 +210,8 @@ def test_the_docs_name_the_pins_and_the_commands():
     text = DOCS.read_text()
     for name, digest in FRIGATE_SUMS.items():
         assert name in text and digest in text
-    for needed in ("make images", "docker save", "docker load", "--device /dev/apex_0", "--device /dev/bus/usb",
+    for needed in ("make images", "docker save", "docker load", "--device /dev/apex_0", "-v /dev/bus/usb:/dev/bus/usb",
+                   "--device-cgroup-rule='c 189:* rmw'",
                    "clone3", "--memory", "ai-edge-litert 2.3.0", "QEMU_CPU=cortex-a53"):
         assert needed in text, needed
 
@@ -481,7 +484,8 @@ def assert_bad_input_is_a_clear_4xx(served: Served):
 @pytest.mark.slow
 def test_the_x86_image_serves_every_model_on_the_cpu_from_its_defaults(x86, photos):
     """Its libedgetpu (the double) is installed and pairs with the runtime; no TPU is listed."""
-    assert_serves_degraded_on_the_cpu(x86, "no Edge TPU found", "map the whole USB bus: `docker run --device /dev/bus/usb")
+    assert_serves_degraded_on_the_cpu(x86, "no Edge TPU found", "bind-mount the whole USB bus and let the container open "
+                                      "USB devices: `docker run -v /dev/bus/usb:/dev/bus/usb --device-cgroup-rule='c 189:* rmw'")
     library = x86.devices["library"]
     assert library["loaded"] is True and library["package_version"] == "16.0tf2.17.1-1+test-double"
     assert library["runtime_version"] == 14 and x86.devices["pinned_set"]["name"] == "feranick-tf2.17.1-litert"
@@ -542,3 +546,29 @@ def test_the_dev_board_recipe_serves_under_dockers_old_clone3_profile(engine, im
     finally:
         stop(engine, container)
     assert top5["china.jpg"][0] == 698
+
+
+@pytest.mark.slow
+def test_make_images_builds_with_the_engine_already_running_and_leaves_it(engine):
+    """`make images IMAGES=latest` on a host whose engine runs (the one this module started, or found): no engine is
+    installed or started over it, the build happens in it, and it is still installed and running after."""
+    pidfile = ENGINE_DIR / "run" / "dockerd.pid"
+    pid = int(pidfile.read_text())
+    packages = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Status}\n", "docker.io"], capture_output=True,
+                              text=True).stdout
+    name = f"{TEST_IMAGE_NAME}-make"
+    done = subprocess.run(["make", "images", "IMAGES=latest", f"PYTHON={sys.executable}"], cwd=ROOT,
+                          env={**engine, "IMAGE_NAME": name}, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    try:
+        assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert "images: Docker: using the Docker engine running here" in done.stderr
+        assert "started a Docker engine for the build" not in done.stderr
+        assert "IMAGES=latest (the Dev Board" not in done.stderr  # asked for the x86-64 image only
+        built = docker("image", "inspect", "-f", "{{.Architecture}}", f"{name}:latest", env=engine).stdout.strip()
+        assert built == "amd64"
+    finally:
+        docker("rmi", f"{name}:latest", env=engine, check=False)
+    assert int(pidfile.read_text()) == pid and Path(f"/proc/{pid}").exists()  # the same engine, still running
+    assert docker("version", "--format", "{{.Server.Version}}", env=engine).stdout.strip()
+    assert subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Status}\n", "docker.io"], capture_output=True,
+                          text=True).stdout == packages  # still installed, untouched

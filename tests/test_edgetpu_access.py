@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.edgetpu import access
-from app.edgetpu.access import access_problem, custom_op_message, delegate_failure_message, no_device_message, usb_node
+from app.edgetpu.access import (RUN_USB, DeviceTree, access_problem, custom_op_message, delegate_failure_message,
+                                no_device_message, usb_node)
 from app.edgetpu.library import Device
+from tests.doubles.usb_tree import fake_usb_tree
 
 NOBODY = 65534
 
@@ -52,32 +53,33 @@ def test_a_node_this_user_cannot_open_names_the_group_fix(directory_mode):
     assert "is not readable and writable by uid" in out and "--group-add $(stat -c %g /dev/apex_0)" in out
 
 
-def test_usb_checks_the_bus_is_mapped(tmp_path, monkeypatch):
-    monkeypatch.setattr(access, "USB_ROOT", tmp_path / "dev-bus-usb")  # a /dev/bus/usb that is not there
-    problem = access_problem(Device("usb", "/sys/bus/usb/devices/2-1"))
-    assert "does not exist here" in problem and "--device /dev/bus/usb" in problem and "re-enumerates" in problem
+def test_usb_checks_the_bus_is_mapped(tmp_path):
+    tree = DeviceTree(usb=tmp_path / "dev-bus-usb", usb_sysfs=tmp_path / "sys")  # a /dev/bus/usb that is not there
+    problem = access_problem(Device("usb", "/sys/bus/usb/devices/2-1"), tree)
+    assert "does not exist here" in problem and RUN_USB in problem and "re-enumerates" in problem
+    assert "`--device /dev/bus/usb` is not enough" in problem
 
 
-def test_usb_node_from_sysfs_busnum_and_devnum(tmp_path, monkeypatch):
+def test_usb_node_from_sysfs_busnum_and_devnum(tmp_path):
     sysfs = tmp_path / "sys" / "2-1"
     sysfs.mkdir(parents=True)
     (sysfs / "busnum").write_text("2\n")
     (sysfs / "devnum").write_text("5\n")
     bus = tmp_path / "dev-bus-usb"
-    monkeypatch.setattr(access, "USB_ROOT", bus)
+    tree = DeviceTree(usb=bus, usb_sysfs=tmp_path / "sys", mountinfo=tmp_path / "no-mountinfo")
     device = Device("usb", str(sysfs))
-    assert usb_node(device) == bus / "002" / "005"
+    assert usb_node(device, bus) == bus / "002" / "005"
     bus.mkdir()
-    assert "002/005 does not exist here" in access_problem(device)  # bus mapped, this node not (stale)
+    assert "002/005 does not exist here" in access_problem(device, tree)  # bus mapped, this node not (stale)
     (bus / "002").mkdir()
     (bus / "002" / "005").write_bytes(b"")
-    assert access_problem(device) is None or os.geteuid() != 0
+    assert access_problem(device, tree) is None or os.geteuid() != 0
 
 
-def test_no_device_message_covers_both_kinds():
-    message = no_device_message("libedgetpu.so.1")
+def test_no_device_message_covers_both_kinds(tmp_path):
+    message = no_device_message("libedgetpu.so.1", fake_usb_tree(tmp_path, [], live=True))
     assert message.startswith("no Edge TPU found: libedgetpu.so.1 lists no device")
-    assert "lsusb -d 1a6e:089a" in message and "--device /dev/bus/usb" in message and "--device /dev/apex_0" in message
+    assert "lsusb -d 1a6e:089a" in message and RUN_USB in message and "--device /dev/apex_0" in message
 
 
 def test_a_delegate_failure_with_nothing_visible_blocking_it(tmp_path):

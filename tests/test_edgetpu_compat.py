@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from app.detection_postprocess import POSTPROCESS_OP
 from app.edgetpu.compat import MAX_SOFTMAX_ELEMENTS, analyze, analyze_file
 from app.tflite_file import read_tflite
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -304,3 +305,60 @@ def test_a_refused_op_version_breaks_the_partition_there():
     report = analyze(bumped)
     assert report.first_unsupported.index == conv.index and "version 6" in report.first_unsupported.reason
     assert ("CONV_2D", 6, "refused") in {(n.opcode, n.version, n.status) for n in op_version_notes(bumped)}
+
+
+# ---- the host's edges: a detector's post-processing, a float model's QUANTIZE/DEQUANTIZE -------------------
+
+@pytest.mark.parametrize("feed", ["dequantize", "uint8"])
+def test_a_detectors_post_processing_runs_on_the_cpu_as_intended(feed):
+    from tests.detection_models import tiny_detector
+
+    report = analyze(read_tflite(tiny_detector(feed=feed)))
+    tail = 3 if feed == "dequantize" else 1  # DEQUANTIZE x2 feeding the op, or the op alone
+    assert report.as_intended and not report.all_mapped
+    assert (report.mapped, report.tail, report.total) == (9 - tail, tail, 9)
+    assert report.summary().endswith("TFLite_Detection_PostProcess after it, as intended")
+    assert "as intended" in report.placement(8) and report.to_dict()["as_intended"] is True
+
+
+def test_a_compiled_detector_is_its_custom_op_then_the_post_processing():
+    """edgetpu_compiler's SSD output: edgetpu-custom-op, then TFLite_Detection_PostProcess on the CPU."""
+    from tests.detection_models import postprocess_options
+
+    g = GraphBuilder()
+    image = g.activation("image", [1, 16, 16, 3], "UINT8")
+    boxes = g.activation("box_encodings", [1, 16, 4], "UINT8")
+    classes = g.activation("class_predictions", [1, 16, 3], "UINT8")
+    g.op("CUSTOM", [image], [boxes, classes], custom_code="edgetpu-custom-op")
+    g.operators[-1].customOptions = list(custom_options(package_bytes(14)))
+    anchors = g.tensor("anchors", [16, 4], "FLOAT32", data=np.zeros((16, 4)))
+    outs = [g.activation(f"out{i}", shape, "FLOAT32", quantized=False)
+            for i, shape in enumerate(([1, 10, 4], [1, 10], [1, 10], [1]))]
+    g.op("CUSTOM", [boxes, classes, anchors], outs, custom_code=POSTPROCESS_OP)
+    g.operators[-1].customOptions = list(postprocess_options())
+    report = analyze(read_tflite(g.build([image], outs)))
+    assert report.compiled and (report.mapped, report.tail, report.total) == (1, 1, 2)
+    assert report.as_intended
+    assert report.summary() == ("already compiled for the Edge TPU: 1 Edge TPU custom op(s); 1 of 2 ops run on the "
+                                "CPU (TFLite_Detection_PostProcess after it, as intended)")
+
+
+def test_a_float_io_model_maps_between_its_quantize_and_dequantize():
+    from tests.classifier_models import tiny_classifier
+
+    report = analyze(read_tflite(tiny_classifier(io="float")))
+    assert (report.head, report.mapped, report.tail, report.total) == (1, 5, 1, 7)
+    assert report.as_intended and not report.on_edgetpu(0) and report.on_edgetpu(1) and not report.on_edgetpu(6)
+    assert "float input's QUANTIZE before it and DEQUANTIZE after it" in report.summary()
+
+
+def test_a_supported_op_stranded_after_the_post_processing_is_not_as_intended():
+    """Only host ops may follow the partition: a DEQUANTIZE in the middle still strands what comes after it."""
+    g = GraphBuilder()
+    x = g.activation("x", [1, 4, 4, 4], "UINT8", zero_point=128)
+    f = g.activation("f", [1, 4, 4, 4], "FLOAT32", quantized=False)
+    g.op("DEQUANTIZE", [x], [f])
+    y = g.activation("y", [1, 4, 4, 4], "INT8")
+    g.op("QUANTIZE", [f], [y])
+    report = analyze(read_tflite(g.build([x], [y])))
+    assert not report.as_intended and report.mapped == 0 and report.tail == 0

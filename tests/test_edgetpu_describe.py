@@ -75,15 +75,15 @@ class NoteEngineDouble:
     model_file = "int8"
 
     def __init__(self):
-        self.input = TensorSpec("in", (1, 224, 224, 3), np.dtype(np.uint8), 1 / 128, 127)
-        self.output = TensorSpec("out", (1, 1000), np.dtype(np.uint8), 1 / 256, 0)
+        self.inputs = (TensorSpec("in", (1, 224, 224, 3), np.dtype(np.uint8), 1 / 128, 127),)
+        self.outputs = (TensorSpec("out", (1, 1000), np.dtype(np.uint8), 1 / 256, 0),)
 
     @classmethod
     def load(cls, path, options):
         return cls()
 
-    def run(self, x):
-        return np.zeros(self.output.shape, np.uint8)
+    def run(self, inputs):
+        return [np.zeros(self.outputs[0].shape, np.uint8)]
 
     def close(self):
         pass

@@ -61,10 +61,10 @@ def test_loads_the_edgetpu_file_through_the_delegate_of_the_chosen_tpu(libedgetp
                              performance="High")
     engine = EdgeTpuEngine.load(model_dir.file("edgetpu"), options)
     assert two_tpus.read_text().splitlines() == ["created device=:1 Performance=High"]
-    x = np.full(engine.input.shape, 127, np.uint8)
+    x = np.full(engine.inputs[0].shape, 127, np.uint8)
     cpu = CpuEngine.load(model_dir.file("int8"), EngineOptions())
     # the double's delegate claims no node: the same kernels, the same answer
-    assert np.array_equal(engine.run(x), cpu.run(x))
+    assert np.array_equal(engine.run([x])[0], cpu.run([x])[0])
 
 
 def test_a_tpu_that_will_not_open_is_one_message(libedgetpu_double, model_dir, two_tpus, monkeypatch, tmp_path):

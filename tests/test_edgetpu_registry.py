@@ -67,10 +67,10 @@ def test_every_tpu_gets_an_interpreter_warmed_up_on_its_own(tmp_path, libedgetpu
     assert [m.device for _, m in reg.members("edgetpu")] == [str(n) for n in pci_nodes]
 
     async def spread():  # as many requests at once as TPUs: each holds a different one
-        x = np.full(pool.engine.input.shape, 127, np.uint8)
-        return await asyncio.gather(*(pool.run(x) for _ in pool.members))
+        x = np.full(pool.inputs[0].shape, 127, np.uint8)
+        return await asyncio.gather(*(pool.run([x]) for _ in pool.members))
 
-    assert len({r.output.tobytes() for r in asyncio.run(spread())}) == 1
+    assert len({r.outputs[0].tobytes() for r in asyncio.run(spread())}) == 1
 
 
 @pytest.mark.parametrize("policy", ["fail", "fallback"])

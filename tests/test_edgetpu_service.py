@@ -39,7 +39,7 @@ def test_without_a_tpu_policy_fallback_serves_on_cpu_and_says_so(cat_png):
             model = models["models"][0]
             assert list(model["backends"]) == ["cpu"] and "edgetpu requested" in model["error"]
             refused = client.post("/v1/classify?backend=edgetpu", files={"image": cat_png.read_bytes()})
-            assert refused.status_code == 400 and "instead of 'edgetpu'" in refused.json()["error"]
+            assert refused.status_code == 422 and "instead of 'edgetpu'" in refused.json()["error"]
             devices = client.get("/v1/devices").json()["backends"]["edgetpu"]
             assert devices["devices"] == [] and devices["error"]
     finally:

@@ -20,7 +20,7 @@ import app.pool.dispatch
 from app.engines import Backend, TensorSpec, register, unregister
 from app.errors import Busy, DeviceHung
 from app.main import create_app
-from app.pool import EnginePool, Member, Watchdog
+from app.pool import EnginePool, Interpreter, Stage, Watchdog
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -41,8 +41,8 @@ class HangingEngineDouble:
     fail_loads = 0                 # that many load() calls fail first (a device still resetting)
 
     def __init__(self):
-        self.input = TensorSpec("in", (1, 224, 224, 3), np.dtype(np.uint8), 1 / 128, 127)
-        self.output = TensorSpec("out", (1, 1000), np.dtype(np.uint8), 1 / 256, 0)
+        self.inputs = (TensorSpec("in", (1, 224, 224, 3), np.dtype(np.uint8), 1 / 128, 127),)
+        self.outputs = (TensorSpec("out", (1, 1000), np.dtype(np.uint8), 1 / 256, 0),)
         self.released = threading.Event()
         self.hanging = threading.Event()
         self.closed = False
@@ -55,12 +55,12 @@ class HangingEngineDouble:
             raise RuntimeError("device not listed yet")
         return cls()
 
-    def run(self, x):
+    def run(self, inputs):
         if HangingEngineDouble.hang_next.is_set():
             HangingEngineDouble.hang_next.clear()
             self.hanging.set()
             self.released.wait(EVENTUALLY_S)
-        return np.zeros(self.output.shape, np.uint8)
+        return [np.zeros(self.outputs[0].shape, np.uint8)]
 
     def close(self):
         self.closed = True
@@ -96,13 +96,13 @@ def pool_of(n: int, recreate_gate: threading.Event | None = None, clock=time.mon
     unhealthy state cannot race a recovery that a fast machine finishes first. With a fake clock,
     an invoke outlives the watchdog's timeout when the test moves the clock, not by the machine's pace."""
 
-    def recreate(old: Member) -> Member:
+    def reload(old: Stage) -> Stage:
         if recreate_gate is not None:
             recreate_gate.wait(EVENTUALLY_S)
-        return Member(HangingEngineDouble.load(None, None), 1.0, device=old.device)
+        return Stage(HangingEngineDouble.load(None, None), 1.0, device=old.device)
 
-    members = [Member(HangingEngineDouble(), 1.0, device=f"tpu{i}") for i in range(n)]
-    watchdog = Watchdog(WATCHDOG_S, recreate, RETRY_S)
+    members = [Interpreter(Stage(HangingEngineDouble(), 1.0, device=f"tpu{i}")) for i in range(n)]
+    watchdog = Watchdog(WATCHDOG_S, reload, RETRY_S)
     return EnginePool("m/hanging", members, max_waiting=4, wait_timeout_s=5, retry_after_s=1, watchdog=watchdog,
                       clock=clock)
 
@@ -116,7 +116,7 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
 
     async def scenario():
         HangingEngineDouble.hang_next.set()
-        request = asyncio.ensure_future(pool.run(x))
+        request = asyncio.ensure_future(pool.run([x]))
         await asyncio.to_thread(first.engine.hanging.wait, EVENTUALLY_S)
         assert not request.done() and first.healthy  # hanging, within the watchdog's time
         clock.advance(WATCHDOG_S)
@@ -124,19 +124,19 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
             await request
         assert hung.value.retry_after_s == 1
         assert not first.healthy and pool.unhealthy == [first]
-        served = await pool.run(x)  # the other TPU still serves
+        served = await pool.run([x])  # the other TPU still serves
         recreate_gate.set()
         await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not first, "the hung member is replaced")
         return served
 
     served = asyncio.run(scenario())
-    assert served.output.shape == (1, 1000)
+    assert served.outputs[0].shape == (1, 1000)
     fresh = pool.members[0]
     assert fresh.healthy and fresh.device == "tpu0" and fresh.warm  # re-created and warmed up
     assert fresh.engine is not first.engine and pool.members[1] is second
     assert not first.engine.closed  # its invoke still hangs: nothing can close it yet
     first.engine.released.set()
-    first.thread.join(EVENTUALLY_S)  # its thread ends once the invoke returns, closing the engine
+    first.threads[0].join(EVENTUALLY_S)  # its thread ends once the invoke returns, closing the engine
     assert first.engine.closed
 
 
@@ -150,7 +150,7 @@ def test_a_hang_whose_client_has_gone_still_takes_the_device_out():
 
     async def scenario():
         HangingEngineDouble.hang_next.set()
-        request = asyncio.ensure_future(pool.run(x))
+        request = asyncio.ensure_future(pool.run([x]))
         await asyncio.to_thread(only.engine.hanging.wait, EVENTUALLY_S)
         request.cancel()  # the client leaves mid-invoke
         with pytest.raises(asyncio.CancelledError):
@@ -161,9 +161,9 @@ def test_a_hang_whose_client_has_gone_still_takes_the_device_out():
         assert "watchdog" in only.problem
         recreate_gate.set()
         await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not only, "re-created")
-        return await pool.run(x)
+        return await pool.run([x])
 
-    assert asyncio.run(scenario()).output.shape == (1, 1000)
+    assert asyncio.run(scenario()).outputs[0].shape == (1, 1000)
 
 
 def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
@@ -174,18 +174,18 @@ def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
 
     async def scenario():
         HangingEngineDouble.hang_next.set()
-        request = asyncio.ensure_future(pool.run(x))
+        request = asyncio.ensure_future(pool.run([x]))
         await asyncio.to_thread(only.engine.hanging.wait, EVENTUALLY_S)
         request.cancel()  # the client leaves mid-invoke
         with pytest.raises(asyncio.CancelledError):
             await request
         only.engine.released.set()  # the invoke returns within the watchdog's time
-        served = await pool.run(x)  # the one interpreter is past that invoke
+        served = await pool.run([x])  # the one interpreter is past that invoke
         clock.advance(WATCHDOG_S * 2)
         await asyncio.sleep(WATCHDOG_S * 2)  # the left request's timer checks again: its invoke has ended
         return served
 
-    assert asyncio.run(scenario()).output.shape == (1, 1000)
+    assert asyncio.run(scenario()).outputs[0].shape == (1, 1000)
     assert only.healthy and pool.members == [only]
 
 
@@ -212,8 +212,8 @@ def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch
     async def scenario():
         asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
         with ThreadPoolExecutor(1) as images:
-            request = asyncio.ensure_future(pool.run(x) if where == "interpreter" else
-                                            pool._run_after(lambda: x, images))
+            request = asyncio.ensure_future(pool.run([x]) if where == "interpreter" else
+                                            pool._run_after(lambda: [x], images))
             await asyncio.to_thread(refusing.wait, EVENTUALLY_S)
             request.cancel()  # the client leaves
             with pytest.raises(asyncio.CancelledError):
@@ -235,12 +235,12 @@ def test_with_every_device_hung_requests_fail_fast_until_one_is_back():
     async def scenario():
         HangingEngineDouble.hang_next.set()
         with pytest.raises(DeviceHung):
-            await pool.run(x)
+            await pool.run([x])
         with pytest.raises(DeviceHung, match="every device is unhealthy"):
             pool.admit()  # refused at admission, before any waiting on a device that is not there
         recreate_gate.set()
         await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not only, "re-created")
-        return await pool.run(x)
+        return await pool.run([x])
 
     assert not asyncio.run(scenario()).cold
     assert "re-creating it failed (attempt 3: device not listed yet)" in only.problem
@@ -259,7 +259,7 @@ def test_readiness_reflects_the_hung_device(tmp_path):
     async def hang():
         HangingEngineDouble.hang_next.set()
         with pytest.raises(DeviceHung):
-            await pool.run(np.zeros((1, 224, 224, 3), np.uint8))
+            await pool.run([np.zeros((1, 224, 224, 3), np.uint8)])
 
     try:
         asyncio.run(hang())

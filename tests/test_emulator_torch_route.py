@@ -61,11 +61,12 @@ def test_the_files_carry_the_quantizers_op_versions_and_the_cpu_side_ops():
 def test_the_emulated_engine_serves_int8_io_as_the_cpu_engine_does(reference, name):
     path = _path(name)
     emulated, cpu = EmulatedEngine.load(path, EngineOptions()), CpuEngine.load(path, EngineOptions())
-    assert emulated.input == cpu.input and emulated.output == cpu.output
-    assert emulated.input.dtype == np.int8 and emulated.output.dtype == np.int8 and emulated.output.scale > 0
-    x = random_values(5, emulated.input.shape, "INT8")
+    assert emulated.inputs == cpu.inputs and emulated.outputs == cpu.outputs
+    (inp,), (out,) = emulated.inputs, emulated.outputs
+    assert inp.dtype == np.int8 and out.dtype == np.int8 and out.scale > 0
+    x = random_values(5, inp.shape, "INT8")
     (expected,) = reference.run(path.read_bytes(), [x])
-    assert emulated.run(x).tobytes() == expected.tobytes()
+    assert emulated.run([x])[0].tobytes() == expected.tobytes()
     emulated.close()
     cpu.close()
 
@@ -90,11 +91,12 @@ def test_a_float_output_after_dequantize_has_scale_zero_on_both_engines(referenc
     path = tmp_path / "head.tflite"
     path.write_bytes(_dequantized_head())
     emulated, cpu = EmulatedEngine.load(path, EngineOptions()), CpuEngine.load(path, EngineOptions())
-    assert emulated.output == cpu.output
-    assert emulated.output.dtype == np.float32 and emulated.output.scale == 0.0 and emulated.output.zero_point == 0
+    assert emulated.outputs == cpu.outputs
+    (out,) = emulated.outputs
+    assert out.dtype == np.float32 and out.scale == 0.0 and out.zero_point == 0
     x = random_values(9, (1, 32), "INT8")
     (expected,) = reference.run(path.read_bytes(), [x])
-    got = emulated.run(x)
+    (got,) = emulated.run([x])
     assert got.dtype == np.float32 and got.tobytes() == expected.tobytes()
     assert len(np.unique(got)) > 3
     emulated.close()

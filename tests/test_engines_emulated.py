@@ -11,7 +11,7 @@ from app.engines import ENGINES, EngineOptions
 from app.engines.cpu import CpuEngine
 from app.engines.emulated import EmulatedEngine
 from app.errors import EngineLoadError
-from app.inference import scores
+from app.tasks.classify import scores
 from app.model_dir import read_model_dir
 from app.registry import Registry
 from app.settings import Settings
@@ -32,13 +32,13 @@ def test_registered_under_its_key():
 def test_engine_runs_the_model_bit_exactly(reference):
     engine = EmulatedEngine.load(MODEL, EngineOptions())
     cpu = CpuEngine.load(MODEL, EngineOptions())
-    assert engine.input == cpu.input and engine.output == cpu.output
+    assert engine.inputs == cpu.inputs and engine.outputs == cpu.outputs
     x = photo_tensor(*PHOTOS[1])
     (expected,) = reference.run(MODEL.read_bytes(), [x])
-    out = engine.run(x)
+    (out,) = engine.run([x])
     np.testing.assert_array_equal(out, expected)
     out[...] = 0  # the caller gets a copy, not the interpreter's tensor
-    np.testing.assert_array_equal(engine.run(x), expected)
+    np.testing.assert_array_equal(engine.run([x])[0], expected)
     assert engine.interpreter.model.graph.operators[1].opcode == "CONV_2D"  # the parsed graph, for analyses
     engine.close()
 

@@ -36,8 +36,8 @@ class EchoEngineDouble:
     loads = []
 
     def __init__(self, options):
-        self.input = TensorSpec("in", (1, 224, 224, 3), np.dtype(np.uint8), 1 / 128, 127)
-        self.output = TensorSpec("out", (1, 1000), np.dtype(np.uint8), 1 / 256, 0)
+        self.inputs = (TensorSpec("in", (1, 224, 224, 3), np.dtype(np.uint8), 1 / 128, 127),)
+        self.outputs = (TensorSpec("out", (1, 1000), np.dtype(np.uint8), 1 / 256, 0),)
         self.options = options
 
     @classmethod
@@ -45,10 +45,10 @@ class EchoEngineDouble:
         cls.loads.append(path.name)
         return cls(options)
 
-    def run(self, x):
-        out = np.zeros(self.output.shape, np.uint8)
+    def run(self, inputs):
+        out = np.zeros(self.outputs[0].shape, np.uint8)
         out[0, 7] = 255
-        return out
+        return [out]
 
     def close(self):
         pass
@@ -86,11 +86,11 @@ def test_a_backend_registered_from_outside_is_served_like_any_other():
 
         async def one():
             async with registry.lease(DEFAULT_MODEL) as lease:
-                return lease.backend, await lease.run(np.zeros((1, 224, 224, 3), np.uint8))
+                return lease.backend, await lease.run([np.zeros((1, 224, 224, 3), np.uint8)])
 
         backend, result = asyncio.run(one())
         assert backend == "echo" and len(registry.get(DEFAULT_MODEL).pool("echo").members) == 3
-        assert int(result.output.argmax()) == 7
+        assert int(result.outputs[0].argmax()) == 7
         registry.close()
     finally:
         unregister("echo")
@@ -104,10 +104,10 @@ class ThrowawayEngineDouble(EchoEngineDouble):
 
     key = "throwaway"
 
-    def run(self, x):
-        out = np.zeros(self.output.shape, np.uint8)
+    def run(self, inputs):
+        out = np.zeros(self.outputs[0].shape, np.uint8)
         out[0, 3] = 255
-        return out
+        return [out]
 
 
 class ThrowawaySettings(PluginSettings):

@@ -19,7 +19,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.errors import Busy, ShuttingDown
-from app.inference import ImageWork, classify
+from app.inference import ImageWork
+from app.tasks.classify import classify
 from app.main import create_app
 from app.model_dir import sha256_file
 from app.registry import Registry
@@ -38,9 +39,10 @@ def loaded_registry(model_dir, **kw) -> Registry:
     return registry
 
 
-def zeros(registry: Registry) -> np.ndarray:
-    spec = registry.get(DEFAULT_MODEL).pool("cpu").engine.input
-    return np.full(spec.shape, spec.zero_point, spec.dtype)
+def zeros(registry: Registry) -> list[np.ndarray]:
+    """The model's inputs: its one image tensor, all zero points."""
+    spec = registry.get(DEFAULT_MODEL).pool("cpu").inputs[0]
+    return [np.full(spec.shape, spec.zero_point, spec.dtype)]
 
 
 # -- leases ----------------------------------------------------------------------------------------
@@ -59,7 +61,7 @@ def test_a_request_leased_before_a_reload_is_answered_by_its_version_which_close
 
     try:
         old, result = asyncio.run(scenario())
-        assert result.output.shape == (1, 1000)
+        assert result.outputs[0].shape == (1, 1000)
         pool = old.pools["cpu"]
         assert pool.join(ANSWER_S)  # its last lease ended: the interpreter threads closed it
         with pytest.raises(Busy):
@@ -105,7 +107,7 @@ def test_drain_refuses_new_leases_and_waits_for_the_admitted_ones(models_copy):
 
     try:
         result, drained = asyncio.run(scenario())
-        assert drained and result.output.shape == (1, 1000)
+        assert drained and result.outputs[0].shape == (1, 1000)
         assert asyncio.run(registry.drain(0))  # nothing in flight: at once
     finally:
         registry.close()
@@ -132,7 +134,7 @@ def test_a_lease_checks_the_line_at_once_and_takes_its_place_only_when_admitted(
             return await reading.run(zeros(registry))
 
     try:
-        assert asyncio.run(scenario()).output.shape == (1, 1000)
+        assert asyncio.run(scenario()).outputs[0].shape == (1, 1000)
         assert pool.admitted == 0 and registry.active == 0
     finally:
         registry.close()

@@ -1,16 +1,31 @@
-"""The byte budget for bodies in flight, and glibc's malloc settings."""
+"""The byte budget for bodies in flight, and glibc's malloc settings.
+
+The trims are timed on a fake clock and run by fake timers (tests/doubles/clock.py): a test moves time
+itself, and no test sleeps for a trim to come due.
+"""
 
 import asyncio
-import time
+import threading
 
 import pytest
 
 from app.errors import Busy
 from app.memory import TRIM_INTERVAL_S, ByteBudget, Reservation, tune_malloc
+from tests.doubles.clock import FakeClock, FakeTimers
 
 
 def run(coro):
     return asyncio.run(coro)
+
+
+def budget_on_fake_time(capacity: int, trims: list, record=lambda budget, clock: budget.reserved, **options):
+    """A budget trimming after bursts of 50 bytes (unless options say otherwise) on a fake clock, each trim appending
+    record(budget, clock) to `trims`; and the fake timers that run its trims when the test advances them."""
+    clock = FakeClock()
+    timers = FakeTimers(clock)
+    options = {"trim_after_bytes": 50, "event_loop": lambda: timers, **options}
+    budget = ByteBudget(capacity, trimmer=lambda: trims.append(record(budget, clock)), clock=clock, **options)
+    return budget, timers
 
 
 def test_reservations_within_the_budget_do_not_wait():
@@ -28,15 +43,20 @@ def test_a_waiter_is_served_in_order_when_memory_is_released():
         await budget.acquire(90, 1)
         order = []
 
-        async def wait(name, size):
+        async def wait(name, size, arrived: asyncio.Event):
+            arrived.set()  # wakes the test, which runs on only once this task has taken its place in line
             await budget.acquire(size, 5)
             order.append(name)
 
-        big = asyncio.create_task(wait("big", 50))
-        await asyncio.sleep(0.01)
-        small = asyncio.create_task(wait("small", 5))  # would fit now, but arrived after "big"
-        await asyncio.sleep(0.01)
-        assert order == []
+        async def arrive(name, size) -> asyncio.Task:
+            arrived = asyncio.Event()
+            task = asyncio.create_task(wait(name, size, arrived))
+            await arrived.wait()
+            return task
+
+        big = await arrive("big", 50)
+        small = await arrive("small", 5)  # would fit now, but arrived after "big"
+        assert budget.waiting == 2 and order == []
         budget.release(90)
         await asyncio.gather(big, small)
         assert order == ["big", "small"] and budget.reserved == 55 and budget.peak == 90
@@ -81,19 +101,19 @@ def test_malloc_is_tuned_on_glibc():
 def test_malloc_is_trimmed_after_a_burst_of_bodies_not_after_every_small_one():
     async def main():
         trims = []
-        budget = ByteBudget(100, trim_after_bytes=50, trimmer=lambda: trims.append(budget.reserved))
+        budget, timers = budget_on_fake_time(100, trims)
         for _ in range(20):  # one small body at a time: the line empties after each, no burst
             await budget.acquire(10, 1)
             budget.release(10)
-        await asyncio.sleep(0.05)
-        assert trims == []
+        timers.advance(0)
+        assert trims == [] and timers.pending == 0
         await budget.acquire(30, 1)
         await budget.acquire(30, 1)  # 60 at once: a burst
         budget.release(30)
-        await asyncio.sleep(0.05)
+        timers.advance(0)
         assert trims == []  # not while bodies of the burst are still held
         budget.release(30)
-        await asyncio.sleep(0.05)
+        timers.advance(0)
         assert trims == [0]
     run(main())
 
@@ -101,53 +121,69 @@ def test_malloc_is_trimmed_after_a_burst_of_bodies_not_after_every_small_one():
 def test_bursts_in_quick_succession_are_trimmed_once_per_interval():
     async def main():
         trims = []
-        budget = ByteBudget(100, trim_after_bytes=50, trimmer=lambda: trims.append(time.monotonic()))
+        budget, timers = budget_on_fake_time(100, trims, record=lambda budget, clock: clock())
         for _ in range(3):
             await budget.acquire(60, 1)
             budget.release(60)
-            await asyncio.sleep(0.01)
+            timers.advance(0.01)
         assert len(trims) == 1  # the first at once; the next two wait for the interval's end
-        await asyncio.sleep(TRIM_INTERVAL_S * 1.5)
-        assert len(trims) == 2 and trims[1] - trims[0] >= TRIM_INTERVAL_S * 0.99  # the two later bursts were one
+        timers.advance(TRIM_INTERVAL_S * 1.5)
+        assert len(trims) == 2 and trims[1] - trims[0] == pytest.approx(TRIM_INTERVAL_S)  # the two later bursts: one
     run(main())
 
 
 def test_a_trim_due_waits_for_a_burst_begun_meanwhile_and_one_left_on_an_ended_loop_is_replaced():
     trims = []
-    budget = ByteBudget(200, trim_after_bytes=50, trimmer=lambda: trims.append(budget.reserved))
+    loops = []  # the loop the budget sees as running: one fake per asyncio.run below, on one clock
+    budget, first = budget_on_fake_time(200, trims, event_loop=lambda: loops[-1])
+    second = FakeTimers(first.clock)
 
-    async def burst(hold_s: float = 0.0):
+    async def burst():
         await budget.acquire(60, 1)
-        await asyncio.sleep(hold_s)
         budget.release(60)
 
-    async def first():
+    async def on_first():
+        loops.append(first)
         await burst()
-        await asyncio.sleep(0.01)
+        first.advance(0.01)
         await burst()  # its trim is due in a second; the loop ends before
-    run(first())
-    assert trims == [0]
+    run(on_first())
+    assert trims == [0] and first.pending == 1  # left on the ended loop: never run
 
-    async def second():
+    async def on_second():
+        loops.append(second)
         await burst()  # the deferral left on the ended loop does not hold this one up
-        await asyncio.sleep(TRIM_INTERVAL_S * 1.2)
+        second.advance(TRIM_INTERVAL_S * 1.2)
         assert trims == [0, 0]
         await burst()  # its trim is due in a second (the last was just now) ...
         await budget.acquire(60, 1)  # ... and when it comes, 60 are held again
-        await asyncio.sleep(TRIM_INTERVAL_S * 1.2)
+        second.advance(TRIM_INTERVAL_S * 1.2)
         assert trims == [0, 0]
         budget.release(60)
-        await asyncio.sleep(0.05)
+        second.advance(0)
         assert trims == [0, 0, 0]
-    run(second())
+    run(on_second())
+
+
+def test_on_the_running_loop_a_trim_runs_on_an_executor_thread():
+    """The defaults (the running loop's timer and executor, the monotonic clock): the trim comes off the loop."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        trimmed = loop.create_future()
+        budget = ByteBudget(100, trim_after_bytes=50,
+                            trimmer=lambda: loop.call_soon_threadsafe(trimmed.set_result, threading.current_thread()))
+        await budget.acquire(60, 1)
+        budget.release(60)
+        assert await asyncio.wait_for(trimmed, 10) is not threading.main_thread()
+    run(main())
 
 
 def test_no_trim_when_switched_off():
     async def main():
         trims = []
-        budget = ByteBudget(100, trim_after_bytes=None, trimmer=lambda: trims.append(1))
+        budget, timers = budget_on_fake_time(100, trims, trim_after_bytes=None)
         await budget.acquire(100, 1)
         budget.release(100)
-        await asyncio.sleep(0.05)
-        assert trims == []
+        timers.advance(TRIM_INTERVAL_S)
+        assert trims == [] and timers.pending == 0
     run(main())

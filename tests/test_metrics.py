@@ -3,16 +3,18 @@ with the requests made. TPU temperature from a fake sysfs directory."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import metrics
-from app.edgetpu.temperature import apex_temperatures
 from app.engines import BACKENDS
 from app.registry import Registry
 from app.settings import Settings
-from tests.conftest import DEFAULT_MODEL, MODELS, Service
+from tests.conftest import DEFAULT_MODEL, MODELS, ROOT, Service
+from tests.doubles.apex_sysfs import fake_apex
 from tests.doubles.edgetpu_models import plain_as_compiled
 from tests.doubles.libedgetpu import DEVICES, libedgetpu_double  # noqa: F401
 
@@ -28,8 +30,28 @@ def value(samples, name: str, **labels) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def documented() -> dict[str, set[str]]:
+    """docs/metrics.md's table: metric name -> its labels ("none": no label)."""
+    rows = re.findall(r"^\| `(edgetpu_serve_\w+)` \| \w+ \| ([^|]*) \|", (ROOT / "docs" / "metrics.md").read_text(), re.M)
+    return {name: set(re.findall(r"`(\w+)`", labels)) for name, labels in rows}
+
+
+def assert_documented(text: str) -> None:
+    """Every edgetpu_serve_* metric of a scrape is in the docs' table, and each one with samples has the
+    labels the table gives it."""
+    table = documented()
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("edgetpu_serve_"):
+            continue
+        name = family.name + ("_total" if family.type == "counter" else "")
+        assert name in table, f"{name} is exposed on /metrics but not in docs/metrics.md's table"
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} == table[name], (name, sample.labels, table[name])
+
+
 def test_counters_and_histograms_move_with_requests(client, cat_png):
     before = scrape(client)
+    assert_documented(client.get("/metrics").text)
     image = cat_png.read_bytes()
     assert client.post(f"/v1/models/{DEFAULT_MODEL}/classify", content=image,
                        headers={"content-type": "image/png"}).status_code == 200
@@ -109,7 +131,6 @@ def test_tpu_temperatures_come_from_the_sysfs_directory(tmp_path):
     families = {f.name: f for f in plugin.collect([])}  # the gauges the Edge TPU plug-in adds to /metrics
     samples = {s.labels["device"]: s.value for s in families["edgetpu_serve_edgetpu_temperature_celsius"].samples}
     assert samples == {"apex_0": 47.8, "apex_1": 81.25}
-    assert apex_temperatures(tmp_path / "missing") == []
 
 
 def test_a_tensor_input_times_no_image_stages(client):
@@ -136,8 +157,7 @@ def test_two_tpus_through_the_test_double_count_and_report_temperature(tmp_path,
     for node in nodes:
         node.write_bytes(b"")
     sysfs = tmp_path / "sys" / "class" / "apex"
-    (sysfs / "apex_0").mkdir(parents=True)
-    (sysfs / "apex_0" / "temp").write_text("52100\n")
+    fake_apex(sysfs, "apex_0", 52100)
     service = Service({
         "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
         "EDGETPU_SERVE_MODELS": DEFAULT_MODEL,
@@ -151,6 +171,7 @@ def test_two_tpus_through_the_test_double_count_and_report_temperature(tmp_path,
         with httpx.Client(base_url=service.url, timeout=30) as c:
             assert c.post("/v1/classify?backend=edgetpu", content=cat_png.read_bytes()).status_code == 200
             samples = scrape(c)
+            assert_documented(c.get("/metrics").text)  # every family with samples, the TPUs' included
     finally:
         service.stop()
     assert value(samples, "edgetpu_serve_edgetpu_devices") == 2

@@ -104,6 +104,8 @@ def test_upload_classify_and_compare_backends(two_backends, browser, cat_png, tm
     browser.get(two_backends.url + "/")
     wait.until(lambda d: len(Select(d.find_element(By.ID, "backend")).options) == 2)
     assert "Edge TPUs: none" in browser.find_element(By.ID, "devices").text
+    about = browser.find_element(By.ID, "about").text  # where the model came from, as /v1/models says
+    assert "built here" in about and "licence: Apache-2.0" in about
 
     browser.find_element(By.ID, "file").send_keys(str(cat_png))
     wait.until(ec.element_to_be_clickable((By.ID, "classify"))).click()

@@ -1,7 +1,8 @@
 """app/pipeline.py: a segmented model served as a pipeline of K interpreters.
 
-The Pipeline itself with stage TEST DOUBLES (order, bounded queues, a stage that hangs and is
-re-created); then the real service over a loopback socket on segmented copies of the committed
+The Pipeline itself with stage TEST DOUBLES (order, every tensor between segments matched by name,
+bounded queues), then as the member of a pool under the pool's one watchdog (a stage that hangs is
+re-created alone, in place; InvokeTimeout without a watchdog); then the real service over a loopback socket on segmented copies of the committed
 models (python -m converter segment), whose output bytes and top-5 must equal the whole
 model's on `cpu` and `emulated`; a lost device inside a served pipeline; segment i on TPU i
 through the libedgetpu TEST DOUBLE; and bench/pipeline_capacity.py run briefly.
@@ -21,7 +22,8 @@ import pytest
 from app.engines import Backend, EngineOptions, TensorSpec, register, unregister
 from app.errors import DeviceHung, EngineLoadError, InvokeTimeout
 from app.model_dir import read_model_dir
-from app.pipeline import Pipeline, Stage, stage_options
+from app.pipeline import Pipeline, stage_options
+from app.pool import EnginePool, Stage, Watchdog
 from app.settings import Settings
 from bench import pipeline_capacity as capacity_bench
 from bench.service import ServiceProcess
@@ -38,29 +40,40 @@ class StageDouble:
     hangs while `hang` is set (a device that stops answering)."""
 
     def __init__(self, step: int, seen: list, hang: threading.Event | None = None, pause_s: float = 0.0):
-        self.input = TensorSpec("in", (1, 4), np.dtype(np.int32), 0.0, 0)
-        self.output = TensorSpec("out", (1, 4), np.dtype(np.int32), 0.0, 0)
+        self.inputs = (TensorSpec("in", (1, 4), np.dtype(np.int32), 0.0, 0),)
+        self.outputs = (TensorSpec("in", (1, 4), np.dtype(np.int32), 0.0, 0),)  # the next segment's "in"
         self.step, self.seen, self.hang, self.pause_s = step, seen, hang, pause_s
         self.released = threading.Event()
         self.closed = False
 
-    def run(self, x):
+    def run(self, inputs):
+        (x,) = inputs
         self.seen.append(int(x[0, 0]))
         if self.hang is not None and self.hang.is_set():
             self.hang.clear()
             self.released.wait(EVENTUALLY_S)
         if self.pause_s:
             time.sleep(self.pause_s)
-        return x + self.step
+        return [x + self.step]
 
     def close(self):
         self.closed = True
 
 
-def pipeline_of(doubles, recreate=None, hang_s=HANG_S) -> Pipeline:
-    stages = [Stage(i, d, EngineOptions(), device=f"tpu{i}") for i, d in enumerate(doubles)]
-    return Pipeline("m/test", stages, hang_timeout_s=hang_s, hang_error=DeviceHung, recreate=recreate,
-                    retry_s=0.05, retry_after_s=1)
+def pipeline_of(doubles) -> Pipeline:
+    return Pipeline("m/test", [Stage(d, device=f"tpu{i}", index=i) for i, d in enumerate(doubles)])
+
+
+def watched_pool(pipeline: Pipeline, reload=None, hang_s=HANG_S, watched=True) -> EnginePool:
+    """The pipeline as the one member of a pool, under the pool's watchdog (or without one: InvokeTimeout)."""
+    watchdog = Watchdog(hang_s, reload, retry_s=0.05) if watched else None
+    return EnginePool("m/test", [pipeline], max_waiting=8, wait_timeout_s=EVENTUALLY_S, retry_after_s=1,
+                      watchdog=watchdog, invoke_timeout_s=hang_s)
+
+
+def run(pool: EnginePool, value: int):
+    """One request through the pool, from a thread of the test (each its own event loop)."""
+    return asyncio.run(pool.run([np.full((1, 4), value, np.int32)]))
 
 
 def test_requests_flow_through_every_segment_in_order():
@@ -69,18 +82,62 @@ def test_requests_flow_through_every_segment_in_order():
     outputs = {}
 
     def client(i):
-        outputs[i] = pipeline.run(np.full((1, 4), i * 1000, np.int32))
+        outputs[i] = pipeline.invoke([np.full((1, 4), i * 1000, np.int32)])
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(EVENTUALLY_S)
-    assert all(int(outputs[i].output[0, 0]) == i * 1000 + 111 for i in range(24))
-    assert all(len(outputs[i].segments_ms) == 3 for i in range(24))
+    assert all(int(outputs[i][0][0][0, 0]) == i * 1000 + 111 for i in range(24))
+    assert all(len(outputs[i][1]) == 3 for i in range(24))
     # every stage saw the requests in the same order: none overtakes another inside the pipeline
     assert seen[1] == [v + 1 for v in seen[0]] and seen[2] == [v + 11 for v in seen[0]]
     pipeline.close()
+
+
+class TwoTensorStage:
+    """TEST DOUBLE of a segment that takes and gives two tensors, `a` and `b`, listed in the given orders."""
+
+    def __init__(self, inputs_order: str, outputs_order: str, last: bool = False):
+        def spec(name):
+            return TensorSpec(name, (1, 2), np.dtype(np.int32), 0.0, 0)
+        self.inputs = tuple(spec(n) for n in inputs_order)
+        self.outputs = tuple(spec(n + ("_out" if last else "")) for n in outputs_order)
+        self.outputs_order = outputs_order
+
+    def run(self, inputs):
+        by_name = {spec.name: x for spec, x in zip(self.inputs, inputs)}
+        a, b = by_name["a"], by_name["b"]
+        made = {"a": a + 1, "b": b * 10}
+        return [made[n] for n in self.outputs_order]
+
+    def close(self):
+        pass
+
+
+def test_every_tensor_between_segments_goes_to_the_input_of_its_name_whatever_the_order():
+    """Segment 0 gives (b, a), segment 1 takes (a, b): matched by name at load, not by position."""
+    pipeline = Pipeline("m/two", [Stage(TwoTensorStage("ab", "ba"), index=0),
+                                  Stage(TwoTensorStage("ab", "ab", last=True), index=1)])
+    try:
+        outputs, segments_ms = pipeline.invoke([np.array([[1, 2]], np.int32), np.array([[3, 4]], np.int32)])
+        assert [o.tolist() for o in outputs] == [[[3, 4]], [[300, 400]]] and len(segments_ms) == 2
+        assert [s.name for s in pipeline.outputs] == ["a_out", "b_out"]
+    finally:
+        pipeline.close()
+
+
+def test_segments_whose_tensors_do_not_meet_are_refused_at_load():
+    class Gives(TwoTensorStage):
+        def __init__(self, names):
+            super().__init__("ab", "ab")
+            self.outputs = tuple(TensorSpec(n, (1, 2), np.dtype(np.int32), 0.0, 0) for n in names)
+
+    with pytest.raises(EngineLoadError, match=r"segment 1 takes tensor 'b', which segment 0 does not give"):
+        Pipeline("m/x", [Stage(Gives("ac"), index=0), Stage(TwoTensorStage("ab", "ab"), index=1)])
+    with pytest.raises(EngineLoadError, match=r"segment 0 gives \['c'\], which segment 1 does not take"):
+        Pipeline("m/x", [Stage(Gives("abc"), index=0), Stage(TwoTensorStage("ab", "ab"), index=1)])
 
 
 def test_the_queues_between_stages_are_bounded():
@@ -95,7 +152,7 @@ def test_the_queues_between_stages_are_bounded():
         depth.append(pipeline._queues[1].qsize())
 
     pipeline._queues[1].put = put
-    threads = [threading.Thread(target=pipeline.run, args=(np.zeros((1, 4), np.int32),))
+    threads = [threading.Thread(target=pipeline.invoke, args=([np.zeros((1, 4), np.int32)],))
                for _ in range(pipeline.lanes)]
     for t in threads:
         t.start()
@@ -105,34 +162,41 @@ def test_the_queues_between_stages_are_bounded():
     pipeline.close()
 
 
-def test_a_hung_segment_fails_its_requests_and_is_re_created():
+# ---- the pipeline as a member of its pool, under the pool's one watchdog -----------------------
+
+def test_a_hung_segment_fails_its_requests_and_is_re_created_alone():
     hang = threading.Event()
     seen = [[], []]
-    hung = StageDouble(1, seen[1], hang)
+    first, hung = StageDouble(1, seen[0]), StageDouble(1, seen[1], hang)
     created = []
 
-    def recreate(old: Stage) -> Stage:
+    def reload(old: Stage) -> Stage:
         fresh = StageDouble(1, seen[1])
-        created.append(fresh)
-        return Stage(old.index, fresh, old.options, old.device)
+        created.append((old.index, fresh))
+        return Stage(fresh, device=old.device, index=old.index)
 
-    pipeline = pipeline_of([StageDouble(1, seen[0]), hung], recreate)
-    assert int(pipeline.run(np.zeros((1, 4), np.int32)).output[0, 0]) == 2
-    hang.set()
-    start = time.monotonic()
-    with pytest.raises(DeviceHung, match=r"segment 1 on tpu1 did not finish an invoke within 0.3 s") as lost:
-        pipeline.run(np.zeros((1, 4), np.int32))
-    assert HANG_S <= time.monotonic() - start < HANG_S + 2 and lost.value.retry_after_s == 1
-    assert pipeline.wait_recovered(EVENTUALLY_S) and len(created) == 1
-    assert int(pipeline.run(np.full((1, 4), 5, np.int32)).output[0, 0]) == 7  # served by the new stage
-    assert not hung.closed
-    hung.released.set()  # the hung invoke returns at last: its thread closes its interpreter and ends
-    for _ in range(100):
-        if hung.closed:
-            break
-        time.sleep(0.05)
-    assert hung.closed
-    pipeline.close()
+    pipeline = pipeline_of([first, hung])
+    pool = watched_pool(pipeline, reload)
+    try:
+        assert int(run(pool, 0).outputs[0][0, 0]) == 2
+        hang.set()
+        start = time.monotonic()
+        with pytest.raises(DeviceHung, match=r"segment 1 on tpu1 did not finish an invoke within 0.3 s") as lost:
+            run(pool, 0)
+        assert HANG_S <= time.monotonic() - start < HANG_S + 2 and lost.value.retry_after_s == 1
+        assert pool.wait_until(lambda: not pool.unhealthy, EVENTUALLY_S)
+        assert [index for index, _ in created] == [1]  # that segment alone, on its device
+        assert pool.members == [pipeline] and pipeline.stages[0].engine is first  # repaired in place
+        assert int(run(pool, 5).outputs[0][0, 0]) == 7  # served by the new stage
+        assert not hung.closed
+        hung.released.set()  # the hung invoke returns at last: its thread closes its interpreter and ends
+        for _ in range(100):
+            if hung.closed:
+                break
+            time.sleep(0.05)
+        assert hung.closed
+    finally:
+        pool.close()
 
 
 def test_every_request_in_the_pipeline_fails_when_a_segment_is_lost():
@@ -140,17 +204,18 @@ def test_every_request_in_the_pipeline_fails_when_a_segment_is_lost():
     hang, never = threading.Event(), threading.Event()
     seen = [[], []]
 
-    def recreate(old):  # the device stays lost while the test looks
+    def reload(old):  # the device stays lost while the test looks
         never.wait(EVENTUALLY_S)
         raise RuntimeError("device not listed")
 
-    pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(1, seen[1], hang)], recreate)
+    pipeline = pipeline_of([StageDouble(1, seen[0]), StageDouble(1, seen[1], hang)])
+    pool = watched_pool(pipeline, reload)
     hang.set()
     errors = []
 
     def client():
         try:
-            pipeline.run(np.zeros((1, 4), np.int32))
+            run(pool, 0)
         except DeviceHung as e:
             errors.append(e)
 
@@ -160,31 +225,50 @@ def test_every_request_in_the_pipeline_fails_when_a_segment_is_lost():
     for t in threads:
         t.join(EVENTUALLY_S)
     assert len(errors) == 3 and len(seen[0]) == 3 and len(seen[1]) == 1
+    assert all("segment 1 on tpu1" in str(e) for e in errors)
     never.set()
     pipeline.stages[1].engine.released.set()
-    pipeline.close()
+    pool.close()
 
 
 def test_while_a_segment_is_being_re_created_requests_are_refused_at_once():
     gate = threading.Event()
     hang = threading.Event()
 
-    def recreate(old: Stage) -> Stage:
+    def reload(old: Stage) -> Stage:
         gate.wait(EVENTUALLY_S)
-        return Stage(old.index, StageDouble(1, []), old.options, old.device)
+        return Stage(StageDouble(1, []), device=old.device, index=old.index)
 
-    pipeline = pipeline_of([StageDouble(1, [], hang)], recreate)
+    pipeline = pipeline_of([StageDouble(1, [], hang)])
+    pool = watched_pool(pipeline, reload)
     hang.set()
     with pytest.raises(DeviceHung):
-        pipeline.run(np.zeros((1, 4), np.int32))
+        run(pool, 0)
     start = time.monotonic()
-    with pytest.raises(DeviceHung, match="re-created"):
-        pipeline.run(np.zeros((1, 4), np.int32))
+    with pytest.raises(DeviceHung, match="every device is unhealthy.*segment 0 on tpu0 did not finish"):
+        run(pool, 0)
     assert time.monotonic() - start < HANG_S  # refused, not waited for
+    assert pool.members[0].problem.startswith("segment 0 on tpu0")
     gate.set()
-    assert pipeline.wait_recovered(EVENTUALLY_S)
-    pipeline.stages[0].engine.hang = None
-    pipeline.close()
+    assert pool.wait_until(lambda: not pool.unhealthy, EVENTUALLY_S)
+    assert int(run(pool, 1).outputs[0][0, 0]) == 2
+    pool.close()
+
+
+def test_invoke_timeout_is_the_error_where_no_watchdog_applies():
+    """As for any member: the request gets a 504, nothing is taken out or re-created, and the pipeline
+    serves again once the slow invoke ends."""
+    hang = threading.Event()
+    slow = StageDouble(1, [], hang)
+    pipeline = pipeline_of([slow])
+    pool = watched_pool(pipeline, watched=False)
+    hang.set()
+    with pytest.raises(InvokeTimeout):
+        run(pool, 0)
+    assert not pool.unhealthy
+    slow.released.set()
+    assert int(run(pool, 1).outputs[0][0, 0]) == 2
+    pool.close()
 
 
 def test_a_device_backend_needs_one_device_per_segment():
@@ -268,7 +352,7 @@ def test_segmented_models_served_on_cpu_answer_the_whole_models_bytes(segmented_
     try:
         _compare_served(svc.url, "cpu", segmented_models, [cat_png])
         described = httpx.get(f"{svc.url}/v1/models/efficientnet_lite0_x3", timeout=30).json()
-        assert len(described["segments"]["items"]) == 3 and described["backends"]["cpu"]["interpreters"] == 6
+        assert len(described["segments"]["items"]) == 3 and described["backends"]["cpu"]["interpreters"] == 3
         assert httpx.get(f"{svc.url}/v1/models/efficientnet_lite0", timeout=30).json().get("segments") is None
         metrics = httpx.get(f"{svc.url}/metrics", timeout=30).text
         assert 'edgetpu_serve_segment_seconds_count{backend="cpu",model="mobilenet_v2_x3",segment="2"}' in metrics
@@ -302,9 +386,10 @@ class SegmentDeviceDouble:
         from app.tflite_file import read_tflite
 
         graph = read_tflite(path).graph
-        i, o = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
-        self.input, self.output = (TensorSpec(t.name, t.shape, t.dtype, float(t.quantization.scale[0]),
-                                              int(t.quantization.zero_point[0])) for t in (i, o))
+        self.inputs, self.outputs = (tuple(TensorSpec(t.name, t.shape, t.dtype, float(t.quantization.scale[0]),
+                                                      int(t.quantization.zero_point[0]))
+                                           for t in (graph.tensors[i] for i in indices))
+                                     for indices in (graph.inputs, graph.outputs))
         self.path = str(path)
 
     @classmethod
@@ -314,11 +399,11 @@ class SegmentDeviceDouble:
         cls.loads.append(str(path))
         return cls(path)
 
-    def run(self, x):
+    def run(self, inputs):
         if SegmentDeviceDouble.hang_path == self.path:
             SegmentDeviceDouble.hang_path = None
             SegmentDeviceDouble.gate.wait(EVENTUALLY_S)
-        return np.zeros(self.output.shape, self.output.dtype)
+        return [np.zeros(spec.shape, spec.dtype) for spec in self.outputs]
 
     def close(self):
         pass
@@ -356,7 +441,7 @@ def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmente
 
         async def infer():
             async with registry.lease("efficientnet_lite0_x3") as lease:
-                return await lease.run(x)
+                return await lease.run([x])
 
         async def scenario():
             first = await infer()
@@ -366,15 +451,15 @@ def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmente
             status = registry.status("efficientnet_lite0_x3")  # readiness says so while it is re-created
             assert status.state == "unhealthy" and "segment 1 on segtpu" in status.error and not registry.ready()
             SegmentDeviceDouble.reloads.set()
-            pipeline = registry.get("efficientnet_lite0_x3").pool("segtpu").engine.pipeline
-            assert await asyncio.to_thread(pipeline.wait_recovered, EVENTUALLY_S)
+            pool = registry.get("efficientnet_lite0_x3").pool("segtpu")
+            assert await asyncio.to_thread(pool.wait_until, lambda: not pool.unhealthy, EVENTUALLY_S)
             assert registry.status("efficientnet_lite0_x3").state == "ready" and registry.ready()
             return first, lost.value, await infer()
 
         loads_before = len(SegmentDeviceDouble.loads)
         first, error, after = asyncio.run(scenario())
         assert first.segments_ms is not None and len(first.segments_ms) == 3
-        assert after.output.shape == (1, 1000) and len(after.segments_ms) == 3
+        assert after.outputs[0].shape == (1, 1000) and len(after.segments_ms) == 3
         assert SegmentDeviceDouble.loads[loads_before:] == [middle]  # that segment alone re-created
         from app.api.errors import status_of
 
@@ -384,18 +469,6 @@ def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmente
         SegmentDeviceDouble.reloads.set()
         registry.close()
         unregister(SegmentDevicesDouble.key)
-
-
-def test_invoke_timeout_is_the_error_where_no_watchdog_applies():
-    hang = threading.Event()
-    stages = [Stage(0, StageDouble(1, [], hang), EngineOptions())]
-    pipeline = Pipeline("m/test", stages, hang_timeout_s=HANG_S, hang_error=InvokeTimeout,
-                        recreate=lambda old: Stage(0, StageDouble(1, []), old.options), retry_s=0.05)
-    hang.set()
-    with pytest.raises(InvokeTimeout):
-        pipeline.run(np.zeros((1, 4), np.int32))
-    assert pipeline.wait_recovered(EVENTUALLY_S)
-    pipeline.close()
 
 
 # ---- edgetpu: segment i on TPU i (the libedgetpu TEST DOUBLE; segments "compiled" as their plain files) ----
@@ -427,16 +500,16 @@ def test_on_edgetpu_segment_i_runs_on_tpu_i(tmp_path, segmented_models, libedget
     registry.load_all()
     try:
         assert registry.ready() and registry.status("efficientnet_lite0_x3").error is None
-        pipeline = registry.get("efficientnet_lite0_x3").pool("edgetpu").engine.pipeline
+        (pipeline,) = registry.get("efficientnet_lite0_x3").pool("edgetpu").members
         assert [s.device for s in pipeline.stages] == [str(n) for n in nodes]
         assert (tmp_path / "log").read_text().splitlines() == [f"created device=:{i}" for i in range(3)]
 
         async def infer():
             async with registry.lease("efficientnet_lite0_x3") as lease:
-                return await lease.run(np.full((1, 224, 224, 3), 127, np.uint8))
+                return await lease.run([np.full((1, 224, 224, 3), 127, np.uint8)])
 
         result = asyncio.run(infer())
-        assert result.output.shape == (1, 1000) and len(result.segments_ms) == 3
+        assert result.outputs[0].shape == (1, 1000) and len(result.segments_ms) == 3
     finally:
         registry.close()
 

@@ -9,7 +9,7 @@ from app.engines import EngineOptions, TensorSpec
 from app.engines.cpu import CpuEngine
 from app.errors import Busy, InvokeTimeout
 from app.model_dir import read_model_dir
-from app.pool import OVERLOAD_HOLD_S, EnginePool, Member
+from app.pool import OVERLOAD_HOLD_S, EnginePool, Interpreter, Stage
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.clock import FakeClock
 
@@ -18,22 +18,22 @@ class GatedEngineDouble:
     """Test double: an engine whose run() blocks until the test opens a gate."""
 
     def __init__(self):
-        self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
-        self.output = self.input
+        self.inputs = (TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0),)
+        self.outputs = self.inputs
         self.gate = threading.Event()
         self.started = threading.Event()
 
-    def run(self, x):
+    def run(self, inputs):
         self.started.set()
         self.gate.wait(10)
-        return x
+        return list(inputs)
 
     def close(self):
         pass
 
 
 def pool_of(engine, max_waiting=0, timeout=5.0, invoke_timeout=30.0, max_queue_ms=0.0, clock=None) -> EnginePool:
-    return EnginePool("t", [Member(engine, 1.0)], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
+    return EnginePool("t", [Interpreter(Stage(engine, 1.0))], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
                       invoke_timeout_s=invoke_timeout, max_queue_ms=max_queue_ms,
                       **({"clock": clock} if clock else {}))
 
@@ -42,16 +42,16 @@ def test_real_engine_first_run_is_cold_then_warm():
     path = read_model_dir(MODELS / DEFAULT_MODEL).file("int8")
     engine = CpuEngine.load(path, EngineOptions())
     pool = pool_of(engine)
-    x = np.full(engine.input.shape, 127, np.uint8)
+    x = np.full(engine.inputs[0].shape, 127, np.uint8)
 
     async def two_runs():
-        return await pool.run(x), await pool.run(x)
+        return await pool.run([x]), await pool.run([x])
 
     first, second = asyncio.run(two_runs())
     assert first.cold and not second.cold
     assert pool.first_inference_ms == first.inference_ms > 0
-    assert np.array_equal(first.output, second.output)  # the same input, the same answer
-    assert first.output.shape == (1, 1000)
+    assert np.array_equal(first.outputs[0], second.outputs[0])  # the same input, the same answer
+    assert first.outputs[0].shape == (1, 1000)
 
 
 def test_full_line_is_refused_at_once_with_retry_after():
@@ -60,10 +60,10 @@ def test_full_line_is_refused_at_once_with_retry_after():
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
-        running = asyncio.create_task(pool.run(x))
+        running = asyncio.create_task(pool.run([x]))
         await asyncio.to_thread(engine.started.wait, 5)
         with pytest.raises(Busy) as refused:
-            await pool.run(x)
+            await pool.run([x])
         engine.gate.set()
         await running
         return refused.value
@@ -78,10 +78,10 @@ def test_waiting_request_times_out():
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
-        running = asyncio.create_task(pool.run(x))
+        running = asyncio.create_task(pool.run([x]))
         await asyncio.to_thread(engine.started.wait, 5)
         with pytest.raises(Busy, match="within 0.2 s"):
-            await pool.run(x)
+            await pool.run([x])
         engine.gate.set()
         await running
 
@@ -94,9 +94,9 @@ def test_waiting_request_gets_the_interpreter_when_freed():
     x = np.ones((1, 2), np.uint8)
 
     async def scenario():
-        first = asyncio.create_task(pool.run(x))
+        first = asyncio.create_task(pool.run([x]))
         await asyncio.to_thread(engine.started.wait, 5)
-        second = asyncio.create_task(pool.run(x))
+        second = asyncio.create_task(pool.run([x]))
         for _ in range(100):  # let the second request take its place in line
             if pool.admitted == 2:
                 break
@@ -116,7 +116,7 @@ def test_an_invoke_past_its_deadline_is_answered_with_invoke_timeout():
 
     async def scenario():
         with pytest.raises(InvokeTimeout, match="within 0.2 s") as late:
-            await pool.run(x)
+            await pool.run([x])
         engine.gate.set()
         return late.value
 
@@ -140,8 +140,8 @@ def test_the_input_reaches_the_engine_byte_identical_and_the_output_comes_back()
     engine.gate.set()
     pool = pool_of(engine)
     x = np.arange(2, dtype=np.uint8).reshape(1, 2)
-    result = asyncio.run(pool.run(x))
-    assert result.output is x  # the very array: no copy, no conversion on the way
+    result = asyncio.run(pool.run([x]))
+    assert result.outputs[0] is x  # the very array: no copy, no conversion on the way
 
 
 def test_a_request_cancelled_while_waiting_is_skipped_by_the_interpreter():
@@ -153,9 +153,9 @@ def test_a_request_cancelled_while_waiting_is_skipped_by_the_interpreter():
     engine.run = lambda x: runs.append(x) or engine_run(x)
 
     async def scenario():
-        first = asyncio.create_task(pool.run(x))
+        first = asyncio.create_task(pool.run([x]))
         await asyncio.to_thread(engine.started.wait, 5)
-        second = asyncio.create_task(pool.run(x))
+        second = asyncio.create_task(pool.run([x]))
         for _ in range(100):
             if pool.admitted == 2:
                 break
@@ -165,7 +165,7 @@ def test_a_request_cancelled_while_waiting_is_skipped_by_the_interpreter():
             await second  # the cancellation has reached the pool before the interpreter is free
         engine.gate.set()
         await first
-        return await pool.run(x)  # served next: the cancelled job was skipped, not run
+        return await pool.run([x])  # served next: the cancelled job was skipped, not run
 
     asyncio.run(scenario())
     assert len(runs) == 2 and pool.admitted == 0
@@ -179,9 +179,9 @@ def test_busy_and_waiting_count_invokes_under_way_and_inputs_not_yet_taken():
 
     async def scenario():
         assert (pool.busy, pool.waiting) == (0, 0)
-        first = asyncio.create_task(pool.run(x))
+        first = asyncio.create_task(pool.run([x]))
         await asyncio.to_thread(engine.started.wait, 5)
-        second = asyncio.create_task(pool.run(x))
+        second = asyncio.create_task(pool.run([x]))
         for _ in range(100):
             if pool.waiting == 1:
                 break
@@ -199,14 +199,14 @@ class TimedEngineDouble:
     """Test double: an engine whose every run takes `seconds` of a fake clock (and no real time)."""
 
     def __init__(self, seconds: float, clock: FakeClock):
-        self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
-        self.output = self.input
+        self.inputs = (TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0),)
+        self.outputs = self.inputs
         self.seconds = seconds
         self.clock = clock
 
-    def run(self, x):
+    def run(self, inputs):
         self.clock.advance(self.seconds)
-        return x
+        return list(inputs)
 
     def close(self):
         pass
@@ -223,7 +223,7 @@ def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
 
     def prepare():
         threads.append(threading.current_thread().name)
-        return np.array([[7, 9]], np.uint8)
+        return [np.array([[7, 9]], np.uint8)]
 
     def bad():
         raise ValueError("not an image")
@@ -240,7 +240,7 @@ def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
 
     try:
         result = asyncio.run(scenario())
-        assert threads[0].startswith("image") and result.output.tolist() == [[7, 9]]
+        assert threads[0].startswith("image") and result.outputs[0].tolist() == [[7, 9]]
     finally:
         executor.shutdown()
         pool.close()
@@ -276,7 +276,7 @@ def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only
 
     async def scenario():
         for _ in range(3):  # the pool learns its invoke time (the first run is cold, not counted)
-            assert (await pool.run(x)).inference_ms == pytest.approx(20.0)
+            assert (await pool.run([x])).inference_ms == pytest.approx(20.0)
         held = [pool.admit() for _ in range(5)]  # not overloaded: the whole line of 1 + 4, 100 ms deep
         assert not pool.overloaded
         with pytest.raises(Busy, match="4 requests already waiting"):
@@ -309,9 +309,9 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
-        first = asyncio.ensure_future(pool.run(x))  # runs, held at the gate
+        first = asyncio.ensure_future(pool.run([x]))  # runs, held at the gate
         await asyncio.to_thread(engine.started.wait, 5)
-        late = asyncio.ensure_future(pool.run(x))   # joins the line before any overload
+        late = asyncio.ensure_future(pool.run([x]))   # joins the line before any overload
         await asyncio.sleep(0)  # its task takes its place and queues its input
         assert pool.admitted == 2 and pool.waiting == 1
         third = pool.admit()  # the line of 1 + 2 is full
@@ -320,7 +320,7 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
         third.release()
         clock.advance(0.060)  # `late` has now waited 60 ms, past the 30 ms bound
         engine.gate.set()
-        assert (await first).output.shape == (1, 2)
+        assert (await first).outputs[0].shape == (1, 2)
         with pytest.raises(Busy, match="waited .* ms in line"):
             await late
 
@@ -370,7 +370,7 @@ class BusyImageThread:
 
     def prepare(self):
         self.prepared.append(1)
-        return np.zeros((1, 2), np.uint8)
+        return [np.zeros((1, 2), np.uint8)]
 
     def free(self):
         self.blocker.set()

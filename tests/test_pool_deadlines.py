@@ -15,7 +15,7 @@ import pytest
 
 from app.engines import TensorSpec
 from app.errors import Busy, InvokeTimeout
-from app.pool import EnginePool, Member
+from app.pool import EnginePool, Interpreter, Stage
 from tests.doubles.clock import FakeClock
 
 
@@ -24,21 +24,21 @@ class SteppedEngineDouble:
     it then takes `seconds[n]` of the fake clock (default none)."""
 
     def __init__(self, clock: FakeClock, runs: int = 8, seconds=()):
-        self.input = TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0)
-        self.output = self.input
+        self.inputs = (TensorSpec("in", (1, 2), np.dtype(np.uint8), 1.0, 0),)
+        self.outputs = self.inputs
         self.clock = clock
         self.started = [threading.Event() for _ in range(runs)]
         self.gates = [threading.Event() for _ in range(runs)]
         self.seconds = list(seconds) + [0.0] * (runs - len(seconds))
         self.runs = 0
 
-    def run(self, x):
+    def run(self, inputs):
         n = self.runs
         self.runs += 1
         self.started[n].set()
         self.gates[n].wait(10)
         self.clock.advance(self.seconds[n])
-        return x
+        return list(inputs)
 
     async def wait_started(self, n: int) -> None:
         assert await asyncio.to_thread(self.started[n].wait, 10), f"run {n} never started"
@@ -52,7 +52,7 @@ class SteppedEngineDouble:
 
 
 def pool_of(engine, clock, wait_s=5.0, invoke_s=30.0) -> EnginePool:
-    return EnginePool("t", [Member(engine, 1.0)], max_waiting=8, wait_timeout_s=wait_s, retry_after_s=1,
+    return EnginePool("t", [Interpreter(Stage(engine, 1.0))], max_waiting=8, wait_timeout_s=wait_s, retry_after_s=1,
                       invoke_timeout_s=invoke_s, clock=clock)
 
 
@@ -65,7 +65,7 @@ def test_queue_wait_is_reported_for_the_request_that_waited():
     pool = pool_of(engine, clock)
 
     async def two_at_once():
-        runs = [asyncio.ensure_future(pool.run(X)) for _ in range(2)]
+        runs = [asyncio.ensure_future(pool.run([X])) for _ in range(2)]
         await engine.wait_started(0)
         await asyncio.sleep(0)  # both inputs are in line
         engine.open(0)
@@ -87,7 +87,7 @@ def test_an_invoke_longer_than_the_wait_deadline_is_not_refused_once_taken():
     pool = pool_of(engine, clock, wait_s=0.1, invoke_s=5.0)
 
     async def scenario():
-        request = asyncio.ensure_future(pool.run(X))
+        request = asyncio.ensure_future(pool.run([X]))
         await engine.wait_started(0)
         clock.advance(0.3)  # three wait deadlines after it was queued, taken before the first
         await asyncio.sleep(0.25)  # the loop's timer checks at the wait deadline's distance (0.1 s)
@@ -107,16 +107,16 @@ def test_a_job_never_taken_is_refused_at_the_wait_deadline_and_skipped():
     pool = pool_of(engine, clock, wait_s=0.1, invoke_s=5.0)
 
     async def scenario():
-        first = asyncio.ensure_future(pool.run(X))
+        first = asyncio.ensure_future(pool.run([X]))
         await engine.wait_started(0)  # the one interpreter is held
-        second = asyncio.ensure_future(pool.run(X))
+        second = asyncio.ensure_future(pool.run([X]))
         await asyncio.sleep(0)  # in line, behind it
         clock.advance(0.1)  # its wait deadline
         with pytest.raises(Busy, match="no interpreter free within 0.1 s"):
             await second
         engine.open(0)
         await first
-        third = asyncio.ensure_future(pool.run(X))  # in line after the refused one
+        third = asyncio.ensure_future(pool.run([X]))  # in line after the refused one
         await engine.wait_started(1)
         engine.open(1)
         await third
@@ -137,9 +137,9 @@ def test_the_invoke_deadline_runs_from_the_take_not_from_the_queueing():
     pool = pool_of(engine, clock, wait_s=5.0, invoke_s=0.2)
 
     async def scenario():
-        first = asyncio.ensure_future(pool.run(X))
+        first = asyncio.ensure_future(pool.run([X]))
         await engine.wait_started(0)
-        second = asyncio.ensure_future(pool.run(X))
+        second = asyncio.ensure_future(pool.run([X]))
         await asyncio.sleep(0)
         clock.advance(0.15)
         engine.open(0)
@@ -168,7 +168,7 @@ def test_an_invoke_taken_late_in_its_wait_still_times_out_at_its_own_limit():
 
     async def scenario():
         queued_at = clock()
-        runs = [asyncio.ensure_future(pool.run(X)) for _ in range(3)]
+        runs = [asyncio.ensure_future(pool.run([X])) for _ in range(3)]
         for n in range(2):
             await engine.wait_started(n)
             engine.open(n)

@@ -446,19 +446,17 @@ def test_the_shares_split_the_tpus_into_contiguous_parts_each_once():
 def test_a_pipeline_keeps_its_tpus_in_one_process():
     from types import SimpleNamespace
 
-    from app.edgetpu.environment import EdgeTpuEnvironment
-    from app.engines.edgetpu import take_share
+    from app.engines.edgetpu import check_share
     from app.errors import ServeError
     from app.settings import DeviceShare
 
-    env = EdgeTpuEnvironment(library=None, version=None, pinned_set=None, devices=[], targets=list("abcdef"))
     segmented = {"big": SimpleNamespace(manifest=SimpleNamespace(segments=SimpleNamespace(count=3))),
                  "small": SimpleNamespace(manifest=SimpleNamespace(segments=None))}
-    assert take_share(env, DeviceShare(1, 2), segmented).targets == list("def")  # 3 TPUs: the pipeline fits
+    check_share(DeviceShare(1, 2), 6, 3, segmented)  # 3 TPUs: the pipeline fits
     with pytest.raises(ServeError, match=r"model 'big' is cut into 3 segments, whose TPUs must be in one process, "
                                          r"and share 0/3 of 6 TPU\(s\) has 2\. Fix: at most 2 process"):
-        take_share(env, DeviceShare(0, 3), segmented)
-    assert take_share(env, None, segmented) is env
+        check_share(DeviceShare(0, 3), 6, 2, segmented)
+    check_share(None, 6, 0, segmented)
 
 
 def test_a_worker_takes_its_part_of_the_hosts_limits():

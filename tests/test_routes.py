@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from app.api import classify
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
-from app.main import INFERENCE_ROUTERS, create_app
+from app.main import create_app, inference_routers
 from app.settings import Settings
 from tests.conftest import MODELS
 
@@ -45,7 +45,7 @@ def answered(status: str, protocol: str = "v1") -> float:
 
 
 def test_the_table_holds_the_inference_routes_of_both_protocols():
-    routes = InferenceRoutes.of(route for router in INFERENCE_ROUTERS for route in router.routes)
+    routes = InferenceRoutes.of(route for router in inference_routers() for route in router.routes)
     assert routes.paths == ["/v1/classify", "/v1/models/{name}/classify", "/v2/models/{name}/infer",
                             "/v2/models/{name}/versions/{version}/infer"]
     assert routes.protocol_of("POST", "/v1/models/m/classify") == "v1"

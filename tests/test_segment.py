@@ -1,5 +1,5 @@
-"""converter/segment.py: where a model can be cut, how the cuts are balanced, and that the
-segments of the committed models are valid int8 models that, chained, compute the whole model's
+"""converter/segment_plan.py: where a model can be cut and how the cuts are balanced; converter/segment.py: that
+the segments of the committed models are valid int8 models that, chained, compute the whole model's
 output byte for byte (here on the TFLite CPU kernels; served, in tests/test_pipeline.py).
 
 The Edge TPU compiler is tests/doubles/edgetpu_compiler_double.py, a TEST DOUBLE: it compiles
@@ -20,7 +20,8 @@ from ai_edge_litert.interpreter import Interpreter
 from app.model_dir import add_files, read_model_dir, segment_kind
 from app.tflite_file import read_tflite
 from converter.__main__ import main
-from converter.segment import (
+from converter.segment import segment_bytes, segment_filename, segment_model_dir
+from converter.segment_plan import (
     COST_ESTIMATE,
     COST_PARAMS_MACS,
     Cut,
@@ -28,9 +29,6 @@ from converter.segment import (
     balance,
     cut_points,
     params_and_macs,
-    segment_bytes,
-    segment_filename,
-    segment_model_dir,
 )
 from tests.conftest import MODELS
 from tests.doubles import edgetpu_compiler_double
@@ -268,3 +266,48 @@ def test_model_json_without_segments_reads_as_before_and_bad_segments_are_refuse
     (tmp_path / "broken" / "model.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelDirError, match="items"):
         read_model_dir(tmp_path / "broken")
+
+
+# ---- a detector: the post-processing stays in the last segment ---------------------------------------------
+
+@pytest.mark.parametrize("order", ["tf1", "tf2"])
+def test_a_detector_is_cut_only_before_its_heads_and_keeps_its_post_processing_last(tmp_path, order):
+    from converter.importer import ImportOptions, import_model
+    from tests.detection_models import tiny_detector
+
+    source = tmp_path / "d.tflite"
+    source.write_bytes(tiny_detector(order=order, size=32))
+    model = read_tflite(source)
+    # the heads branch after the QUANTIZE: no single tensor carries the state past that point
+    assert [c.name for c in cut_points(model)] == ["normalized"]
+    imported = import_model([source], ImportOptions(name="d", out=tmp_path / "models")).path
+    out = segment_model_dir(imported, tmp_path / "models" / "d_x2", 2)
+    segmented = read_model_dir(out)
+    first, last = segmented.manifest.segments.items
+    assert (first.first_operator, first.operators, last.first_operator, last.operators) == (0, 1, 1, 8)
+    graph = model.graph
+    assert last.outputs == [graph.tensors[t].name for t in graph.outputs]  # the model's order, whatever it is
+    assert segmented.manifest.outputs == read_model_dir(imported).manifest.outputs  # roles carried over
+    with pytest.raises(SegmentError, match="3 segments need 2 cut points, the model has 1"):
+        segment_model_dir(imported, tmp_path / "models" / "d_x3", 3)
+
+    image = np.zeros((1, 32, 32, 3), np.uint8)
+    image[:, 8:20, 8:20] = 255
+    x = image
+    for path in segmented.segment_files("int8"):  # chained, the segments answer what the whole model does
+        interpreter = Interpreter(model_path=str(path))
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        outputs = {o["name"]: interpreter.get_tensor(o["index"]) for o in interpreter.get_output_details()}
+        x = next(iter(outputs.values()))
+    whole = Interpreter(model_path=str(source))
+    whole.allocate_tensors()
+    whole.set_tensor(whole.get_input_details()[0]["index"], image)
+    whole.invoke()
+    expected = {o["name"]: whole.get_tensor(o["index"]) for o in whole.get_output_details()}
+    roles = segmented.manifest.outputs
+    count = int(expected[roles["count"]][0])
+    assert count > 0 and int(outputs[roles["count"]][0]) == count
+    for role in ("boxes", "classes", "scores"):  # entries past `count` are not written by the op
+        np.testing.assert_array_equal(outputs[roles[role]][0, :count], expected[roles[role]][0, :count])

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from app.api.shedding import HeadAdmission
 from app.http_server import _Server, config
 from app.api.routes import InferenceRoutes
-from app.main import INFERENCE_ROUTERS, create_app
+from app.main import create_app, inference_routers
 from app.settings import Settings
 from bench.service import free_port
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -104,7 +104,7 @@ def test_only_the_full_line_is_refused(served, cat_png):
 
 def test_head_admission_places_a_request_as_the_application_would(served):
     _, registry = served
-    check = HeadAdmission(registry, InferenceRoutes.of(route for router in INFERENCE_ROUTERS for route in router.routes))
+    check = HeadAdmission(registry, InferenceRoutes.of(route for router in inference_routers() for route in router.routes))
     place = registry.get(DEFAULT_MODEL).pool("cpu").admit()
     try:
         assert check(b"POST", b"/v1/classify").status == 503
@@ -113,7 +113,7 @@ def test_head_admission_places_a_request_as_the_application_would(served):
         assert check(b"GET", b"/v1/classify") is None
         assert check(b"POST", b"/v1/classify/extra") is None
         assert check(b"POST", b"/v1/models/eff%69cientnet_lite0/classify") is None  # encoded: the app decodes it
-        assert check(b"POST", b"/v1/classify?backend=nope") is None  # the app's 400
+        assert check(b"POST", b"/v1/classify?backend=nope") is None  # the app's 422
         assert check(b"POST", b"/v1/classify?backend=cpu&backend=emulated") is None  # the last one counts
         assert check(b"POST", b"/v1/classify?back%65nd=emulated") is None  # a key decoded as the app does
         assert check(b"POST", f"/v2/models/{DEFAULT_MODEL}/versions/9/infer".encode()) is None  # the app's 404

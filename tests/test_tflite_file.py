@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+from app.detection_postprocess import POSTPROCESS_OP
 from app.tflite_file import TfliteFileError, read_tflite
 from tests.conftest import DEFAULT_MODEL, MODELS
+from tests.detection_models import DEFAULT_OPTIONS, tiny_detector
 from tests.doubles.compiled_model_double import CUSTOM_OP, compiled_model_bytes
+from tests.tflite_builder import GraphBuilder
 
 MODEL = MODELS / DEFAULT_MODEL / f"{DEFAULT_MODEL}_int8.tflite"
 
@@ -81,6 +84,26 @@ def test_custom_ops_keep_their_code_and_options():
     model = read_tflite(compiled_model_bytes(min_runtime_version=13))
     (op,) = model.graph.operators
     assert op.custom and op.opcode == CUSTOM_OP and op.custom_options
+
+
+def test_custom_options_read_as_a_flexbuffer_map(model):
+    detector = read_tflite(tiny_detector(max_detections=7, use_regular_nms=True))
+    op = detector.graph.operators[-1]
+    assert op.custom and op.opcode == POSTPROCESS_OP
+    assert op.custom_options_map() == {**DEFAULT_OPTIONS, "max_detections": 7, "use_regular_nms": True}
+    assert model.graph.operators[0].custom_options_map() == {}  # a builtin operator: none
+
+
+@pytest.mark.parametrize("options", [b"\x01\x02\x03", b"\x05\x0c\x01"])
+def test_custom_options_that_are_no_flexbuffer_map_are_refused(options):
+    g = GraphBuilder()
+    x, y = g.tensor("x", [1, 4], "FLOAT32"), g.tensor("y", [1, 4], "FLOAT32")
+    g.op("CUSTOM", [x], [y], custom_code="Mine")
+    g.operators[-1].customOptions = list(options)
+    (op,) = read_tflite(g.build([x], [y])).graph.operators
+    assert op.custom_options == options
+    with pytest.raises(TfliteFileError, match="#0 Mine: custom options"):
+        op.custom_options_map()
 
 
 @pytest.mark.parametrize("data", [b"", b"not a model at all", MODEL.read_bytes()[:4096]])

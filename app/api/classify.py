@@ -1,4 +1,5 @@
-"""POST /v1/classify and /v1/models/{name}/classify: an image in, the top-k classes out.
+"""POST /v1/classify and /v1/models/{name}/classify: an image in, the top-k classes out. The
+classification task's routes (app/tasks/classify.py names this router; app/main.py includes it).
 
 Admission before work: the lease (the model version, and the room check on the pool's line) is
 taken before the body is read, so a full line answers 503 at once, whatever the body is doing;
@@ -19,21 +20,13 @@ from fastapi import APIRouter, Query, Request, Response
 from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.direct import DirectRoute
-from app.api.routes import inference_route, query_value
+from app.api.routes import inference_route, v1_head_target
 from app.api.schemas import ClassifyResponse, ErrorResponse
-from app.errors import InvalidParameter
-from app.inference import Classification, classify
-
-
-
-def head_target(registry, parameters: dict[str, str], query: bytes) -> tuple[str, str | None]:
-    """The model (the path's, or the default) and the `backend` query parameter, as the handlers read them."""
-    name = parameters.get("name") or registry.settings.default_model
-    return name, query_value(query, "backend")
-
+from app.errors import InvalidParameter, ModelNotFound
+from app.tasks.classify import Classification, classify
 
 router = APIRouter(prefix="/v1", tags=["classify"],
-                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", head_target))
+                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head_target))
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
 TopK = Annotated[int, Query(ge=1, description="how many classes to return (at most EDGETPU_SERVE_MAX_TOP_K)")]
@@ -48,6 +41,9 @@ async def _classify(request: Request, name: str | None, top_k: int, threshold: f
     state = request.app.state
     registry, settings, images = state.registry, state.settings, state.images
     name = settings.default_model if name is None else name
+    if name is None:
+        raise ModelNotFound(f"no classification model is served, so /v1/classify has none to default to; "
+                            f"serving {registry.names()}")
     if top_k > settings.max_top_k:
         raise InvalidParameter(f"top_k is {top_k}; at most {settings.max_top_k} (EDGETPU_SERVE_MAX_TOP_K)")
     async with registry.lease(name, backend) as lease:

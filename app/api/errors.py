@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,18 +31,22 @@ REFUSAL_LOG_WINDOW_S = 10.0
 class RefusalLog:
     """Refusals logged without a line per request: the first after a quiet window in full (WARNING),
     then, while they go on, one line per window: how many, of which kind. The summary is written
-    by a timer on the event loop when the window closes, so the last one of a burst is not lost."""
+    by a timer on the event loop when the window closes, so the last one of a burst is not lost.
+    `event_loop` gives the loop whose timers close the windows (the running one; a test passes a
+    double whose time it moves itself)."""
 
-    def __init__(self, logger: logging.Logger, window_s: float = REFUSAL_LOG_WINDOW_S):
+    def __init__(self, logger: logging.Logger, window_s: float = REFUSAL_LOG_WINDOW_S, *,
+                 event_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.get_running_loop):
         self.log = logger
         self.window_s = window_s
         self.counts: Counter[str] = Counter()
+        self._event_loop = event_loop
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def refused(self, method: str, path: str, error: Exception) -> None:
         """Call on the event loop, once per refused request."""
-        loop = asyncio.get_running_loop()
+        loop = self._event_loop()
         if self._timer is not None and self._loop is loop:
             self.counts[type(error).__name__] += 1  # a bounded set of keys, whatever the paths
             return

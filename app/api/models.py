@@ -18,6 +18,7 @@ from app.api.schemas import (
     FileOut,
     ModelOut,
     ModelsOut,
+    ProvenanceOut,
     TensorOut,
 )
 from app.engines import TensorSpec
@@ -42,6 +43,16 @@ def _added(out: type[BaseModel], contributions: Iterable[dict]) -> dict:
     return merged
 
 
+def provenance(model_dir) -> ProvenanceOut:
+    manifest = model_dir.manifest
+    command = manifest.build.command if manifest.build else None
+    imported = manifest.imported
+    if imported is None:
+        return ProvenanceOut(origin="built", command=command)
+    return ProvenanceOut(origin="imported", command=command, files=[f.model_dump() for f in imported.files],
+                         labels=imported.labels, input=imported.input, metadata=imported.metadata or None)
+
+
 def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
     status = registry.status(name)
     model_dir = registry.model_dir(name)
@@ -50,9 +61,9 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
     manifest = model_dir.manifest
     plugins = registry.plugins.values()
     backends = {
-        key: BackendOut(interpreters=len(pool.members), warm=pool.warm, load_ms=pool.load_ms,
+        key: BackendOut(interpreters=pool.interpreters, warm=pool.warm, load_ms=pool.load_ms,
                         first_inference_ms=pool.first_inference_ms,
-                        input=_tensor(pool.engine.input), output=_tensor(pool.engine.output),
+                        input=_tensor(pool.inputs[0]), output=_tensor(pool.outputs[0]),
                         **_added(BackendOut, (plugin.describe_backend(key, pool.engine, model_dir) for plugin in plugins)))
         for key, pool in pools.items()
     }
@@ -63,7 +74,7 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
         description=manifest.description, source=manifest.source, licence=manifest.licence,
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
-        quality=manifest.quality_dict(),
+        quality=manifest.quality_dict(), provenance=provenance(model_dir),
         segments=manifest.segments.model_dump(mode="json") if manifest.segments else None,
         **_added(ModelOut, (plugin.describe_model(model_dir) for plugin in plugins)),
     )

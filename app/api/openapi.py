@@ -1,8 +1,9 @@
 """The OpenAPI description, completed with what only the running process knows: the backends it serves and its limits.
 
-`backend` is a plain string to the handlers (an unknown one is refused with a 400 naming the
-loaded ones); in the description it is an enum of this process's backends, so a client or a
-fuzzer that follows the schema asks only for backends that can answer.
+`backend` is a plain string to the handlers; in the description it is an enum of this process's
+backends, so a client or a fuzzer that follows the schema asks only for backends that can answer.
+A value outside the enum, or a backend the model is not served on, is refused as any other schema
+violation: 422, naming the backends that are served (app.errors.BackendNotAvailable).
 """
 
 from __future__ import annotations

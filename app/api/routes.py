@@ -3,22 +3,26 @@
 A route is an inference route when its router's route class comes from `inference_route()`: that class
 says the route's protocol (the `protocol` label of the request counter) and how its request head names a
 model and backend (`HeadTarget`). `InferenceRoutes.of(...)`, over the routes of the inference routers
-(app/main.py INFERENCE_ROUTERS), is then the table, and it is read by
+(app/main.py inference_routers(): each task's router, which the task names, then OIP v2's), is then
+the table, and it is read by
   - load shedding from the head (app/api/shedding.py HeadAdmission): which requests to place, and where;
   - the request counter (app/metrics.py RequestCounter): which requests to count, under which protocol;
   - admission: the head's (model, backend) goes to the registry's own resolution (Registry.pool_for),
     the one a request's lease() makes.
 So a new inference endpoint is shed, counted and admitted by being declared on an inference router;
-nothing else lists it (tests/test_routes.py adds one).
+nothing else lists it (tests/test_routes.py adds one). A new task's routers are found through the task
+(`Task.routes`, "module:attribute" each): `task_routers()`.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
+from fastapi import APIRouter
 from fastapi.routing import APIRoute
 
 # (path parameters, raw query string) -> (model name, backend or None for the default), or None when
@@ -80,6 +84,23 @@ class InferenceRoutes:
     @property
     def paths(self) -> list[str]:
         return [entry.path for entry in self.entries]
+
+
+def v1_head_target(registry, parameters: dict[str, str], query: bytes) -> tuple[str, str | None]:
+    """A /v1 inference route's head: the model (the path's `name`, or the default) and the `backend` query
+    parameter, as its handler reads them."""
+    name = parameters.get("name") or registry.settings.default_model
+    return name, query_value(query, "backend")
+
+
+def task_routers(tasks: Iterable) -> list[APIRouter]:
+    """The routers the tasks name (`Task.routes`, "module:attribute" each), in the tasks' order."""
+    routers = []
+    for task in tasks:
+        for name in task.routes:
+            module, _, attribute = name.partition(":")
+            routers.append(getattr(importlib.import_module(module), attribute))
+    return routers
 
 
 def query_value(query: bytes, name: str) -> str | None:

@@ -91,6 +91,25 @@ class FileOut(BaseModel):
     bytes: int
 
 
+class ImportedFileOut(BaseModel):
+    name: str = Field(description="the file's name as it was given to `converter import`")
+    sha256: str
+    bytes: int
+    kind: str = Field(description="the file kind it became in the model directory (int8, or an accelerator's compiled file)")
+
+
+class ProvenanceOut(BaseModel):
+    """Where the model came from: built here from a recipe or by quantize, or imported as a file."""
+
+    origin: str = Field(description="built (a recipe or quantize made it here) or imported (converter import)")
+    command: str | None = Field(default=None, description="the command that made the directory (model.json build)")
+    files: list[ImportedFileOut] = Field(default_factory=list, description="imported: the files as given")
+    labels: str | None = Field(default=None, description="imported: where the labels came from")
+    input: str | None = Field(default=None, description="imported: where the input spec came from")
+    metadata: dict | None = Field(default=None, description="imported: the file's own TFLite metadata (name, "
+                                                              "author, license, ...)")
+
+
 class ModelOut(BaseModel):
     """A model, its state and its backends. Backend plug-ins add their own keys (Backend.describe_model):
     an accelerator's plug-in, say, the latency model.json estimates on its device (an estimate, not a
@@ -114,12 +133,13 @@ class ModelOut(BaseModel):
     backends: dict[str, BackendOut] = Field(description="backend key -> its interpreters of this model")
     files: dict[str, FileOut]
     quality: dict | None = None
+    provenance: ProvenanceOut
     segments: dict | None = Field(default=None, description="a segmented model, served as a pipeline: its "
                                   "segments in order (model.json `segments`, docs/pipelines.md)")
 
 
 class ModelsOut(BaseModel):
-    default_model: str
+    default_model: str | None  # None: no classification model is served
     default_backend: str
     models: list[ModelOut]
 

@@ -26,11 +26,13 @@ no interpreter; the service's emulator uses it too.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from app.detection_postprocess import POSTPROCESS_OP
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
 from app.tflite_file import Operator, Subgraph, Tensor, TfliteModel, read_tflite, schema
 
@@ -86,6 +88,13 @@ UNSUPPORTED_HINTS: dict[str, str] = {
 AFTER_PARTITION = "after the first unsupported op: runs on the CPU"
 COMPILED_ELSEWHERE = "not part of the compiled Edge TPU op: runs on the CPU"
 
+# Operators that run on the host after the Edge TPU's part by design: a detector's box decoding and
+# non-maximum suppression, and the DEQUANTIZE that feeds it or makes a float output. When everything
+# after the partition is such an operator, the partition ends where the model means it to.
+HOST_TAIL_OPS = frozenset({POSTPROCESS_OP, "DEQUANTIZE"})
+HOST_HEAD = "float input quantized on the CPU before the Edge TPU's part (edgetpu_compiler leaves it there), as intended"
+HOST_TAIL = "runs on the CPU after the Edge TPU's part ({opcode}: host post-processing), as intended"
+
 
 @dataclass(frozen=True)
 class OpVerdict:
@@ -111,16 +120,37 @@ class CompatReport:
     first_unsupported: OpVerdict | None
     mapped: int
     total: int
+    # Host operators at the edges, by design: `head` leading QUANTIZE ops of a float input (the
+    # compiler leaves them on the CPU and maps what follows), `tail` trailing HOST_TAIL_OPS after the
+    # partition (a detector's post-processing, a DEQUANTIZE to a float output).
+    head: int = 0
+    tail: int = 0
 
     @property
     def all_mapped(self) -> bool:
         return self.mapped == self.total
 
+    @property
+    def as_intended(self) -> bool:
+        """Every operator the Edge TPU could run is in the partition; only the host's edges run on the CPU."""
+        return self.total > 0 and (self.all_mapped or (self.mapped > 0 and self.head + self.mapped + self.tail
+                                                       == self.total))
+
     def on_edgetpu(self, index: int) -> bool:
         """Whether operator `index` runs (or would run) on the Edge TPU."""
         if self.compiled:
             return self.ops[index].opcode == EDGETPU_CUSTOM_OP
-        return index < self.mapped
+        return self.head <= index < self.head + self.mapped
+
+    def _edges(self) -> str:
+        parts = []
+        if self.head:
+            parts.append("the float input's QUANTIZE before it")
+        if self.tail:
+            names = Counter(v.opcode for v in self.ops if not self.on_edgetpu(v.index)
+                            and v.opcode in HOST_TAIL_OPS)
+            parts.append(", ".join(f"{op} x{n}" if n > 1 else op for op, n in names.items()) + " after it")
+        return " and ".join(parts)
 
     def summary(self) -> str:
         if self.total == 0:
@@ -129,11 +159,16 @@ class CompatReport:
             cpu = self.total - self.mapped
             text = (f"already compiled for the Edge TPU: {self.mapped} Edge TPU custom op(s); "
                     f"{cpu} of {self.total} ops run on the CPU")
+            if cpu and self.as_intended:
+                return text + f" ({self._edges()}, as intended)"
             if self.first_unsupported is not None:
                 text += f" (first unsupported op: {self.first_unsupported.opcode} at index {self.first_unsupported.index})"
             return text
-        if self.first_unsupported is None:
+        if self.first_unsupported is None and not self.head:
             return f"all {self.total} ops would run on the Edge TPU"
+        if self.as_intended:
+            return (f"{self.mapped} of {self.total} ops would run on the Edge TPU, every one it can; the CPU runs "
+                    f"{self._edges()}, as intended")
         first = self.first_unsupported
         return (f"first unsupported op: {first.opcode} at index {first.index}; "
                 f"{self.mapped} of {self.total} ops would run on the Edge TPU")
@@ -143,6 +178,10 @@ class CompatReport:
         if self.on_edgetpu(index):
             return None
         verdict = self.ops[index]
+        if self.as_intended and index < self.head:
+            return HOST_HEAD
+        if self.as_intended and verdict.opcode in HOST_TAIL_OPS:
+            return HOST_TAIL.format(opcode=verdict.opcode)
         if not verdict.supported:
             return verdict.reason
         return COMPILED_ELSEWHERE if self.compiled else AFTER_PARTITION
@@ -157,6 +196,7 @@ class CompatReport:
             "compiled": self.compiled,
             "total": self.total,
             "mapped": self.mapped,
+            "as_intended": self.as_intended,
             "first_unsupported": None if first is None else self.op_dict(first.index),
             "summary": self.summary(),
             "ops": [self.op_dict(v.index) for v in self.ops],
@@ -173,14 +213,30 @@ def analyze(model: TfliteModel) -> CompatReport:
     for op in graph.operators:
         reason = None if op.opcode == EDGETPU_CUSTOM_OP else check_operator(op, graph)
         verdicts.append(OpVerdict(op.index, op.opcode, reason is None, reason))
-    first = next((v for v in verdicts if not v.supported), None)
     compiled = any(v.opcode == EDGETPU_CUSTOM_OP for v in verdicts)
+    head = 0
+    while head < len(verdicts) and _quantizes_float_input(graph.operators[head], graph):
+        head += 1
+    first = next((v for v in verdicts[head:] if not v.supported), None)
     if compiled:
         mapped = sum(v.opcode == EDGETPU_CUSTOM_OP for v in verdicts)
+        host = [v for v in verdicts if v.opcode != EDGETPU_CUSTOM_OP]
+        tail = sum(v.opcode in HOST_TAIL_OPS for v in host)
+        head = sum(_quantizes_float_input(graph.operators[v.index], graph) for v in host)
     else:
-        mapped = len(verdicts) if first is None else first.index
+        end = len(verdicts) if first is None else first.index
+        mapped = end - head
+        after = verdicts[end:]
+        tail = len(after) if after and all(v.opcode in HOST_TAIL_OPS for v in after) else 0
     return CompatReport(ops=verdicts, compiled=compiled, first_unsupported=first, mapped=mapped,
-                        total=len(verdicts))
+                        total=len(verdicts), head=head, tail=tail)
+
+
+def _quantizes_float_input(op: Operator, graph: Subgraph) -> bool:
+    """A QUANTIZE of a float model input into 8 bits: the host's part of a float-I/O model's edge."""
+    if op.opcode != "QUANTIZE" or len(op.inputs) != 1 or op.inputs[0] not in graph.inputs:
+        return False
+    return graph.tensors[op.inputs[0]].type not in EIGHT_BIT and graph.tensors[op.outputs[0]].type in EIGHT_BIT
 
 
 def analyze_file(source) -> CompatReport:

@@ -22,6 +22,8 @@ class EdgeTpuViewOut(BaseModel):
     summary: str
     mapped: int = Field(description="operators the Edge TPU would run: all before the first unsupported one")
     total: int
+    as_intended: bool = Field(description="every operator the Edge TPU could run is mapped; only the host's edges "
+                                          "(a float input's QUANTIZE, a detector's post-processing) run on the CPU")
     first_unsupported: OpViewOut | None
     ops: list[OpViewOut]
 

@@ -59,20 +59,33 @@ def resolve_targets(requested: list[str], devices: list[Device]) -> list[Target]
 
     Raises ValueError naming the spec that matches no TPU, or two specs that name the same one.
     """
+    targets, missing = resolve_present(requested, devices)
+    if missing:
+        listed = ", ".join(f":{i} {d.type} {d.path}" for i, d in enumerate(devices)) or "none"
+        raise ValueError(f"device {missing[0]!r} names no Edge TPU; libedgetpu lists: {listed}")
+    return targets
+
+
+def resolve_present(requested: list[str], devices: list[Device]) -> tuple[list[Target], list[str]]:
+    """For TPUs that come and go: a target for each requested spec that names a listed TPU (every listed
+    TPU when none is requested), and the specs that name none now, whose TPU may be plugged in later.
+
+    Raises ValueError when two specs name the same TPU: one interpreter per TPU.
+    """
     if not requested:
-        return [Target(f":{i}", device, i) for i, device in enumerate(devices)]
-    targets, taken = [], {}
+        return [Target(f":{i}", device, i) for i, device in enumerate(devices)], []
+    targets, taken, missing = [], {}, []
     for spec in requested:
         index = resolve(spec, devices)
         if index is None:
-            listed = ", ".join(f":{i} {d.type} {d.path}" for i, d in enumerate(devices)) or "none"
-            raise ValueError(f"device {spec!r} names no Edge TPU; libedgetpu lists: {listed}")
+            missing.append(spec)
+            continue
         if index in taken:
             raise ValueError(f"devices {taken[index]!r} and {spec!r} name the same Edge TPU "
                              f"({devices[index].type} {devices[index].path}): one interpreter per TPU")
         taken[index] = spec
         targets.append(Target(spec, devices[index], index))
-    return targets
+    return targets, missing
 
 
 def index_of_path(path: str, devices: list[Device]) -> int | None:

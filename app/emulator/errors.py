@@ -34,5 +34,10 @@ class UnsupportedModel(EngineLoadError):
     """The graph as a whole is outside what the emulator runs (dynamic shapes, several subgraphs ...)."""
 
 
+class InvokeFailed(ServeError, RuntimeError):
+    """A kernel refused its input values at invoke, where TFLite's kernel fails too (its invoke raises RuntimeError):
+    a fault of the model (TFLite_Detection_PostProcess decoding an inverted box from negative anchor sizes)."""
+
+
 class InvalidTensor(ServeError, ValueError):
     """set_tensor/get_tensor got an index, shape or dtype the model does not have."""

@@ -44,8 +44,11 @@ class Interpreter:
         self.plan: Plan = prepare(self.model, self.accelerated)
         self._tensors = self.model.graph.tensors
         self._values: list[np.ndarray | None] | None = None
+        # each tensor's shape: the file's, or the one a kernel gives its output (as TFLite's allocate_tensors does)
+        self._resized = {index: shape for step in self.plan.steps for index, shape in step.resized.items()}
+        self._shapes = [self._resized.get(t.index, t.shape) for t in self._tensors]
         # per step, (index, shape, dtype) of each output: what invoke checks the kernels' results against
-        self._declared = [tuple((i, self._tensors[i].shape, self._tensors[i].dtype) for i in step.outputs)
+        self._declared = [tuple((i, self._shapes[i], self._tensors[i].dtype) for i in step.outputs)
                           for step in self.plan.steps]
 
     # ---- tensors ----
@@ -66,8 +69,8 @@ class Interpreter:
         return {
             "name": tensor.name,
             "index": tensor.index,
-            "shape": np.array(tensor.shape, dtype=np.int32),
-            "shape_signature": np.array(tensor.shape_signature, dtype=np.int32),
+            "shape": np.array(self._shapes[tensor.index], dtype=np.int32),
+            "shape_signature": np.array(self._resized.get(tensor.index, tensor.shape_signature), dtype=np.int32),
             "dtype": tensor.dtype.type if tensor.dtype is not None else None,
             "quantization": quantization,
             "quantization_parameters": parameters,
@@ -99,15 +102,16 @@ class Interpreter:
         value = np.asarray(value)
         if value.dtype != tensor.dtype:
             raise InvalidTensor(f"cannot set tensor {tensor.name!r}: got {value.dtype}, expected {tensor.dtype}")
-        if value.shape != tensor.shape:
-            raise InvalidTensor(f"cannot set tensor {tensor.name!r}: got shape {value.shape}, expected {tensor.shape}")
+        if value.shape != self._shapes[tensor.index]:
+            raise InvalidTensor(f"cannot set tensor {tensor.name!r}: got shape {value.shape}, "
+                                f"expected {self._shapes[tensor.index]}")
         values[tensor.index] = np.array(value, copy=True)
 
     def get_tensor(self, tensor_index: int) -> np.ndarray:
         tensor = self._tensor(tensor_index)
         value = self._allocated()[tensor.index]
         if value is None:
-            return np.zeros(tensor.shape, tensor.dtype)  # like TFLite: not yet written, zero-filled
+            return np.zeros(self._shapes[tensor.index], tensor.dtype)  # like TFLite: not yet written, zero-filled
         return np.array(value, copy=True)
 
     # ---- running ----

@@ -1,4 +1,4 @@
-"""The C library's float functions (expf, tanhf), called exactly as TFLite's kernels call them.
+"""The C library's math functions (expf, tanhf, exp), called exactly as TFLite's kernels call them.
 
 TFLite builds its 8-bit LOGISTIC, TANH and SOFTMAX tables with std::exp / std::tanh on floats,
 and the runtime links the system's libm. numpy's float32 exp is a different implementation
@@ -30,7 +30,12 @@ def _libm():
     for function in ("expf", "tanhf"):
         getattr(library, function).restype = ctypes.c_float
         getattr(library, function).argtypes = [ctypes.c_float]
+    library.exp.restype = ctypes.c_double
+    library.exp.argtypes = [ctypes.c_double]
     return library
+
+
+MEMO_LIMIT = 1 << 16  # values a memo of exp holds before it starts over
 
 
 def _apply(name: str, fallback, values) -> np.ndarray:
@@ -49,3 +54,26 @@ def expf(values) -> np.ndarray:
 
 def tanhf(values) -> np.ndarray:
     return _apply("tanhf", np.tanh, values)
+
+
+def exp(values, memo: dict | None = None) -> np.ndarray:
+    """The double exp of each value, libm's (float64 in, float64 out).
+
+    memo (value -> exp(value), the caller's, kept across calls) saves the libm calls for values seen
+    before: a quantized model's box encodings repeat the same few hundred."""
+    values = np.asarray(values, dtype=np.float64)
+    library = _libm()
+    if library is None:
+        return np.exp(values)
+    # NaNs stay apart (equal_nan=False): each keeps its own payload through exp
+    distinct, inverse = np.unique(values.reshape(-1), return_inverse=True, equal_nan=False)
+    if memo is None:
+        memo = {}
+    elif len(memo) > MEMO_LIMIT:
+        memo.clear()
+    keys = distinct.view(np.int64).tolist()  # by bits: NaN payloads and signed zeros apart
+    results = [memo.get(key) for key in keys]
+    for i, (key, value) in enumerate(zip(keys, distinct.tolist(), strict=True)):
+        if results[i] is None:
+            results[i] = memo[key] = library.exp(value)
+    return np.array(results, dtype=np.float64)[inverse].reshape(values.shape)

@@ -9,7 +9,11 @@ Prometheus gauges, whether the watchdog watches its interpreters by default, and
 adds to GET /v1/models (describe_model, describe_backend): the core names no backend.
 
 An Engine is one interpreter: not thread-safe, used by one request at a time (the
-registry pools them). Engines move tensors only: no decoding, no labels.
+registry pools them). Engines move tensors only: no decoding, no labels, and no idea of a task. An
+engine declares every input and output tensor of its graph in the interpreter's order, names
+included, and runs with all its inputs, giving back all its outputs: whether a model fits a front
+door (one image in) and a task (its outputs by role) is checked at load, by the registry and the
+task (app/tasks/), never here.
 """
 
 from __future__ import annotations
@@ -17,12 +21,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from app.errors import EngineLoadError
 from app.settings import PluginSettings, Settings
 
 if TYPE_CHECKING:
@@ -54,8 +57,9 @@ class Engine(ABC):
     # which file of the model directory this backend runs (app.model_dir kinds)
     model_file: ClassVar[str]
 
-    input: TensorSpec
-    output: TensorSpec
+    # Every input and output tensor of the graph, in the interpreter's order.
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
     # The graph as app.tflite_file read it, for engines that parse it themselves (emulated): a
     # plug-in's analysis of the model (describe_backend) reuses it rather than reading the file again.
     parsed_model: TfliteModel | None = None
@@ -66,8 +70,9 @@ class Engine(ABC):
         """Create and allocate the interpreter; raise EngineLoadError with the reason."""
 
     @abstractmethod
-    def run(self, x: np.ndarray) -> np.ndarray:
-        """One inference: input tensor (with batch dimension) -> a copy of the output tensor."""
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One inference: every input tensor in `self.inputs` order (each with its batch dimension) ->
+        a copy of every output tensor, in `self.outputs` order."""
 
     def close(self) -> None:
         """Release the interpreter (and its device) now rather than at garbage collection."""
@@ -75,26 +80,22 @@ class Engine(ABC):
 
 class InterpreterEngine(Engine):
     """An engine around an object with TFLite's Python Interpreter interface (TFLite's own, or the
-    emulator's): one input tensor in, one output tensor out."""
+    emulator's): any number of input and output tensors, in the interpreter's order."""
 
     def __init__(self, interpreter):
         self._interpreter = interpreter
-        inp = interpreter.get_input_details()[0]
-        out = interpreter.get_output_details()[0]
-        self.input = TensorSpec.from_detail(inp)
-        self.output = TensorSpec.from_detail(out)
-        self._input_index = inp["index"]
-        self._output_index = out["index"]
+        inputs, outputs = interpreter.get_input_details(), interpreter.get_output_details()
+        self.inputs = tuple(TensorSpec.from_detail(detail) for detail in inputs)
+        self.outputs = tuple(TensorSpec.from_detail(detail) for detail in outputs)
+        self._input_indices = tuple(detail["index"] for detail in inputs)
+        self._output_indices = tuple(detail["index"] for detail in outputs)
 
-    @staticmethod
-    def check_single_io(interpreter, key: str, path: Path) -> None:
-        if len(interpreter.get_input_details()) != 1 or len(interpreter.get_output_details()) != 1:
-            raise EngineLoadError(f"{key}: {path} must have exactly one input and one output tensor")
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        self._interpreter.set_tensor(self._input_index, x)
-        self._interpreter.invoke()
-        return self._interpreter.get_tensor(self._output_index)
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        interpreter = self._interpreter
+        for index, x in zip(self._input_indices, inputs, strict=True):
+            interpreter.set_tensor(index, x)
+        interpreter.invoke()
+        return [interpreter.get_tensor(index) for index in self._output_indices]  # get_tensor copies
 
     def close(self) -> None:
         self._interpreter = None
@@ -102,9 +103,11 @@ class InterpreterEngine(Engine):
 
 @dataclass(frozen=True)
 class Fallback:
-    """A model a backend cannot serve here, the backend that serves it instead, and why."""
+    """A model a backend cannot serve here, the backend that serves it instead, and why. `backend`
+    None: no backend serves it instead (the model has no file this backend runs: a compiled-only
+    model on `cpu`); the model is degraded, and a request for it on this backend is told why."""
 
-    backend: str
+    backend: str | None
     reason: str
 
 
@@ -139,8 +142,10 @@ class Backend:
 
     def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
         """Check the environment before any interpreter loads. Raise a ServeError to stop the
-        service; return the models this backend cannot serve, to be served by another one."""
-        return {}
+        service; return the models this backend cannot serve, to be served by another one (or by
+        none). By default: the models without the file this backend runs."""
+        return {name: Fallback(None, reason) for name, model_dir in models.items()
+                if (reason := model_dir.missing(self.model_file)) is not None}
 
     def fall_back(self, model: str, error: Exception) -> Fallback | None:
         """An interpreter of `model` failed to load: the backend to serve it instead, or None
@@ -166,6 +171,28 @@ class Backend:
         """`backend` failed to load `path`: a clearer error if this plug-in recognises why (a file
         made for its device, given to another backend), else None."""
         return None
+
+    def follow(self, listener: Callable[[bool], bool | None]) -> None:
+        """Follow this backend's devices while the service runs (a plug-in whose devices come and go: TPUs
+        plugged in and unplugged): look at them again now and then, on a thread of its own, and after each
+        look call `listener(changed)`, `changed` saying whether the devices in use changed, so that the
+        registry's pools follow `interpreters()` and models move between their fallback and this backend.
+        A listener that returns False is gone: stop. By default nothing: devices that never change."""
+
+    def recheck(self, model_dir: ModelDir) -> Fallback | None:
+        """A model this backend handed to another one: None when it can serve it now (its devices changed),
+        else the fallback that still holds. Never raises."""
+        reason = model_dir.missing(self.model_file)
+        return None if reason is None else Fallback(None, reason)
+
+    def close(self) -> None:
+        """Stop what `follow` started (the registry's close)."""
+
+    def device_problems(self) -> dict[str, str]:
+        """Devices that still serve but are in trouble now (a TPU running hot), by device as device()
+        names it: what is wrong and the fix. The models with an interpreter on one read "degraded" with it
+        in /readyz. Called at each readiness check: keep it cheap."""
+        return {}
 
     def report(self, members: list[tuple[str, Any]]) -> dict | None:
         """What this backend says about itself and its devices for GET /v1/devices (a JSON object);

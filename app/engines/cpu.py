@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.engines.base import Backend, EngineOptions, InterpreterEngine
-from app.engines.litert import runtime
+from app.engines.litert import interpreter_threads, runtime
 from app.errors import EngineLoadError
 from app.model_dir import INT8
 
@@ -17,11 +17,11 @@ class CpuEngine(InterpreterEngine):
     @classmethod
     def load(cls, path: Path, options: EngineOptions) -> CpuEngine:
         try:
-            interpreter = runtime().Interpreter(model_path=str(path), num_threads=options.cpu_threads)
+            interpreter = runtime().Interpreter(model_path=str(path),
+                                                 num_threads=interpreter_threads(path, options.cpu_threads))
             interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:  # an accelerator's compiled file: its plug-in explains
             raise EngineLoadError(f"cpu: cannot load {path}: {e}") from None
-        cls.check_single_io(interpreter, cls.key, path)
         return cls(interpreter)
 
 

@@ -3,53 +3,65 @@
 One engine = one interpreter bound to one TPU (the delegate opened with device ":N");
 the plug-in asks for one per TPU and the registry pools them, so requests spread over
 every TPU. Ops the compiler did not map run on the CPU kernels of the same interpreter.
-Running is the CPU engine's: set the input, invoke, copy the output; only loading differs.
+Running is the CPU engine's (set the input, invoke, copy the output), except that an invoke
+failing on a TPU that libedgetpu no longer lists is DeviceGone: its request goes to another TPU.
 
-The plug-in owns the start-up policy: library, version pair, devices and each model's
-compiled file are checked before anything loads; with EDGETPU_ON_FAILURE=fail a problem
-stops the service, with fallback the model is served on `cpu` (its plain int8 file) and
-readiness says so and why. It owns its settings (EdgeTpuSettings, EDGETPU_SERVE_EDGETPU_*), its
-report for GET /v1/devices, its gauges on /metrics, and is watched by the watchdog by default.
-It adds its keys to GET /v1/models, configured or not: each model's `edgetpu_estimate` (model.json)
-and, on every backend's entry, `edgetpu_view`: what edgetpu_compiler would map of the graph that
-backend parsed (the emulator's), null where the backend parsed none.
+The plug-in owns the start-up policy: library, version pair, devices and each model's compiled file
+are checked before anything loads; with EDGETPU_ON_FAILURE=fail a problem stops the service, with
+fallback the model is served on `cpu` (its plain int8 file) and readiness says so and why. It owns
+the inventory of TPUs (app/edgetpu/inventory.py): which ones this process serves on, listed again by
+a probe thread every PROBE_INTERVAL_S, so that TPUs plugged in, unplugged or missing at start are
+followed without a restart (the registry's pools follow `interpreters()` after each round; `mine()`
+is where a share of a host's TPUs between processes applies). It owns its settings (EdgeTpuSettings,
+EDGETPU_SERVE_EDGETPU_*), its report for GET /v1/devices, its gauges on /metrics, and is watched by
+the watchdog by default. It adds its keys to GET /v1/models, configured or not: each model's
+`edgetpu_estimate` (model.json) and, on every backend's entry, `edgetpu_view`: what edgetpu_compiler
+would map of the graph that backend parsed (the emulator's), null where the backend parsed none.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import NoDecode
 
-from app.edgetpu.access import custom_op_message, delegate_failure_message, is_custom_op_error
+from app.edgetpu.access import (HOST, DeviceTree, custom_op_message, delegate_failure_message, is_custom_op_error,
+                                usb_bus_warning)
 from app.edgetpu.compat import analyze
 from app.edgetpu.compiled_model import read_compiled_model
 from app.edgetpu.compiler_view import compiler_view
 from app.edgetpu.delegate import PERFORMANCE, delegate_options, index_of_path, is_device_spec
-from app.edgetpu.environment import EdgeTpuEnvironment, Probe, VersionCheck, check_environment, probe
-from app.edgetpu.library import Device, default_library_name
+from app.edgetpu.delegate import Target
+from app.edgetpu.environment import (CheckedLibrary, EdgeTpuEnvironment, Probe, VersionCheck, check_environment,
+                                     check_library, probe, usable_targets)
+from app.edgetpu.inventory import CHANGES, PROBE_RESULTS, Inventory, Prober
+from app.edgetpu.library import Device, EdgeTpuLibrary, default_library_name
 from app.edgetpu.report import EdgeTpuReport
-from app.edgetpu.temperature import apex_temperatures
+from app.edgetpu.temperature import TemperatureWatch, temperature_families
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
 from app.engines.base import Backend, Engine, EngineOptions, Fallback
 from app.engines.cpu import CpuEngine
-from app.engines.litert import Runtime, prefer_tflite_runtime, runtime
+from app.engines.litert import Runtime, interpreter_threads, prefer_tflite_runtime, runtime
 from app.metrics import PREFIX as METRICS_PREFIX, merged_by
 from app.edgetpu.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch
-from app.errors import EngineLoadError, ModelDirError, ServeError
+from app.errors import DeviceGone, EngineLoadError, ModelDirError, ServeError
 from app.model_dir import EDGETPU, INT8, ModelDir, edgetpu_filename
 from app.settings import ENV_PREFIX, DeviceShare, PluginSettings, plugin_config, words
 
 log = logging.getLogger(__name__)
 
 KEY = "edgetpu"
+MIN_PROBE_INTERVAL_S = 0.05
+PROBE_STOP_S = 5.0  # how long close() waits for a probe round under way (it may be loading interpreters)
 # libedgetpu and the TFLite runtime must come from the same TensorFlow build: where an image
 # installs a pinned tflite_runtime (app/edgetpu/versions.toml), every backend uses it.
 prefer_tflite_runtime(version_set.tflite_runtime for version_set in pins().sets)
@@ -75,6 +87,25 @@ class EdgeTpuSettings(PluginSettings):
     # keeps its first name, EDGETPU_SERVE_APEX_SYSFS_DIR.
     apex_sysfs_dir: Path = Field(default=Path("/sys/class/apex"), validation_alias=AliasChoices(
         f"{ENV_PREFIX}APEX_SYSFS_DIR", f"{ENV_PREFIX}{KEY.upper()}_APEX_SYSFS_DIR"))
+    # At or above this a PCIe TPU is "hot": a warning line, and its models degraded in /readyz with the
+    # reason. 80 °C as Frigate and CodeProject.AI warn, below the driver's first trip point (85 °C).
+    temperature_warn_celsius: float = Field(default=80.0, gt=0, le=150)
+    # Where the USB Accelerator is looked for when it cannot be used (its nodes, and sysfs' view of the
+    # bus): the bootloader-mode diagnosis at start. Other values are for tests and unusual hosts.
+    usb_dir: Path = HOST.usb
+    usb_sysfs_dir: Path = HOST.usb_sysfs
+    # The TPUs are listed again every this many seconds while the service runs: one plugged in (or missing
+    # at start) is taken into service, its models loaded and warmed up on it, and those served on the CPU
+    # fallback for want of a TPU move back to it; one unplugged leaves the pools. Each round also reads the
+    # PCIe TPUs' temperature. 0: never, the TPUs found at start are the only ones used.
+    probe_interval_s: float = Field(default=2.0, ge=0, le=300)
+
+    @field_validator("probe_interval_s")
+    @classmethod
+    def _probe_interval(cls, value: float) -> float:
+        if 0 < value < MIN_PROBE_INTERVAL_S:
+            raise ValueError(f"0 (never) or at least {MIN_PROBE_INTERVAL_S} s")
+        return value
 
     @field_validator("devices", mode="before")
     @classmethod
@@ -94,11 +125,30 @@ class EdgeTpuOptions(EngineOptions):
     device: str | None = None           # a delegate `device` spec; None = any TPU
     tpu: Device | None = None           # the listed device it resolved to (for messages)
     performance: str | None = None      # Low | Medium | High | Max; None = the library's default
+    tree: DeviceTree = HOST             # where its access problems are looked for
+    # asked when an invoke fails: whether that TPU is gone (not listed any more); the inventory's
+    gone: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
 
 
 class EdgeTpuEngine(CpuEngine):
     key = KEY
     model_file = EDGETPU
+    tpu: Device | None = None
+    gone: Callable[[str], bool] | None = None
+
+    def run(self, inputs):
+        """As the CPU engine's; an invoke that fails on a TPU that is no longer listed is DeviceGone (its
+        request goes to another TPU, app/pool/dispatch.py), any other failure is the request's."""
+        try:
+            return super().run(inputs)
+        except RuntimeError as e:
+            tpu = self.tpu
+            if tpu is not None and self.gone is not None and self.gone(tpu.path):
+                log.warning("Edge TPU %s %s: its invoke failed, and libedgetpu does not list it any more: %s",
+                            tpu.type, tpu.path, str(e).strip())
+                raise DeviceGone(f"edgetpu: the Edge TPU {tpu.type} {tpu.path} is gone: libedgetpu does not list "
+                                 "it any more (unplugged?)", device=tpu.path) from None
+            raise
 
     @classmethod
     def load(cls, path: Path, options: EngineOptions) -> EdgeTpuEngine:
@@ -113,10 +163,10 @@ class EdgeTpuEngine(CpuEngine):
         except ValueError as e:  # the library loaded, the device did not open
             device = options.tpu or Device("unknown", "")
             raise EdgeTpuUnavailable(
-                "edgetpu: " + delegate_failure_message(options.library, device, where, str(e))) from None
+                "edgetpu: " + delegate_failure_message(options.library, device, where, str(e), options.tree)) from None
         try:
             interpreter = rt.Interpreter(model_path=str(path), experimental_delegates=[delegate],
-                                         num_threads=options.cpu_threads)
+                                         num_threads=interpreter_threads(path, options.cpu_threads))
             interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             too_new = package_too_new(str(e))
@@ -127,17 +177,19 @@ class EdgeTpuEngine(CpuEngine):
                     f"{installed}. Fix: recompile with `edgetpu_compiler -m {installed}`, or install a "
                     f"libedgetpu with runtime {required} or newer") from None
             raise EngineLoadError(f"edgetpu: cannot load {path} on {where}: {e}") from None
-        cls.check_single_io(interpreter, cls.key, path)
-        return cls(interpreter)
+        engine = cls(interpreter)
+        engine.tpu, engine.gone = options.tpu, options.gone
+        return engine
 
 
-def check_tpus(library: str | None, devices: list[str], version_check: VersionCheck) -> EdgeTpuEnvironment:
+def check_tpus(library: str | None, devices: list[str], version_check: VersionCheck,
+               tree: DeviceTree = HOST) -> EdgeTpuEnvironment:
     """The start-up check against the TFLite runtime this process uses."""
     rt = runtime()
-    return check_environment(library or default_library_name(), devices, rt.name, rt.version, version_check)
+    return check_environment(library or default_library_name(), devices, rt.name, rt.version, version_check, tree)
 
 
-def check_compiled_model(model_dir: ModelDir, environment: EdgeTpuEnvironment) -> Path:
+def check_compiled_model(model_dir: ModelDir, environment: CheckedLibrary) -> Path:
     """The model's compiled file: present, unaltered, and not newer than the library's runtime.
     A segmented model (app/pipeline.py): every segment's compiled file, checked the same way."""
     if model_dir.manifest.segments is not None:
@@ -162,7 +214,7 @@ def check_compiled_model(model_dir: ModelDir, environment: EdgeTpuEnvironment) -
     return path
 
 
-def _check_compiled_file(model_dir: ModelDir, path: Path, environment: EdgeTpuEnvironment) -> None:
+def _check_compiled_file(model_dir: ModelDir, path: Path, environment: CheckedLibrary) -> None:
     compiled = read_compiled_model(path)
     if compiled.edgetpu_ops == 0:
         log.warning("model %s: %s has no edgetpu-custom-op node: edgetpu_compiler mapped nothing, every op "
@@ -171,39 +223,36 @@ def _check_compiled_file(model_dir: ModelDir, path: Path, environment: EdgeTpuEn
                         environment.version)
 
 
-def tpu_options(environment: EdgeTpuEnvironment, cpu_threads: int, performance: str | None) -> list[EdgeTpuOptions]:
-    """One engine's options per TPU the start-up check resolved."""
-    return [EdgeTpuOptions(cpu_threads=cpu_threads, library=environment.library.path, device=target.spec,
-                           tpu=target.device, performance=performance)
-            for target in environment.targets]
+def tpu_options(library: str, targets: list[Target], cpu_threads: int, performance: str | None,
+                tree: DeviceTree = HOST, gone: Callable[[str], bool] | None = None) -> list[EdgeTpuOptions]:
+    """One engine's options per TPU in service."""
+    return [EdgeTpuOptions(cpu_threads=cpu_threads, library=library, device=target.spec, tpu=target.device,
+                           performance=performance, tree=tree, gone=gone)
+            for target in targets]
 
 
-def take_share(environment: EdgeTpuEnvironment, share: DeviceShare | None,
-               models: dict[str, ModelDir]) -> EdgeTpuEnvironment:
-    """This process's TPUs when several processes serve the host (app/processes): its share of the
-    TPUs resolved, so that no TPU is opened by two processes. A process with no TPU, or with fewer than
-    a segmented model's segments (a pipeline's TPUs live in one process), is a configuration error: it
-    stops the start whatever EDGETPU_ON_FAILURE says, rather than serve some requests on the CPU."""
+def check_share(share: DeviceShare | None, found: int, targets: int, models: dict[str, ModelDir]) -> None:
+    """Where several processes serve the host (app/processes): a process with no TPU in its share, or with
+    fewer than a segmented model's segments (a pipeline's TPUs live in one process), is a configuration
+    error: it stops the start whatever EDGETPU_ON_FAILURE says, rather than serve some requests on the CPU."""
     if share is None:
-        return environment
-    targets = share.of(environment.targets)
-    found = len(environment.targets)
+        return
     segments = {name: m.manifest.segments.count for name, m in models.items() if m.manifest.segments is not None}
     needed = max(segments.values(), default=1)
-    if len(targets) < needed:
+    if targets < needed:
         most = found // needed
         why = (f"model {max(segments, key=segments.get)!r} is cut into {needed} segments, whose TPUs must be "
-               f"in one process, and share {share} of {found} TPU(s) has {len(targets)}" if segments else
+               f"in one process, and share {share} of {found} TPU(s) has {targets}" if segments else
                f"share {share} of {found} TPU(s) has none: a TPU is opened by one process only")
         fix = (f"at most {most} process(es) (EDGETPU_SERVE_PROCESSES, or gunicorn's --workers), or "
                "EDGETPU_SERVE_PROCESSES=auto" if most else "add TPUs, or segment the model into fewer parts")
         raise ServeError(f"edgetpu: {share.count} processes for {found} TPU(s): {why}. Fix: {fix}")
-    return dataclasses.replace(environment, targets=targets)
 
 
-def reopen_options(options: EdgeTpuOptions, environment: EdgeTpuEnvironment) -> EdgeTpuOptions:
-    """The same TPU, found again by its path: after a reset a USB Accelerator may list elsewhere."""
-    devices = environment.library.list_devices()
+def reopen_options(options: EdgeTpuOptions, library: EdgeTpuLibrary) -> EdgeTpuOptions:
+    """The same TPU, found again by its path: after a reset a USB Accelerator may list elsewhere, and others
+    plugged in or unplugged since move its index."""
+    devices = library.list_devices()
     index = index_of_path(options.tpu.path, devices) if options.tpu else None
     if index is None:
         raise EdgeTpuUnavailable(f"the Edge TPU {options.tpu.type if options.tpu else ''} "
@@ -212,7 +261,7 @@ def reopen_options(options: EdgeTpuOptions, environment: EdgeTpuEnvironment) -> 
 
 
 @dataclass(frozen=True)
-class Inventory:
+class LookNow:
     """libedgetpu and the TFLite runtime as they are now, never raising: for GET /v1/devices."""
 
     runtime: Runtime | None
@@ -220,13 +269,13 @@ class Inventory:
     error: str | None  # why the edgetpu backend cannot be used here
 
 
-def inventory(library: str | None) -> Inventory:
+def look_now(library: str | None, tree: DeviceTree = HOST) -> LookNow:
     try:
         rt = runtime()
     except EngineLoadError as e:
-        return Inventory(None, probe(library or default_library_name(), "", ""), str(e))
-    found = probe(library or default_library_name(), rt.name, rt.version)
-    return Inventory(rt, found, found.error)
+        return LookNow(None, probe(library or default_library_name(), "", "", tree), str(e))
+    found = probe(library or default_library_name(), rt.name, rt.version, tree)
+    return LookNow(rt, found, found.error)
 
 
 class EdgeTpuBackend(Backend):
@@ -249,35 +298,111 @@ class EdgeTpuBackend(Backend):
 
     def __init__(self, settings):
         super().__init__(settings)
-        self.environment: EdgeTpuEnvironment | None = None
+        self.checked: CheckedLibrary | None = None  # libedgetpu and the version pair, checked at start
+        self.inventory: Inventory | None = None     # the TPUs in service, from start on
+        self.prober: Prober | None = None           # lists them again while the service runs (follow())
+        self.probe_clock: Callable[[], float] = time.monotonic  # the probe's clock (a test's fake one)
+        self._listener: Callable[[bool], bool | None] | None = None
         # engine -> its graph's compiler view: analysed once per interpreter (so per model version),
         # forgotten with the interpreter
         self._views: weakref.WeakKeyDictionary[Engine, dict] = weakref.WeakKeyDictionary()
+        self.tree = DeviceTree(usb=self.config.usb_dir, usb_sysfs=self.config.usb_sysfs_dir)
+        self.temperatures = TemperatureWatch(self.config.apex_sysfs_dir, self.config.temperature_warn_celsius,
+                                             f"{ENV_PREFIX}{KEY.upper()}_TEMPERATURE_WARN_CELSIUS")
+
+    def mine(self, found: list[Target]) -> list[Target]:
+        """Which of the TPUs found (listed, and named by EDGETPU_DEVICES) this process serves on: every one,
+        or where several processes share the host's TPUs (DEVICE_SHARE, app/processes), its contiguous share
+        of them. The one place that chooses, at start and at each probe round alike."""
+        share = self.settings.device_share
+        return found if share is None else share.of(found)
 
     def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
-        """Library, version pair, devices, then each model's compiled file: fail or fall back."""
+        """Library and version pair, the TPUs there now, then each model's compiled file: fail or fall back.
+        With the fallback and no TPU now, every model is served on cpu until the probe finds one."""
         config = self.config
+        rt = runtime()
         try:
-            self.environment = check_tpus(config.library, config.devices, config.version_check)
+            self.checked = check_library(config.library or default_library_name(), rt.name, rt.version,
+                                         config.version_check)
         except EdgeTpuUnavailable as e:
             every = self._fallback(list(models), e)
             return dict.fromkeys(models, every)
-        env = self.environment = take_share(self.environment, self.settings.device_share, models)
-        log.info("Edge TPU: %s, pinned set %s, %d TPU(s)%s: %s", env.version.describe(),
-                 env.pinned_set.name if env.pinned_set else "none (version check: warn)", len(env.targets),
+        checked = self.checked
+        inventory = self.inventory = Inventory(checked.library, config.devices, self.mine, self.tree)
+        inventory.take()
+        targets = inventory.in_service
+        log.info("Edge TPU: %s, pinned set %s, %d TPU(s)%s: %s", checked.version.describe(),
+                 checked.pinned_set.name if checked.pinned_set else "none (version check: warn)", len(targets),
                  f" (share {self.settings.device_share})" if self.settings.device_share else "",
-                 ", ".join(t.label for t in env.targets))
+                 ", ".join(t.label for t in targets) or "none")
+        check_share(self.settings.device_share, len(inventory.listed), len(targets), models)
+        if not targets:
+            every = self._fallback(list(models), self._no_tpu())
+            return dict.fromkeys(models, every)
+        if inventory.waiting_for:
+            log.warning("Edge TPU: %s name(s) no TPU now (EDGETPU_SERVE_EDGETPU_DEVICES): serving on %d%s",
+                        ", ".join(inventory.waiting_for), len(targets), self._probe_note())
+        if any(t.device.type == "usb" for t in targets) and (warning := usb_bus_warning(self.tree)):
+            log.warning("Edge TPU: %s", warning)
         fallbacks = {}
         for name, model_dir in models.items():
             try:
-                check_compiled_model(model_dir, env)
+                check_compiled_model(model_dir, checked)
+                if (few := self._too_few(model_dir, len(targets))) is not None:
+                    raise EdgeTpuUnavailable(few + self._probe_note())
             except (EdgeTpuUnavailable, ModelDirError) as e:
                 fallbacks[name] = self._fallback([name], e)
         return fallbacks
 
+    @staticmethod
+    def _too_few(model_dir: ModelDir, tpus: int) -> str | None:
+        """A model cut into more segments (one per TPU, app/pipeline.py) than TPUs in service: why."""
+        segments = model_dir.manifest.segments
+        if segments is None or tpus >= segments.count:
+            return None
+        return (f"model {model_dir.name!r} is cut into {segments.count} segments, one per TPU, and {tpus} TPU(s) "
+                "are in service. Fix: plug in more TPUs, or segment it into fewer parts")
+
+    def _no_tpu(self) -> EdgeTpuUnavailable:
+        """Why no TPU is in service now, as the start-up check says it: none listed, a spec that names none,
+        no access to them."""
+        inventory = self.inventory
+        note = self._probe_note() if self.config.on_failure == "fallback" else ""
+        if inventory.error:
+            return EdgeTpuUnavailable(f"cannot list the Edge TPUs: {inventory.error}{note}")
+        try:
+            usable_targets(inventory.listed, self.config.devices, inventory.library.path, self.tree)
+        except EdgeTpuUnavailable as e:
+            return EdgeTpuUnavailable(f"{e}{note}")
+        return EdgeTpuUnavailable(f"none of the {len(inventory.listed)} Edge TPU(s) listed is this process's{note}")
+
+    def _probe_note(self) -> str:
+        interval = self.config.probe_interval_s
+        if not interval:
+            return ""
+        return (f" (the TPUs are listed again every {interval:g} s, EDGETPU_SERVE_EDGETPU_PROBE_INTERVAL_S: "
+                "a TPU plugged in is used without a restart)")
+
+    def recheck(self, model_dir: ModelDir) -> Fallback | None:
+        """A model handed to cpu: None when the TPUs in service now can serve it (its compiled file checked
+        again), else the fallback that still holds. Never raises: the model is served meanwhile."""
+        if self.checked is None or self.inventory is None:
+            return Fallback(self.fallback_backend, "libedgetpu was not usable at start")
+        targets = self.inventory.in_service
+        if not targets:
+            return Fallback(self.fallback_backend, str(self._no_tpu()))
+        if (few := self._too_few(model_dir, len(targets))) is not None:
+            return Fallback(self.fallback_backend, few + self._probe_note())
+        try:
+            check_compiled_model(model_dir, self.checked)
+        except (EdgeTpuUnavailable, ModelDirError) as e:
+            return Fallback(self.fallback_backend, str(e))
+        return None
+
     def fall_back(self, model: str, error: Exception) -> Fallback | None:
-        """A delegate that would not open: the policy decides."""
-        if isinstance(error, EdgeTpuUnavailable) and self.config.on_failure == "fallback":
+        """A delegate that would not open, or every TPU gone while serving: the policy decides."""
+        if isinstance(error, (EdgeTpuUnavailable, DeviceGone)) and self.config.on_failure == "fallback":
             return self._fallback([model], error)
         return None
 
@@ -289,14 +414,52 @@ class EdgeTpuBackend(Backend):
         return Fallback(self.fallback_backend, str(error))
 
     def interpreters(self) -> list[EngineOptions]:
-        return tpu_options(self.environment, self.settings.cpu_threads, self.config.performance)
+        """One interpreter per TPU in service now; EdgeTpuUnavailable when there is none."""
+        if self.inventory is None:
+            raise EdgeTpuUnavailable("edgetpu: libedgetpu was not usable at start")
+        targets = self.inventory.in_service
+        if not targets:
+            raise self._no_tpu()
+        return tpu_options(self.checked.library.path, targets, self.settings.cpu_threads, self.config.performance,
+                           self.tree, self.inventory.gone)
+
+    def load(self, path: Path, options: EngineOptions) -> Engine:
+        """Its TPU found again by path first: its index may have moved since the last listing."""
+        if isinstance(options, EdgeTpuOptions) and options.tpu is not None and self.checked is not None:
+            options = reopen_options(options, self.checked.library)
+        return self.engine.load(path, options)
 
     def device(self, options: EngineOptions) -> str | None:
         tpu = getattr(options, "tpu", None)
         return tpu.path if tpu else None
 
     def reopen(self, options: EngineOptions) -> EngineOptions:
-        return reopen_options(options, self.environment)
+        return reopen_options(options, self.checked.library)
+
+    # -- TPUs coming and going --------------------------------------------------------------------
+
+    def follow(self, listener: Callable[[bool], bool | None]) -> None:
+        """From now on, list the TPUs every PROBE_INTERVAL_S (and at once when an invoke finds its TPU gone),
+        read the PCIe TPUs' temperature, and call `listener(changed)` after each round; a listener that
+        returns False is gone (its registry), and the probe stops. Nothing without an inventory (libedgetpu
+        or its version pair refused at start) or with the probe off."""
+        if self.inventory is None or not self.config.probe_interval_s or self.prober is not None:
+            return
+        self._listener = listener
+        self.prober = Prober(self.config.probe_interval_s, self._probe_round, clock=self.probe_clock)
+        self.inventory.wake = self.prober.wake
+        self.prober.start()
+
+    def _probe_round(self) -> None:
+        change = self.inventory.take()
+        self.temperatures.read()  # a TPU getting hot is logged within one round, scraped or not
+        if self._listener is not None and self._listener(bool(change)) is False:
+            self.prober.stop(0)
+
+    def close(self) -> None:
+        """Stop the probe (after the round under way, bounded)."""
+        if self.prober is not None and not self.prober.stop(PROBE_STOP_S):
+            log.warning("Edge TPU probe: a round still under way after %.0f s; leaving it", PROBE_STOP_S)
 
     def explain_load_error(self, backend: str, path: Path, error: Exception) -> Exception | None:
         """A compiled model given to a backend without the delegate (listed as the plain int8 file)."""
@@ -321,10 +484,20 @@ class EdgeTpuBackend(Backend):
             view = self._views[engine] = compiler_view(analyze(model))
         return {"edgetpu_view": view}
 
+    def device_problems(self) -> dict[str, str]:
+        """/readyz: the TPUs in use that run hot (PCIe: the driver's sysfs), by device path."""
+        if self.inventory is None:
+            return {}
+        hot = self.temperatures.hot()
+        return {t.device.path: hot[apex] for t in self.inventory.in_service
+                if t.device.type == "pci" and (apex := Path(t.device.path).name) in hot}
+
     def report(self, members) -> dict:
-        """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions."""
-        found_inventory = inventory(self.config.library)
-        rt, found = found_inventory.runtime, found_inventory.probe
+        """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions, and
+        each PCIe TPU's temperature with its driver's trip points and warning levels; what the probe does."""
+        now = look_now(self.config.library, self.tree)
+        rt, found = now.runtime, now.probe
+        refused = self.inventory.refused if self.inventory is not None else {}
         by_path: dict[str, list[dict]] = {}
         types: dict[str, str] = {}
         for model, member in members:
@@ -332,10 +505,18 @@ class EdgeTpuBackend(Backend):
                 model=model, healthy=member.healthy, problem=member.problem, load_ms=member.load_ms,
                 first_inference_ms=member.first_inference_ms))
             types[member.device] = member.options.tpu.type
+        # a PCIe TPU's node /dev/apex_N and its driver's sysfs apex_N: one name
+        thermal = {r.device: r.as_report(self.temperatures.warn_celsius) for r in self.temperatures.read()}
+
+        def temperature(kind: str, path: str) -> dict | None:
+            return thermal.get(Path(path).name) if kind == "pci" else None
+
         devices = [dict(index=i, type=d.type, path=d.path, health=_health(by_path.get(d.path, []), True),
-                        interpreters=by_path.pop(d.path, []))
+                        interpreters=by_path.pop(d.path, []), temperature=temperature(d.type, d.path),
+                        problem=refused.get(d.path))
                    for i, d in enumerate(found.devices)]
-        devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters)
+        devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters,
+                         temperature=temperature(types[path], path))
                     for path, interpreters in by_path.items()]
         version = found.version
         return EdgeTpuReport.model_validate(dict(
@@ -345,15 +526,44 @@ class EdgeTpuBackend(Backend):
             tflite_runtime=dict(name=rt.name, version=rt.version, module=rt.module.__name__) if rt else None,
             pinned_set=found.pinned_set,
             devices=devices,
-            error=found_inventory.error,
+            probe=self._probe_report(),
+            error=now.error,
         )).model_dump()
 
+    def _probe_report(self) -> dict | None:
+        inventory = self.inventory
+        if inventory is None:
+            return None
+        counts = inventory.counts
+        running = self.prober is not None and not self.prober.stopped
+        return dict(interval_s=self.config.probe_interval_s, running=running,
+                    last_probe=_utc(inventory.last_probe_at), in_service=len(inventory.in_service),
+                    waiting_for=inventory.waiting_for, probes=dict(counts.probes), changes=dict(counts.changes),
+                    error=inventory.error)
+
     def collect(self, members):
-        """/metrics: the TPUs found at start and used, each TPU's health, and the PCIe TPUs' temperature."""
+        """/metrics: the TPUs in service and listed, the probe's rounds and the TPUs that joined and left, each
+        TPU's health, and the PCIe TPUs' temperature with the driver's trip points and warning levels, and
+        the service's own warning threshold."""
         prefix = f"{METRICS_PREFIX}_{KEY}"
-        count = GaugeMetricFamily(f"{prefix}_devices", "Edge TPUs found at start and used by the service")
-        count.add_metric([], len(self.environment.targets) if self.environment is not None else 0)
+        inventory = self.inventory
+        count = GaugeMetricFamily(f"{prefix}_devices", "Edge TPUs in service now (the probe follows them)")
+        count.add_metric([], len(inventory.in_service) if inventory is not None else 0)
         yield count
+        listed = GaugeMetricFamily(f"{prefix}_devices_listed", "Edge TPUs libedgetpu listed at the last probe")
+        listed.add_metric([], len(inventory.listed) if inventory is not None else 0)
+        yield listed
+        probes = CounterMetricFamily(f"{prefix}_probes", "Probe rounds (the TPUs listed again), by result: "
+                                     "unchanged, changed (a TPU joined or left), failed", labels=("result",))
+        changes = CounterMetricFamily(f"{prefix}_device_changes", "TPUs taken into service (joined) and gone "
+                                      "from it (left) since start", labels=("change",))
+        if inventory is not None:
+            for result in PROBE_RESULTS:
+                probes.add_metric([result], inventory.counts.probes[result])
+            for change in CHANGES:
+                changes.add_metric([change], inventory.counts.changes[change])
+        yield probes
+        yield changes
         healthy = GaugeMetricFamily(f"{prefix}_device_healthy", "1 when every interpreter on the TPU is healthy",
                                     labels=("device",))
         by_device: dict[str, bool] = {}
@@ -362,12 +572,13 @@ class EdgeTpuBackend(Backend):
         for device, ok in sorted(by_device.items()):
             healthy.add_metric([device], 1.0 if ok else 0.0)
         yield merged_by(healthy, "min")  # several processes: each TPU is one worker's, and healthy only if so there
-        temperature = GaugeMetricFamily(f"{prefix}_temperature_celsius",
-                                        "TPU temperature from <apex_dir>/apex_N/temp (PCIe and Dev Board)",
-                                        labels=("device",))
-        for device, celsius in apex_temperatures(self.config.apex_sysfs_dir):
-            temperature.add_metric([device], celsius)
-        yield merged_by(temperature, "max")  # every worker reads the same sysfs file
+        watch = self.temperatures
+        for family in temperature_families(prefix, watch.read(), watch.warn_celsius, watch.setting):
+            yield merged_by(family, "max")  # every worker reads the same sysfs files
+
+
+def _utc(unix: float | None) -> str | None:
+    return None if unix is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 def _health(interpreters: list[dict], listed: bool) -> str:

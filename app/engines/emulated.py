@@ -31,7 +31,6 @@ class EmulatedEngine(InterpreterEngine):
         # EngineLoadError subclasses for unreadable or unsupported models; cpu_threads = BLAS threads
         interpreter = Interpreter(model_path=path, num_threads=options.cpu_threads)
         interpreter.allocate_tensors()
-        cls.check_single_io(interpreter, cls.key, path)
         engine = cls(interpreter)
         log.info("emulated: %s, %d operators, numba kernels %s", path.name, len(interpreter.plan.steps),
                  "on" if interpreter.accelerated else "off (numpy only: pip install -e '.[accel]')")

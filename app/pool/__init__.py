@@ -1,9 +1,11 @@
-"""The pools of interpreters, one per (model, backend): admission to a bounded line, dispatch
-to the interpreters' threads, and the watchdog that takes a hung device out and re-creates it."""
+"""The pools, one per (model, backend): admission to a bounded line, dispatch to the members' threads
+(an interpreter, or a pipeline of segments), and the watchdog that takes a hung device out and
+re-creates it."""
 
 from app.pool.admission import OVERLOAD_HOLD_S, Admission
-from app.pool.dispatch import EnginePool, Place
-from app.pool.member import Member, RunResult
+from app.pool.dispatch import EnginePool, Place, departed_problem
+from app.pool.member import Interpreter, Member, RunResult, Stage
 from app.pool.watchdog import Watchdog
 
-__all__ = ["OVERLOAD_HOLD_S", "Admission", "EnginePool", "Member", "Place", "RunResult", "Watchdog"]
+__all__ = ["OVERLOAD_HOLD_S", "Admission", "EnginePool", "Interpreter", "Member", "Place", "RunResult", "Stage",
+           "Watchdog", "departed_problem"]

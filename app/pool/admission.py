@@ -1,7 +1,8 @@
 """Admission to a pool's line: by count always, and by time while the pool is overloaded.
 
 A place is held by requests running or waiting for an interpreter, at most `max_waiting`
-beyond the healthy interpreters. A pool is overloaded from a refusal for want of room until it
+beyond the healthy interpreters (none while every device of the pool has left and the pool waits for a
+device or for the backend serving its model instead: then the line holds `max_waiting`). A pool is overloaded from a refusal for want of room until it
 has refused nobody for OVERLOAD_HOLD_S; while it is, the line is also bounded by time
 (`max_queue_ms`): a request is refused on arrival if the line ahead would take longer than
 that to clear (from the running average of invoke times), and when its turn comes if it has
@@ -46,7 +47,7 @@ class Admission:
             raise Busy(f"{self.label}: all {healthy} interpreters busy and {self.admitted - healthy} requests "
                        "already waiting", self.retry_after_s)
         if (self.max_queue_ms and now < self._overloaded_until and self.invoke_ms is not None
-                and self.admitted >= healthy):
+                and healthy and self.admitted >= healthy):
             # Overloaded: more arrive than the interpreters serve, so a deeper line only adds latency.
             # The new request waits for everyone ahead of it to be taken, `healthy` at a time.
             clears_ms = (self.admitted - healthy + 1) * self.invoke_ms / healthy

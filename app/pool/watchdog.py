@@ -1,6 +1,8 @@
-"""The watchdog: an invoke that outlives its timeout takes its interpreter out of the pool, and a
-background thread re-creates it (a new interpreter and delegate for the same device) until that
-succeeds. A USB Accelerator that hangs until it resets is the case it is for.
+"""The watchdog: an invoke that outlives its timeout takes its member out of the pool, and a background
+thread re-creates the stages that hung (a new interpreter and delegate on the same device) until that
+succeeds. A USB Accelerator that hangs until it resets is the case it is for. One watchdog for every
+kind of member (app/pool/member.py): a whole model's interpreter is replaced by a new one; a pipeline
+fails the requests inside it and has its lost segment re-created in place, the others staying loaded.
 
 The hung invoke cannot be killed: its thread is a daemon, so it never holds up the process's
 exit; it closes its interpreter and ends if the invoke ever returns.
@@ -10,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from app.errors import DeviceHung
-from app.pool.member import Member, timed_run
+from app.pool.member import Member, Stage, timed_run
 
 log = logging.getLogger(__name__)
 
@@ -39,57 +41,70 @@ class WatchedPool(Protocol):
 @dataclass(frozen=True)
 class Watchdog:
     timeout_s: float
-    # builds a loaded replacement for a member (same device, new interpreter and delegate)
-    recreate: Callable[[Member], Member]
+    # loads a stage again on its device (a new interpreter and delegate): what members renew themselves with
+    reload: Callable[[Stage], Stage]
     retry_s: float
 
     @property
     def hang_text(self) -> str:
         return f"did not finish an invoke within {self.timeout_s} s (watchdog)"
 
-    def warm_up(self, pool: WatchedPool, member: Member, x: np.ndarray) -> None:
+    def problem(self, member: Member, stalled: Sequence[Stage]) -> str:
+        return member.describe(stalled) + self.hang_text
+
+    def warm_up(self, pool: WatchedPool, member: Member, inputs: list[np.ndarray]) -> None:
         """The warm-up run, bounded by the timeout: a device that hangs on it is unhealthy (DeviceHung)."""
         finished, failure = threading.Event(), []
 
         def run():
             try:
-                timed_run(member, x, pool.clock)
+                timed_run(member, inputs, pool.clock)
             except Exception as e:
                 failure.append(e)
             finished.set()
 
         threading.Thread(target=run, name=f"warm-up-{pool.label}", daemon=True).start()
         if not finished.wait(self.timeout_s):
-            member.healthy, member.problem = False, self.hang_text
-            raise DeviceHung(f"{pool.label}: warm-up on {member.device or 'its device'}: "
-                             f"{member.problem}", pool.retry_after_s)
+            stalled = member.stalled(pool.clock(), 0.0)  # the one input in it: whatever still invokes hangs
+            member.healthy, member.problem = False, self.problem(member, stalled)
+            error = DeviceHung(f"{pool.label}: warm-up on {member.device or 'its device'}: {member.problem}",
+                               pool.retry_after_s)
+            member.lose(stalled, error)
+            raise error
         if failure:
             raise failure[0]
 
-    def quarantine(self, pool: WatchedPool, member: Member) -> None:
-        """Take a hung member out of the pool (once) and start re-creating it."""
-        if not pool.take_out(member, self.hang_text):
-            return
-        log.error("%s: %s %s: unhealthy, re-creating it", pool.label, member.device or "interpreter", member.problem)
+    def quarantine(self, pool: WatchedPool, member: Member, stalled: Sequence[Stage]) -> DeviceHung:
+        """Take a member whose stages hung out of the pool (once), fail the requests inside it, and start
+        re-creating it; the error for the request that found the hang."""
+        problem = self.problem(member, stalled)
+        error = DeviceHung(f"{pool.label}: {member.where} {problem}; it is out of the pool while it is re-created",
+                           pool.retry_after_s)
+        if not pool.take_out(member, problem):
+            return error
+        member.lose(stalled, error)
+        log.error("%s: %s %s: unhealthy, re-creating it", pool.label, member.where, member.problem)
         threading.Thread(target=self._recover, args=(pool, member), name=f"recover-{pool.label}",
                          daemon=True).start()
+        return error
 
     def _recover(self, pool: WatchedPool, old: Member) -> None:
-        """Re-create a hung member until it loads and warms up, then swap it in (blocking)."""
-        attempt = 0
+        """Re-create what hung until it loads and warms up, then put it back in the pool (blocking)."""
+        attempt, hung = 0, old.problem
         while not pool.closed.is_set():
             attempt += 1
             try:
-                fresh = self.recreate(old)
+                fresh = old.renew(self.reload)
                 pool.warm_up_member(fresh)
             except Exception as e:  # any failure: the device may still be resetting
-                pool.note_problem(old, f"{self.hang_text}; re-creating it failed (attempt {attempt}: {e}); "
+                pool.note_problem(old, f"{hung}; re-creating it failed (attempt {attempt}: {e}); "
                                       f"retrying in {self.retry_s} s")
-                log.warning("%s: %s %s", pool.label, old.device or "interpreter", old.problem)
+                log.warning("%s: %s %s", pool.label, old.where, old.problem)
                 pool.closed.wait(self.retry_s)
                 continue
-            if not pool.replace(old, fresh):  # closed meanwhile
-                fresh.engine.close()
+            if not pool.replace(old, fresh):  # closed meanwhile (a member repaired in place closes with it)
+                if fresh is not old:
+                    fresh.close()
                 return
-            log.info("%s: %s re-created after a hang (attempt %d)", pool.label, fresh.device or "interpreter", attempt)
+            log.info("%s: %s re-created after a hang (attempt %d)", pool.label, fresh.where, attempt)
             return

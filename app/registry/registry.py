@@ -1,6 +1,7 @@
 """Which models are served, on which backends, and whether they are ready; the versions' lifetimes.
 
-Backends are plug-ins (app.engines): the registry drives each the same way and names none.
+Backends are plug-ins (app.engines): the registry drives each the same way and names none. So are
+tasks (app.tasks): a model's task, named in its model.json, checks the model's outputs at load.
 Discovery reads each configured model directory at start (its files are checked against their
 sha256 when a version loads); app/registry/loading.py builds the versions, app/registry/versions.py
 defines them and their leases, app/registry/status.py what clients see of their state.
@@ -20,6 +21,12 @@ others could use. `resolve()` is the same resolution of model and backend withou
 checks made before the application sees a request. Shutdown: `drain()` refuses new leases and
 waits (bounded) for the admitted ones, then `close()` closes every version.
 
+Devices come and go while the service runs (TPUs plugged in and unplugged): a plug-in that follows its
+devices (Backend.follow, from `load_all()` on) calls `_devices_changed()` after each look. The pools of
+that backend follow its devices (app/registry/devices.py); a model whose every device of a backend left
+moves to the fallback its plug-in's policy gives, and back once the plug-in can serve it again
+(Backend.recheck): each move is the reload that loses nothing, a new version swapped in, warmed up first.
+
 Clients see file names relative to the model directory; full paths go to the log only.
 """
 
@@ -30,6 +37,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,13 +46,16 @@ from pydantic import ValidationError
 
 from app import metrics
 from app.engines import BACKENDS, Backend, Fallback
-from app.errors import ModelDirError, ModelNotFound, NotReady, ServeError, ShuttingDown
+from app.errors import DeviceGone, ModelDirError, ModelNotFound, NotReady, ServeError, ShuttingDown
 from app.model_dir import ModelDir, discover, read_model_dir
 from app.pool import EnginePool, Member
+from app.registry.devices import DeviceFollower
 from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
 from app.registry.versions import Lease, ModelVersion
-from app.settings import Settings
+from app.settings import Settings, default_model_for
+from app.tasks import TASKS, Task
+from app.tasks.classify import TASK as CLASSIFY_TASK
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +64,8 @@ CLOSE_JOIN_S = 5.0
 
 
 class Registry:
-    def __init__(self, settings: Settings, backends: Mapping[str, type[Backend]] | None = None):
+    def __init__(self, settings: Settings, backends: Mapping[str, type[Backend]] | None = None,
+                 tasks: Mapping[str, Task] | None = None):
         self.settings = settings
         available = dict(BACKENDS if backends is None else backends)
         for key in settings.backends:
@@ -75,7 +87,10 @@ class Registry:
         self._draining = False
         self._reload_locks: dict[str, threading.Lock] = {}
         self._loaded = threading.Event()  # load_all has finished (each model ready or failed)
-        self.loader = Loader(settings, self.plugins, self.watched)
+        # the tasks a model.json may name (app/tasks/): a model of another task fails to load, saying so
+        self.tasks: dict[str, Task] = dict(TASKS if tasks is None else tasks)
+        self.loader = Loader(settings, self.plugins, self.watched, self.tasks)
+        self.devices = DeviceFollower(self.loader)
 
     @property
     def default_backend(self) -> str:
@@ -91,7 +106,7 @@ class Registry:
         instead = {self._fallbacks.get(name, {}).get(key) for name in self._paths}
         if self._paths and None not in instead:
             backends = {f.backend for f in instead}
-            if len(backends) == 1:
+            if len(backends) == 1 and None not in backends:  # None: served by none instead
                 return backends.pop()
         return key
 
@@ -115,22 +130,30 @@ class Registry:
             self._dirs[name] = model_dir
             self._status[name] = ModelStatus("loading", since=time.time())
             self._reload_locks[name] = threading.Lock()
+        classifiers = [name for name in wanted if self._dirs[name].manifest.task == CLASSIFY_TASK.name]
+        try:  # settled once, here: every reader of settings.default_model sees a served classifier (or None)
+            self.settings.default_model = default_model_for(self.settings.default_model, wanted, classifiers)
+        except ValueError as e:
+            raise ServeError(str(e)) from None
         for key in self.settings.backends:
             for name, fallback in self.plugins[key].start(dict(self._dirs)).items():
                 self._record_fallback(name, key, fallback)
 
     def _record_fallback(self, name: str, key: str, fallback: Fallback) -> Fallback:
-        if fallback.backend not in self.plugins:
+        if fallback.backend is not None and fallback.backend not in self.plugins:
             raise ServeError(f"backend {key!r} falls back to {fallback.backend!r}, which is not available")
         recorded = self._fallbacks.setdefault(name, {})[key] = Fallback(fallback.backend, self._public(fallback.reason))
         return recorded
 
     def load_all(self) -> None:
-        """Load (and, by setting, warm up) every configured model. Blocking: run off the event loop."""
+        """Load (and, by setting, warm up) every configured model, then follow the configured backends'
+        devices. Blocking: run off the event loop."""
         try:
             self._load_each()
         finally:
             self._loaded.set()
+        for key in self.settings.backends:
+            self.plugins[key].follow(_follower(self, key))
 
     def _load_each(self) -> None:
         for name in self._paths:
@@ -167,37 +190,41 @@ class Registry:
         if name not in self._paths:
             raise ModelNotFound(f"no model {name!r}; serving {sorted(self._paths)}")
         with self._reload_locks[name]:
-            current = self._versions.get(name)
-            try:
-                self._dirs[name] = read_model_dir(self._paths[name])
-                fresh = self._load(name, warm_up=False, number=(current.number + 1) if current else 1)
-            except ServeError as e:
-                metrics.model_loaded(name, ok=False)
-                log.error("reload of %s failed: %s", name, e)
-                self._public_error(e)
-                with self._lock:
-                    current = self._versions.get(name)
-                    if current is None:
-                        self._status[name] = ModelStatus("failed", str(e), time.time())
-                    else:
-                        self._status[name] = ModelStatus(
-                            "degraded", f"reload failed: {e}; still serving version {current.number} loaded at "
-                            f"{iso(current.loaded_at)}", time.time())
-                raise
-            metrics.model_loaded(name, ok=True)
+            return self._reload_locked(name, warm_up=False)
+
+    def _reload_locked(self, name: str, warm_up: bool) -> ModelVersion:
+        """reload(), its lock held: also the move between a fallback and a backend, warmed up first."""
+        current = self._versions.get(name)
+        try:
+            self._dirs[name] = read_model_dir(self._paths[name])
+            fresh = self._load(name, warm_up=warm_up, number=(current.number + 1) if current else 1)
+        except ServeError as e:
+            metrics.model_loaded(name, ok=False)
+            log.error("reload of %s failed: %s", name, e)
+            self._public_error(e)
             with self._lock:
-                if self._draining:
-                    fresh.close()
-                    raise ShuttingDown("the service is shutting down: reload refused")
-                old = self._versions.get(name)
-                self._versions[name] = fresh
-                self._status[name] = ModelStatus("ready", since=time.time())
-                close_old = old is not None and self._retire(old)
-            if close_old:
-                old.close()
-            log.info("model %s: version %d serving%s", name, fresh.number,
-                     f", version {old.number} retired" if old else "")
-            return fresh
+                current = self._versions.get(name)
+                if current is None:
+                    self._status[name] = ModelStatus("failed", str(e), time.time())
+                else:
+                    self._status[name] = ModelStatus(
+                        "degraded", f"reload failed: {e}; still serving version {current.number} loaded at "
+                        f"{iso(current.loaded_at)}", time.time())
+            raise
+        metrics.model_loaded(name, ok=True)
+        with self._lock:
+            if self._draining:
+                fresh.close()
+                raise ShuttingDown("the service is shutting down: reload refused")
+            old = self._versions.get(name)
+            self._versions[name] = fresh
+            self._status[name] = ModelStatus("ready", since=time.time())
+            close_old = old is not None and self._retire(old)
+        if close_old:
+            old.close()
+        log.info("model %s: version %d serving%s", name, fresh.number,
+                 f", version {old.number} retired" if old else "")
+        return fresh
 
     def _retire(self, version: ModelVersion) -> bool:
         """Under the lock: mark retired; True if no lease holds it (close it now)."""
@@ -234,9 +261,16 @@ class Registry:
         return version, self._backend_for(version, backend)
 
     def _backend_for(self, version: ModelVersion, backend: str | None) -> str:
-        key = self.default_backend if backend is None else backend  # "" is a wrong name, not the default
-        version.pool(key)  # BackendNotAvailable, saying why (a fallback, say)
-        return key
+        """The backend a request is served on. Named: that one. Not named: the first configured, or the one
+        the version held serves it on instead (a model moves between its fallback and a backend while
+        serving: the version decides, not what the registry has decided since)."""
+        if backend is None:
+            backend = self.settings.backends[0]
+            fallback = version.fallbacks.get(backend)
+            if backend not in version.pools and fallback is not None and fallback.backend in version.pools:
+                backend = fallback.backend
+        version.pool(backend)  # BackendNotAvailable, saying why (a fallback, say); "" is a wrong name
+        return backend
 
     def pool_for(self, name: str, backend: str | None = None) -> tuple[str, EnginePool] | None:
         """The backend and pool whose room lease(name, backend) would check now, without holding the
@@ -273,7 +307,7 @@ class Registry:
     def host_cpu(self) -> bool:
         """Whether some backend serving a model (a fallback included) computes on the host's cores."""
         keys = set(self.settings.backends)
-        keys |= {f.backend for per_model in self._fallbacks.values() for f in per_model.values()}
+        keys |= {f.backend for per_model in self._fallbacks.values() for f in per_model.values() if f.backend}
         return any(self.plugins[key].host_cpu for key in keys)
 
     @property
@@ -298,10 +332,13 @@ class Registry:
             return self._idle.wait_for(lambda: self._active == 0, timeout_s)
 
     def close(self) -> None:
-        """Close every version (a version still leased closes when its last lease ends) and wait,
-        bounded, for the interpreters to be released."""
+        """Stop following devices, close every version (a version still leased closes when its last lease
+        ends) and wait, bounded, for the interpreters to be released."""
         with self._lock:
             self._draining = True
+        for plugin in self.plugins.values():
+            plugin.close()
+        with self._lock:
             versions = list(self._versions.values())
             to_close = [v for v in versions if self._retire(v)]
         for version in to_close:
@@ -315,7 +352,9 @@ class Registry:
 
     def status(self, name: str) -> ModelStatus:
         """The stored state, and what happened since: a fallback, devices the watchdog took out."""
-        return current_status(self._status[name], self._versions.get(name))
+        version = self._versions.get(name)
+        problems = {key: self.plugins[key].device_problems() for key in version.pools} if version else None
+        return current_status(self._status[name], version, problems)
 
     def status_or_raise(self, name: str) -> ModelStatus:
         if name not in self._status:
@@ -380,11 +419,89 @@ class Registry:
         if error.args and isinstance(error.args[0], str):
             error.args = (self._public(error.args[0]), *error.args[1:])
 
+    # -- devices coming and going --------------------------------------------------------------------
+
+    def _devices_changed(self, key: str, changed: bool) -> None:
+        """After a look of backend `key`'s plug-in at its devices (on its thread): each model in turn, under
+        its reload lock, moves back from a fallback (when the devices changed and the plug-in can serve it
+        now), or has its pool follow the devices, and moves to its fallback if every device left."""
+        plugin = self.plugins[key]
+        offered = self.devices.offered(plugin)
+        for name in list(self._paths):
+            with self._reload_locks[name]:
+                if self._draining:
+                    return
+                fallback = self._fallbacks.get(name, {}).get(key)
+                if fallback is not None:
+                    if changed and fallback.backend is not None:
+                        self._move_back(name, key, fallback)
+                    continue
+                version = self._versions.get(name)
+                pool = version.pools.get(key) if version is not None else None
+                if pool is None:
+                    continue
+                self.devices.follow(pool, plugin, version.model_dir, offered)
+                if pool.departed:
+                    self._move_off(name, key, version, pool)
+
+    def _move_back(self, name: str, key: str, fallback: Fallback) -> None:
+        """A model served on its fallback: on `key` again if its plug-in can serve it now."""
+        still = self.plugins[key].recheck(self._dirs[name])
+        if still is not None:  # not yet: the reason readiness gives is the one that holds now
+            self._fallbacks[name][key] = Fallback(fallback.backend, self._public(still.reason))
+            return
+        del self._fallbacks[name][key]
+        log.info("model %s: %s can serve it again: loading it there (it stays on %s meanwhile)", name, key,
+                 fallback.backend)
+        try:
+            self._reload_locked(name, warm_up=True)
+        except ServeError as e:
+            self._fallbacks.setdefault(name, {}).setdefault(key, fallback)
+            log.warning("model %s: still on %s: %s", name, fallback.backend, e)
+
+    def _move_off(self, name: str, key: str, version: ModelVersion, pool: EnginePool) -> None:
+        """Every device of `key` serving the model left: to the fallback its plug-in's policy gives (the
+        requests waiting meanwhile go to the version's pool on that backend, if it has one), or the requests
+        waiting are answered now (503 + Retry-After) and the model waits, unhealthy, for a device."""
+        devices = ", ".join(dict.fromkeys(s.device for m in pool.members for s in m.stages if s.device))
+        gone = DeviceGone(f"every {key} device serving it left ({devices}): not listed any more (unplugged?); "
+                          "until one is back", self.settings.retry_after_s)
+        fallback = self.plugins[key].fall_back(name, gone)
+        if fallback is None or fallback.backend is None:
+            refused = pool.refuse_waiting(str(gone))
+            if refused:
+                log.warning("model %s: %d waiting request(s) answered 503: %s", name, refused, gone)
+            return
+        self._record_fallback(name, key, fallback)
+        instead = version.pools.get(fallback.backend)
+        if instead is not None and (instead.inputs, instead.outputs) == (pool.inputs, pool.outputs):
+            pool.hand_over(instead)
+        try:
+            self._reload_locked(name, warm_up=True)
+        except ServeError as e:
+            log.error("model %s: moving it to %s failed: %s", name, fallback.backend, e)
+        pool.refuse_waiting(str(gone))  # whatever could not be handed over is answered now
+
     # -- loading --------------------------------------------------------------------------------------
 
     def _load(self, name: str, warm_up: bool, number: int) -> ModelVersion:
         return self.loader.load_version(self._dirs[name], number, warm_up, self._fallbacks.get(name, {}),
                                         lambda key, fallback: self._record_fallback(name, key, fallback))
+
+
+def _follower(registry: Registry, key: str):
+    """What a plug-in calls after each look at its devices: the registry's `_devices_changed`, held weakly
+    (a plug-in's thread never keeps a registry alive); False once the registry is gone or shutting down."""
+    ref = weakref.ref(registry)
+
+    def changed(devices_changed: bool) -> bool:
+        registry = ref()
+        if registry is None or registry._draining:
+            return False
+        registry._devices_changed(key, devices_changed)
+        return True
+
+    return changed
 
 
 def _make_plugin(cls: type[Backend], settings: Settings) -> Backend:

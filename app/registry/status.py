@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.registry.versions import ModelVersion
@@ -18,24 +19,30 @@ class ModelStatus:
 SERVING = ("ready", "degraded")
 
 
-def current_status(stored: ModelStatus, version: ModelVersion | None) -> ModelStatus:
-    """The stored state, and what happened since: a fallback, devices the watchdog took out."""
+def current_status(stored: ModelStatus, version: ModelVersion | None,
+                   device_problems: Mapping[str, Mapping[str, str]] | None = None) -> ModelStatus:
+    """The stored state, and what happened since: a fallback, devices the watchdog took out, devices
+    in trouble that still serve (device_problems: backend -> device -> what is wrong, from the plug-ins)."""
     if stored.state not in SERVING or version is None:
         return stored
     state, notes = stored.state, [stored.error] if stored.error else []
     for key, fallback in version.fallbacks.items():
-        notes.append(f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
+        notes.append(f"{key}: not served: {fallback.reason}" if fallback.backend is None
+                     else f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
         state = "degraded"
     for backend, pool in version.pools.items():
-        sick = pool.unhealthy
-        if sick:
-            notes.append(f"{backend}: " + "; ".join(f"{m.device or 'interpreter'} {m.problem}" for m in sick))
-            if len(sick) == len(pool.members):
-                state = "unhealthy"
-        lost = getattr(pool.engine, "problem", None)  # a pipeline with a segment lost (app/pipeline.py)
-        if lost:
-            notes.append(f"{backend}: {lost}")
-            state = "unhealthy"
+        sick = pool.unhealthy  # interpreters, or pipelines with a segment lost: every kind of member alike
+        if sick:  # hung and being re-created, or a device gone (unplugged): fewer serve, or none
+            notes.append(f"{backend}: " + "; ".join(f"{m.where} {m.problem}" for m in sick))
+            everyone = len(sick) == len(pool.members)
+            if everyone and pool.handed_to:  # its requests go to the backend the model moves to
+                notes.append(f"{backend} requested, serving on {pool.handed_to}")
+            state = ("unhealthy" if everyone and not pool.handed_to else
+                     "degraded" if state == "ready" else state)
+        troubled = (device_problems or {}).get(backend, {})
+        for device in dict.fromkeys(s.device for m in pool.members for s in m.stages if s.device in troubled):
+            notes.append(f"{backend}: {troubled[device]}")
+            state = "degraded" if state == "ready" else state
     return ModelStatus(state, "; ".join(notes) or None, stored.since)
 
 

@@ -1,7 +1,8 @@
 """A model version, the unit of lifetime, and a request's lease on one.
 
-A load or reload builds a complete ModelVersion: its pools per backend, the input quantizers,
-the fallbacks in force. A request holds the version current when it started until it is
+A load or reload builds a complete ModelVersion: its task, its pools per backend, the input
+quantizers and the task's output roles per backend (resolved once, by tensor name), the fallbacks
+in force. A request holds the version current when it started until it is
 answered, so it never meets a closed interpreter; a replaced version is retired and closed
 when its last lease ends (app/registry/registry.py counts the leases).
 """
@@ -9,18 +10,22 @@ when its last lease ends (app/registry/registry.py counts the leases).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.engines import Fallback
+from app.engines import Fallback, TensorSpec
 from app.errors import BackendNotAvailable
 from app.imaging import InputQuantizer
 from app.model_dir import ModelDir
 from app.pool import EnginePool, Place, RunResult
+
+if TYPE_CHECKING:
+    from app.tasks import OutputRoles, Task
 
 
 @dataclass(eq=False)
@@ -28,8 +33,10 @@ class ModelVersion:
     """One load of a model directory: its pools per backend, alive while a lease holds it."""
 
     model_dir: ModelDir
+    task: Task
     pools: dict[str, EnginePool]
     quantizers: dict[str, InputQuantizer]
+    roles: dict[str, OutputRoles]   # per backend: the task's roles -> that pool's output tensors
     fallbacks: dict[str, Fallback]  # requested backend -> the one serving it instead, and why
     number: int                     # 1 for the first load, +1 per reload
     loaded_at: float = field(default_factory=time.time)
@@ -50,6 +57,8 @@ class ModelVersion:
             return self.pools[backend]
         except KeyError:
             fallback = self.fallbacks.get(backend)
+            if fallback and fallback.backend is None:
+                raise BackendNotAvailable(f"model {self.name!r} cannot be served on {backend!r}: {fallback.reason}") from None
             if fallback:
                 raise BackendNotAvailable(
                     f"model {self.name!r} is served on {fallback.backend!r} instead of {backend!r}: "
@@ -83,6 +92,25 @@ class Lease:
     def quantizer(self) -> InputQuantizer:
         return self.version.quantizers[self.backend]
 
+    @property
+    def task(self) -> Task:
+        return self.version.task
+
+    @property
+    def roles(self) -> OutputRoles:
+        """The task's output roles on this pool: where each role's tensor is among a run's outputs."""
+        return self.version.roles[self.backend]
+
+    @property
+    def input(self) -> TensorSpec:
+        """The model's one input tensor, the image's (checked at load)."""
+        return self.pool.inputs[0]
+
+    @property
+    def warmup(self) -> dict[str, float | None]:
+        """What loading this pool cost: for answers that report it next to their own timings."""
+        return {"load_ms": self.pool.load_ms, "first_inference_ms": self.pool.first_inference_ms}
+
     def admit(self) -> None:
         """Take a place in the pool's line, now that the input is here and before any work on it:
         Busy at once if the line filled since the room check. Once per lease; again is a no-op."""
@@ -93,16 +121,24 @@ class Lease:
         if self.place is not None:
             self.place.release()
 
-    async def run(self, tensor) -> RunResult:
-        """The input tensor through one interpreter of the pool, within the pool's deadlines."""
+    async def run(self, inputs: Sequence[np.ndarray]) -> RunResult:
+        """Every input tensor through one member of the pool, within the pool's deadlines: every output."""
         self.admit()  # a no-op when taken already (a batch takes all its places first)
-        return await self.place.run(tensor)
+        return self._ran_on(await self.place.run(inputs))
 
-    async def run_after(self, prepare: Callable[[], np.ndarray], executor: Executor) -> RunResult:
-        """`prepare()` on an `executor` thread, its tensor then straight through an interpreter;
+    async def run_after(self, prepare: Callable[[], Sequence[np.ndarray]], executor: Executor) -> RunResult:
+        """`prepare()` on an `executor` thread, its tensors then straight through a member;
         the place in line is taken first, before `prepare()` does any work."""
         self.admit()
-        return await self.place.run_after(prepare, executor)
+        return self._ran_on(await self.place.run_after(prepare, executor))
+
+    def _ran_on(self, result: RunResult) -> RunResult:
+        """A pool whose every device left hands its line to the version's pool on the backend the model falls
+        back to (EnginePool.hand_over): the answer then says the backend that ran it, and its outputs are read
+        with that pool's roles."""
+        if result.backend is not None and result.backend != self.backend and result.backend in self.version.pools:
+            self.backend, self.pool = result.backend, self.version.pools[result.backend]
+        return result
 
     @contextmanager
     def another(self, backend: str | None = None) -> Iterator[Lease]:

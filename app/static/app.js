@@ -19,8 +19,19 @@ async function getJson(url) {
   return body;
 }
 
+function describeModel(model) {
+  // where the model came from, as /v1/models says: built here (recipe, quantize) or imported as a file
+  if (!model) return "";
+  const origin = model.provenance.origin === "imported"
+    ? `imported from ${model.provenance.files.map((f) => f.name).join(" + ")}`
+    : "built here";
+  const problem = model.error ? ` · ${model.state}: ${model.error}` : "";
+  return `${model.description} · ${origin} · source: ${model.source} · licence: ${model.licence}${problem}`;
+}
+
 function fillBackends() {
   const model = state.models.find((m) => m.name === $("model").value);
+  $("about").textContent = describeModel(model);
   const backends = model ? Object.keys(model.backends) : [];
   $("backend").replaceChildren(...backends.map((b) => new Option(b, b)));
   $("compare").title = `Run the same image on: ${backends.join(", ") || "no backend loaded"}`;

@@ -14,20 +14,23 @@ state="$root/run"
 socket="$state/docker.sock"
 pidfile="$state/dockerd.pid"
 start_timeout_s="${DOCKERD_START_TIMEOUT_S:-60}"
+# docker.io installs /usr/sbin/dockerd, Docker CE /usr/bin/dockerd.
+dockerd="$(command -v dockerd || echo /usr/sbin/dockerd)"
+docker="${DOCKER:-/usr/bin/docker}"
 
 case "$action" in
   start)
     mkdir -p "$root/data" "$state/exec"
-    if [ -S "$socket" ] && DOCKER_HOST="unix://$socket" /usr/bin/docker version > /dev/null 2>&1; then
+    if [ -S "$socket" ] && DOCKER_HOST="unix://$socket" "$docker" version > /dev/null 2>&1; then
       echo "DOCKER_HOST=unix://$socket"
       exit 0
     fi
     # setsid: the engine outlives this script; `stop` ends it by its pid file.
-    setsid /usr/sbin/dockerd --iptables=false --ip6tables=false --bridge=none --storage-driver=overlay2 \
+    setsid "$dockerd" --iptables=false --ip6tables=false --bridge=none --storage-driver=overlay2 \
       --data-root="$root/data" --exec-root="$state/exec" --pidfile="$pidfile" \
       -H "unix://$socket" > "$root/dockerd.log" 2>&1 < /dev/null &
     for _ in $(seq "$start_timeout_s"); do
-      DOCKER_HOST="unix://$socket" /usr/bin/docker version > /dev/null 2>&1 && { echo "DOCKER_HOST=unix://$socket"; exit 0; }
+      DOCKER_HOST="unix://$socket" "$docker" version > /dev/null 2>&1 && { echo "DOCKER_HOST=unix://$socket"; exit 0; }
       sleep 1
     done
     echo "dockerd.sh: the engine did not answer within ${start_timeout_s} s; its log:" >&2

@@ -21,7 +21,12 @@ set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-export DOCKER="${DOCKER:-/usr/bin/docker}"
+# The distribution's client (/usr/bin/docker: docker.io and Docker CE alike) before another on PATH, which
+# may be an old client-only binary (/usr/local/bin/docker on some hosts).
+if [ -z "${DOCKER:-}" ]; then
+  if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER="$(command -v docker || echo docker)"; fi
+fi
+export DOCKER
 cache="${EDGETPU_SERVE_CACHE:-/var/cache/edgetpu-serve}"
 export EDGETPU_SERVE_CACHE="$cache"
 runtime_dir="${RUNTIME_DIR:-$root/docker/runtime}"

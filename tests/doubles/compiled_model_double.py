@@ -43,27 +43,53 @@ def custom_options(package: bytes) -> bytes:
     return bytes(builder.Finish())
 
 
-def _tensor(name: str, shape: list[int]) -> schema.TensorT:
+def _tensor(name: str, shape: list[int], type_: int = schema.TensorType.UINT8, scale: float | None = 1.0 / 128,
+            zero_point: int = 127) -> schema.TensorT:
     tensor = schema.TensorT()
-    tensor.name, tensor.shape, tensor.type, tensor.buffer = name, shape, schema.TensorType.UINT8, 0
-    quantization = schema.QuantizationParametersT()
-    quantization.scale, quantization.zeroPoint = [1.0 / 128], [127]
-    tensor.quantization = quantization
+    tensor.name, tensor.shape, tensor.type, tensor.buffer = name, list(shape), type_, 0
+    if scale is not None:
+        quantization = schema.QuantizationParametersT()
+        quantization.scale, quantization.zeroPoint = [scale], [zero_point]
+        tensor.quantization = quantization
     return tensor
 
 
+def io_of(source: bytes) -> tuple[list[schema.TensorT], list[schema.TensorT]]:
+    """The input and output tensors of a .tflite, as the compiler keeps them (name, shape, type, quantization)."""
+    model = schema.ModelT.InitFromPackedBuf(source, 0)
+    graph = model.subgraphs[0]
+
+    def copy(index: int) -> schema.TensorT:
+        t = graph.tensors[index]
+        q = t.quantization
+        scale = float(q.scale[0]) if q is not None and q.scale is not None and len(q.scale) else None
+        zero_point = int(q.zeroPoint[0]) if scale is not None else 0
+        name = t.name.decode() if isinstance(t.name, bytes) else t.name
+        return _tensor(name, list(t.shape), t.type, scale, zero_point)
+
+    return [copy(i) for i in graph.inputs], [copy(i) for i in graph.outputs]
+
+
 def compiled_model_bytes(min_runtime_version: int = 14, compiler_version: str = COMPILER_VERSION,
-                         input_shape: tuple[int, ...] = (1, 224, 224, 3), classes: int = 1000) -> bytes:
+                         input_shape: tuple[int, ...] = (1, 224, 224, 3), classes: int = 1000,
+                         source: bytes | None = None) -> bytes:
+    """One edgetpu-custom-op from the input to the output; with `source`, between that model's own
+    input and output tensors (as the compiler keeps them), else a 224x224 uint8 image to `classes` scores."""
     code = schema.OperatorCodeT()
     code.deprecatedBuiltinCode = code.builtinCode = schema.BuiltinOperator.CUSTOM
     code.customCode, code.version = CUSTOM_OP, 1
+    if source is not None:
+        inputs, outputs = io_of(source)
+    else:
+        inputs, outputs = [_tensor("input", list(input_shape))], [_tensor("output", [1, classes])]
     op = schema.OperatorT()
-    op.opcodeIndex, op.inputs, op.outputs = 0, [0], [1]
+    op.opcodeIndex = 0
+    op.inputs, op.outputs = list(range(len(inputs))), list(range(len(inputs), len(inputs) + len(outputs)))
     op.customOptions = list(custom_options(package_bytes(min_runtime_version, compiler_version)))
     op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
     subgraph = schema.SubGraphT()
-    subgraph.tensors = [_tensor("input", list(input_shape)), _tensor("output", [1, classes])]
-    subgraph.inputs, subgraph.outputs, subgraph.operators, subgraph.name = [0], [1], [op], "main"
+    subgraph.tensors = inputs + outputs
+    subgraph.inputs, subgraph.outputs, subgraph.operators, subgraph.name = op.inputs, op.outputs, [op], "main"
     model = schema.ModelT()
     model.version, model.description = 3, "test double of an edgetpu_compiler output"
     model.operatorCodes, model.subgraphs, model.buffers = [code], [subgraph], [schema.BufferT()]

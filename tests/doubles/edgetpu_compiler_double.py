@@ -3,8 +3,9 @@
 The real compiler is a closed x86-64 binary from Coral's apt repository and is not installed
 here. `install()` writes an executable script named `edgetpu_compiler_test_double` that takes
 the real compiler's flags, prints its stdout format, and writes what it writes into --out_dir:
-`<stem>_edgetpu.tflite` (built like compiled_model_double: one edgetpu-custom-op node carrying
-a package stamped with the -m runtime version; no TPU could run it) and `<stem>_edgetpu.log`.
+`<stem>_edgetpu.tflite` (built like compiled_model_double: one edgetpu-custom-op node between the
+input model's own input and output tensors, carrying a package stamped with the -m runtime version;
+no TPU could run it) and `<stem>_edgetpu.log`.
 Which operators it reports as mapped comes from the offline analysis of the input, so the
 numbers are consistent; nothing here compiles anything. Every invocation's arguments are
 appended to `<script>.calls.json` for the tests to read.
@@ -128,7 +129,8 @@ def main(argv: list[str], mode: str, script: str) -> int:
     print("Model compiled successfully in 12 ms.\n")
     for stem in stems:
         output = out_dir / f"{stem}_edgetpu.tflite"
-        content = model.read_bytes() if mode == "nothing-mapped" else compiled_model_bytes(min_runtime_version=runtime)
+        content = model.read_bytes() if mode == "nothing-mapped" else compiled_model_bytes(
+            min_runtime_version=runtime, source=model.read_bytes())
         output.write_bytes(content)
         log = out_dir / f"{stem}_edgetpu.log"
         log.write_text(f"Edge TPU Compiler version {version}\nInput: {model}\nOutput: {output}\n\n{_table(lines)}\n")

@@ -11,6 +11,10 @@
  *   EDGETPU_TEST_DOUBLE_DEVICES  comma-separated TYPE:PATH, TYPE = usb | pci,
  *                                e.g. "usb:/sys/bus/usb/devices/2-1,pci:/dev/apex_0";
  *                                unset or empty = no device.
+ *   EDGETPU_TEST_DOUBLE_DEVICES_FILE  a file read again at every call, holding the same list
+ *                                (commas or newlines between entries): TPUs plugged in and
+ *                                unplugged while a process runs. When set, it replaces
+ *                                EDGETPU_TEST_DOUBLE_DEVICES; a missing file = no device.
  *   EDGETPU_TEST_DOUBLE_VERSION  what edgetpu_version() returns.
  *   EDGETPU_TEST_DOUBLE_OPEN     "fail": every delegate creation fails (as when the
  *                                device exists but cannot be opened).
@@ -30,10 +34,17 @@
  * between uint8 and int8 with per-tensor parameters (the first and last operators of the
  * Edge TPU's uint8-in, uint8-out models) and computes them itself, in double precision,
  * q_out = clamp(round_half_away(s_in / s_out * (q_in - zp_in)) + zp_out), which equals
- * TFLite's integer requantization for these models (equal scales). Everything else stays on
- * the runtime's CPU kernels. So a request served through it really runs delegated kernels
+ * TFLite's integer requantization for these models (equal scales). It also claims every
+ * `edgetpu-custom-op` node whose tensors are all 8-bit (what edgetpu_compiler writes, and
+ * tests/doubles/compiled_model_double.py imitates), as libedgetpu does, and fills each output
+ * with a stand-in: byte i of the output is byte i (cycling) of the first input. The TPU's
+ * program is not run: a compiled model loads and answers, its numbers are not a model's.
+ * Everything else stays on the runtime's CPU kernels. So a request served through it really runs delegated kernels
  * (counted, and logged per device), and a wrong computation or a missing delegate shows in
  * the outputs or the counts; the TPU's own arithmetic is still not modelled.
+ * A delegate remembers the path of the TPU it opened; once that TPU is no longer listed (unplugged),
+ * each invoke of its kernels fails (kTfLiteError, and the error reported to the runtime), as a
+ * real invoke on a TPU that left does.
  * Device selection follows libedgetpu's rules for the "device" option ("", ":N", "usb",
  * "usb:N", "pci", "pci:N"): a spec that names no listed device gives no delegate.
  *
@@ -66,18 +77,42 @@ struct edgetpu_device {
 
 static int live_device_lists = 0;
 
-/* Parses EDGETPU_TEST_DOUBLE_DEVICES; the caller frees with edgetpu_free_devices. */
+/* The list as text: the file's content when EDGETPU_TEST_DOUBLE_DEVICES_FILE is set, else the
+ * variable; NULL = no device. The caller frees it. */
+static char* device_spec(void) {
+  const char* file = getenv("EDGETPU_TEST_DOUBLE_DEVICES_FILE");
+  if (file == NULL) {
+    const char* spec = getenv("EDGETPU_TEST_DOUBLE_DEVICES");
+    return spec ? strdup(spec) : NULL;
+  }
+  FILE* f = fopen(file, "r");
+  if (f == NULL) return NULL;
+  size_t capacity = 256, size = 0;
+  char* text = malloc(capacity);
+  size_t got;
+  while ((got = fread(text + size, 1, capacity - size - 1, f)) > 0) {
+    size += got;
+    if (size + 1 == capacity) text = realloc(text, capacity *= 2);
+  }
+  fclose(f);
+  text[size] = '\0';
+  return text;
+}
+
+/* Parses the list (device_spec); the caller frees with edgetpu_free_devices. */
 struct edgetpu_device* edgetpu_list_devices(size_t* num_devices) {
   *num_devices = 0;
-  const char* spec = getenv("EDGETPU_TEST_DOUBLE_DEVICES");
-  if (spec == NULL || *spec == '\0') return NULL;
+  char* copy = device_spec();
+  if (copy == NULL || *copy == '\0') {
+    free(copy);
+    return NULL;
+  }
 
   size_t capacity = 1;
-  for (const char* c = spec; *c; ++c) capacity += (*c == ',');
+  for (const char* c = copy; *c; ++c) capacity += (*c == ',' || *c == '\n');
   struct edgetpu_device* devices = calloc(capacity + 1, sizeof *devices);
-  char* copy = strdup(spec);
   char* save = NULL;
-  for (char* item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+  for (char* item = strtok_r(copy, ",\n", &save); item; item = strtok_r(NULL, ",\n", &save)) {
     char* colon = strchr(item, ':');
     if (colon == NULL) continue;
     *colon = '\0';
@@ -210,14 +245,25 @@ typedef struct TfLiteDelegateParams {
 
 /* What the double keeps per delegate (TfLiteDelegate.data_). */
 typedef struct {
-  char device[64];
-  char path[512]; /* the listed device it opened (exclusive mode) */
+  char device[64];  /* the "device" option it was created with */
+  char path[512];   /* the listed TPU that option selected (exclusive mode: the one it holds) */
 } DoubleDelegate;
 
-/* One delegated kernel: the QUANTIZE nodes of one partition, as (input, output) tensor indices. */
+#define EDGETPU_CUSTOM_OP "edgetpu-custom-op"
+#define MAX_OUTPUTS 8
+
+/* One claimed node: a QUANTIZE (input, output) or an edgetpu-custom-op (first input, its outputs). */
+typedef struct {
+  bool custom;
+  int input;
+  int outputs;
+  int output[MAX_OUTPUTS];
+} DelegatedNode;
+
+/* One delegated kernel: the claimed nodes of one partition. */
 typedef struct {
   int count;
-  int tensors[][2];
+  DelegatedNode nodes[];
 } DelegatedKernel;
 
 static long invocations = 0;
@@ -243,11 +289,27 @@ static bool claimable(TfLiteContext* context, const TfLiteNode* node, const TfLi
          in->params.scale > 0 && out->params.scale > 0;
 }
 
+static bool is_edgetpu_op(const TfLiteRegistration* reg) {
+  return reg->custom_name != NULL && strcmp(reg->custom_name, EDGETPU_CUSTOM_OP) == 0;
+}
+
+static bool eight_bit(const TfLiteTensor* t) { return t->type == kTfLiteUInt8 || t->type == kTfLiteInt8; }
+
+/* An edgetpu-custom-op whose tensors are all 8-bit: the double fills its outputs. */
+static bool claimable_custom(TfLiteContext* context, const TfLiteNode* node, const TfLiteRegistration* reg) {
+  if (!is_edgetpu_op(reg) || node->inputs->size < 1 || node->outputs->size < 1 || node->outputs->size > MAX_OUTPUTS)
+    return false;
+  if (!eight_bit(&context->tensors[node->inputs->data[0]])) return false;
+  for (int i = 0; i < node->outputs->size; ++i)
+    if (!eight_bit(&context->tensors[node->outputs->data[i]])) return false;
+  return true;
+}
+
 static void* kernel_init(TfLiteContext* context, const char* buffer, size_t length) {
   (void)length;
   const TfLiteDelegateParams* params = (const TfLiteDelegateParams*)buffer;
   int n = params->nodes_to_replace->size;
-  DelegatedKernel* kernel = calloc(1, sizeof *kernel + (size_t)n * sizeof kernel->tensors[0]);
+  DelegatedKernel* kernel = calloc(1, sizeof *kernel + (size_t)n * sizeof kernel->nodes[0]);
   for (int i = 0; i < n; ++i) {
     TfLiteNode* node = NULL;
     TfLiteRegistration* reg = NULL;
@@ -255,8 +317,11 @@ static void* kernel_init(TfLiteContext* context, const char* buffer, size_t leng
       free(kernel);
       return NULL;
     }
-    kernel->tensors[i][0] = node->inputs->data[0];
-    kernel->tensors[i][1] = node->outputs->data[0];
+    DelegatedNode* claimed = &kernel->nodes[i];
+    claimed->custom = is_edgetpu_op(reg);
+    claimed->input = node->inputs->data[0];
+    claimed->outputs = claimed->custom ? node->outputs->size : 1;
+    for (int k = 0; k < claimed->outputs; ++k) claimed->output[k] = node->outputs->data[k];
   }
   kernel->count = n;
   return kernel;
@@ -282,18 +347,42 @@ static void log_invocation(TfLiteContext* context, const TfLiteDelegate* delegat
   if (f == NULL) return;
   fprintf(f, "invoked device=%s ops=%d", ((const DoubleDelegate*)delegate->data_)->device, kernel->count);
   for (int k = 0; k < kernel->count; ++k)
-    fprintf(f, " QUANTIZE:%s>%s", type_name(context->tensors[kernel->tensors[k][0]].type),
-            type_name(context->tensors[kernel->tensors[k][1]].type));
+    fprintf(f, " %s:%s>%s", kernel->nodes[k].custom ? EDGETPU_CUSTOM_OP : "QUANTIZE",
+            type_name(context->tensors[kernel->nodes[k].input].type),
+            type_name(context->tensors[kernel->nodes[k].output[0]].type));
   fputc('\n', f);
   fclose(f);
+}
+
+/* Whether a TPU of this path is listed now. */
+static bool listed(const char* path) {
+  size_t count = 0;
+  struct edgetpu_device* devices = edgetpu_list_devices(&count);
+  bool found = false;
+  for (size_t i = 0; i < count && !found; ++i) found = strcmp(devices[i].path, path) == 0;
+  edgetpu_free_devices(devices);
+  return found;
 }
 
 /* q_out = clamp(round_half_away(s_in / s_out * (q_in - zp_in)) + zp_out) */
 static int kernel_invoke(TfLiteContext* context, TfLiteNode* node) {
   const DelegatedKernel* kernel = node->user_data;
+  const DoubleDelegate* opened = node->delegate->data_;
+  if (!listed(opened->path)) { /* unplugged since the delegate was created */
+    context->ReportError(context, "edgetpu test double: the Edge TPU %s is gone", opened->path);
+    return kTfLiteError;
+  }
   for (int k = 0; k < kernel->count; ++k) {
-    const TfLiteTensor* in = &context->tensors[kernel->tensors[k][0]];
-    TfLiteTensor* out = &context->tensors[kernel->tensors[k][1]];
+    const TfLiteTensor* in = &context->tensors[kernel->nodes[k].input];
+    if (kernel->nodes[k].custom) { /* the stand-in: output byte i = input byte i, cycling */
+      for (int o = 0; o < kernel->nodes[k].outputs; ++o) {
+        TfLiteTensor* target = &context->tensors[kernel->nodes[k].output[o]];
+        for (size_t i = 0; i < target->bytes && in->bytes > 0; ++i)
+          ((uint8_t*)target->data)[i] = ((const uint8_t*)in->data)[i % in->bytes];
+      }
+      continue;
+    }
+    TfLiteTensor* out = &context->tensors[kernel->nodes[k].output[0]];
     const double ratio = (double)in->params.scale / (double)out->params.scale;
     const int lo = out->type == kTfLiteUInt8 ? 0 : -128, hi = out->type == kTfLiteUInt8 ? 255 : 127;
     for (size_t i = 0; i < in->bytes && i < out->bytes; ++i) {
@@ -310,7 +399,7 @@ static int kernel_invoke(TfLiteContext* context, TfLiteNode* node) {
   return kTfLiteOk;
 }
 
-/* TfLiteDelegate.Prepare: claim the QUANTIZE nodes this double computes. */
+/* TfLiteDelegate.Prepare: claim the QUANTIZE and edgetpu-custom-op nodes this double computes. */
 static int delegate_prepare(TfLiteContext* context, TfLiteDelegate* delegate) {
   TfLiteIntArray* plan = NULL;
   if (context->GetExecutionPlan(context, &plan) != kTfLiteOk) return kTfLiteError;
@@ -319,7 +408,8 @@ static int delegate_prepare(TfLiteContext* context, TfLiteDelegate* delegate) {
     TfLiteNode* node = NULL;
     TfLiteRegistration* reg = NULL;
     if (context->GetNodeAndRegistration(context, plan->data[i], &node, &reg) != kTfLiteOk) continue;
-    if (claimable(context, node, reg)) claimed->data[claimed->size++] = plan->data[i];
+    if (claimable(context, node, reg) || claimable_custom(context, node, reg))
+      claimed->data[claimed->size++] = plan->data[i];
   }
   int status = kTfLiteOk;
   if (claimed->size > 0) {
@@ -336,8 +426,9 @@ static int delegate_prepare(TfLiteContext* context, TfLiteDelegate* delegate) {
   return status;
 }
 
-/* Index of the listed device a "device" option names, or -1 (libedgetpu's rules). */
-static int select_device(const char* option) {
+/* Index of the listed device a "device" option names, or -1 (libedgetpu's rules); its path is
+ * copied to `path` (`size` bytes) when found. */
+static int select_device(const char* option, char* path, size_t size) {
   size_t count = 0;
   struct edgetpu_device* devices = edgetpu_list_devices(&count);
   int chosen = -1;
@@ -362,6 +453,7 @@ static int select_device(const char* option) {
     if (index == -1 || seen == index) { chosen = (int)i; break; }
     ++seen;
   }
+  if (chosen >= 0) snprintf(path, size, "%s", devices[chosen].path);
   edgetpu_free_devices(devices);
   return chosen;
 }
@@ -369,15 +461,6 @@ static int select_device(const char* option) {
 static bool exclusive(void) {
   const char* value = getenv("EDGETPU_TEST_DOUBLE_EXCLUSIVE");
   return value != NULL && strcmp(value, "1") == 0;
-}
-
-/* The path of the listed device at `index` (caller frees), or NULL. */
-static char* device_path(int index) {
-  size_t count = 0;
-  struct edgetpu_device* devices = edgetpu_list_devices(&count);
-  char* path = index >= 0 && (size_t)index < count ? strdup(devices[index].path) : NULL;
-  edgetpu_free_devices(devices);
-  return path;
 }
 
 /* Exclusive mode: this process's hold on each device path (a POSIX lock is the process's, and is
@@ -435,34 +518,35 @@ void* tflite_plugin_create_delegate(char** options_keys, char** options_values,
   const char* device = NULL;
   for (size_t i = 0; i < num_options; ++i)
     if (strcmp(options_keys[i], "device") == 0) device = options_values[i];
-  const char* fail = getenv("EDGETPU_TEST_DOUBLE_OPEN");
-  const int index = select_device(device);
-  if (index < 0 || (fail != NULL && strcmp(fail, "fail") == 0)) {
+  const char* open = getenv("EDGETPU_TEST_DOUBLE_OPEN");
+  DoubleDelegate* data = calloc(1, sizeof *data);
+  if (select_device(device, data->path, sizeof data->path) < 0 || (open != NULL && strcmp(open, "fail") == 0)) {
     log_line("refused", options_keys, options_values, num_options, NULL);
+    free(data);
     return NULL;
   }
-  char* path = device_path(index);
-  if (exclusive() && path != NULL) {
-    const int holder = hold_device(path);
+  if (exclusive()) {
+    const int holder = hold_device(data->path);
     if (holder != 0) {
       const char* log = getenv("EDGETPU_TEST_DOUBLE_LOG");
       FILE* f = log ? fopen(log, "a") : NULL;
       if (f != NULL) {
-        fprintf(f, "busy device=%s path=%s holder=%d pid=%d\n", device ? device : "", path, holder, (int)getpid());
+        fprintf(f, "busy device=%s path=%s holder=%d pid=%d\n", device ? device : "", data->path, holder,
+                (int)getpid());
         fclose(f);
       }
-      free(path);
+      free(data);
       return NULL;
     }
   }
   /* Larger than this file's TfLiteDelegate: fields a newer runtime appends read as zero. */
   TfLiteDelegate* delegate = calloc(1, DELEGATE_BYTES);
-  DoubleDelegate* data = calloc(1, sizeof *data);
   snprintf(data->device, sizeof data->device, "%s", device ? device : "");
-  snprintf(data->path, sizeof data->path, "%s", path ? path : "");
-  free(path);
   delegate->data_ = data;
   delegate->Prepare = delegate_prepare;
+  /* kTfLiteDelegateFlagsAllowDynamicTensors: without it TFLite prepares every node before the
+   * delegate's Prepare, and the unresolved edgetpu-custom-op fails there before it can be claimed */
+  delegate->flags = 1;
   log_line("created", options_keys, options_values, num_options, data->path);
   return delegate;
 }

@@ -3,10 +3,11 @@
 Each model has one input, `image`, in either of two forms told apart by its datatype:
   - the model's own input tensor, already resized: UINT8 (or INT8) [N, H, W, C]; no decoding;
   - encoded images (JPEG, PNG, ...) as BYTES [N], preprocessed by the service as /v1 does.
-and two outputs: `scores` FP32 [N, classes] (dequantized, softmax for logit models: the
-scores /v1 reports) and `raw` [N, classes], the output tensor as the model gave it (with
-its scale and zero point in the model's config). N inputs run as N invokes spread over the
-pool, answered in order. No web framework here: the router hands this module an InferRequest.
+Its outputs are its task's named outputs (app/tasks/: Task.named_outputs), each [N, ...]; a classifier
+has two: `scores` FP32 [N, classes] (dequantized, softmax for logit models: the scores /v1 reports)
+and `raw` [N, classes], the output tensor as the model gave it (its scale and zero point in the
+model's config). N inputs run as N invokes spread over the pool, answered in order. No web
+framework here: the router hands this module an InferRequest.
 
 Admission: the router takes one lease (the model version, and a 503 at once if the line is
 full) before it reads the body; once the body is here, a request of N inputs takes N places on
@@ -26,13 +27,11 @@ import numpy as np
 
 from app.api.v2.wire import BYTES, InferRequest, InputTensor, OutputTensor, classification, datatype_of
 from app.errors import RequestError
-from app.inference import ImageWork, Scored, score_image, score_tensor
+from app.inference import ImageWork, Ran, finish, run_image, run_tensor
 from app.registry import Lease, LoadedModel
+from app.tasks import NamedOutput
 
 INPUT = "image"
-SCORES = "scores"
-RAW = "raw"
-OUTPUTS = (SCORES, RAW)
 VERSION = "1"  # one version per model name today
 PLATFORM = "tflite"
 
@@ -43,17 +42,21 @@ class Limits:
     max_classification: int
 
 
+def named_outputs(model: LoadedModel, backend: str) -> tuple[NamedOutput, ...]:
+    """The model's outputs on the wire: its task's named tensors on that backend's pool (made at load)."""
+    model.pool(backend)  # BackendNotAvailable for a backend not loaded
+    return model.roles[backend].named
+
+
 def model_metadata(model: LoadedModel, backend: str) -> dict:
-    pool = model.pool(backend)
-    inp, out = pool.engine.input, pool.engine.output
-    classes = int(np.prod(out.shape[1:]))
+    inp = model.pool(backend).inputs[0]
     return {
         "name": model.name,
         "versions": [VERSION],
         "platform": PLATFORM,
         "inputs": [{"name": INPUT, "datatype": datatype_of(inp.dtype), "shape": [-1, *inp.shape[1:]]}],
-        "outputs": [{"name": SCORES, "datatype": "FP32", "shape": [-1, classes]},
-                    {"name": RAW, "datatype": datatype_of(out.dtype), "shape": [-1, classes]}],
+        "outputs": [{"name": out.name, "datatype": datatype_of(out.dtype), "shape": [-1, *out.shape]}
+                    for out in named_outputs(model, backend)],
     }
 
 
@@ -61,7 +64,11 @@ def model_config(model: LoadedModel, backend: str, backends: list[str], limits: 
     """Triton's model configuration, as far as clients read it (perf_analyzer: inputs, outputs,
     max_batch_size 0 = the batch dimension is part of each shape)."""
     meta = model_metadata(model, backend)
-    out = model.pool(backend).engine.output
+    quantized = {}  # a tensor as the model gave it: its quantization (a classifier's raw_scale, raw_zero_point)
+    for out in named_outputs(model, backend):
+        if out.scale is not None:
+            quantized[f"{out.name}_scale"] = {"string_value": repr(out.scale)}
+            quantized[f"{out.name}_zero_point"] = {"string_value": str(out.zero_point)}
     return {
         "name": model.name,
         "platform": PLATFORM,
@@ -73,8 +80,7 @@ def model_config(model: LoadedModel, backend: str, backends: list[str], limits: 
                    for t in meta["outputs"]],
         "parameters": {
             "backends": {"string_value": ",".join(backends)},
-            "raw_scale": {"string_value": repr(out.scale)},
-            "raw_zero_point": {"string_value": str(out.zero_point)},
+            **quantized,
             "max_inputs_per_request": {"string_value": str(limits.max_batch)},
             "bytes_input": {"string_value": f"{INPUT} may also be BYTES [N]: encoded images (JPEG, PNG, ...)"},
         },
@@ -88,14 +94,15 @@ async def infer(lease: Lease, backend: str, request: InferRequest, images: Image
     start = time.perf_counter()
     model = lease.version
     pool = model.pool(backend)  # an unknown backend fails before any work
-    wanted = _wanted_outputs(request, limits)
+    outputs = named_outputs(model, backend)
+    wanted = _wanted_outputs(request, limits, [out.name for out in outputs])
     tensor = _the_input(request)
     if tensor.datatype == BYTES:
         if len(tensor.shape) not in (1, 2) or (len(tensor.shape) == 2 and tensor.shape[1] != 1):
             raise RequestError(f"input {INPUT!r}: BYTES images have shape [N] (or [N, 1]), got {list(tensor.shape)}")
         _check_batch(len(tensor.data), limits)
     else:
-        spec = pool.engine.input
+        spec = pool.inputs[0]
         expected = datatype_of(spec.dtype)
         if tensor.datatype != expected:
             raise RequestError(f"input {INPUT!r}: model {model.name!r} takes {expected} tensors "
@@ -107,17 +114,32 @@ async def infer(lease: Lease, backend: str, request: InferRequest, images: Image
     with ExitStack() as places:
         if tensor.datatype == BYTES:
             leases = _places(lease, backend, len(tensor.data), places)
-            runs = [score_image(each, data, images) for each, data in zip(leases, tensor.data)]
+            runs = [_image(each, data, images) for each, data in zip(leases, tensor.data)]
         else:
             leases = _places(lease, backend, tensor.shape[0], places)
-            runs = [score_tensor(each, tensor.data[i:i + 1]) for i, each in enumerate(leases)]
+            runs = [_tensor(each, tensor.data[i:i + 1]) for i, each in enumerate(leases)]
         results = await _all(runs)
-    outputs = [_output(name, binary, k, results, model) for name, binary, k in wanted]
-    parameters = {"backend": backend, "cold": any(r.cold for r in results)}
+    answer = [_output(name, binary, k, [values for _, values in results], model) for name, binary, k in wanted]
+    parameters = {"backend": backend, "cold": any(r.cold for r, _ in results)}
     for stage in ("decode", "preprocess", "queue", "inference"):
-        parameters[f"{stage}_ms"] = round(sum(r.timing_ms.get(stage, 0.0) for r in results), 3)
+        parameters[f"{stage}_ms"] = round(sum(r.stages_ms.get(stage, 0.0) for r, _ in results), 3)
     parameters["total_ms"] = round((time.perf_counter() - start) * 1000, 3)
-    return outputs, parameters
+    return answer, parameters
+
+
+async def _image(lease: Lease, data: bytes, images: ImageWork) -> tuple[Ran, dict[str, np.ndarray]]:
+    return _named(lease, await run_image(lease, data, images))
+
+
+async def _tensor(lease: Lease, tensor: np.ndarray) -> tuple[Ran, dict[str, np.ndarray]]:
+    return _named(lease, await run_tensor(lease, tensor))
+
+
+def _named(lease: Lease, ran: Ran) -> tuple[Ran, dict[str, np.ndarray]]:
+    """One input's run and its task's named values (the input's timings observed once they are made)."""
+    values = lease.task.named_values(lease.roles, ran.outputs, lease.model_dir)
+    finish(lease, ran)
+    return ran, values
 
 
 def _places(first: Lease, backend: str, n: int, places: ExitStack) -> list[Lease]:
@@ -130,7 +152,7 @@ def _places(first: Lease, backend: str, n: int, places: ExitStack) -> list[Lease
     return [places.enter_context(first.another(backend)) for _ in range(n)]
 
 
-async def _all(runs: list[Coroutine]) -> list[Scored]:
+async def _all(runs: list[Coroutine]) -> list:
     """Every run, in order. On the first failure the others are cancelled and waited for, so no
     input is still running once its place in line is given back."""
     if len(runs) == 1:  # the common case, awaited as it is: no task (its creation and bookkeeping) for it
@@ -159,13 +181,13 @@ def _check_batch(n: int, limits: Limits) -> None:
                            "(EDGETPU_SERVE_V2_MAX_BATCH)")
 
 
-def _wanted_outputs(request: InferRequest, limits: Limits) -> list[tuple[str, bool, int | None]]:
+def _wanted_outputs(request: InferRequest, limits: Limits, names: list[str]) -> list[tuple[str, bool, int | None]]:
     if request.outputs is None:
-        return [(name, request.binary_default, None) for name in OUTPUTS]
+        return [(name, request.binary_default, None) for name in names]
     wanted = []
     for out in request.outputs:
-        if out.name not in OUTPUTS:
-            raise RequestError(f"unknown output {out.name!r}; the model's outputs are {list(OUTPUTS)}")
+        if out.name not in names:
+            raise RequestError(f"unknown output {out.name!r}; the model's outputs are {names}")
         if out.classification is not None and out.classification > limits.max_classification:
             raise RequestError(f"output {out.name!r}: classification {out.classification} exceeds "
                                f"{limits.max_classification}")
@@ -173,14 +195,13 @@ def _wanted_outputs(request: InferRequest, limits: Limits) -> list[tuple[str, bo
     return wanted
 
 
-def _output(name: str, binary: bool, k: int | None, results: list[Scored], model: LoadedModel) -> OutputTensor:
-    if name == SCORES:
-        rows = np.stack([r.scores.astype(np.float32) for r in results])
-    else:
-        rows = np.stack([r.output.reshape(-1) for r in results])
+def _output(name: str, binary: bool, k: int | None, values: list[dict[str, np.ndarray]],
+            model: LoadedModel) -> OutputTensor:
+    rows = np.stack([each[name] for each in values])
     if k is None:
         return OutputTensor(name, datatype_of(rows.dtype), rows.shape, rows, binary)
     labels = model.model_dir.labels
+    rows = rows.reshape(len(values), -1)  # the classification extension ranks each input's values
     k = min(k, rows.shape[1])
     elements = [e for row in rows for e in classification(row, k, labels)]
-    return OutputTensor(name, BYTES, (len(results), k), elements, binary)
+    return OutputTensor(name, BYTES, (len(values), k), elements, binary)

@@ -98,7 +98,9 @@ def _model(registry: Registry, name: str, version: str | None) -> LoadedModel:
 
 def _backend(registry: Registry, model: LoadedModel) -> str:
     default = registry.default_backend
-    return default if default in model.pools else next(iter(model.pools))
+    if default in model.pools or not model.pools:
+        return default  # no pool at all: model.pool(default) says why
+    return next(iter(model.pools))
 
 
 def _requested(backend, admitted: str) -> str:
@@ -176,8 +178,9 @@ async def version_config(name: str, version: str, registry: RegistryDep, setting
 
 INFER_DESCRIPTION = """The body is an Open Inference Protocol request: JSON, or JSON followed by binary tensors
 (`Inference-Header-Content-Length`), optionally gzip or deflate (`Content-Encoding`). Input `image`:
-UINT8 [N, H, W, C] (the model's input tensor) or BYTES [N] (encoded images). Outputs `scores` (FP32)
-and `raw`; `parameters.classification = k` on an output gives "score:index:label"."""
+UINT8 [N, H, W, C] (the model's input tensor) or BYTES [N] (encoded images). Outputs: the model's task's
+(GET /v2/models/{name} lists them; a classifier's: `scores` (FP32) and `raw`); `parameters.classification = k`
+on an output gives "score:index:label"."""
 
 
 _PARAMETERS = {"type": "object", "additionalProperties": True}

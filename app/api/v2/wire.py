@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.errors import BodyTooLarge, RequestError
-from app.inference import top_order
+from app.tasks.classify import top_order
 
 HEADER_LENGTH = "inference-header-content-length"
 # The deepest tensor the wire takes: nested `data` mirrors the shape, so no deeper either (numpy's own

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.emulator.kernels import activations, conv, elementwise, pooling, quantize, reduce, resize, shape
+from app.emulator.kernels import activations, conv, detection, elementwise, pooling, quantize, reduce, resize, shape
 
 PREPARE = {}
-for _module in (conv, elementwise, activations, pooling, reduce, shape, resize, quantize):
+for _module in (conv, elementwise, activations, pooling, reduce, shape, resize, quantize, detection):
     PREPARE.update(_module.PREPARE)

@@ -26,6 +26,9 @@ class Step:
     inputs: tuple[int, ...]   # tensor indices fed to run, in order (constants are bound at prepare)
     outputs: tuple[int, ...]
     details: dict = field(default_factory=dict)  # how it runs, for inspection: {"accumulate": "float32", ...}
+    # output tensor index -> the shape the kernel gives it, where TFLite's Prepare resizes an output whatever
+    # the file declares (TFLite_Detection_PostProcess: converters often write no shape at all)
+    resized: dict = field(default_factory=dict)
 
 
 class OpView:
@@ -52,9 +55,11 @@ class OpView:
             raise Unsupported(f"{what} (input {position}) must be a constant tensor")
         return tensor.data
 
-    def step(self, run: Callable[..., np.ndarray], *positions: int, **details) -> Step:
+    def step(self, run: Callable[..., np.ndarray], *positions: int, resized: dict | None = None, **details) -> Step:
+        """resized: output position -> the shape the kernel gives that output (see Step.resized)."""
         inputs = tuple(self.operator.inputs[p] for p in positions)
-        return Step(self.operator, run, inputs, tuple(self.operator.outputs), details)
+        shapes = {self.operator.outputs[p]: tuple(shape) for p, shape in (resized or {}).items()}
+        return Step(self.operator, run, inputs, tuple(self.operator.outputs), details, shapes)
 
 
 def quantized_type(tensor: Tensor, what: str) -> np.dtype:

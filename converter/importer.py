@@ -1,0 +1,673 @@
+"""`python -m converter import`: a .tflite a Coral owner already has -> a model directory, served as it is.
+
+Coral's model zoo, Model Maker and Teachable Machine hand out full-integer files (TF1-style uint8
+everywhere, or TF2 int8 with uint8, int8 or float edges) and often their `_edgetpu.tflite`, with the
+labels packed inside (TFLite metadata: converter/tflite_metadata.py). This module reads what such a
+file says about itself and writes the same model directory a build writes (app/model_dir.py):
+
+    FILE.tflite [FILE_edgetpu.tflite] --> checks: one image input, full-integer, a classifier or a
+        detector ending in TFLite_Detection_PostProcess, the two files the same model
+      --> labels (--labels, else the file's own), the input spec (size, normalization, resize),
+          the outputs by role, provenance "imported" --> models/<name>/ (model.json, labels.txt,
+          <name>_int8.tflite and/or <name>_int8_edgetpu.tflite)
+
+Every fact model.json gets is recorded with where it came from (model.json `imported`). Where the
+file cannot tell (a float input without normalization metadata, the meaning of a compiled file's
+output), the command refuses and names the flag that tells it.
+
+Example usage:
+
+    python -m converter import mobilenet_v2_1.0_224_quant.tflite --name mobilenet_v2_quant
+    python -m converter import model.tflite model_edgetpu.tflite --name birds --labels labels.txt
+    python -m converter import ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite --name ssd \\
+        --labels coco_labels.txt --licence Apache-2.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from app.detection_postprocess import (
+    OUTPUT_ROLES,
+    POSTPROCESS_OP,
+    PostProcessError,
+    PostProcessOptions,
+    outputs_by_role,
+    postprocess_ops,
+    read_options,
+)
+from app.edgetpu.compat import EIGHT_BIT, CompatReport, analyze
+from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP, read_compiled_model
+from app.model_dir import (
+    EDGETPU,
+    INT8,
+    LABELS,
+    MANIFEST,
+    Build,
+    ImportedFile,
+    InputSpec,
+    Manifest,
+    OutputSpec,
+    edgetpu_filename,
+    int8_filename,
+    write_model_dir,
+)
+from app.model_dir import Imported as ImportedRecord
+from app.tflite_file import Subgraph, Tensor, TfliteFileError, TfliteModel, read_tflite
+from converter.tflite_metadata import Metadata, MetadataError, read_metadata
+from converter.writing import LABELS_FILE, tool_versions
+
+UNKNOWN_LICENCE = "unknown, given by the user"
+# The edges of a float-I/O model; and what the importer looks through to find what made an output
+# (TF1 classifiers may end in a RESHAPE after their SOFTMAX).
+EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
+SHAPE_OPS = ("RESHAPE", "SQUEEZE")
+# A label file's placeholder for an id without a class (TF's label maps write "???").
+PLACEHOLDER = "???"
+# Label lines that stand for the background class some label files list first.
+BACKGROUND = re.compile(r"^(background|__background__|\?\?\?|unlabeled|none)$", re.I)
+# Coral's `id label` lines (pycoral's read_label_file splits on whitespace or a colon).
+ID_LABEL = re.compile(r"^\s*(\d+)[:\s]\s*(.*?)\s*$")
+
+
+class ImportRefused(Exception):
+    """The file cannot be imported as it is; the message says why and what would work."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file given to the importer, read and checked once."""
+
+    path: Path
+    data: bytes
+    model: TfliteModel
+    metadata: Metadata
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def compiled(self) -> bool:
+        return any(op.opcode == EDGETPU_CUSTOM_OP for op in self.model.graph.operators)
+
+    @property
+    def graph(self) -> Subgraph:
+        return self.model.graph
+
+
+def read_source(path: Path) -> SourceFile:
+    """Read a .tflite file; ImportRefused with the reason if it is missing, truncated or not TFLite."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ImportRefused(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        kind = "an empty file" if not data else "not a TFLite model (no TFL3 identifier at byte 4)"
+        raise ImportRefused(f"{path} is {kind}: give the .tflite file itself (a model zoo download, Model "
+                            "Maker's export, or what TFLiteConverter wrote)")
+    try:
+        model = read_tflite(data)
+        if not model.subgraphs:
+            raise TfliteFileError("it has no subgraph")
+    except TfliteFileError as e:
+        raise ImportRefused(f"{path} is not a readable TFLite model ({e}); if it was downloaded, the download "
+                            "may be truncated: download it again") from None
+    try:
+        metadata = read_metadata(data)
+    except MetadataError as e:
+        raise ImportRefused(f"{path}: {e}") from None
+    except Exception as e:  # the model's own table, read lazily for its metadata list
+        raise ImportRefused(f"{path} is not a readable TFLite model ({type(e).__name__}: {e}); it may be "
+                            "truncated: download it again") from None
+    return SourceFile(path, data, model, metadata)
+
+
+# ---- what the graph is ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Detector:
+    """A model ending in TFLite_Detection_PostProcess: its outputs by role, read from the op itself."""
+
+    outputs: dict[str, str]        # role -> tensor name, in the op's order
+    options: PostProcessOptions    # as the op's kernel reads them
+
+    @property
+    def num_classes(self) -> int:
+        return self.options.num_classes
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    input: Tensor
+    task: str                 # classification | detection
+    classes: int              # classification: outputs; detection: the op's num_classes
+    output: Tensor | None     # a classifier's one output
+    detector: Detector | None
+
+
+def _producer(graph: Subgraph, tensor: int):
+    return next((op for op in graph.operators if tensor in op.outputs), None)
+
+
+def _is_float_model(graph: Subgraph) -> Tensor | None:
+    """A float tensor inside the graph (not at a QUANTIZE/DEQUANTIZE edge, nor the post-process op's), or None."""
+    for op in graph.operators:
+        if op.opcode in (*EDGE_OPS, POSTPROCESS_OP, EDGETPU_CUSTOM_OP):
+            continue
+        for index in (*op.inputs, *op.outputs):
+            if index >= 0 and graph.tensors[index].type in ("FLOAT32", "FLOAT16"):
+                return graph.tensors[index]
+    return None
+
+
+def graph_facts(source: SourceFile) -> GraphFacts:
+    """What the graph is, or ImportRefused saying why the service cannot serve it."""
+    graph, name = source.graph, source.path.name
+    if len(source.model.subgraphs) != 1 and not source.compiled:
+        raise ImportRefused(f"{name} has {len(source.model.subgraphs)} subgraphs (control flow): the Edge TPU and "
+                            "the service run single-graph models")
+    if len(graph.inputs) != 1:
+        names = ", ".join(f"{graph.tensors[i].name!r} {list(graph.tensors[i].shape)}" for i in graph.inputs)
+        raise ImportRefused(f"{name} has {len(graph.inputs)} inputs ({names}): the service feeds a model one "
+                            "image; import a model with a single image input")
+    tensor = graph.tensors[graph.inputs[0]]
+    shape = list(tensor.shape)
+    if len(shape) != 4 or shape[0] != 1 or shape[3] not in (1, 3) or min(shape[1:3]) < 1:
+        raise ImportRefused(f"{name}'s input {tensor.name!r} has shape {shape}, type {tensor.type}: not an image "
+                            "input. The service feeds images as [1, height, width, 3] (RGB) or [1, height, width, 1] "
+                            "(grey)")
+    if tensor.type not in (*EIGHT_BIT, "FLOAT32"):
+        raise ImportRefused(f"{name}'s input {tensor.name!r} is {tensor.type}: the service feeds uint8, int8 or "
+                            "float32 images")
+    if tensor.is_dynamic:
+        raise ImportRefused(f"{name}'s input {tensor.name!r} has a dynamic shape {list(tensor.shape_signature)}: "
+                            "the Edge TPU needs a fixed size; export the model with batch 1 and a fixed image size")
+    floating = _is_float_model(graph)
+    if floating is not None:
+        raise ImportRefused(
+            f"{name} is a float model (tensor {floating.name!r} is {floating.type}), not full-integer: the Edge TPU "
+            "and the int8 backends run only full-integer models. Quantize it from the model it was converted from "
+            "(Keras, SavedModel, PyTorch or ONNX) with `python -m converter quantize MODEL --calibration photos/ ...`; "
+            "a float .tflite itself cannot be calibrated")
+    if tensor.type in EIGHT_BIT and tensor.quantization is None:
+        raise ImportRefused(f"{name}'s input {tensor.name!r} is {tensor.type} without quantization parameters: "
+                            "not a quantized model")
+    detectors = postprocess_ops(graph)
+    if detectors:
+        return GraphFacts(tensor, "detection", 0, None, _detector(name, graph, detectors))
+    if len(graph.outputs) != 1:
+        names = ", ".join(repr(graph.tensors[i].name) for i in graph.outputs)
+        raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS_OP} op: the "
+                            "service serves classifiers (one output of class scores) and SSD-style detectors "
+                            f"ending in {POSTPROCESS_OP}")
+    output = graph.tensors[graph.outputs[0]]
+    if len(output.shape) < 2 or int(np.prod(output.shape[:-1])) != 1 or output.shape[-1] < 2:
+        raise ImportRefused(f"{name}'s output {output.name!r} has shape {list(output.shape)}: a classifier's output "
+                            "is one score per class, [1, classes]")
+    if output.type not in (*EIGHT_BIT, "FLOAT32"):
+        raise ImportRefused(f"{name}'s output {output.name!r} is {output.type}: expected uint8, int8 or float32 scores")
+    return GraphFacts(tensor, "classification", int(output.shape[-1]), output, None)
+
+
+def _detector(name: str, graph: Subgraph, ops) -> Detector:
+    if len(ops) != 1:
+        raise ImportRefused(f"{name} has {len(ops)} {POSTPROCESS_OP} ops: a detector has one")
+    op = ops[0]
+    try:
+        outputs = {role: tensor.name for role, tensor in outputs_by_role(graph, op).items()}
+    except PostProcessError:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} has {len(op.outputs)} outputs, not the 4 of the op "
+                            f"({', '.join(OUTPUT_ROLES)})") from None
+    if sorted(op.outputs) != sorted(graph.outputs):
+        listed = [graph.tensors[t].name for t in graph.outputs]
+        raise ImportRefused(f"{name}'s outputs {listed} are not the 4 outputs of its {POSTPROCESS_OP} op "
+                            f"({list(outputs.values())}): the service reads boxes, classes, scores and count from it")
+    try:
+        options = read_options(op)
+    except TfliteFileError as e:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has options its kernel cannot read ({e}): cannot map its "
+                            "classes") from None
+    if options.num_classes < 1:
+        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has no num_classes in its options: cannot map its classes")
+    return Detector(outputs, options)
+
+
+# ---- two files, one model -------------------------------------------------------------------------
+
+def _io(graph: Subgraph) -> list[tuple]:
+    def spec(index: int) -> tuple:
+        t = graph.tensors[index]
+        q = t.quantization
+        quant = None if q is None else (tuple(np.round(q.scale.astype(np.float64), 9)), tuple(q.zero_point.tolist()))
+        return t.name, tuple(t.shape), t.type, quant
+
+    return [spec(i) for i in graph.inputs] + [None] + [spec(i) for i in graph.outputs]
+
+
+def check_pair(plain: SourceFile, compiled: SourceFile) -> list[str]:
+    """The compiled file is the plain one compiled: same input and output tensors, and its CPU ops the
+    plain model's. ImportRefused otherwise; returns notes."""
+    if plain.compiled:
+        raise ImportRefused(f"{plain.path.name} is already compiled for the Edge TPU (it holds {EDGETPU_CUSTOM_OP}); "
+                            "give the plain .tflite first and the _edgetpu.tflite second")
+    if not compiled.compiled:
+        raise ImportRefused(f"{compiled.path.name} is not compiled for the Edge TPU (no {EDGETPU_CUSTOM_OP}): give "
+                            "the output of edgetpu_compiler as the second file")
+    a, b = _io(plain.graph), _io(compiled.graph)
+    if a != b:
+        split = a.index(None)
+        diffs = [f"{'input' if i < split else 'output'} {x[0] if x else '-'!r}: {x} vs {y}"
+                 for i, (x, y) in enumerate(zip(a, b)) if x != y] or [f"{len(a)} vs {len(b)} tensors"]
+        raise ImportRefused(f"{compiled.path.name} is not {plain.path.name} compiled: their input and output tensors "
+                            f"differ ({'; '.join(diffs[:3])}). Give the _edgetpu.tflite that edgetpu_compiler made "
+                            "from this very file")
+    plain_ops = Counter((op.opcode, op.custom_options) for op in plain.graph.operators)
+    host_ops = Counter((op.opcode, op.custom_options) for op in compiled.graph.operators
+                       if op.opcode != EDGETPU_CUSTOM_OP)
+    extra = host_ops - plain_ops
+    if extra:
+        names = sorted({opcode for opcode, _ in extra})
+        raise ImportRefused(f"{compiled.path.name} runs {names} on the CPU, which {plain.path.name} does not hold (or "
+                            "holds with other options): not compiled from this file")
+    notes = []
+    if compiled.path.name != f"{plain.path.stem}_edgetpu.tflite":
+        notes.append(f"{compiled.path.name} is not named {plain.path.stem}_edgetpu.tflite; its tensors and CPU ops "
+                     "match, so it is taken as that file compiled")
+    return notes
+
+
+# ---- labels -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LabelFile:
+    by_id: dict[int, str]
+    form: str  # "one per line" | "id label"
+
+
+def parse_labels(text: str) -> LabelFile:
+    """One label per line (line i names class i), or Coral's `id label` lines (ids may have gaps)."""
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    filled = [line for line in lines if line.strip()]
+    matches = [ID_LABEL.match(line) for line in filled]
+    if filled and all(m and m.group(2) for m in matches):
+        ids = [int(m.group(1)) for m in matches]
+        if len(set(ids)) == len(ids):
+            return LabelFile({int(m.group(1)): m.group(2) for m in matches}, "id label")
+    return LabelFile({i: line.strip() for i, line in enumerate(lines)}, "one per line")
+
+
+@dataclass(frozen=True)
+class Labels:
+    lines: list[str]   # line i names class i ("" for an id without a label)
+    origin: str        # where they came from, said to the user and recorded
+    notes: list[str] = field(default_factory=list)
+
+
+def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
+    """Line i names class i of `count`, or ImportRefused saying why the labels do not fit."""
+    by_id, notes = dict(found.by_id), []
+    what = "classes" if task == "detection" else "outputs"
+    if found.form == "one per line":
+        entries = len(by_id)
+        if entries == count + 1 and task == "detection" and BACKGROUND.match(by_id.get(0, "")):
+            by_id = {i - 1: label for i, label in by_id.items() if i > 0}
+            notes.append(f"{where}: its first line {found.by_id[0]!r} is the background class, which "
+                         f"{POSTPROCESS_OP} does not output: dropped, so that line i names class id i")
+        elif entries == count - 1 and task == "classification":
+            by_id = {0: "background", **{i + 1: label for i, label in by_id.items()}}
+            notes.append(f"{where}: {entries} labels for {count} outputs: output 0 is taken as the background class "
+                         f"(as in TF-slim's ImageNet models with {count} outputs) and named 'background'; the labels "
+                         f"name outputs 1-{count - 1}")
+        elif entries != count:
+            raise ImportRefused(f"{where} has {entries} labels, the model has {count} {what}: give the labels of "
+                                "this model, one per line in output order (or Coral's `id label` lines)")
+    else:
+        top = max(by_id)
+        if top >= count and task == "detection" and top == count and min(by_id) >= 1:
+            by_id = {i - 1: label for i, label in by_id.items()}
+            notes.append(f"{where}: ids 1-{count} for {count} classes: taken as 1-based (a label map), so id 1 "
+                         f"names the op's class 0")
+        elif top >= count:
+            raise ImportRefused(f"{where} names id {top}, the model has {count} {what} (ids 0-{count - 1})")
+        gaps = count - len(by_id)
+        if gaps:
+            notes.append(f"{where}: {len(by_id)} ids for {count} {what}; the {gaps} without a label stay blank")
+    lines = [by_id.get(i, "") for i in range(count)]
+    return Labels(["" if line == PLACEHOLDER else line for line in lines], where, notes)
+
+
+def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) -> Labels:
+    """--labels if given, else the file's own (metadata, or the one text file packed in it), fitted to the outputs."""
+    count = facts.classes if facts.task == "classification" else facts.detector.num_classes
+    if given is not None:
+        try:
+            text = given.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ImportRefused(f"cannot read the labels {given}: {e}") from None
+        found = parse_labels(text)
+        labels = _fit(found, count, facts.task, f"--labels {given.name} ({found.form})")
+        own = _packed_label_name(source)
+        if own:
+            labels.notes.append(f"the file's own labels ({own}) were not used: --labels wins")
+        return labels
+    metadata = source.metadata
+    name = _packed_label_name(source)
+    if name is None:
+        return Labels([], "none: the file carries no labels and --labels was not given; classes are named by number",
+                      [f"{source.path.name} carries no labels: give --labels FILE to name the classes"])
+    raw = metadata.packed.get(name)
+    if raw is None:
+        raise ImportRefused(f"{source.path.name}'s metadata names the label file {name!r}, but the zip packed in the "
+                            "file does not hold it (a truncated download?): download it again, or give --labels")
+    found = parse_labels(raw.decode("utf-8", "replace"))
+    where = (f"the file's metadata ({name}, packed in the file)" if metadata.label_files()
+             else f"the file's packed zip ({name}; no metadata names it)")
+    return _fit(found, count, facts.task, where)
+
+
+def _packed_label_name(source: SourceFile) -> str | None:
+    """The label file the metadata names for the classes (or, without metadata, the only .txt packed)."""
+    metadata = source.metadata
+    listed = metadata.label_files()
+    if listed:
+        return listed[0].name
+    texts = [name for name in metadata.packed if name.lower().endswith(".txt")]
+    return texts[0] if len(texts) == 1 else None
+
+
+# ---- the input spec ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InputChoice:
+    mean: list[float]
+    std: list[float]
+    origin: str
+
+
+def _identity(tensor: Tensor) -> tuple[float, float]:
+    """mean/std under which the pixels themselves are the quantized input: q = pixel (uint8) or pixel - 128 (int8).
+
+    The service computes q = round((pixel - mean) / std / scale) + zero_point; with std = 1/scale and
+    mean = zero_point (+128 for int8) that is the pixel, shifted into the type's range."""
+    scale, zero_point = float(tensor.quantization.scale[0]), int(tensor.quantization.zero_point[0])
+    std = 1.0 / scale
+    rounded = float(f"{std:.6g}")  # 255, not 254.99998 (the float32 scale of 1/255)
+    pixel = np.arange(256, dtype=np.float64)
+    if np.array_equal(np.floor(pixel / rounded / scale + 0.5), pixel):
+        std = rounded
+    return zero_point + (128 if tensor.type == "INT8" else 0), std
+
+
+def _steps_apart(tensor: Tensor, mean: list[float], std: list[float]) -> float:
+    """The largest difference, in input steps, between the metadata's normalization and the identity, over 0..255."""
+    scale = float(tensor.quantization.scale[0])
+    identity_mean, _ = _identity(tensor)
+    pixel = np.arange(256, dtype=np.float64)[:, None]
+    real = (pixel - np.asarray(mean)) / np.asarray(std)
+    return float(np.max(np.abs(real / scale - (pixel - identity_mean))))
+
+
+def choose_input(tensor: Tensor, metadata: Metadata, mean: list[float] | None, std: list[float] | None,
+                 name: str) -> InputChoice:
+    """The service's mean/std for this input: the flags, else the file (quantization and metadata)."""
+    channels = tensor.shape[3]
+    if mean is not None or std is not None:
+        return InputChoice(list(mean or [0.0]), list(std or [1.0]), "--mean/--std as given")
+    info = metadata.inputs[0] if metadata.inputs else None
+    meta = None
+    if info is not None and info.mean and info.std:
+        if len(info.mean) not in (1, channels) or len(info.std) not in (1, channels):
+            raise ImportRefused(f"{name}'s metadata normalizes {len(info.mean)} channels, the input has {channels}; "
+                                "give --mean and --std")
+        meta = (list(info.mean), list(info.std))
+    if tensor.type in EIGHT_BIT:
+        identity = _identity(tensor)
+        if meta is None:
+            return InputChoice([identity[0]], [identity[1]],
+                               f"the input's quantization (no normalization in the file): the {tensor.type.lower()} "
+                               "input takes the pixels as they are, as Coral's examples feed it; give --mean/--std if "
+                               "the model was trained otherwise")
+        apart = _steps_apart(tensor, *meta)
+        if apart <= 1.0:
+            return InputChoice([identity[0]], [identity[1]],
+                               f"the file's metadata normalization (mean {_fmt(meta[0])}, std {_fmt(meta[1])}) is the "
+                               f"input's quantization to within {apart:.2f} step: the pixels go in as they are, as "
+                               "Coral's examples and TFLite's Task Library feed a quantized input")
+        return InputChoice(meta[0], meta[1], f"the file's metadata normalization (mean {_fmt(meta[0])}, std "
+                                             f"{_fmt(meta[1])}), quantized with the input's own scale and zero point")
+    if meta is None:
+        raise ImportRefused(
+            f"{name}'s input {tensor.name!r} is float32 (quantized inside the model) and the file has no normalization "
+            "metadata, so it does not say which values the network expects for pixels 0-255. Give --mean and --std: "
+            "real = (pixel - mean) / std, e.g. --mean 127.5 --std 127.5 for [-1, 1], --mean 0 --std 255 for [0, 1]")
+    return InputChoice(meta[0], meta[1], f"the file's metadata normalization (mean {_fmt(meta[0])}, std {_fmt(meta[1])})")
+
+
+def _fmt(values: list[float]) -> str:
+    return " ".join(f"{v:g}" for v in values)
+
+
+# ---- the output's meaning ---------------------------------------------------------------------------
+
+def _through_edges(graph: Subgraph, tensor: int):
+    op = _producer(graph, tensor)
+    while op is not None and op.opcode in (*EDGE_OPS, *SHAPE_OPS):
+        op = _producer(graph, op.inputs[0])
+    return op
+
+
+def choose_scores(plain: SourceFile | None, compiled: SourceFile | None, output: Tensor, given: str | None) -> tuple[str, str]:
+    """(logits | probabilities, why): the flag, else the op that makes the output, else its quantization."""
+    if given:
+        return given, "--scores as given"
+    if plain is not None:
+        last = _through_edges(plain.graph, plain.graph.outputs[0])
+        if last is not None and last.opcode == "SOFTMAX":
+            return "probabilities", "the output comes from a SOFTMAX: probabilities, used as they are"
+        return "logits", f"the output comes from {last.opcode if last else 'the input'}: logits, the service applies a softmax"
+    q = output.quantization
+    if q is not None and output.type in EIGHT_BIT:
+        scale, zero_point = float(q.scale[0]), int(q.zero_point[0])
+        softmax_zero = 0 if output.type == "UINT8" else -128
+        if abs(scale - 1 / 256) < 1e-9 and zero_point == softmax_zero:
+            return "probabilities", ("the output's quantization is a softmax's (scale 1/256, zero point at the "
+                                     "bottom of the range): probabilities")
+    raise ImportRefused(f"{compiled.path.name if compiled else 'the file'}'s output is made inside the Edge TPU's "
+                        "compiled op, so the file does not say whether it holds logits or probabilities: give "
+                        "--scores logits or --scores probabilities (or import the plain .tflite beside it)")
+
+
+def quantization_record(source: SourceFile) -> dict | None:
+    """model.json `quantization` for a model with 8-bit input and output (None for float edges or a detector)."""
+    graph = source.graph
+    ends = [graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]] if len(graph.outputs) == 1 else []
+    if len(ends) != 2 or any(t.type not in EIGHT_BIT or t.quantization is None for t in ends):
+        return None
+
+    def tensor(t: Tensor) -> dict:
+        return {"dtype": t.type.lower(), "shape": list(t.shape), "scale": float(t.quantization.scale[0]),
+                "zero_point": int(t.quantization.zero_point[0])}
+
+    operators = Counter(op.opcode for op in graph.operators)
+    return {"operators": dict(sorted(operators.items())), "input": tensor(ends[0]), "output": tensor(ends[1])}
+
+
+def analysis(source: SourceFile) -> CompatReport:
+    return analyze(source.model)
+
+
+# ---- the model directory ---------------------------------------------------------------------------------
+
+@dataclass
+class ImportOptions:
+    name: str
+    out: Path = Path("models")
+    labels: Path | None = None
+    licence: str | None = None
+    source: str | None = None
+    description: str | None = None
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    resize: str | None = None
+    crop_fraction: float = 0.875
+    scores: str | None = None
+    replace: bool = False
+    command: str = ""
+
+
+@dataclass(frozen=True)
+class Imported:
+    path: Path
+    report: CompatReport        # the Edge TPU analysis of what the Edge TPU will run (or would)
+    notes: list[str]
+
+
+def _split(files: list[Path]) -> tuple[SourceFile | None, SourceFile | None]:
+    """(plain, compiled) from one or two files, whichever order they came in."""
+    if not 1 <= len(files) <= 2:
+        raise ImportRefused(f"give one .tflite, one _edgetpu.tflite, or both (got {len(files)} files)")
+    sources = [read_source(path) for path in files]
+    if len(sources) == 1:
+        only = sources[0]
+        return (None, only) if only.compiled else (only, None)
+    first, second = sources
+    if first.compiled and not second.compiled:
+        first, second = second, first
+    return first, second
+
+
+def import_model(files: list[Path], options: ImportOptions, say=lambda message: None) -> Imported:
+    """Check the file(s), work out labels, input spec and outputs, and write models/<name>/ whole."""
+    _check_target(options)
+    plain, compiled = _split(files)
+    main = plain or compiled
+    notes: list[str] = []
+    if plain is not None and compiled is not None:
+        notes += check_pair(plain, compiled)
+    facts = graph_facts(main)
+    if compiled is not None and plain is None:
+        notes.append(f"{compiled.path.name} is compiled for the Edge TPU and came without its plain .tflite: it "
+                     "serves on the edgetpu backend only (cpu and emulated need the plain file: import both)")
+    labels = resolve_labels(options.labels, plain or compiled, facts)
+    notes += labels.notes
+    metadata_source = main.metadata if main.metadata.present else (compiled.metadata if compiled else main.metadata)
+    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes)
+    if facts.task == "classification":
+        scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
+    else:
+        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS_OP}"
+        order = [main.graph.tensors[t].name for t in main.graph.outputs]
+        notes.append(f"detector: outputs by role from {POSTPROCESS_OP} "
+                     f"({', '.join(f'{r} {n!r}' for r, n in facts.detector.outputs.items())}); "
+                     f"the file lists them as {order}")
+    analysed = analysis(compiled if plain is None else plain)
+    estimate = _estimate(plain, notes)
+    metadata = metadata_source.summary()
+    if metadata.get("license") and not options.licence:
+        notes.append(f"the file's metadata gives the licence {metadata['license']!r}; pass --licence to record it")
+    given = [(plain, INT8, int8_filename(options.name)), (compiled, EDGETPU, edgetpu_filename(options.name))]
+    given = [(s, kind, filename) for s, kind, filename in given if s is not None]
+    record = ImportedRecord(
+        files=[ImportedFile(name=s.path.name, sha256=s.sha256, bytes=len(s.data), kind=kind) for s, kind, _ in given],
+        labels=labels.origin, input=f"{input_origin}; resize: {resize_origin}", scores=scores_origin, metadata=metadata,
+        compiler=_compiler_record(compiled), notes=notes)
+    manifest = Manifest(
+        name=options.name, task=facts.task,
+        description=options.description or metadata.get("description") or f"imported from {main.path.name}",
+        source=options.source or _source_of([s for s, _, _ in given], metadata),
+        licence=options.licence or UNKNOWN_LICENCE, input=spec, output=OutputSpec(scores=scores),
+        outputs=facts.detector.outputs if facts.detector is not None else {},
+        quantization=quantization_record(plain) if plain is not None else None,
+        edgetpu_analysis=analysed.summary(),
+        build=Build(command=options.command or f"python -m converter import ... --name {options.name}",
+                    route="imported", tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy")),
+        edgetpu_estimate=estimate, imported=record)
+    written = {kind: (filename, s.data) for s, kind, filename in given}
+    if labels.lines:
+        written[LABELS] = (LABELS_FILE, ("\n".join(labels.lines) + "\n").encode())
+    path = write_model_dir(options.out, manifest, written, replace=True)
+    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} classes)" if labels.lines else ""))
+    say(f"input: {spec.width}x{spec.height}x{spec.channels} {facts.input.type.lower()}; {input_origin}; "
+        f"resize {spec.resize}")
+    if facts.task == "classification":
+        say(f"output: {facts.classes} classes, {scores_origin}")
+    for note in notes:
+        say(f"note: {note}")
+    return Imported(path, analysed, notes)
+
+
+def _check_target(options: ImportOptions) -> None:
+    """ImportRefused unless --name makes a model name and <out>/<name> is free (or --replace replaces a model)."""
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", options.name):
+        raise ImportRefused(f"--name {options.name!r}: a model name is letters, digits, '_', '.' and '-', starting "
+                            "with a letter or digit (it becomes models/<name>/ and the URL /v1/models/<name>)")
+    target = Path(options.out) / options.name
+    if target.exists():
+        if not (target / MANIFEST).is_file():
+            raise ImportRefused(f"{target} exists and is not a model directory: choose another --name or --out")
+        if not options.replace:
+            raise ImportRefused(f"{target} exists: pass --replace to replace it whole, or choose another --name")
+
+
+def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str,
+                notes: list[str]) -> tuple[InputSpec, str, str]:
+    """The service's input spec for the model's input, where its normalization came from, and where its resize came
+    from (a note added where the metadata contradicts the input)."""
+    choice = choose_input(tensor, metadata, options.mean, options.std, name)
+    height, width, channels = tensor.shape[1:4]
+    info = metadata.inputs[0] if metadata.inputs else None
+    if info is not None and info.color_space == "GRAYSCALE" and channels == 3:
+        notes.append("the metadata says GRAYSCALE but the input has 3 channels: fed as RGB")
+    resize = options.resize or "stretch"
+    resize_origin = (f"--resize {options.resize}" if options.resize else
+                     "stretch: the whole image scaled to the input size, as Coral's examples and TFLite's Task Library "
+                     "do (TFLite metadata has no crop field); --resize center_crop to crop")
+    try:
+        spec = InputSpec(width=width, height=height, channels=channels, resize=resize,
+                         crop_fraction=options.crop_fraction, mean=choice.mean, std=choice.std)
+    except ValueError as e:
+        raise ImportRefused(f"the input spec does not fit: {e}") from None
+    return spec, choice.origin, resize_origin
+
+
+def _estimate(plain: SourceFile | None, notes: list[str]) -> dict | None:
+    """model.json's `edgetpu_estimate`, made from the plain model's structure (a note says why there is none)."""
+    if plain is None:
+        notes.append("no Edge TPU estimate: it is made from the plain model's structure, which a compiled file hides")
+        return None
+    from converter.estimate import estimate_tflite_bytes  # its public entry point, as builds use it
+
+    estimate = estimate_tflite_bytes(plain.data)
+    if estimate is None:
+        notes.append("no Edge TPU estimate: converter/estimate.py cannot estimate this model")
+    return estimate
+
+
+def _compiler_record(compiled: SourceFile | None) -> dict | None:
+    """What the compiled file says of the compiler that made it (None without a compiled file)."""
+    if compiled is None:
+        return None
+    record = read_compiled_model(compiled.path)
+    return {"edgetpu_ops": record.edgetpu_ops, "min_runtime_version": record.min_runtime_version,
+            "compiler_version": record.compiler_version}
+
+
+def _source_of(sources: list[SourceFile], metadata: dict) -> str:
+    """model.json's `source` when --source is not given: the files by name and sha256, and the name the file gives
+    itself."""
+    names = " and ".join(f"{s.path.name} (sha256 {s.sha256[:12]})" for s in sources)
+    if not metadata.get("name"):
+        return f"imported: {names}"
+    author = f" by {metadata['author']}" if metadata.get("author") else ""
+    return f"imported: {names}; the file calls itself {metadata['name']!r}{author}"
+

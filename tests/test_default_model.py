@@ -1,0 +1,63 @@
+"""The model of /v1/classify when EDGETPU_SERVE_DEFAULT_MODEL is unset: the committed default when it is served,
+else the only classification model served; several others, or a default that is not served, stop the start with what to set."""
+
+import httpx
+import pytest
+
+from app.errors import ServeError
+from app.registry import Registry
+from app.settings import Settings, default_model_for
+from tests.conftest import MODELS, Service
+
+
+def test_unset_the_committed_default_then_the_only_model_served():
+    both = ["efficientnet_lite0", "fashion_mnist"]
+    assert default_model_for(None, both, both) == "efficientnet_lite0"
+    assert default_model_for(None, ["flowers"], ["flowers"]) == "flowers"
+    assert default_model_for("fashion_mnist", both, both) == "fashion_mnist"
+
+
+def test_only_classifiers_are_defaults_when_unset():
+    assert default_model_for(None, ["people", "flowers"], ["flowers"]) == "flowers"
+    assert default_model_for(None, ["people"], []) is None  # nothing for /v1/classify to default to
+
+
+def test_several_models_without_the_committed_default_need_the_setting():
+    with pytest.raises(ValueError, match="EDGETPU_SERVE_DEFAULT_MODEL is unset and several classification models are served "
+                                         r"\(birds, flowers\).*Fix: set EDGETPU_SERVE_DEFAULT_MODEL"):
+        default_model_for(None, ["birds", "flowers"], ["birds", "flowers"])
+
+
+def test_a_default_that_is_not_served_is_refused():
+    with pytest.raises(ValueError, match="EDGETPU_SERVE_DEFAULT_MODEL=efficientnet_lite0 is not served "
+                                         r"\(serving flowers\)"):
+        default_model_for("efficientnet_lite0", ["flowers"], ["flowers"])
+
+
+def test_the_registry_settles_it_at_configure():
+    registry = Registry(Settings(model_dir=MODELS, models=["fashion_mnist"], workers=1))
+    registry.configure()
+    assert registry.settings.default_model == "fashion_mnist"
+    two = Registry(Settings(model_dir=MODELS, models=["fashion_mnist", "mobilenet_v2"], workers=1))
+    with pytest.raises(ServeError, match="several classification models are served"):
+        two.configure()
+
+
+def test_the_docs_run_line_serves_its_one_model_on_v1_classify(cat_png):
+    """`-e EDGETPU_SERVE_MODELS=flowers` alone, as the docs' docker run lines have it: /v1/classify uses it."""
+    service = Service({"EDGETPU_SERVE_MODELS": "fashion_mnist", "EDGETPU_SERVE_WORKERS": "1"})
+    try:
+        service.wait_ready()
+        with httpx.Client(base_url=service.url, timeout=30) as client:
+            answer = client.post("/v1/classify", files={"image": cat_png.read_bytes()})
+            listing = client.get("/v1/models").json()
+    finally:
+        service.stop()
+    assert answer.status_code == 200 and answer.json()["model"] == "fashion_mnist"
+    assert listing["default_model"] == "fashion_mnist"
+
+
+def test_an_ambiguous_default_stops_the_start_with_the_fix():
+    service = Service({"EDGETPU_SERVE_MODELS": "fashion_mnist,mobilenet_v2"})
+    assert service.process.wait(60) == 2
+    assert "cannot start: EDGETPU_SERVE_DEFAULT_MODEL is unset" in service.output()

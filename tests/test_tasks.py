@@ -1,0 +1,313 @@
+"""The task seam (app/tasks/): a model's task checks its outputs at load, by tensor name, and a third task
+is its module, its schema and its route.
+
+A throwaway third task, "embedding" (the dequantized output vector), lives in this file only: its
+module (EmbeddingTask and `embed`), its schema (EmbeddingResponse) and its route (`router`, named by
+the task). Registered with app.tasks.register, it is served over a real socket on a tiny model built
+here, with nothing else touched. The roles check is shown on the shared tiny detectors
+(tests/detection_models.py: TF1 and TF2 output orders) with a throwaway four-role task, and on
+classifiers with several outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from fastapi import APIRouter, Request, Response
+from PIL import Image
+from pydantic import BaseModel
+
+from app import tasks
+from app.api.auth import check_inference_key
+from app.api.body import image_bytes
+from app.api.direct import DirectRoute
+from app.api.routes import inference_route, v1_head_target
+from app.engines import TensorSpec
+from app.errors import ModelDirError
+from app.http_server import config
+from app.inference import ImageWork, finish, run_image
+from app.main import create_app
+from app.model_dir import Manifest, ModelDir, read_model_dir, write_model_dir
+from app.registry import Registry
+from app.settings import Settings
+from app.tasks import Task
+from app.tasks.base import resolve_roles
+from bench.service import free_port
+from tests.detection_models import OUTPUT_ORDERS, output_names, square_image, tiny_detector
+from tests.tflite_builder import GraphBuilder
+
+EVENTUALLY_S = 60
+
+
+# ---- the throwaway third task: its module, its schema, its route -------------------------------------
+
+class EmbeddingTask(Task):
+    """The model's output vector, dequantized: an image embedding."""
+
+    name = "embedding"
+    roles = ("embedding",)
+    routes = (f"{__name__}:router",)
+
+
+TASK = EmbeddingTask()
+
+
+@dataclass(frozen=True)
+class Embedding:
+    model: str
+    backend: str
+    embedding: list[float]
+    timing_ms: dict[str, float]
+
+
+async def embed(lease, data: bytes, images: ImageWork) -> Embedding:
+    roles = TASK.roles_of(lease)
+    ran = await run_image(lease, data, images)
+    post_start = time.perf_counter()
+    spec = roles.specs["embedding"]
+    values = roles.of(ran.outputs, "embedding").reshape(-1).astype(np.float64)
+    if spec.scale > 0:
+        values = (values - spec.zero_point) * spec.scale
+    return Embedding(lease.model_dir.name, lease.backend, values.tolist(), finish(lease, ran, post_start))
+
+
+class EmbeddingResponse(BaseModel):
+    model: str
+    backend: str
+    embedding: list[float]
+    timing_ms: dict[str, float]
+
+
+router = APIRouter(prefix="/v1", tags=["embedding"],
+                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head_target))
+
+
+@router.post("/models/{name}/embed", response_model=EmbeddingResponse)
+async def embed_named(name: str, request: Request, backend: str | None = None) -> Response:
+    state = request.app.state
+    async with state.registry.lease(name, backend) as lease:
+        data = await image_bytes(request, state.settings.max_body_bytes)
+        result = await embed(lease, data, state.images)
+    return Response(EmbeddingResponse(**asdict(result)).model_dump_json(), media_type="application/json")
+
+
+@pytest.fixture
+def embedding_task():
+    tasks.register(TASK)
+    try:
+        yield TASK
+    finally:
+        tasks.unregister(TASK.name)
+
+
+# ---- tiny models ------------------------------------------------------------------------------------------
+
+def embedder(order: str) -> bytes:
+    """uint8 [1, 2, 2, 3] -> `features` [1, 12] (the pixels, reshaped) and `pooled` [1, 1, 1, 3] (a 2x2 max
+    pool), listed in `order` ("features,pooled" or the reverse)."""
+    g = GraphBuilder()
+    image = g.tensor("image", [1, 2, 2, 3], "UINT8", scale=1 / 255, zero_point=0)
+    features = g.tensor("features", [1, 12], "UINT8", scale=1 / 255, zero_point=0)
+    g.op("RESHAPE", [image, g.constant("shape", [1, 12])], [features], newShape=[1, 12])
+    pooled = g.tensor("pooled", [1, 1, 1, 3], "UINT8", scale=1 / 255, zero_point=0)
+    g.op("MAX_POOL_2D", [image], [pooled], padding="VALID", strideW=2, strideH=2, filterWidth=2, filterHeight=2)
+    by_name = {"features": features, "pooled": pooled}
+    return g.build([image], [by_name[name] for name in order.split(",")])
+
+
+def two_input_model() -> bytes:
+    g = GraphBuilder()
+    a = g.tensor("a", [1, 2, 2, 3], "UINT8", scale=1 / 255, zero_point=0)
+    b = g.tensor("b", [1, 2, 2, 3], "UINT8", scale=1 / 255, zero_point=0)
+    y = g.tensor("sum", [1, 2, 2, 3], "UINT8", scale=2 / 255, zero_point=0)
+    g.op("ADD", [a, b], [y])
+    return g.build([a, b], [y])
+
+
+def model_dir(root: Path, name: str, model: bytes, task: str, size: int, outputs: dict | None = None) -> Path:
+    """A model directory: the pixels go in as they are (uint8, scale 1/255: mean 0, std 255)."""
+    manifest = {"name": name, "task": task, "source": "built by tests/test_tasks.py", "licence": "MIT",
+                "input": {"width": size, "height": size, "resize": "stretch", "mean": [0, 0, 0], "std": [255] * 3},
+                "outputs": outputs or {}}
+    return write_model_dir(root, manifest, {"int8": (f"{name}_int8.tflite", model)})
+
+
+PIXELS = np.array([[[10, 20, 30], [40, 50, 60]], [[70, 80, 90], [200, 210, 255]]], np.uint8)
+
+
+def png(pixels: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG")
+    return out.getvalue()
+
+
+@contextlib.contextmanager
+def served(settings: Settings):
+    """The app over a real loopback socket, on this process's thread (so a task registered here is served)."""
+    app = create_app(settings)
+    server = uvicorn.Server(config(app, settings, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + EVENTUALLY_S
+        while not (server.started and app.state.registry.wait_loaded(0)):
+            assert time.monotonic() < deadline and thread.is_alive(), "the service did not start"
+            time.sleep(0.02)
+        yield app, f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+# ---- a third task, over HTTP ----------------------------------------------------------------------------
+
+def test_a_third_task_is_its_module_its_schema_and_its_route(tmp_path, embedding_task, cat_png):
+    for name, order in (("embed_a", "features,pooled"), ("embed_b", "pooled,features")):
+        model_dir(tmp_path, name, embedder(order), "embedding", 2, {"embedding": "features"})
+    settings = Settings(model_dir=tmp_path, models=["embed_a", "embed_b"], default_model="embed_a",
+                        backends=["cpu", "emulated"], workers=1)
+    # dequantized: q * scale, the scale as the model file stores it (float32 1/255)
+    expected = (PIXELS.reshape(-1).astype(np.float64) * float(np.float32(1 / 255))).tolist()
+    with served(settings) as (app, url), httpx.Client(base_url=url, timeout=60) as client:
+        assert "/v1/models/{name}/embed" in app.state.inference_routes.paths  # shed, counted, admitted
+        for name in ("embed_a", "embed_b"):  # its output found by name, first or second
+            for backend in ("cpu", "emulated"):
+                r = client.post(f"/v1/models/{name}/embed?backend={backend}", content=png(PIXELS),
+                                headers={"content-type": "image/png"})
+                assert r.status_code == 200, r.text
+                body = r.json()
+                assert body["model"] == name and body["backend"] == backend
+                assert body["embedding"] == expected
+                assert {"decode", "preprocess", "queue", "inference", "postprocess", "total"} <= set(body["timing_ms"])
+        # OIP v2: the task's named outputs, by default each role's tensor as the model gave it
+        meta = client.get("/v2/models/embed_b").json()
+        assert meta["outputs"] == [{"name": "embedding", "datatype": "UINT8", "shape": [-1, 12]}]
+        v2 = client.post("/v2/models/embed_b/infer", json={"inputs": [{
+            "name": "image", "shape": [1, 2, 2, 3], "datatype": "UINT8", "data": PIXELS.reshape(-1).tolist()}]})
+        assert v2.status_code == 200, v2.text
+        assert v2.json()["outputs"][0]["data"] == PIXELS.reshape(-1).tolist()
+        # the classification route refuses it, saying why; the embedding route refuses a classifier's
+        wrong = client.post("/v1/models/embed_a/classify", content=png(PIXELS), headers={"content-type": "image/png"})
+        assert wrong.status_code == 400
+        assert wrong.json()["error"] == "model 'embed_a' has task 'embedding'; this route answers classification models only"
+
+
+def test_without_its_module_a_task_is_refused_at_load_naming_the_known_ones(tmp_path):
+    model_dir(tmp_path, "embed", embedder("features,pooled"), "embedding", 2, {"embedding": "features"})
+    model_dir(tmp_path, "detector", tiny_detector(order="tf2"), "detection", 16, output_names("tf2"))
+    registry = Registry(Settings(model_dir=tmp_path, backends=["cpu"], workers=1))
+    registry.configure()
+    registry.load_all()
+    try:
+        for name, task in (("embed", "embedding"), ("detector", "detection")):
+            status = registry.status(name)
+            assert status.state == "failed"
+            assert status.error == (f"model {name!r}: model.json says task {task!r}, which this service has no task "
+                                    "module for; known tasks: ['classification']")
+    finally:
+        registry.close()
+
+
+# ---- roles, by tensor name ---------------------------------------------------------------------------------
+
+class FourRolesTask(Task):
+    """Throwaway: reads a detector's four post-processed outputs by role (no detection here, only the roles)."""
+
+    name = "four_roles"
+    roles = ("boxes", "classes", "scores", "count")
+
+
+def test_a_detectors_four_outputs_resolve_by_name_in_every_exporters_order(tmp_path):
+    for order in OUTPUT_ORDERS:
+        model_dir(tmp_path, f"detector_{order}", tiny_detector(order=order), "four_roles", 16, output_names(order))
+    four = FourRolesTask()
+    registry = Registry(Settings(model_dir=tmp_path, backends=["cpu"], workers=1),
+                        tasks={**tasks.TASKS, four.name: four})
+    registry.configure()
+    registry.load_all()
+    image = square_image(16, 4, 8, 8)[None]
+    try:
+        answers = {}
+        for order, roles_in_order in OUTPUT_ORDERS.items():
+            version = registry.get(f"detector_{order}")
+            roles = version.roles["cpu"]  # resolved once, at load
+            assert [roles.index[role] for role in roles_in_order] == [0, 1, 2, 3]
+
+            async def run():
+                async with registry.lease(f"detector_{order}") as lease:
+                    return await lease.run([image])
+
+            outputs = asyncio.run(run()).outputs
+            answers[order] = {role: roles.of(outputs, role) for role in four.roles}
+        tf1, tf2 = answers["tf1"], answers["tf2"]
+        assert int(tf1["count"][0]) == 4  # the square, as tests/test_detection_models.py finds it
+        for role in four.roles:
+            np.testing.assert_array_equal(tf1[role], tf2[role])
+    finally:
+        registry.close()
+
+
+def _model_dir(outputs: dict, task: str = "classification") -> ModelDir:
+    manifest = Manifest.model_validate({"name": "m", "task": task, "source": "test", "licence": "MIT",
+                                        "input": {"width": 2, "height": 2, "mean": [0], "std": [1]},
+                                        "outputs": outputs})
+    return ModelDir(Path("m"), manifest, ())
+
+
+SPECS = (TensorSpec("logits", (1, 10), np.dtype(np.uint8), 0.1, 0),
+         TensorSpec("probabilities", (1, 10), np.dtype(np.float32), 0.0, 0))
+
+
+def test_a_classifier_with_several_outputs_must_name_its_scores_output():
+    classification = tasks.TASKS["classification"]
+    with pytest.raises(ModelDirError, match=r"has 2 output tensors \['logits', 'probabilities'\]: model.json must "
+                                            r"name its 'scores' output in `outputs`"):
+        resolve_roles(classification, _model_dir({}), SPECS)
+    for name, index in (("probabilities", 1), ("logits", 0)):
+        roles = classification.bind(_model_dir({"scores": name}), SPECS)
+        assert (roles.index, roles.specs) == ({"scores": index}, {"scores": SPECS[index]})
+        assert [(out.name, out.shape) for out in roles.named] == [("scores", (10,)), ("raw", (10,))]
+    one = classification.bind(_model_dir({}), SPECS[1:])  # one output needs no name
+    assert one.index == {"scores": 0}
+
+
+def test_a_wrong_name_or_role_says_what_the_model_has():
+    classification = tasks.TASKS["classification"]
+    with pytest.raises(ModelDirError, match=r"outputs.scores names tensor 'score'; the model's output tensors are "
+                                            r"\['logits', 'probabilities'\]"):
+        classification.bind(_model_dir({"scores": "score"}), SPECS)
+    with pytest.raises(ModelDirError, match=r"names \['boxes'\], roles the classification task does not read; "
+                                            r"its roles: \['scores'\]"):
+        classification.bind(_model_dir({"scores": "logits", "boxes": "probabilities"}), SPECS)
+    twice = (SPECS[0], TensorSpec("logits", (1, 10), np.dtype(np.uint8), 0.2, 0))
+    with pytest.raises(ModelDirError, match="that name twice"):
+        classification.bind(_model_dir({"scores": "logits"}), twice)
+
+
+def test_a_model_must_fit_the_image_front_door_one_input(tmp_path):
+    model_dir(tmp_path, "two_inputs", two_input_model(), "classification", 2)
+    registry = Registry(Settings(model_dir=tmp_path, backends=["cpu"], workers=1))
+    registry.configure()
+    registry.load_all()
+    try:
+        status = registry.status("two_inputs")
+        assert status.state == "failed" and status.error == (
+            "model 'two_inputs' has 2 input tensors ['a', 'b']; the service feeds one image, so a model must "
+            "have exactly one input")
+    finally:
+        registry.close()
+
+
+def test_the_tasks_on_main_and_their_routes():
+    assert set(tasks.TASKS) == {"classification"}
+    assert read_model_dir(Path(__file__).parents[1] / "models" / "efficientnet_lite0").manifest.task == "classification"

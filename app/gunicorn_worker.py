@@ -7,9 +7,10 @@ our protocol.
 Settings other than the address come from EDGETPU_SERVE_* as for `python -m app`; the limits reach the
 protocol through the app's lifespan (app/http_server.py). Several workers need the group's hooks
 (app/gunicorn_conf.py, app/processes/arbiter.py): each worker takes the slot the master gave it and, with
-it, its share of the TPUs and of the host's limits (app/processes/slots.py); without the hooks a second
-worker would open the TPUs the first one holds, so `--workers N` alone is refused. `--preload` would build
-the app, its threads and interpreters, in gunicorn's master before the fork: refused too (app/launch.py).
+it, its place among the processes claiming the TPUs and its part of the host's limits
+(app/processes/slots.py); without the hooks a second worker would open the TPUs the first one holds, so
+`--workers N` alone is refused. `--preload` would build the app, its threads and interpreters, in
+gunicorn's master before the fork: refused too (app/launch.py).
 
 In a group, a worker listens only once its models are loaded (the others take the requests meanwhile):
 until then it tells the master it is alive itself, since uvicorn does so only once serving. HUP reloads

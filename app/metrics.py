@@ -10,8 +10,8 @@ Several processes (app/processes): counters and histograms go to prometheus_clie
 (`use_multiprocess`), summed over every worker, dead ones included (the requests they answered were
 answered); the state gauges are read live from every worker at the scrape (app/processes/siblings.py) and
 merged series by series, each family by its own rule (`merged_by`: sum by default; a model is ready only
-where every worker serves it, `min`; the latest load, `max`). Process metrics (process_*) are per process
-and left out there.
+where every worker serves it, `min`; the latest load, `max`; a count a process keeps itself, one series per
+worker, `each`, labelled with its slot). Process metrics (process_*) are per process and left out there.
 
 Label values are bounded: `model` and `backend` only ever take names the registry serves
 (the registry sets them when a lease has resolved the model and backend, so a request refused
@@ -136,15 +136,20 @@ class RequestCounter:
             answered(protocol, labels["model"], labels["backend"], status["code"])
 
 
-# How each worker's value of a state series becomes the service's (app/processes): sum, min or max.
+# How each worker's value of a state series becomes the service's (app/processes): sum, min or max, or
+# "each": every worker's series kept, labelled with its slot (WORKER_LABEL).
 MERGES = {"sum": sum, "min": min, "max": max}
+EACH = "each"
+WORKER_LABEL = "worker"
 
 
 def merged_by(family: Metric, how: str) -> Metric:
     """Mark a state family with the rule that merges the workers' values of each of its series (default
-    sum): "min" where the service has a state only if every worker has it, "max" for the latest or worst."""
-    if how not in MERGES:
-        raise ValueError(f"merge {how!r}: one of {sorted(MERGES)}")
+    sum): "min" where the service has a state only if every worker has it, "max" for the latest or worst,
+    "each" for a count a process keeps since it started (a sum would drop when a worker is replaced, which
+    Prometheus takes for a reset: one series per worker resets with its own process only)."""
+    if how not in MERGES and how != EACH:
+        raise ValueError(f"merge {how!r}: one of {sorted([*MERGES, EACH])}")
     family.merge = how
     return family
 
@@ -249,23 +254,24 @@ def state_families(registry) -> list[dict]:
 
 
 class _Merged(Collector):
-    """Every worker's state families, series by series, each merged by its family's rule."""
+    """Every worker's state families (by slot), series by series, each merged by its family's rule."""
 
-    def __init__(self, workers: list[list[dict]], processes: int, answering: int):
+    def __init__(self, workers: dict[int, list[dict]], processes: int):
         self.workers = workers
         self.processes = processes
-        self.answering = answering
 
     def collect(self) -> Iterable:
         families: dict[str, dict] = {}
-        for worker in self.workers:
+        for slot, worker in self.workers.items():
             for family in worker:
                 entry = families.setdefault(family["name"], {**family, "series": {}})
                 for name, labels, value in family["samples"]:
+                    if family["merge"] == EACH:
+                        labels = {**labels, WORKER_LABEL: str(slot)}
                     entry["series"].setdefault((name, tuple(sorted(labels.items()))), []).append(value)
         for family in families.values():
             metric = Metric(family["name"], family["documentation"], family["type"])
-            merge = MERGES[family["merge"]]
+            merge = MERGES.get(family["merge"], sum)  # "each": one value per series already
             for (name, labels), found in family["series"].items():
                 metric.add_sample(name, dict(labels), merge(found))
             yield metric
@@ -273,14 +279,15 @@ class _Merged(Collector):
                                 value=self.processes)
         yield GaugeMetricFamily(f"{PREFIX}_processes_answering",
                                 "Worker processes whose state this scrape read (the others are starting or gone)",
-                                value=self.answering)
+                                value=len(self.workers))
 
 
-def group_exposition(directory: Path, workers: list[list[dict]], processes: int) -> bytes:
+def group_exposition(directory: Path, workers: dict[int, list[dict]], processes: int) -> bytes:
     """The service's metrics when several processes serve it: the counters and histograms of every worker
-    (their multiprocess files in `directory`), and the state families of the workers that answered, merged."""
+    (their multiprocess files in `directory`), and the state families of the workers that answered (by slot),
+    merged."""
     prometheus = CollectorRegistry()
     MultiProcessCollector(prometheus, path=str(directory))
-    prometheus.register(_Merged(workers, processes, len(workers)))
+    prometheus.register(_Merged(workers, processes))
     return generate_latest(prometheus)
 

@@ -44,8 +44,9 @@ def plugin_config(key: str, **extra) -> SettingsConfigDict:
 
 @dataclass(frozen=True)
 class DeviceShare:
-    """Share `index` of `count` (0-based): what one of several processes serving a host opens of the
-    devices a plug-in finds, so that no device is opened by two processes (app/processes)."""
+    """Process `index` of `count` (0-based) sharing a host's devices (app/processes): a device plug-in claims
+    a device before it opens one, so that no device is opened by two processes, and takes an even part of
+    those present (app/edgetpu/claims.py), the `index`-th contiguous part first."""
 
     index: int
     count: int
@@ -64,7 +65,8 @@ class DeviceShare:
     def of(self, items: list) -> list:
         """This share's part of `items`: contiguous and in order (0/2 of [a, b, c, d] is [a, b]), the
         parts of all N shares together being `items` once each, the first ones one longer where they do
-        not divide evenly; the last ones empty when there are fewer items than shares."""
+        not divide evenly; the last ones empty when there are fewer items than shares. What a process
+        claims first: processes started together split the devices this way."""
         size, extra = divmod(len(items), self.count)
         start = self.index * size + min(self.index, extra)
         return items[start:start + size + (self.index < extra)]
@@ -107,9 +109,13 @@ class Settings(BaseSettings):
     # with its own share of the TPUs. auto: one per TPU (fewer when a segmented model needs several TPUs
     # in one process, or when there are fewer cores), and a single process without an Edge TPU.
     processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
-    # This process's share of the devices ("K/N": the K-th of N, 0-based): each device plug-in opens only
-    # that part of the devices it finds. Set for each worker by the process group; unset = every device.
+    # This process's place among N sharing the host's devices ("K/N": the K-th of N, 0-based): a device
+    # plug-in claims an even part of the devices present, the K-th contiguous part first, in
+    # DEVICE_CLAIMS_DIR, and opens only those. Set for each worker by the process group; unset = every device.
     device_share: DeviceShare | None = None
+    # Where the processes sharing the devices claim them (a lock file per device, app/edgetpu/claims.py):
+    # one directory for the N, set with DEVICE_SHARE (the process group's own directory for its workers).
+    device_claims_dir: Path | None = None
     # The deadline of one invoke on a backend without a watchdog: past it the request gets a 504.
     invoke_timeout_s: float = Field(default=30.0, gt=0)
     # SIGTERM: requests already admitted get this long to finish before interpreters are closed.
@@ -176,6 +182,13 @@ class Settings(BaseSettings):
         return self._plugin_settings[plugin]
 
     @model_validator(mode="after")
+    def _share_has_its_claims(self):
+        if self.device_share is not None and self.device_claims_dir is None:
+            raise ValueError("DEVICE_SHARE needs DEVICE_CLAIMS_DIR: the directory, the same for the processes "
+                             "sharing the devices, where each claims the devices it opens")
+        return self
+
+    @model_validator(mode="after")
     def _budget_holds_a_body(self):
         # a multipart body is held twice for a moment (the body, the file in it)
         if self.max_body_bytes_in_flight < 2 * self.max_body_bytes:
@@ -190,7 +203,7 @@ class Settings(BaseSettings):
             return None
         return DeviceShare.parse(value) if isinstance(value, str) else value
 
-    @field_validator("api_keys_file", "admin_keys_file", mode="before")
+    @field_validator("api_keys_file", "admin_keys_file", "device_claims_dir", mode="before")
     @classmethod
     def _empty_is_none(cls, value):
         return None if value == "" else value  # EDGETPU_SERVE_API_KEYS_FILE= (compose's empty default)

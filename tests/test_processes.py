@@ -16,15 +16,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.service import free_port
 from tests.conftest import DEFAULT_MODEL, Service, live_children
 from tests.doubles.edgetpu_models import plain_as_compiled
-from tests.doubles.libedgetpu import DEVICES, EXCLUSIVE, LOG, libedgetpu_double  # noqa: F401
+from tests.doubles.libedgetpu import DEVICES, EXCLUSIVE, LOG, PluggedTpus, libedgetpu_double, pci_tpu  # noqa: F401
+from tests.test_metrics import assert_documented
 from tests.test_http_server import closed_by_server, read_response
 
 TPUS = 4
@@ -294,6 +297,92 @@ def test_a_killed_worker_comes_back_with_its_tpus_and_only_its_requests_fail(tpu
     assert reopened == [now[1]["pid"]] * 2
 
 
+# ---- TPUs that come and go under a group -----------------------------------------------------------
+
+def held_by_worker(service: Service) -> dict[int, list[str]]:
+    """slot -> the names of the TPUs that worker serves on, from /v1/devices."""
+    workers = httpx.get(f"{service.url}/v1/devices", timeout=10).json()["workers"]
+    return {w["slot"]: [Path(path).name for path in w["devices"]] for w in workers}
+
+
+def until_held(service: Service, condition, what: str) -> dict[int, list[str]]:
+    """Poll /v1/devices until condition(held_by_worker) holds (bounded): a condition, not a time window."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition(held := held_by_worker(service)):
+        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}; held: {held}\n{service.output()[-3000:]}"
+        time.sleep(POLL_S)
+    return held
+
+
+def answered(load: Load, more: int) -> None:
+    """Wait until the load has had `more` answers since now (bounded)."""
+    target = len(load.statuses) + len(load.failures) + more
+    deadline = time.monotonic() + WAIT_S
+    while len(load.statuses) + len(load.failures) < target:
+        assert time.monotonic() < deadline, f"{more} answers not within {WAIT_S} s"
+        time.sleep(POLL_S)
+
+
+def test_tpus_unplugged_plugged_back_and_plugged_in_under_load_stay_one_process_each_and_even_out(
+        tmp_path, libedgetpu_double, cat_png):
+    """Two workers on four TPUs of the double, in exclusive mode, its list a file: under load one TPU of worker
+    0 is unplugged (its requests go to its other TPU) and plugged back (worker 0, the one below its fair
+    share, takes it again), then a fifth is plugged in (3 and 2). No request is lost, and the double's log
+    shows no TPU ever opened by two processes; /v1/devices, /readyz and /metrics follow, each TPU once."""
+    plugged = PluggedTpus(tmp_path, *(pci_tpu(tmp_path, i) for i in range(4)))
+    log = tmp_path / "delegates.log"
+    service = Service({
+        "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")), "EDGETPU_SERVE_PROCESSES": "2",
+        "EDGETPU_SERVE_BACKENDS": "edgetpu,cpu", "EDGETPU_SERVE_EDGETPU_ON_FAILURE": "fallback",
+        "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
+        "EDGETPU_SERVE_EDGETPU_PROBE_INTERVAL_S": "0.2", EXCLUSIVE: "1", LOG: str(log), **plugged.env(),
+    })
+    try:
+        service.wait_ready()
+        ready_workers(service)
+        assert held_by_worker(service) == {0: ["apex_0", "apex_1"], 1: ["apex_2", "apex_3"]}
+        with Load(service.url, cat_png.read_bytes()) as load:
+            answered(load, 10)
+            plugged.unplug(pci_tpu(tmp_path, 1))
+            until_held(service, lambda h: h == {0: ["apex_0"], 1: ["apex_2", "apex_3"]}, "apex_1 gone from worker 0")
+            answered(load, 10)
+            plugged.plug(pci_tpu(tmp_path, 1))
+            until_held(service, lambda h: h == {0: ["apex_0", "apex_1"], 1: ["apex_2", "apex_3"]},
+                       "apex_1 back with worker 0")
+            answered(load, 10)
+            plugged.plug(pci_tpu(tmp_path, 4))
+            held = until_held(service, lambda h: sorted(map(len, h.values())) == [2, 3],
+                              "the fifth TPU taken by one worker")
+            answered(load, 10)
+        ready = httpx.get(f"{service.url}/readyz", timeout=10).json()
+        devices = httpx.get(f"{service.url}/v1/devices", timeout=10).json()
+        metrics = httpx.get(f"{service.url}/metrics", timeout=10).text
+    finally:
+        output = service.stop()
+    assert load.failures == [] and set(load.statuses) == {200}, (load.failures, Counter(load.statuses), output[-3000:])
+    never_two_processes_on_one_tpu(log)
+    assert sorted(sum(held.values(), [])) == [f"apex_{i}" for i in range(5)]
+    # each TPU once, with the worker that serves on it; the probe's rounds merged
+    report = devices["backends"]["edgetpu"]
+    owners = {Path(d["path"]).name: d["worker"] for d in report["devices"]}
+    assert owners == {tpu: slot for slot, tpus in held.items() for tpu in tpus}
+    assert all(d["health"] == "healthy" and d["in_service"] for d in report["devices"])
+    assert report["probe"]["in_service"] == 5 and report["probe"]["changes"]["left"] == 1
+    assert report["probe"]["changes"]["joined"] == 4 + 1 + 1  # at start, apex_1 back, apex_4
+    assert ready["ready"] and {w["slot"]: [Path(p).name for p in w["devices"]] for w in ready["workers"]} == held
+    # the gauges summed (each TPU is one worker's) or the most (every worker lists them all); the probe's
+    # counters one series per worker
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(metrics) for s in family.samples}
+    assert samples[("edgetpu_serve_edgetpu_devices", ())] == 5
+    assert samples[("edgetpu_serve_edgetpu_devices_listed", ())] == 5
+    changes = "edgetpu_serve_edgetpu_device_changes_total"
+    joined = {slot: samples[(changes, (("change", "joined"), ("worker", str(slot))))] for slot in (0, 1)}
+    assert sum(joined.values()) == 6 and joined[0] >= 3
+    assert f'edgetpu_serve_pool_interpreters{{backend="edgetpu",model="{DEFAULT_MODEL}"}} 5.0' in metrics
+    assert_documented(metrics)
+
+
 # ---- the HTTP limits in every worker (CPU only: every worker serves) ----------------------------
 
 DEADLINE_S = 1.0
@@ -411,15 +500,17 @@ def test_cpu_only_serving_uses_every_worker(cpu_group):
 
 # ---- how many processes, and what each one takes ---------------------------------------------------
 
-def test_more_processes_than_tpus_stop_the_start_saying_how_many_fit(tmp_path, libedgetpu_double):
-    # EDGETPU_ON_FAILURE=fallback: a configuration error stops it all the same
-    service, _ = on_tpus(tmp_path, 2, libedgetpu_double, 3, EDGETPU_SERVE_EDGETPU_ON_FAILURE="fallback")
+def test_more_processes_than_tpus_with_fail_stop_the_start_saying_how_many_fit(tmp_path, libedgetpu_double):
+    """EDGETPU_ON_FAILURE=fail: the worker left without a TPU stops the start, as one process without one does
+    (with fallback it serves on the CPU until one is free: tests/test_edgetpu_claims.py)."""
+    service, _ = on_tpus(tmp_path, 2, libedgetpu_double, 3)
     try:
         assert service.process.wait(WAIT_S) != 0
     finally:
         output = service.stop()
-    assert ("edgetpu-serve: cannot start: edgetpu: 3 processes for 2 TPU(s): share 2/3 of 2 TPU(s) has none: a TPU "
-            "is opened by one process only. Fix: at most 2 process(es)") in output, output
+    assert ("edgetpu-serve: cannot start: none of the 2 Edge TPU(s) listed is this process's: 3 processes share 2 "
+            "usable TPU(s) (one TPU each at least); the others hold the rest, and a TPU is opened by one process "
+            "only. Fix: at most 2 process(es)") in output, output
 
 
 @pytest.mark.parametrize("tpus, segments, cores, expected", [
@@ -443,29 +534,14 @@ def test_the_shares_split_the_tpus_into_contiguous_parts_each_once():
     assert [DeviceShare(i, 2).of(["a", "b", "c", "d"]) for i in range(2)] == [["a", "b"], ["c", "d"]]
 
 
-def test_a_pipeline_keeps_its_tpus_in_one_process():
-    from types import SimpleNamespace
-
-    from app.engines.edgetpu import check_share
-    from app.errors import ServeError
-    from app.settings import DeviceShare
-
-    segmented = {"big": SimpleNamespace(manifest=SimpleNamespace(segments=SimpleNamespace(count=3))),
-                 "small": SimpleNamespace(manifest=SimpleNamespace(segments=None))}
-    check_share(DeviceShare(1, 2), 6, 3, segmented)  # 3 TPUs: the pipeline fits
-    with pytest.raises(ServeError, match=r"model 'big' is cut into 3 segments, whose TPUs must be in one process, "
-                                         r"and share 0/3 of 6 TPU\(s\) has 2\. Fix: at most 2 process"):
-        check_share(DeviceShare(0, 3), 6, 2, segmented)
-    check_share(None, 6, 0, segmented)
-
-
 def test_a_worker_takes_its_part_of_the_hosts_limits():
     from app.processes import Slot, process_settings
     from app.settings import Settings
 
     base = Settings(max_connections=256, max_body_bytes=4 << 20, max_body_bytes_in_flight=40 << 20)
     mine = process_settings(base, Slot(1, 4, Path("/nonexistent")))
-    assert str(mine.device_share) == "1/4" and mine.max_connections == 64
+    assert str(mine.device_share) == "1/4" and mine.device_claims_dir == Path("/nonexistent")
+    assert mine.max_connections == 64
     assert mine.max_body_bytes_in_flight == 10 << 20
     assert mine.workers == max(1, (os.cpu_count() or 1) // 4)
     small = process_settings(Settings(max_body_bytes=20 << 20, max_body_bytes_in_flight=40 << 20),
@@ -478,18 +554,47 @@ def test_readiness_of_the_group_is_degraded_where_a_worker_does_not_serve():
     from app.processes import views
 
     def worker(pid, state, error=None, version=1):
-        return {"slot": 0, "pid": pid, "ready": state == "ready",
+        return {"slot": 0, "pid": pid, "ready": state == "ready", "devices": [f"/dev/apex_{pid}"],
                 "models": {"m": {"state": state, "error": error, "since": 10.0 + pid, "version": version}}}
 
     ready, models, each = views.readiness({0: worker(1, "ready"), 1: worker(2, "ready", version=2)})
     assert ready and models["m"] == {"state": "ready", "error": None, "since": 12.0}
-    assert [(w["slot"], w["pid"], w["versions"]) for w in each] == [(0, 1, {"m": 1}), (1, 2, {"m": 2})]
+    assert [(w["slot"], w["pid"], w["versions"], w["devices"]) for w in each] == [
+        (0, 1, {"m": 1}, ["/dev/apex_1"]), (1, 2, {"m": 2}, ["/dev/apex_2"])]
     ready, models, each = views.readiness({0: worker(1, "ready"), 1: None})
     assert ready and models["m"]["state"] == "degraded"
     assert models["m"]["error"] == "worker 1: did not answer (gone, or starting)" and not each[1]["answering"]
     ready, models, _ = views.readiness({0: worker(1, "failed", "bad file"), 1: worker(2, "loading")})
     assert not ready and models["m"] == {"state": "failed", "error": "worker 0: failed: bad file; worker 1: loading",
                                          "since": 12.0}
+
+
+def test_the_devices_of_the_group_show_each_tpu_once_with_the_worker_serving_on_it():
+    from app.processes import views
+
+    def report(serving, interpreters, rounds):
+        devices = [{"path": p, "health": "healthy" if p in serving else "unused", "in_service": p in serving,
+                    "interpreters": interpreters.get(p, [])} for p in ("/dev/apex_0", "/dev/apex_1", "/dev/apex_2")]
+        probe = {"interval_s": 2.0, "running": True, "last_probe": f"2026-01-01T00:00:0{rounds}Z",
+                 "in_service": len(serving), "waiting_for": [],
+                 "probes": {"unchanged": rounds, "changed": 1, "failed": 0},
+                 "changes": {"joined": len(serving), "left": 0}, "error": None}
+        return {"backends": {"edgetpu": {"library": {"path": "x"}, "devices": devices, "probe": probe}}}
+
+    # worker 0 lost apex_1 (an interpreter out of its pool still counted there); worker 1 serves on it now
+    lost = {"model": "m", "healthy": False}
+    first = report(["/dev/apex_0"], {"/dev/apex_0": [{"model": "m"}], "/dev/apex_1": [lost]}, 3)
+    second = report(["/dev/apex_1"], {"/dev/apex_1": [{"model": "m"}]}, 4)
+    merged, workers = views.devices({0: first, 1: second, 2: None})
+    devices = merged["edgetpu"]["devices"]
+    assert [(d["path"], d["worker"], d["health"]) for d in devices] == [
+        ("/dev/apex_0", 0, "healthy"), ("/dev/apex_1", 1, "healthy"), ("/dev/apex_2", None, "unused")]
+    assert devices[1]["interpreters"] == [lost, {"model": "m"}]  # every worker's, each said as it is
+    assert workers == [{"slot": 0, "answering": True, "devices": ["/dev/apex_0"]},
+                       {"slot": 1, "answering": True, "devices": ["/dev/apex_1"]},
+                       {"slot": 2, "answering": False, "devices": []}]
+    probe = merged["edgetpu"]["probe"]
+    assert probe["in_service"] == 2 and probe["probes"]["unchanged"] == 7 and probe["last_probe"].endswith("04Z")
 
 
 def test_the_state_gauges_of_the_workers_merge_by_their_rules(tmp_path):
@@ -499,15 +604,18 @@ def test_the_state_gauges_of_the_workers_merge_by_their_rules(tmp_path):
         return {"name": name, "documentation": name, "type": "gauge", "merge": merge,
                 "samples": [[name, labels, value] for labels, value in samples]}
 
-    workers_state = [
-        [family("x_busy", "sum", ({"model": "m"}, 2.0)), family("x_ready", "min", ({"model": "m"}, 1.0)),
-         family("x_temp", "max", ({"device": "apex_0"}, 50.0))],
-        [family("x_busy", "sum", ({"model": "m"}, 3.0)), family("x_ready", "min", ({"model": "m"}, 0.0)),
-         family("x_temp", "max", ({"device": "apex_0"}, 52.5), ({"device": "apex_1"}, 40.0))],
-    ]
+    workers_state = {
+        0: [family("x_busy", "sum", ({"model": "m"}, 2.0)), family("x_ready", "min", ({"model": "m"}, 1.0)),
+            family("x_temp", "max", ({"device": "apex_0"}, 50.0)), family("x_rounds", "each", ({"result": "ok"}, 7.0))],
+        2: [family("x_busy", "sum", ({"model": "m"}, 3.0)), family("x_ready", "min", ({"model": "m"}, 0.0)),
+            family("x_temp", "max", ({"device": "apex_0"}, 52.5), ({"device": "apex_1"}, 40.0)),
+            family("x_rounds", "each", ({"result": "ok"}, 2.0))],
+    }
     text = group_exposition(tmp_path, workers_state, 3).decode()
     for line in ('x_busy{model="m"} 5.0', 'x_ready{model="m"} 0.0', 'x_temp{device="apex_0"} 52.5',
-                 'x_temp{device="apex_1"} 40.0', "edgetpu_serve_processes 3.0", "edgetpu_serve_processes_answering 2.0"):
+                 'x_temp{device="apex_1"} 40.0', 'x_rounds{result="ok",worker="0"} 7.0',
+                 'x_rounds{result="ok",worker="2"} 2.0',
+                 "edgetpu_serve_processes 3.0", "edgetpu_serve_processes_answering 2.0"):
         assert line in text.splitlines(), text
 
 

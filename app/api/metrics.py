@@ -22,7 +22,7 @@ async def scrape(request: Request):
     # several worker processes: every worker's counters from the shared files, and the state gauges of
     # every worker that answers now, merged (app/metrics.py)
     answers = await siblings.everyone("state")
-    states = [answer["families"] for answer in answers.values() if answer is not None]
+    states = {slot: answer["families"] for slot, answer in answers.items() if answer is not None}
     text = await asyncio.to_thread(metrics.group_exposition, siblings.slot.metrics_dir, states, siblings.processes)
     return Response(text, media_type=metrics.CONTENT_TYPE)
 

@@ -156,6 +156,7 @@ class WorkerStateOut(BaseModel):
     answering: bool = Field(description="false: gone (a replacement on its way), or not started yet")
     ready: bool
     versions: dict[str, int | None] = Field(description="model -> the version it serves (+1 per reload)")
+    devices: list[str] = Field(default=[], description="the devices it serves on (its TPUs: each is one worker's)")
 
 
 class ReadyOut(BaseModel):

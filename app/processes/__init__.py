@@ -5,9 +5,10 @@ request), whatever the TPU count; the same code as several processes scales almo
 is the process manager (a master, workers, restart of a dead worker); this package adds what a host
 with many Edge TPUs needs of it:
 
-  slots.py     a worker's slot k of N, kept by its replacement; its share of the devices (no TPU is
-               opened by two processes: each worker opens only its share, and only while it holds
-               its slot's lock); the per-host limits split among the workers; `auto` process count
+  slots.py     a worker's slot k of N, kept by its replacement; its place among the processes sharing
+               the TPUs (each claims the TPUs it opens, a lock per TPU in the group's directory, so no
+               TPU is opened by two processes: app/edgetpu/claims.py); the per-host limits split among
+               the workers; `auto` process count
   arbiter.py   gunicorn's side: slots given out in the master, HUP as an in-place reload of every
                worker, the worker count fixed (the TPUs are split by it), `python -m app`'s gunicorn
   siblings.py  the workers' line to each other (a Unix socket each): every worker's readiness, devices,

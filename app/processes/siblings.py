@@ -3,7 +3,7 @@
 Each worker answers on a Unix socket of its own in the group's directory (`worker-<k>.sock`, mode 0700
 directory), one JSON request line, one JSON answer line:
 
-  {"op": "status"}                 its slot, pid, readiness and each model's state and version
+  {"op": "status"}                 its slot, pid, readiness, each model's state and version, its devices
   {"op": "devices"}                its plug-ins' device reports (GET /v1/devices)
   {"op": "state"}                  its state gauges (app/metrics.py StateCollector), read now
   {"op": "reload", "model": NAME}  reload NAME (null: every model) here, in place; answers when done
@@ -102,7 +102,11 @@ class Siblings:
             version = self.registry.serving(name)
             models[name] = {"state": status.state, "error": status.error, "since": status.since,
                             "version": version.number if version else None}
-        return {"slot": self.slot.index, "pid": os.getpid(), "ready": self.registry.ready(), "models": models}
+        registry = self.registry
+        devices = sorted({device for key in registry.settings.backends  # the devices it serves on (its TPUs)
+                          for device in registry.devices.offered(registry.plugins[key])})
+        return {"slot": self.slot.index, "pid": os.getpid(), "ready": registry.ready(), "models": models,
+                "devices": devices}
 
     # -- asking ----------------------------------------------------------------------------------
 

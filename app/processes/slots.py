@@ -1,11 +1,13 @@
 """A worker's slot in the process group, and what follows from it: its share of the devices and of the limits.
 
 gunicorn gives its workers no stable index, so the master gives out slots (app/processes/arbiter.py):
-slot k of N, the lowest one no live worker holds, so a worker that replaces a dead one takes its slot, and
-with it the same TPUs (the k-th contiguous share of those listed: DeviceShare). A worker joins its slot
-before the app is built: it takes the slot's lock (a file lock the kernel releases when the process ends,
-however it ends: SIGKILL included), so two processes never hold one slot's TPUs, even if a process manager
-started a new worker before the old one was gone; and its metrics go to the group's shared files.
+slot k of N, the lowest one no live worker holds, so a worker that replaces a dead one takes its slot. A
+worker joins its slot before the app is built: it takes the slot's lock (a file lock the kernel releases when
+the process ends, however it ends: SIGKILL included), so two processes never answer for one slot, even if a
+process manager started a new worker before the old one was gone; and its metrics go to the group's shared
+files. Its TPUs are those it claims, one lock per TPU in the group's directory (DEVICE_SHARE k/N and
+DEVICE_CLAIMS_DIR, set here; the rule: app/edgetpu/claims.py): at start the k-th contiguous part of those
+listed, as with fixed shares; while serving, TPUs that come, go and come back, each opened by one process.
 
 The limits that protect the host rather than one event loop are split among the workers: the connection
 cap (file descriptors, connection memory) and the memory budget for bodies in flight. The CPU
@@ -14,7 +16,6 @@ interpreters (`WORKERS`, by default the core count) are split too, unless set.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.edgetpu.claims import try_lock
 from app.settings import DeviceShare, Settings
 
 log = logging.getLogger(__name__)
@@ -102,20 +104,15 @@ def join(slot: Slot, heartbeat=None) -> None:
 def take_lock(path: Path, wait_s: float, heartbeat=None) -> int:
     """An exclusive lock on `path`, held until the process ends (the descriptor is kept open, not
     inherited by children). RuntimeError when another process still holds it after wait_s."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise RuntimeError(f"{path.name} is still held by another process after {wait_s:g} s: its "
-                                   "devices are in use") from None
-            if heartbeat is not None:
-                heartbeat()
-            time.sleep(LOCK_POLL_S)
+    while (fd := try_lock(path)) is None:
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{path.name} is still held by another process after {wait_s:g} s: a worker "
+                               "of this slot is still running")
+        if heartbeat is not None:
+            heartbeat()
+        time.sleep(LOCK_POLL_S)
+    return fd
 
 
 def process_settings(settings: Settings, slot: Slot) -> Settings:
@@ -123,6 +120,7 @@ def process_settings(settings: Settings, slot: Slot) -> Settings:
     n = slot.count
     update = {
         "device_share": slot.share,
+        "device_claims_dir": slot.run_dir,
         "max_connections": math.ceil(settings.max_connections / n),
         # a multipart body is held twice for a moment: each worker can hold one at least
         "max_body_bytes_in_flight": max(math.ceil(settings.max_body_bytes_in_flight / n),

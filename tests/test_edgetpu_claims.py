@@ -181,9 +181,8 @@ def test_a_worker_without_a_tpu_serves_on_the_cpu_and_takes_one_plugged_in(tmp_p
         assert first.status().state == "ready"
         status = second.status()
         assert status.state == "degraded" and [a[0] for a in second.requests(2)] == ["cpu", "cpu"]
-        assert ("none of the 1 Edge TPU(s) listed is this process's: 2 processes share 1 usable TPU(s) (one TPU each "
-                "at least); the others hold the rest, and a TPU is opened by one process only. Fix: at most 1 "
-                "process(es)") in status.error and "claims them once they are freed or plugged in" in status.error
+        assert ("none of the 1 Edge TPU(s) listed is this process's: 2 processes share 1 usable TPU(s); the others "
+                "hold them, and a TPU is opened by one process only. Fix: at most 1 process(es)") in status.error and "claims them once they are freed or plugged in" in status.error
         plugged_tpus.plug(pci_tpu(tmp_path, 1))
         first.one_interval()  # at its share already (one of two)
         second.one_interval()
@@ -200,7 +199,7 @@ def test_with_fail_a_worker_without_a_tpu_stops_the_start_saying_how_many_fit(tm
     plugged_tpus.plug(pci_tpu(tmp_path, 0), pci_tpu(tmp_path, 1))
     served = [worker(tmp_path, libedgetpu_double, i, 3, models, policy="fail") for i in range(2)]
     try:
-        with pytest.raises(EdgeTpuUnavailable, match=r"3 processes share 2 usable TPU\(s\) .* Fix: at most 2 "
+        with pytest.raises(EdgeTpuUnavailable, match=r"3 processes share 2 usable TPU\(s\); .* Fix: at most 2 "
                                                      r"process\(es\) \(EDGETPU_SERVE_PROCESSES"):
             worker(tmp_path, libedgetpu_double, 2, 3, models, policy="fail")
     finally:
@@ -218,7 +217,9 @@ def test_a_pipelines_tpus_are_one_workers_and_a_worker_takes_a_whole_set_once_th
         assert served_on(first) == ["apex_0", "apex_1"] and served_on(second) == []
         (pipeline,) = first.pool().members
         assert [Path(s.device).name for s in pipeline.stages] == ["apex_0", "apex_1"]
-        assert "(2 TPUs each, for a model in 2 segments)" in second.status().error
+        assert ("2 processes share 3 usable TPU(s), in sets of 2 for a model in 2 segments (a pipeline's TPUs are in "
+                "one process); the others hold them") in second.status().error
+        assert "Fix: at most 1 process(es)" in second.status().error
         plugged_tpus.plug(pci_tpu(tmp_path, 3))
         second.one_interval()
         assert served_on(second) == ["apex_2", "apex_3"] and second.status().state == "ready"

@@ -509,8 +509,8 @@ def test_more_processes_than_tpus_with_fail_stop_the_start_saying_how_many_fit(t
     finally:
         output = service.stop()
     assert ("edgetpu-serve: cannot start: none of the 2 Edge TPU(s) listed is this process's: 3 processes share 2 "
-            "usable TPU(s) (one TPU each at least); the others hold the rest, and a TPU is opened by one process "
-            "only. Fix: at most 2 process(es)") in output, output
+            "usable TPU(s); the others hold them, and a TPU is opened by one process only. Fix: at most 2 "
+            "process(es)") in output, output
 
 
 @pytest.mark.parametrize("tpus, segments, cores, expected", [

@@ -72,6 +72,7 @@ class Claims:
         self._open: Counter[str] = Counter()  # TPU path -> interpreters open on it here
         self._lost: set[str] = set()        # held, not listed any more: let go once closed
         self.present = 0                    # the TPUs found at the last choice (listed, named, usable)
+        self._closing = False               # the plug-in closed: claims let go without a word
 
     def file(self, path: str) -> Path:
         return self.directory / f"tpu-{hashlib.sha256(path.encode()).hexdigest()[:24]}.claim"
@@ -163,13 +164,14 @@ class Claims:
                 done.append(True)
                 self._open[path] -= 1
                 if not self._open[path] and path in self._lost:
-                    self._let_go(path)
+                    self._let_go(path, quiet=self._closing)
 
         return closed
 
     def close(self) -> None:
         """Let every claim go, each once its interpreters are closed (the plug-in's close, at shutdown)."""
         with self._lock:
+            self._closing = True
             self._lost.update(self._held)
             for path in [p for p in self._lost if not self._open[p]]:
                 self._let_go(path, quiet=True)

@@ -365,11 +365,12 @@ class EdgeTpuBackend(Backend):
         """Where several processes share the TPUs: how many fit, and what a process without its TPUs does."""
         claims = self.claims
         count, unit, present = claims.share.count, claims.unit, claims.present
-        per = f"{unit} TPUs each, for a model in {unit} segments" if unit > 1 else "one TPU each at least"
+        sets = f", in sets of {unit} for a model in {unit} segments (a pipeline's TPUs are in one process)" \
+            if unit > 1 else ""
         most = present // unit
         fix = (f"at most {most} process(es) (EDGETPU_SERVE_PROCESSES, or gunicorn's --workers)" if most
                else "plug in more TPUs, or segment the model into fewer parts")
-        return (f"{count} processes share {present} usable TPU(s) ({per}); the others hold the rest, and a TPU is "
+        return (f"{count} processes share {present} usable TPU(s){sets}; the others hold them, and a TPU is "
                 f"opened by one process only. Fix: {fix}; or EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback: a process "
                 "without its TPUs serves on the CPU, and claims them once they are freed or plugged in")
 

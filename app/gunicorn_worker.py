@@ -43,7 +43,7 @@ class LimitedUvicornWorker(UvicornWorker):
     }
 
     def init_process(self) -> None:
-        slot = getattr(self, "edgetpu_slot", None)  # given by the group's master (app/processes/arbiter.py)
+        slot = getattr(self, "service_slot", None)  # given by the group's master (app/processes/arbiter.py)
         if slot is None and self.cfg.workers != 1:
             launch.refuse(f"gunicorn was asked for {self.cfg.workers} workers without the service's configuration, "
                           "so each would open every TPU. Start them with `gunicorn -c python:app.gunicorn_conf "

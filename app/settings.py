@@ -46,7 +46,7 @@ def plugin_config(key: str, **extra) -> SettingsConfigDict:
 class DeviceShare:
     """Process `index` of `count` (0-based) sharing a host's devices (app/processes): a device plug-in claims
     a device before it opens one, so that no device is opened by two processes, and takes an even part of
-    those present (app/edgetpu/claims.py), the `index`-th contiguous part first."""
+    those present (the Edge TPU plug-in's claims), the `index`-th contiguous part first."""
 
     index: int
     count: int
@@ -113,7 +113,7 @@ class Settings(BaseSettings):
     # plug-in claims an even part of the devices present, the K-th contiguous part first, in
     # DEVICE_CLAIMS_DIR, and opens only those. Set for each worker by the process group; unset = every device.
     device_share: DeviceShare | None = None
-    # Where the processes sharing the devices claim them (a lock file per device, app/edgetpu/claims.py):
+    # Where the processes sharing the devices claim them (a lock file per device, the plug-in's claims):
     # one directory for the N, set with DEVICE_SHARE (the process group's own directory for its workers).
     device_claims_dir: Path | None = None
     # The deadline of one invoke on a backend without a watchdog: past it the request gets a 504.

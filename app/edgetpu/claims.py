@@ -25,7 +25,6 @@ The rule (`choose`), applied at start and at every probe round, with N processes
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import math
@@ -37,21 +36,10 @@ from pathlib import Path
 
 from app.edgetpu.delegate import Target
 from app.edgetpu.errors import EdgeTpuUnavailable
+from app.locks import try_lock
 from app.settings import DeviceShare
 
 log = logging.getLogger(__name__)
-
-
-def try_lock(path: Path) -> int | None:
-    """An exclusive lock on `path` (made if missing), held while the returned descriptor is open, or None when
-    another process holds it. Not inherited by children; the kernel drops it when the process ends."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def fair_share(present: int, processes: int, unit: int = 1) -> int:

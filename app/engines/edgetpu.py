@@ -279,6 +279,7 @@ class EdgeTpuBackend(Backend):
     host_cpu = False  # the TPU computes; the host's cores only move tensors
     watched = True    # a USB Accelerator can hang until it resets
     settings_class = EdgeTpuSettings
+    lists_devices = True
     model_keys = {"edgetpu_estimate": "Edge TPU latency per invoke ESTIMATED from the model's structure (converter "
                                       "estimate, model.json), per link, with its stated error; not a measurement. "
                                       "Null when not estimated"}
@@ -302,6 +303,16 @@ class EdgeTpuBackend(Backend):
         self.tree = DeviceTree(usb=self.config.usb_dir, usb_sysfs=self.config.usb_sysfs_dir)
         self.temperatures = TemperatureWatch(self.config.apex_sysfs_dir, self.config.temperature_warn_celsius,
                                              f"{ENV_PREFIX}{KEY.upper()}_TEMPERATURE_WARN_CELSIUS")
+
+    @classmethod
+    def named_devices(cls, settings) -> int:
+        return len(settings.plugin_settings(cls).devices)
+
+    @classmethod
+    def count_devices(cls, settings) -> int:
+        """The TPUs named (EDGETPU_DEVICES) or listed, that the start-up check resolves (library, version pair)."""
+        config = settings.plugin_settings(cls)
+        return len(check_tpus(config.library, config.devices, config.version_check).targets)
 
     def mine(self, found: list[Target]) -> list[Target]:
         """Which of the TPUs found (listed, named by EDGETPU_DEVICES, usable) this process serves on: every one,

@@ -7,8 +7,8 @@ with many Edge TPUs needs of it:
 
   slots.py     a worker's slot k of N, kept by its replacement; its place among the processes sharing
                the TPUs (each claims the TPUs it opens, a lock per TPU in the group's directory, so no
-               TPU is opened by two processes: app/edgetpu/claims.py); the per-host limits split among
-               the workers; `auto` process count
+               TPU is opened by two processes: the Edge TPU plug-in's claims); the per-host limits
+               split among the workers; `auto` process count
   arbiter.py   gunicorn's side: slots given out in the master, HUP as an in-place reload of every
                worker, the worker count fixed (the TPUs are split by it), `python -m app`'s gunicorn
   siblings.py  the workers' line to each other (a Unix socket each): every worker's readiness, devices,

@@ -142,8 +142,8 @@ def reserve(server, address: tuple[str, int]) -> socket.socket:
 
 def pre_fork(server, worker) -> None:
     group = group_of(server)
-    live = {w.edgetpu_slot.index for w in server.WORKERS.values() if getattr(w, "edgetpu_slot", None)}
-    worker.edgetpu_slot = group.slot_for(live)
+    live = {w.service_slot.index for w in server.WORKERS.values() if getattr(w, "service_slot", None)}
+    worker.service_slot = group.slot_for(live)
 
 
 def child_exit(server, worker) -> None:

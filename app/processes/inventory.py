@@ -1,10 +1,11 @@
-"""How many Edge TPUs this host gives the service, and the most segments of a model it serves: what
+"""How many devices (TPUs) this host gives the service, and the most segments of a model it serves: what
 EDGETPU_SERVE_PROCESSES=auto needs, counted in a child process.
 
-In a child, because the master that counts then forks the workers: libedgetpu (and libusb under it)
-may start threads and keep handles, which a fork does not carry over sanely. The child lists the TPUs
-as the Edge TPU plug-in does at start (EDGETPU_SERVE_EDGETPU_DEVICES, the version check), opens none,
-prints one JSON line and exits.
+In a child, because the master that counts then forks the workers: a device's library (and libusb under
+it) may start threads and keep handles, which a fork does not carry over sanely. The child asks each
+configured plug-in that lists devices of its own to count them as it would at start (its settings, its
+version check: Backend.count_devices), opens none, prints one JSON line and exits. Devices named in the
+settings are counted without a child (Backend.named_devices).
 
     python -m app.processes.inventory      # {"tpus": 2, "segments": 1, "error": null}
 """
@@ -25,7 +26,6 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 COUNT_TIMEOUT_S = 60.0  # importing the TFLite runtime on a loaded board; listing takes milliseconds
-EDGETPU = "edgetpu"
 
 
 @dataclass(frozen=True)
@@ -35,20 +35,28 @@ class Inventory:
     error: str | None   # why no TPU was counted, when none was
 
 
+def device_plugins(settings: Settings) -> list[type]:
+    """The configured backends' plug-ins that list devices of their own (the Edge TPU's)."""
+    from app.engines import BACKENDS
+
+    return [BACKENDS[key] for key in settings.backends if key in BACKENDS and BACKENDS[key].lists_devices]
+
+
 def take(settings: Settings) -> Inventory:
-    """The TPUs and segments, counted here (blocking; the TPUs are listed, not opened)."""
-    segments = most_segments(settings)
-    if EDGETPU not in settings.backends:
-        return Inventory(0, segments, f"{EDGETPU} is not among EDGETPU_SERVE_BACKENDS")
-    from app.edgetpu.errors import EdgeTpuUnavailable
-    from app.engines.edgetpu import EdgeTpuSettings, check_tpus
+    """The devices and segments, counted here (blocking; the devices are listed, not opened)."""
     from app.errors import ServeError
 
-    try:
-        config = EdgeTpuSettings(**settings.plugins.get(EDGETPU, {}))
-        return Inventory(len(check_tpus(config.library, config.devices, config.version_check).targets), segments, None)
-    except (EdgeTpuUnavailable, ServeError, ValueError) as e:
-        return Inventory(0, segments, str(e))
+    segments = most_segments(settings)
+    plugins = device_plugins(settings)
+    if not plugins:
+        return Inventory(0, segments, "no backend of EDGETPU_SERVE_BACKENDS has devices of its own")
+    found, problems = 0, []
+    for plugin in plugins:
+        try:
+            found += plugin.count_devices(settings)
+        except (ServeError, ValueError) as e:
+            problems.append(str(e))
+    return Inventory(found, segments, None if found else "; ".join(problems) or None)
 
 
 def most_segments(settings: Settings) -> int:
@@ -79,20 +87,19 @@ def count(timeout_s: float = COUNT_TIMEOUT_S) -> Inventory:
 
 
 def process_count(settings: Settings) -> int:
-    """EDGETPU_SERVE_PROCESSES as a number: as set, or for `auto` one per TPU listed (fewer for a segmented
-    model, or with fewer cores: slots.processes_for), one without an Edge TPU backend or TPU."""
+    """EDGETPU_SERVE_PROCESSES as a number: as set, or for `auto` one per device listed (fewer for a segmented
+    model, or with fewer cores: slots.processes_for), one without a backend that has devices, or a device."""
     if settings.processes != "auto":
         return settings.processes
-    if EDGETPU not in settings.backends:
+    plugins = device_plugins(settings)
+    if not plugins:
         return 1
-    from app.engines.edgetpu import EdgeTpuSettings
-
-    configured = EdgeTpuSettings(**settings.plugins.get(EDGETPU, {})).devices
-    # TPUs named (EDGETPU_SERVE_EDGETPU_DEVICES, as the Dev Board image does): one each, no listing needed;
-    # a spec that names no TPU stops the start with the plug-in's own message
-    found = Inventory(len(configured), most_segments(settings), None) if configured else count()
+    # devices named in the settings (EDGETPU_SERVE_EDGETPU_DEVICES, as the Dev Board image does): one each, no
+    # listing needed; a name that matches no device stops the start with the plug-in's own message
+    named = [plugin.named_devices(settings) for plugin in plugins]
+    found = Inventory(sum(named), most_segments(settings), None) if all(named) else count()
     processes = processes_for(found.tpus, found.segments, os.cpu_count() or 1)
-    log.info("EDGETPU_SERVE_PROCESSES=auto: %d process(es) for %d TPU(s)%s%s", processes, found.tpus,
+    log.info("EDGETPU_SERVE_PROCESSES=auto: %d process(es) for %d device(s)%s%s", processes, found.tpus,
              f", models in up to {found.segments} segments" if found.segments > 1 else "",
              f" ({found.error})" if found.error else "")
     return processes

@@ -6,8 +6,8 @@ worker joins its slot before the app is built: it takes the slot's lock (a file 
 the process ends, however it ends: SIGKILL included), so two processes never answer for one slot, even if a
 process manager started a new worker before the old one was gone; and its metrics go to the group's shared
 files. Its TPUs are those it claims, one lock per TPU in the group's directory (DEVICE_SHARE k/N and
-DEVICE_CLAIMS_DIR, set here; the rule: app/edgetpu/claims.py): at start the k-th contiguous part of those
-listed, as with fixed shares; while serving, TPUs that come, go and come back, each opened by one process.
+DEVICE_CLAIMS_DIR, set here; the rule is the Edge TPU plug-in's): at start the k-th contiguous part of
+those listed; while serving, TPUs that come, go and come back, each opened by one process.
 
 The limits that protect the host rather than one event loop are split among the workers: the connection
 cap (file descriptors, connection memory) and the memory budget for bodies in flight. The CPU
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.edgetpu.claims import try_lock
+from app.locks import try_lock
 from app.settings import DeviceShare, Settings
 
 log = logging.getLogger(__name__)

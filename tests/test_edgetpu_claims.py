@@ -182,7 +182,8 @@ def test_a_worker_without_a_tpu_serves_on_the_cpu_and_takes_one_plugged_in(tmp_p
         status = second.status()
         assert status.state == "degraded" and [a[0] for a in second.requests(2)] == ["cpu", "cpu"]
         assert ("none of the 1 Edge TPU(s) listed is this process's: 2 processes share 1 usable TPU(s); the others "
-                "hold them, and a TPU is opened by one process only. Fix: at most 1 process(es)") in status.error and "claims them once they are freed or plugged in" in status.error
+                "hold them, and a TPU is opened by one process only. Fix: at most 1 process(es)") in status.error
+        assert "claims them once they are freed or plugged in" in status.error
         plugged_tpus.plug(pci_tpu(tmp_path, 1))
         first.one_interval()  # at its share already (one of two)
         second.one_interval()

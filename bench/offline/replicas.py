@@ -2,10 +2,11 @@
 evenly: the comparison for `device_capacity.py --processes P` (P workers on ONE port, under gunicorn).
 
 On a real host the same shape is P `python -m app` on P ports, each with EDGETPU_SERVE_DEVICE_SHARE=k/P and
-one EDGETPU_SERVE_DEVICE_CLAIMS_DIR (they share the TPUs by claims), behind a balancer. This measures it without the balancer: P copies of the very service
-bench/device_capacity.py starts (bench/device_launcher.py, simulated devices), on P ports, P wrk processes at
-c/P connections each, all at once. Reported per point: total req/s (2xx), device busy over all P x k devices,
-shed (non-2xx) answers apart, p50/p99 (the worst replica's), server CPU ms per request (all threads of all replicas).
+one EDGETPU_SERVE_DEVICE_CLAIMS_DIR (they share the TPUs by claims), behind a balancer. This measures it
+without the balancer: P copies of the very service bench/device_capacity.py starts (bench/device_launcher.py,
+simulated devices), on P ports, P wrk processes at c/P connections each, all at once. Reported per point:
+total req/s (2xx), device busy over all P x k devices, shed (non-2xx) answers apart, p50/p99 (the worst
+replica's), server CPU ms per request (all threads of all replicas).
 
     python replicas.py --device-ms 2.6 --configs 4x2,4x3 --concurrency 32,64 --duration 3 --json out.json
 """

@@ -165,6 +165,7 @@ def test_two_tpus_through_the_test_double_count_and_report_temperature(tmp_path,
         "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
         "EDGETPU_SERVE_MODELS": DEFAULT_MODEL,
         "EDGETPU_SERVE_BACKENDS": "edgetpu,cpu", "EDGETPU_SERVE_WORKERS": "1",
+        "EDGETPU_SERVE_PROCESSES": "1",  # one process's families (several: tests/test_processes.py checks them too)
         "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
         "EDGETPU_SERVE_APEX_SYSFS_DIR": str(sysfs),
         DEVICES: ",".join(f"pci:{node}" for node in nodes),

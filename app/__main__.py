@@ -1,19 +1,42 @@
-"""python -m app: serve with the settings from the environment (EDGETPU_SERVE_*)."""
+"""python -m app: serve with the settings from the environment (EDGETPU_SERVE_*).
+
+One process, or, where EDGETPU_SERVE_PROCESSES asks for more (auto: more than one TPU found), that many
+worker processes on the one port under gunicorn, each with its own share of the TPUs (app/processes).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 
 from app.errors import ServeError
-from app.http_server import serve
-from app.main import create_app
+from app.processes.inventory import process_count
 from app.settings import Settings
+
+
+log = logging.getLogger("app")
 
 
 def main() -> int:
     settings = Settings()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    processes = process_count(settings)
+    if processes > 1 and not gunicorn_installed():
+        if settings.processes != "auto":
+            print(f"edgetpu-serve: cannot start: {processes} processes need gunicorn. Fix: pip install "
+                  "'edgetpu-serve[gunicorn]', or EDGETPU_SERVE_PROCESSES=1", file=sys.stderr)
+            return 2
+        log.warning("%d TPUs, but one process: gunicorn, which runs several, is not installed "
+                    "(pip install 'edgetpu-serve[gunicorn]')", processes)
+        processes = 1
+    if processes > 1:
+        from app.processes.arbiter import serve as serve_processes
+
+        return serve_processes(settings, processes)
+    from app.http_server import serve
+    from app.main import create_app
+
     try:
         app = create_app(settings)
     except ServeError as e:
@@ -21,6 +44,10 @@ def main() -> int:
         return 2
     serve(app, settings)
     return 0
+
+
+def gunicorn_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("gunicorn", "uvicorn_worker"))
 
 
 if __name__ == "__main__":

@@ -1,30 +1,40 @@
 """gunicorn with the service's HTTP limits: uvicorn's gunicorn worker (the `uvicorn-worker` package) running
-our protocol, one process per host.
+our protocol.
 
+    gunicorn -c python:app.gunicorn_conf app.main:app                                  # N workers, one port
     gunicorn -k app.gunicorn_worker.LimitedUvicornWorker --workers 1 --bind 127.0.0.1:8000 app.main:app
 
 Settings other than the address come from EDGETPU_SERVE_* as for `python -m app`; the limits reach the
-protocol through the app's lifespan (app/http_server.py). One worker: the connection cap, the body budget
-and the Edge TPUs belong to one process, so N workers would hold N times the limits and fight over the
-devices (scale out with replicas instead). `--preload` would build the app, its threads and interpreters,
-in gunicorn's arbiter before the fork: refused too (app/launch.py's message).
+protocol through the app's lifespan (app/http_server.py). Several workers need the group's hooks
+(app/gunicorn_conf.py, app/processes/arbiter.py): each worker takes the slot the master gave it and, with
+it, its place among the processes claiming the TPUs and its part of the host's limits
+(app/processes/slots.py); without the hooks a second worker would open the TPUs the first one holds, so
+`--workers N` alone is refused. `--preload` would build the app, its threads and interpreters, in
+gunicorn's master before the fork: refused too (app/launch.py).
+
+In a group, a worker listens only once its models are loaded (the others take the requests meanwhile):
+until then it tells the master it is alive itself, since uvicorn does so only once serving. HUP reloads
+its models in place (the master sends it to every worker: app/processes/arbiter.py).
 
 Extends the worker through its documented hook, CONFIG_KWARGS (uvicorn's Config options), and gunicorn's
-Worker.load_wsgi; needs `pip install edgetpu-serve[gunicorn]` (pinned in pyproject.toml).
+Worker.init_process / init_signals; needs `pip install edgetpu-serve[gunicorn]` (pinned in pyproject.toml).
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Any
 
+from gunicorn import sock as gunicorn_sockets
 from uvicorn_worker import UvicornWorker
 
-from app import launch
+from app import launch, processes
 from app.http_server import LimitedHttpToolsProtocol
 
 
 class LimitedUvicornWorker(UvicornWorker):
-    """uvicorn's worker with our HTTP protocol and the service's shutdown drain."""
+    """uvicorn's worker with our HTTP protocol, the service's shutdown drain, and its slot in the group."""
 
     CONFIG_KWARGS: dict[str, Any] = {
         "loop": "auto",
@@ -33,9 +43,42 @@ class LimitedUvicornWorker(UvicornWorker):
     }
 
     def init_process(self) -> None:
-        if self.cfg.workers != 1:
-            launch.refuse(f"gunicorn was asked for {self.cfg.workers} workers; the service runs as one process "
-                          "per host (the connection cap, the body budget and the Edge TPUs are per process).")
-        self.config.timeout_graceful_shutdown = launch.environment_settings().drain_timeout_s
+        slot = getattr(self, "service_slot", None)  # given by the group's master (app/processes/arbiter.py)
+        if slot is None and self.cfg.workers != 1:
+            launch.refuse(f"gunicorn was asked for {self.cfg.workers} workers without the service's configuration, "
+                          "so each would open every TPU. Start them with `gunicorn -c python:app.gunicorn_conf "
+                          f"--workers {self.cfg.workers} app.main:app` (each worker then takes its share of the "
+                          "TPUs), or `EDGETPU_SERVE_PROCESSES=N python -m app`.")
+        settings = launch.environment_settings()
+        self.config.timeout_graceful_shutdown = settings.drain_timeout_s
+        self.config.access_log = bool(self.cfg.accesslog)
+        if slot is not None:
+            loaded = processes.slots.loaded
+            threading.Thread(target=self._alive_until, args=(loaded,), name="edgetpu-serve-heartbeat",
+                             daemon=True).start()
+            processes.join(slot, heartbeat=self.notify)
+            if self.cfg.reuse_port:
+                self._listen_once_loaded()
         launch.mark_protocol_in_use()  # this process runs it: the app's lifespan may start
         super().init_process()
+
+    def _listen_once_loaded(self) -> None:
+        """gunicorn made this worker's own listening sockets (reuse_port) at the fork; the kernel would queue
+        connections on them while the models load. Closed now, made again once loaded, into the list that
+        uvicorn reads after the app's lifespan has started (uvicorn_worker pinned: `self.sockets`)."""
+        for listener in self.sockets:
+            listener.close()
+        self.sockets.clear()
+        processes.slots.when_loaded(lambda: self.sockets.extend(gunicorn_sockets.create_sockets(self.cfg, self.log)))
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        # HUP reloads the models once the app runs (its lifespan installs that); until then it is ignored,
+        # rather than ending the process as it would by default
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def _alive_until(self, done: threading.Event) -> None:
+        """Tell the master this worker is alive while its models load (it serves, and uvicorn tells, after)."""
+        interval = max(0.5, self.timeout / 4)
+        while not done.wait(interval):
+            self.notify()

@@ -8,7 +8,7 @@ our protocol, and otherwise it refuses before any model loads, with a message th
 
   python -m app                                                       settings from EDGETPU_SERVE_*
   uvicorn --http app.launch:Protocol app.main:app                     (or --factory app.main:create_app)
-  gunicorn -k app.gunicorn_worker.LimitedUvicornWorker app.main:app   one worker, no --preload
+  gunicorn -c python:app.gunicorn_conf app.main:app                   N workers, each with its TPUs; no --preload
 
 How it is known: `Protocol` here is looked up by that name only, by uvicorn resolving `--http`
 (uvicorn.Config.load, after which the lifespan starts: pinned with uvicorn), so looking it up marks
@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from app import processes
 from app.errors import ServeError
 from app.memory import tune_malloc
 from app.settings import Settings
@@ -41,7 +42,7 @@ PROTOCOL_NAME = "Protocol"
 HOW_TO_START = """Start it with one of:
   python -m app                          (host, port and every setting from EDGETPU_SERVE_*)
   uvicorn --http app.launch:Protocol app.main:app --host HOST --port PORT
-  gunicorn -k app.gunicorn_worker.LimitedUvicornWorker --workers 1 --bind HOST:PORT app.main:app
+  gunicorn -c python:app.gunicorn_conf [--workers N] [--bind HOST:PORT] app.main:app
 (see docs/launch.md)"""
 
 _protocol_in_use = False
@@ -98,6 +99,9 @@ def app_for_server(entry: str, create_app: Callable[[Settings], Any]) -> Any:
     if entry in _built:
         return _built[entry]
     settings = environment_settings()
+    slot = processes.current()
+    if slot is not None:  # one of several workers: its share of the TPUs and of the host's limits
+        settings = processes.process_settings(settings, slot)
     if settings.tune_malloc:
         tune_malloc()
     try:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
-from app import launch, tasks
+from app import launch, processes, tasks
 from app.api import auth, devices, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
 from app.api.routes import InferenceRoutes, task_routers
@@ -24,6 +26,7 @@ from app.http_server import HttpLimits, lifespan_state
 from app.imaging import reuse_image_buffers
 from app.inference import ImageWork, image_threads
 from app.memory import TRIM_AFTER_BYTES, ByteBudget
+from app.processes.siblings import Siblings, reload_here
 from app.registry import Registry
 from app.settings import Settings
 
@@ -53,14 +56,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # once; interpreters load (and warm up) in the background while /healthz answers.
     registry.configure()
 
+    slot = processes.current()  # one of several worker processes (app/processes), or None: alone
+    siblings = Siblings(slot, registry) if slot is not None else None
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         launch.check_server(app)  # started by another server: refuses unless it runs our protocol
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
+        if siblings is not None:
+            await siblings.start()  # the others see it loading, and ask it for reloads, from now on
+            # a worker listens once loaded: the kernel gives connections only to workers that accept, so
+            # the other workers take the requests meanwhile (a restart after a crash fails nothing)
+            await asyncio.shield(loading)
+            processes.slots.mark_loaded()
+        hangup = reload_on_hangup(registry)
         try:
             # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
             yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(registry, inference_routes))
         finally:
+            if hangup:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            if siblings is not None:
+                await siblings.stop()
             # Shutdown: admitted requests finish (bounded), then every interpreter is closed.
             if not await registry.drain(settings.drain_timeout_s):
                 log.warning("drain: %d request(s) still in flight after %.1f s; closing anyway",
@@ -77,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_decoded_pixels=settings.max_decoded_pixels, accept_damaged=settings.accept_damaged_images)
     app.state.settings = settings
     app.state.registry = registry
+    app.state.siblings = siblings
     app.state.images = images
     app.state.api_keys = auth.ApiKeys.from_settings(settings)
     errors.install(app)
@@ -98,6 +116,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     page.install(app)
     openapi.install(app, registry)
     return app
+
+
+def reload_on_hangup(registry: Registry) -> bool:
+    """SIGHUP reloads every model in place, as the admin route reloads one (under gunicorn the master sends it
+    to each worker). Where the app's loop runs in the main thread (a server's, not a test client's): True."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+
+    def hangup() -> None:
+        log.info("SIGHUP: reloading every model")
+        asyncio.ensure_future(reload_here(registry, None))
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
+    return True
 
 
 def __getattr__(name: str):

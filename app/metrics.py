@@ -6,6 +6,13 @@ states, and each backend plug-in's own gauges: its devices' health, temperature)
 the registry when Prometheus scrapes, by StateCollector, so nothing has to be kept in step by hand. Process metrics come from
 prometheus_client's own collectors.
 
+Several processes (app/processes): counters and histograms go to prometheus_client's multiprocess files
+(`use_multiprocess`), summed over every worker, dead ones included (the requests they answered were
+answered); the state gauges are read live from every worker at the scrape (app/processes/siblings.py) and
+merged series by series, each family by its own rule (`merged_by`: sum by default; a model is ready only
+where every worker serves it, `min`; the latest load, `max`; a count a process keeps itself, one series per
+worker, `each`, labelled with its slot). Process metrics (process_*) are per process and left out there.
+
 Label values are bounded: `model` and `backend` only ever take names the registry serves
 (the registry sets them when a lease has resolved the model and backend, so a request refused
 from there on, a full line say, counts against that model), requests that never reach a model are
@@ -18,10 +25,14 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import values
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from app.errors import ServeError
@@ -140,6 +151,24 @@ class RequestCounter:
             answered(protocol, labels["model"], labels["backend"], status["code"])
 
 
+# How each worker's value of a state series becomes the service's (app/processes): sum, min or max, or
+# "each": every worker's series kept, labelled with its slot (WORKER_LABEL).
+MERGES = {"sum": sum, "min": min, "max": max}
+EACH = "each"
+WORKER_LABEL = "worker"
+
+
+def merged_by(family: Metric, how: str) -> Metric:
+    """Mark a state family with the rule that merges the workers' values of each of its series (default
+    sum): "min" where the service has a state only if every worker has it, "max" for the latest or worst,
+    "each" for a count a process keeps since it started (a sum would drop when a worker is replaced, which
+    Prometheus takes for a reset: one series per worker resets with its own process only)."""
+    if how not in MERGES and how != EACH:
+        raise ValueError(f"merge {how!r}: one of {sorted([*MERGES, EACH])}")
+    family.merge = how
+    return family
+
+
 class StateCollector(Collector):
     """Gauges read from the registry at scrape time: the pools', and each plug-in's own."""
 
@@ -164,6 +193,9 @@ class StateCollector(Collector):
             ("pool_first_inference_seconds", "The pool's first inference after (re)load: the warm-up",
              ("model", "backend")),
         )}
+        for name, how in (("model_ready", "min"), ("model_loaded_timestamp_seconds", "max"),
+                          ("pool_load_seconds", "max"), ("pool_first_inference_seconds", "max")):
+            merged_by(g[name], how)
         for name in self.registry.names():
             g["model_ready"].add_metric([name], 1.0 if self.registry.status(name).state == "ready" else 0.0)
             try:
@@ -211,5 +243,66 @@ def unwatch(prometheus: CollectorRegistry = REGISTRY) -> None:
 
 
 def exposition(prometheus: CollectorRegistry = REGISTRY) -> bytes:
+    return generate_latest(prometheus)
+
+
+# ---- several processes (app/processes) -----------------------------------------------------------------
+
+def use_multiprocess(directory: Path) -> None:
+    """From now on this process's counters and histograms live in `directory`'s files, which every worker's
+    scrape sums. In a worker, before any series is made: prometheus_client picks its value class when it is
+    imported (here possibly in the master, before the fork), and a series takes the class current when it is
+    first labelled (prometheus-client pinned: its `values.ValueClass`). The metrics here all have labels."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    values.ValueClass = values.MultiProcessValue()
+    _answers.clear()
+    _stage_histograms.clear()
+
+
+def state_families(registry) -> list[dict]:
+    """This process's state gauges (StateCollector) as plain values, to be merged with the other workers'."""
+    return [{"name": f.name, "documentation": f.documentation, "type": f.type,
+             "merge": getattr(f, "merge", "sum"),
+             "samples": [[sample.name, sample.labels, sample.value] for sample in f.samples]}
+            for f in StateCollector(registry).collect()]
+
+
+class _Merged(Collector):
+    """Every worker's state families (by slot), series by series, each merged by its family's rule."""
+
+    def __init__(self, workers: dict[int, list[dict]], processes: int):
+        self.workers = workers
+        self.processes = processes
+
+    def collect(self) -> Iterable:
+        families: dict[str, dict] = {}
+        for slot, worker in self.workers.items():
+            for family in worker:
+                entry = families.setdefault(family["name"], {**family, "series": {}})
+                for name, labels, value in family["samples"]:
+                    if family["merge"] == EACH:
+                        labels = {**labels, WORKER_LABEL: str(slot)}
+                    entry["series"].setdefault((name, tuple(sorted(labels.items()))), []).append(value)
+        for family in families.values():
+            metric = Metric(family["name"], family["documentation"], family["type"])
+            merge = MERGES.get(family["merge"], sum)  # "each": one value per series already
+            for (name, labels), found in family["series"].items():
+                metric.add_sample(name, dict(labels), merge(found))
+            yield metric
+        yield GaugeMetricFamily(f"{PREFIX}_processes", "Worker processes serving this port (app/processes)",
+                                value=self.processes)
+        yield GaugeMetricFamily(f"{PREFIX}_processes_answering",
+                                "Worker processes whose state this scrape read (the others are starting or gone)",
+                                value=len(self.workers))
+
+
+def group_exposition(directory: Path, workers: dict[int, list[dict]], processes: int) -> bytes:
+    """The service's metrics when several processes serve it: the counters and histograms of every worker
+    (their multiprocess files in `directory`), and the state families of the workers that answered (by slot),
+    merged."""
+    prometheus = CollectorRegistry()
+    MultiProcessCollector(prometheus, path=str(directory))
+    prometheus.register(_Merged(workers, processes))
     return generate_latest(prometheus)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from collections.abc import Collection, Iterable
 
@@ -40,6 +40,39 @@ class PluginSettings(BaseSettings):
 
 def plugin_config(key: str, **extra) -> SettingsConfigDict:
     return SettingsConfigDict(env_prefix=f"{ENV_PREFIX}{key.upper()}_", extra="forbid", **extra)
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """Process `index` of `count` (0-based) sharing a host's devices (app/processes): a device plug-in claims
+    a device before it opens one, so that no device is opened by two processes, and takes an even part of
+    those present (the Edge TPU plug-in's claims), the `index`-th contiguous part first."""
+
+    index: int
+    count: int
+
+    def __post_init__(self):
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"share {self.index}/{self.count}: the index must be 0 to {self.count - 1}")
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceShare:
+        index, sep, count = text.partition("/")
+        if not sep or not index.strip().isdigit() or not count.strip().isdigit():
+            raise ValueError(f"{text!r}: a share is K/N, the K-th of N (0-based), e.g. 0/2")
+        return cls(int(index), int(count))
+
+    def of(self, items: list) -> list:
+        """This share's part of `items`: contiguous and in order (0/2 of [a, b, c, d] is [a, b]), the
+        parts of all N shares together being `items` once each, the first ones one longer where they do
+        not divide evenly; the last ones empty when there are fewer items than shares. What a process
+        claims first: processes started together split the devices this way."""
+        size, extra = divmod(len(items), self.count)
+        start = self.index * size + min(self.index, extra)
+        return items[start:start + size + (self.index < extra)]
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
 
 
 class Settings(BaseSettings):
@@ -75,6 +108,17 @@ class Settings(BaseSettings):
     # interpreters, image work), so the event loop, which answers and refuses, runs first when
     # they fill every core (app/threads.py). 0 = as the process.
     compute_nice: int = Field(default=10, ge=0, le=19)
+    # Processes serving one port (app/processes): `python -m app` starts that many under gunicorn, each
+    # with its own share of the TPUs. auto: one per TPU (fewer when a segmented model needs several TPUs
+    # in one process, or when there are fewer cores), and a single process without an Edge TPU.
+    processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
+    # This process's place among N sharing the host's devices ("K/N": the K-th of N, 0-based): a device
+    # plug-in claims an even part of the devices present, the K-th contiguous part first, in
+    # DEVICE_CLAIMS_DIR, and opens only those. Set for each worker by the process group; unset = every device.
+    device_share: DeviceShare | None = None
+    # Where the processes sharing the devices claim them (a lock file per device, the plug-in's claims):
+    # one directory for the N, set with DEVICE_SHARE (the process group's own directory for its workers).
+    device_claims_dir: Path | None = None
     # The deadline of one invoke on a backend without a watchdog: past it the request gets a 504.
     invoke_timeout_s: float = Field(default=30.0, gt=0)
     # SIGTERM: requests already admitted get this long to finish before interpreters are closed.
@@ -141,6 +185,13 @@ class Settings(BaseSettings):
         return self._plugin_settings[plugin]
 
     @model_validator(mode="after")
+    def _share_has_its_claims(self):
+        if self.device_share is not None and self.device_claims_dir is None:
+            raise ValueError("DEVICE_SHARE needs DEVICE_CLAIMS_DIR: the directory, the same for the processes "
+                             "sharing the devices, where each claims the devices it opens")
+        return self
+
+    @model_validator(mode="after")
     def _budget_holds_a_body(self):
         # a multipart body is held twice for a moment (the body, the file in it)
         if self.max_body_bytes_in_flight < 2 * self.max_body_bytes:
@@ -148,7 +199,14 @@ class Settings(BaseSettings):
                              f"MAX_BODY_BYTES ({self.max_body_bytes})")
         return self
 
-    @field_validator("api_keys_file", "admin_keys_file", mode="before")
+    @field_validator("device_share", mode="before")
+    @classmethod
+    def _share(cls, value):
+        if value == "":
+            return None
+        return DeviceShare.parse(value) if isinstance(value, str) else value
+
+    @field_validator("api_keys_file", "admin_keys_file", "device_claims_dir", mode="before")
     @classmethod
     def _empty_is_none(cls, value):
         return None if value == "" else value  # EDGETPU_SERVE_API_KEYS_FILE= (compose's empty default)

@@ -7,13 +7,18 @@ as `python -m app` does. For each device time D and device count, one service; f
 input and concurrency c, `wrk` (C, event-driven, one thread: the load generator shares the
 cores with the service, as on a board, and a Python client would take several times its CPU)
 sends the same request over c keep-alive connections. Reported per row:
-  req/s, p50/p99 (wrk), device busy = req/s x D / devices,
+  req/s and device busy = req/s x D / devices, counting only 2xx answers; shed requests (503 from a
+  full line: every answer >= 400) apart, never as served; p50/p99 (wrk, over every answer),
   server CPU ms per request (every thread of the service, from /proc/<pid>/task/*/schedstat),
   and, in the same run, the bound without HTTP: the same image work (app.imaging) on the
   service's number of image threads feeding the same simulated devices through a queue.
 Then a stage pass (a service with BENCH_STAGES=1, concurrency 1): the server's CPU per
 request by stage (HTTP/framework, body read, decode, resize, quantize, post-processing,
 response serialization, device copies, thread hand-offs), from thread CPU clocks.
+
+With --processes P, the service is P worker processes on the one port (EDGETPU_SERVE_PROCESSES: gunicorn,
+app/processes), the devices split evenly, the load from one wrk on the one port; the server's CPU is
+every thread of every process (not split by thread kind: only one process names its threads).
 
 Inputs: china.jpg (640x427 JPEG), a 224x224 JPEG made from scikit-image's chelsea.png, and
 the raw uint8 tensor through OIP v2's binary extension when the service has /v2 (the hook
@@ -29,6 +34,7 @@ Example usage:
     python bench/device_capacity.py --checkout /work/main --checkout .   # two checkouts side by side
                                        # (all services up at once, points in alternating rounds: --rounds, 3)
     python bench/device_capacity.py --variant '' --variant 'COMPUTE_NICE=0'   # two settings side by side
+    python bench/device_capacity.py --processes 2 --devices 2 --device-ms 2.5   # 2 workers, one device each
     python bench/device_capacity.py --backend cpu --workers 1 --concurrency 1   # a real backend
     python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
     python bench/device_capacity.py --url http://board:8000 --device-ms 2.6     # a running service
@@ -183,16 +189,23 @@ class Service(ServiceProcess):
     started through the shared launcher running bench/device_launcher.py."""
 
     def __init__(self, checkout: Path, device_ms: float, devices: int, backend: str, image_threads: int | None,
-                 stages: bool = False, workers: int | None = None, settings: dict[str, str] | None = None):
+                 stages: bool = False, workers: int | None = None, settings: dict[str, str] | None = None,
+                 processes: int = 1):
+        """`devices` in all; with `processes` > 1, that many worker processes on the one port (python -m
+        app under gunicorn, EDGETPU_SERVE_PROCESSES), each with devices / processes simulated devices."""
         self.checkout = checkout
+        self.processes = processes
         self.stats_file = Path(tempfile.mkstemp(prefix="device_capacity_", suffix=".json")[1])
+        each = devices // processes
         env = {"PYTHONPATH": str(checkout),
                "EDGETPU_SERVE_BACKENDS": backend, "EDGETPU_SERVE_MODELS": MODEL,
-               "EDGETPU_SERVE_WORKERS": str(workers or devices), "EDGETPU_SERVE_LOG_LEVEL": "warning",
-               # the line must hold the highest concurrency: a 503 would be a measured error
+               "EDGETPU_SERVE_WORKERS": str(workers or each), "EDGETPU_SERVE_LOG_LEVEL": "warning",
+               # the line holds the highest concurrency: a 503 is shed, reported apart, never served
                "EDGETPU_SERVE_MAX_WAITING": "64",
-               "BENCH_DEVICE_MS": str(device_ms), "BENCH_DEVICES": str(devices),
+               "BENCH_DEVICE_MS": str(device_ms), "BENCH_DEVICES": str(each),
                "BENCH_STATS_FILE": str(self.stats_file), "BENCH_STAGES": "1" if stages else "0"}
+        if processes > 1:
+            env["EDGETPU_SERVE_PROCESSES"] = str(processes)
         if image_threads:
             env["EDGETPU_SERVE_IMAGE_THREADS"] = str(image_threads)
         env.update({f"EDGETPU_SERVE_{name}": value for name, value in (settings or {}).items()})
@@ -205,7 +218,10 @@ class Service(ServiceProcess):
             self.stats_file.unlink(missing_ok=True)
 
     def stats(self) -> dict:
-        """Thread names and stage sums, written by the launcher on SIGUSR1."""
+        """Thread names and stage sums, written by the launcher on SIGUSR1 (one process: under gunicorn
+        the master takes SIGUSR1 for its logs, so several processes name no threads)."""
+        if self.processes > 1:
+            return {"threads": {}, "stages": {}}
         before = self.stats_file.stat().st_mtime_ns if self.stats_file.stat().st_size else 0
         self.process.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 5
@@ -220,14 +236,27 @@ class Service(ServiceProcess):
         raise RuntimeError("the launcher did not write its stats")
 
 def thread_cpu_ns(pid: int) -> dict[int, int]:
-    """Each live thread's CPU time so far (schedstat: ns on the CPU)."""
+    """Each live thread's CPU time so far (schedstat: ns on the CPU), of the process and of its children
+    (the worker processes when gunicorn's master is `pid`); thread ids are unique across processes."""
     out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for process in [pid, *child_pids(pid)]:
         try:
-            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError):
-            pass
+            tasks = list(Path(f"/proc/{process}/task").iterdir())
+        except OSError:  # exited meanwhile
+            continue
+        for task in tasks:
+            try:
+                out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError):
+                pass
     return out
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 FLOOR = Path(__file__).resolve().parent / "floor_server.py"
@@ -270,10 +299,18 @@ def wrk_run(url: str, item: Input, concurrency: int, seconds: float, workdir: Pa
     line = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if not line:
         raise RuntimeError(f"wrk failed: {out.stdout}\n{out.stderr}")
-    figures = json.loads(line[-1])
-    errors = sum(figures[k] for k in ("status", "connect", "read", "write", "timeout"))
-    return {"req_s": figures["requests"] / (figures["us"] / 1e6), "p50_ms": figures["p50"] / 1000,
-            "p99_ms": figures["p99"] / 1000, "requests": figures["requests"], "errors": errors}
+    return wrk_figures(json.loads(line[-1]))
+
+
+def wrk_figures(figures: dict) -> dict:
+    """wrk's summary as the tables count it: only 2xx answers are served (req/s, and so device busy);
+    answers >= 400 (wrk's status errors: 503s from a full line, in practice) are shed, counted apart;
+    connect, read, write and timeout failures are errors. Latencies are wrk's, over every answer."""
+    seconds = figures["us"] / 1e6
+    served = figures["requests"] - figures["status"]
+    return {"req_s": served / seconds, "p50_ms": figures["p50"] / 1000, "p99_ms": figures["p99"] / 1000,
+            "requests": served, "shed": figures["status"], "shed_s": figures["status"] / seconds,
+            "errors": sum(figures[k] for k in ("connect", "read", "write", "timeout"))}
 
 
 # ---- the bound without HTTP ---------------------------------------------------------------
@@ -451,8 +488,8 @@ def median_point(points: list[dict]) -> dict:
     for key in ("req_s", "p50_ms", "p99_ms", "device_busy", "cpu_ms_per_request_total"):
         if key in row:
             row[key] = median(p[key] for p in points)
-    for key in ("requests", "errors"):
-        row[key] = sum(p[key] for p in points)
+    for key in ("requests", "shed", "errors"):
+        row[key] = sum(p.get(key, 0) for p in points)
     if "cpu_ms_per_request" in row:
         kinds = {k for p in points for k in p["cpu_ms_per_request"]}
         row["cpu_ms_per_request"] = {k: median(p["cpu_ms_per_request"].get(k, 0.0) for p in points)
@@ -538,7 +575,7 @@ def peer_comparison(inputs: list[Input], levels: list[int], seconds: float, work
                 row = {"input": item.name, "concurrency": c, "workers": workers}
                 for side, runs in got.items():
                     row[side] = {k: median(r[k] for r in runs) for k in ("req_s", "p50_ms", "p99_ms")}
-                    row[side]["errors"] = sum(r["errors"] for r in runs)
+                    row[side]["errors"] = sum(r["errors"] + r["shed"] for r in runs)
                 rows.append(row)
     return rows
 
@@ -562,19 +599,25 @@ def print_peer(rows: list[dict]) -> None:
 
 def print_rows(title: str, rows: list[dict], bounds: dict) -> None:
     print(f"\n### {title}\n")
-    print("| input | c | req/s | p50 ms | p99 ms | device busy | without HTTP req/s (busy) | service / bound "
-          "| server CPU ms/req (loop + image + device + other) | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| input | c | req/s (2xx) | p50 ms | p99 ms | device busy | shed (503) | without HTTP req/s (busy) "
+          "| service / bound | server CPU ms/req (loop + image + device + other) | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         bound = bounds.get(r["input"])
         bound_txt = "-" if bound is None else f"{bound:.0f} ({bound * r['device_ms'] / 1000 / r['devices']:.0%})"
         share = ratio(r["req_s"], bound)
         share_txt = "-" if share is None else f"{share:.0%}"
         cpu = r.get("cpu_ms_per_request")
-        cpu_txt = "-" if cpu is None else (f"{r['cpu_ms_per_request_total']:.2f} (" + " + ".join(
-            f"{cpu.get(k, 0):.2f}" for k in ("event loop", "image", "device", "other")) + ")")
+        if cpu is None:
+            cpu_txt = "-"
+        elif set(cpu) <= {"other"}:  # several processes: their threads are not named (Service.stats)
+            cpu_txt = f"{r['cpu_ms_per_request_total']:.2f} (all processes)"
+        else:
+            cpu_txt = f"{r['cpu_ms_per_request_total']:.2f} (" + " + ".join(
+                f"{cpu.get(k, 0):.2f}" for k in ("event loop", "image", "device", "other")) + ")"
+        shed = r.get("shed", 0)
         print(f"| {r['input']} | {r['concurrency']} | {r['req_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-              f"{r['device_busy']:.0%} | {bound_txt} | {share_txt} | {cpu_txt} | {r['errors']} |")
+              f"{r['device_busy']:.0%} | {shed} | {bound_txt} | {share_txt} | {cpu_txt} | {r['errors']} |")
 
 
 def chart_panels(report: dict) -> list[dict]:
@@ -672,6 +715,9 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=None, metavar="'NAME=VALUE ...'",
                         help="service settings (EDGETPU_SERVE_ prefix left out) to run side by side, each checkout "
                              "once per variant; '' = the defaults. E.g. --variant '' --variant 'COMPUTE_NICE=0'")
+    parser.add_argument("--processes", default="1",
+                        help="worker processes on the one port (comma-separated; EDGETPU_SERVE_PROCESSES, gunicorn), "
+                             "the devices split evenly among them: --processes 2 --devices 4 gives each worker 2")
     parser.add_argument("--backend", default="simtpu", help="backend to serve on (simtpu: the simulated device)")
     parser.add_argument("--workers", type=int, default=None, help="EDGETPU_SERVE_WORKERS for a real backend")
     parser.add_argument("--url", default=None, help="measure a running service instead (no CPU figures)")
@@ -709,6 +755,7 @@ def main() -> int:
     simulated = args.backend == "simtpu" and args.url is None
     device_times = [float(d) for d in args.device_ms.split(",")] if (simulated or args.url) else [None]
     device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
+    process_counts = [int(p) for p in args.processes.split(",")]
     inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
     if detection:  # a detector's inputs instead: a camera frame, to its route and to DeepStack's
         inputs = detection_inputs(MODEL)
@@ -749,7 +796,10 @@ def main() -> int:
                 print(f"\nchart: {written}")
             return 0
         for d in device_times:
-            for n in device_counts:
+            for n, processes in ((n, p) for n in device_counts for p in process_counts):
+                if n % processes:
+                    print(f"\n({n} device(s) do not split evenly among {processes} processes: left out)")
+                    continue
                 bounds = {}
                 if simulated:
                     for item in inputs:
@@ -760,7 +810,8 @@ def main() -> int:
                     sides = []
                     for checkout, settings in runs:
                         svc = stack.enter_context(Service(checkout, d or 0, n, args.backend, args.image_threads,
-                                                          workers=args.workers, settings=settings))
+                                                          workers=args.workers, settings=settings,
+                                                          processes=processes))
                         v2 = v2_binary_request(svc.url, MODEL, inputs[0].jpeg)
                         sides.append((svc, svc.url, inputs + ([v2] if v2 else [])))
                     names = [run_name(checkout, settings) for checkout, settings in runs]
@@ -772,9 +823,11 @@ def main() -> int:
                 for name, (side, _, side_inputs), rows in zip(names, sides, measured):
                     errors += sum(r["errors"] for r in rows)
                     for r in rows:
-                        r["run"] = name
+                        r["run"], r["processes"] = name, processes if isinstance(side, Service) else 1
                     title = (f"{name}: D = {d} ms, {n} device(s)" if simulated else
                              f"{name}: backend {args.backend}, {n} worker(s)")
+                    if processes > 1 and isinstance(side, Service):
+                        title += f", {processes} processes on one port ({n // processes} each)"
                     if rounds > 1:
                         title += f", medians of {rounds} alternating rounds"
                     print_rows(f"{title} (load average {load_average()})", rows, bounds)

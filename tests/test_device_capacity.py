@@ -88,3 +88,34 @@ def test_idle_penalty_times_the_same_work_after_each_sleep_length():
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [row.split("|")[1].strip() for row in rows] == ["0", "0.5", "2", "4", "10"]
     assert rows[0].count("(1.0x)") == 2  # back to back is the reference for both columns
+
+
+def test_only_2xx_answers_are_served_and_count_toward_device_busy():
+    from bench.device_capacity import wrk_figures
+
+    # wrk's summary: 1,000 answers in 1 s, 600 of them 503 (a status error to wrk), 3 broken connections
+    figures = wrk_figures({"requests": 1000, "us": 1_000_000, "p50": 2000, "p99": 9000, "status": 600,
+                           "connect": 0, "read": 3, "write": 0, "timeout": 0})
+    assert figures["req_s"] == 400 and figures["requests"] == 400
+    assert figures["shed"] == 600 and figures["shed_s"] == 600 and figures["errors"] == 3
+
+
+@pytest.mark.slow
+def test_several_processes_on_one_port_and_shed_requests_apart(tmp_path):
+    """--processes 2 --devices 2: two workers, one device each. With no waiting line (MAX_WAITING=0) and 16
+    connections, most answers are 503s: shed, reported apart, and never counted as served or busy."""
+    out = tmp_path / "figures.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGETPU_SERVE_", "BENCH_"))}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "device_capacity.py"), "--device-ms", str(DEVICE_MS),
+                           "--devices", "2", "--processes", "2", "--concurrency", "16", "--duration", "1",
+                           "--inputs", "224", "--no-stages", "--variant", "MAX_WAITING=0", "--json", str(out),
+                           "--chart", ""], cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 processes on one port (1 each)" in done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["points"] and all(p["processes"] == 2 and p["devices"] == 2 for p in figures["points"])
+    for point in figures["points"]:
+        # two devices of 5 ms serve at most 400/s: whatever was shed, busy stays within what they can do
+        assert point["shed"] > 0 and point["requests"] > 0 and point["errors"] == 0
+        assert 0 < point["device_busy"] <= 1.05 and point["req_s"] <= 2 * 1000 / DEVICE_MS * 1.05
+        assert point["cpu_ms_per_request_total"] > 0  # every process's threads counted

@@ -36,13 +36,14 @@ EVENTUALLY_S = 30
 
 
 class Served:
-    """A registry serving the default model with the Edge TPU plug-in on the double, its probe on a fake clock."""
+    """A registry serving the default model with the Edge TPU plug-in on the double, its probe on a fake clock;
+    `core`: more of the core's settings (a share of the host's TPUs, say)."""
 
     def __init__(self, tmp_path, library, policy="fallback", backends=("edgetpu", "cpu"), devices=(), models=None,
-                 name=DEFAULT_MODEL, **edgetpu):
+                 name=DEFAULT_MODEL, core=None, **edgetpu):
         self.name = name
         settings = Settings(model_dir=models or plain_as_compiled(tmp_path / "models"), backends=list(backends),
-                            workers=1,
+                            workers=1, **(core or {}),
                             plugins={"edgetpu": dict(library=str(library), on_failure=policy, version_check="warn",
                                                      probe_interval_s=INTERVAL_S, devices=list(devices), **edgetpu)})
         self.registry = Registry(settings)
@@ -321,6 +322,8 @@ class LoadLoop:
 def hotplug_service(tmp_path, plugged_tpus, library, policy: str, backends: str) -> Service:
     return Service({
         "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
+        # one process and its pools (several processes on these TPUs: tests/test_processes.py)
+        "EDGETPU_SERVE_PROCESSES": "1",
         "EDGETPU_SERVE_BACKENDS": backends, "EDGETPU_SERVE_WORKERS": "1",
         "EDGETPU_SERVE_EDGETPU_LIBRARY": str(library), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
         "EDGETPU_SERVE_EDGETPU_ON_FAILURE": policy, "EDGETPU_SERVE_EDGETPU_PROBE_INTERVAL_S": "0.2",

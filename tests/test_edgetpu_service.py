@@ -58,6 +58,7 @@ def test_two_tpus_through_the_test_double_compute_what_the_cpu_does(tmp_path, li
     service = Service({
         "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
         "EDGETPU_SERVE_BACKENDS": "edgetpu,cpu", "EDGETPU_SERVE_WORKERS": "1",
+        "EDGETPU_SERVE_PROCESSES": "1",  # one process, its pool over both TPUs (several: tests/test_processes.py)
         "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
         DEVICES: ",".join(f"pci:{node}" for node in nodes), INVOKE_LOG: str(invoked),
     })

@@ -77,7 +77,7 @@ def test_a_hot_tpu_degrades_its_models_until_it_cools(tmp_path, libedgetpu_doubl
     fake_apex(sysfs, "apex_0", 52100)
     service = Service({
         "EDGETPU_SERVE_MODEL_DIR": str(plain_as_compiled(tmp_path / "models")),
-        "EDGETPU_SERVE_MODELS": DEFAULT_MODEL,
+        "EDGETPU_SERVE_MODELS": DEFAULT_MODEL, "EDGETPU_SERVE_PROCESSES": "1",  # one process's readiness
         "EDGETPU_SERVE_BACKENDS": "edgetpu", "EDGETPU_SERVE_WORKERS": "1",
         "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
         "EDGETPU_SERVE_APEX_SYSFS_DIR": str(sysfs),

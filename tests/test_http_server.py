@@ -33,6 +33,9 @@ LAUNCHES = {
     "gunicorn -k LimitedUvicornWorker": [sys.executable, "-m", "gunicorn", "--no-control-socket",
                                          "-k", "app.gunicorn_worker.LimitedUvicornWorker",
                                          "--workers", "1", "--bind", "127.0.0.1:{port}", "app.main:app"],
+    # the service's gunicorn configuration: PROCESSES workers (auto, on the cpu: one), the group's hooks
+    "gunicorn -c python:app.gunicorn_conf": [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf",
+                                             "--bind", "127.0.0.1:{port}", "app.main:app"],
 }
 
 

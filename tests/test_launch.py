@@ -43,7 +43,7 @@ def test_a_launch_that_cannot_hold_the_limits_refuses_and_says_how_to_start(argv
     assert done.returncode != 0, output
     assert "edgetpu-serve: refusing to start" in output, output
     for how in ("python -m app", "uvicorn --http app.launch:Protocol app.main:app",
-                "gunicorn -k app.gunicorn_worker.LimitedUvicornWorker --workers 1"):
+                "gunicorn -c python:app.gunicorn_conf"):
         assert how in output
     assert "Application startup complete" not in output
 

@@ -1,12 +1,16 @@
-"""GET /healthz (the process answers) and GET /readyz (every model serving: ready or degraded)."""
+"""GET /healthz (the process answers) and GET /readyz (every model serving: ready or degraded).
+
+Under several worker processes, /readyz answers for all of them (app/processes/views.py), with each one's
+own view under `workers`; /healthz answers for the worker that took the connection."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api.deps import RegistryDep
-from app.api.schemas import LiveOut, ModelStateOut, ReadyOut
+from app.api.schemas import LiveOut, ModelStateOut, ReadyOut, WorkerStateOut
+from app.processes import views
 from app.registry import iso_time
 
 router = APIRouter(tags=["health"])
@@ -18,13 +22,22 @@ async def healthz():
 
 
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
-async def readyz(registry: RegistryDep):
-    models = {}
-    for name in registry.names():
-        status = registry.status(name)
-        models[name] = ModelStateOut(state=status.state, error=status.error, since=iso_time(status.since))
-    if registry.ready():
-        return ReadyOut(ready=True, models=models)
+async def readyz(request: Request, registry: RegistryDep):
+    siblings = request.app.state.siblings
+    if siblings is not None:  # several worker processes: every one's state, merged (app/processes/views.py)
+        ready, states, workers = views.readiness(await siblings.everyone("status"))
+        models = {name: ModelStateOut(state=m["state"], error=m["error"], since=iso_time(m["since"]))
+                  for name, m in states.items()}
+        workers = [WorkerStateOut(**w) for w in workers]
+    else:
+        models, workers = {}, None
+        for name in registry.names():
+            status = registry.status(name)
+            models[name] = ModelStateOut(state=status.state, error=status.error, since=iso_time(status.since))
+        ready = registry.ready()
+    if ready:
+        return ReadyOut(ready=True, models=models, workers=workers)
     waiting = sorted(name for name, m in models.items() if m.state not in ("ready", "degraded"))
-    body = ReadyOut(ready=False, models=models, error=f"not ready: {', '.join(waiting) or 'no models'}")
+    body = ReadyOut(ready=False, models=models, error=f"not ready: {', '.join(waiting) or 'no models'}",
+                    workers=workers)
     return JSONResponse(body.model_dump(), status_code=503)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, FastAPI, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 
 from app import metrics
 from app.api import auth
@@ -14,9 +14,17 @@ router = APIRouter(tags=["metrics"])
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
-async def scrape():
-    # the state collector walks pools and may read sysfs: off the event loop
-    return Response(await asyncio.to_thread(metrics.exposition), media_type=metrics.CONTENT_TYPE)
+async def scrape(request: Request):
+    siblings = request.app.state.siblings
+    if siblings is None:
+        # the state collector walks pools and may read sysfs: off the event loop
+        return Response(await asyncio.to_thread(metrics.exposition), media_type=metrics.CONTENT_TYPE)
+    # several worker processes: every worker's counters from the shared files, and the state gauges of
+    # every worker that answers now, merged (app/metrics.py)
+    answers = await siblings.everyone("state")
+    states = {slot: answer["families"] for slot, answer in answers.items() if answer is not None}
+    text = await asyncio.to_thread(metrics.group_exposition, siblings.slot.metrics_dir, states, siblings.processes)
+    return Response(text, media_type=metrics.CONTENT_TYPE)
 
 
 def install(app: FastAPI, routes: InferenceRoutes) -> None:

@@ -5,10 +5,9 @@ Every backend plug-in may add keys to a model's answer and to each backend's ent
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
 from app.api.auth import AdminKey
@@ -23,6 +22,7 @@ from app.api.schemas import (
     TensorOut,
 )
 from app.engines import TensorSpec
+from app.processes.siblings import reload_everywhere
 from app.registry import Registry, iso_time
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -96,6 +96,6 @@ async def get_model(name: str, registry: RegistryDep, settings: SettingsDep):
 
 @router.post("/{name}/reload", response_model=ModelOut, responses=ADMIN_ERRORS, dependencies=[AdminKey],
              summary="Reload from disk; the next request on each interpreter is cold again")
-async def reload_model(name: str, registry: RegistryDep, settings: SettingsDep):
-    await asyncio.to_thread(registry.reload, name)
+async def reload_model(name: str, request: Request, registry: RegistryDep, settings: SettingsDep):
+    await reload_everywhere(registry, request.app.state.siblings, name)  # every worker process, each in place
     return describe(registry, settings.default_model, name)

@@ -218,10 +218,30 @@ class ModelStateOut(BaseModel):
     since: str | None = Field(default=None, description="when this state began (UTC, ISO 8601)")
 
 
+class WorkerStateOut(BaseModel):
+    slot: int = Field(description="the worker's slot (0 to N-1), kept by the worker that replaces it")
+    pid: int | None = Field(description="its process; null when it did not answer")
+    answering: bool = Field(description="false: gone (a replacement on its way), or not started yet")
+    ready: bool
+    versions: dict[str, int | None] = Field(description="model -> the version it serves (+1 per reload)")
+    devices: list[str] = Field(default=[], description="the devices it serves on (its TPUs: each is one worker's)")
+
+
 class ReadyOut(BaseModel):
     ready: bool
     models: dict[str, ModelStateOut]
     error: str | None = None
+    workers: list[WorkerStateOut] | None = Field(
+        default=None, description="several worker processes (EDGETPU_SERVE_PROCESSES): each one's own view; "
+                                  "`models` then merges them (degraded where some worker does not serve a model)")
+
+    @model_serializer(mode="wrap")
+    def _workers_only_when_several(self, handler):
+        """One process answers as it always has: no `workers` key rather than a null."""
+        data = handler(self)
+        if data.get("workers") is None:
+            data.pop("workers", None)
+        return data
 
 
 class LiveOut(BaseModel):

@@ -8,6 +8,8 @@
     usb.py             the USB Accelerator's two identities on the bus, as sysfs and /dev/bus/usb show them
     temperature.py     a PCIe TPU's temperature, trip points and warning levels (apex driver sysfs)
     environment.py     the start-up check that puts these together
+    inventory.py       the TPUs in service, listed again by a probe while serving
+    claims.py          which TPUs are this process's where several processes share them (a lock per TPU)
 
 Nothing here imports the TFLite runtime or FastAPI: app/engines/edgetpu.py loads the delegate.
 """

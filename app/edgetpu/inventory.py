@@ -1,12 +1,13 @@
 """The TPUs this process serves on, kept up to date while it serves: TPUs come and go without a restart.
 
 libedgetpu answers `edgetpu_list_devices()` afresh at each call. At start the plug-in takes the TPUs its
-settings name (EDGETPU_DEVICES; every one listed when unset) that this process may open (`choose`, one
-function of the plug-in: where a share of the host's TPUs applies) and that it can open (device node
-and permissions, app/edgetpu/access.py). From then on a `Prober` thread lists them again every
-PROBE_INTERVAL_S: a TPU plugged in joins, one unplugged leaves, and the plug-in's listener hears of each
-round (the registry: pools follow, models move between their CPU fallback and the TPU). An invoke that
-fails on a TPU no longer listed asks `gone()`, which wakes the probe at once rather than at its next round.
+settings name (EDGETPU_DEVICES; every one listed when unset) that it can open (device node and
+permissions, app/edgetpu/access.py) and that are this process's (`choose`, one function of the plug-in:
+where several processes share the host's TPUs, each claims its own, app/edgetpu/claims.py). From then on
+a `Prober` thread lists them again every PROBE_INTERVAL_S: a TPU plugged in joins, one unplugged leaves,
+and the plug-in's listener hears of each round (the registry: pools follow, models move between their CPU
+fallback and the TPU). An invoke that fails on a TPU no longer listed asks `gone()`, which wakes the probe
+at once rather than at its next round.
 
 A TPU is known by its path (a USB Accelerator's sysfs directory, a PCIe node): its index in the list
 (the delegate's ":N") moves as others come and go, so it is resolved again before each delegate is made.
@@ -116,14 +117,14 @@ class Inventory:
             found, missing = resolve_present(self.requested, listed)
         except (OSError, ValueError) as e:
             return self._failed(str(e))
-        chosen = self.choose(found)
         usable, refused = [], {}
-        for target in chosen:
+        for target in found:
             problem = access_problem(target.device, self.tree)
             if problem is None:
                 usable.append(target)
             else:
                 refused[target.device.path] = problem
+        usable = self.choose(usable)  # after the access check: a process never claims a TPU it cannot open
         with self._lock:
             before = {t.device.path for t in self._in_service}
             now = {t.device.path for t in usable}

@@ -60,6 +60,8 @@ class DeviceOut(BaseModel):
         default=None, description="PCIe TPUs: the driver's temperature, trip points and warning levels")
     problem: str | None = Field(default=None, description="why this process does not use a TPU it lists (no "
                                                           "access to its device node, say), with the fix")
+    in_service: bool = Field(default=False, description="this process serves on it (several processes: its "
+                                                        "claim is this process's)")
 
 
 class ProbeOut(BaseModel):

@@ -125,10 +125,26 @@ class Backend:
     watched: ClassVar[bool] = False
     # Its own settings class; None: it has none.
     settings_class: ClassVar[type[PluginSettings] | None] = None
+    # Whether it lists devices of its own on the host (TPUs): EDGETPU_SERVE_PROCESSES=auto counts them
+    # (named_devices, count_devices), and several processes share them.
+    lists_devices: ClassVar[bool] = False
     # The keys describe_model and describe_backend add, each with what it means (GET /openapi.json
     # lists them in ModelOut and BackendOut).
     model_keys: ClassVar[dict[str, str]] = {}
     backend_keys: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def named_devices(cls, settings: Settings) -> int:
+        """EDGETPU_SERVE_PROCESSES=auto: how many devices its settings name one by one, counted without
+        looking at the host; 0 where they name none (count_devices then lists them)."""
+        return 0
+
+    @classmethod
+    def count_devices(cls, settings: Settings) -> int:
+        """EDGETPU_SERVE_PROCESSES=auto: the devices of its own the host gives the service, listed as at start,
+        none opened (app/processes/inventory.py calls it in a child process). A ServeError says why there
+        is none."""
+        return 0
 
     def __init__(self, settings: Settings):
         self.settings = settings

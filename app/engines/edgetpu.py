@@ -11,12 +11,14 @@ are checked before anything loads; with EDGETPU_ON_FAILURE=fail a problem stops 
 fallback the model is served on `cpu` (its plain int8 file) and readiness says so and why. It owns
 the inventory of TPUs (app/edgetpu/inventory.py): which ones this process serves on, listed again by
 a probe thread every PROBE_INTERVAL_S, so that TPUs plugged in, unplugged or missing at start are
-followed without a restart (the registry's pools follow `interpreters()` after each round; `mine()`
-is where a share of a host's TPUs between processes applies). It owns its settings (EdgeTpuSettings,
-EDGETPU_SERVE_EDGETPU_*), its report for GET /v1/devices, its gauges on /metrics, and is watched by
-the watchdog by default. It adds its keys to GET /v1/models, configured or not: each model's
-`edgetpu_estimate` (model.json) and, on every backend's entry, `edgetpu_view`: what edgetpu_compiler
-would map of the graph that backend parsed (the emulator's), null where the backend parsed none.
+followed without a restart (the registry's pools follow `interpreters()` after each round). `mine()`
+chooses which TPUs found are this process's, at start and at each round: every one, or, where several
+processes share the host's TPUs (DEVICE_SHARE), those it claims (app/edgetpu/claims.py); an interpreter
+is made only on a TPU this process holds. It owns its settings (EdgeTpuSettings, EDGETPU_SERVE_EDGETPU_*),
+its report for GET /v1/devices, its gauges on /metrics, and is watched by the watchdog by default. It
+adds its keys to GET /v1/models, configured or not: each model's `edgetpu_estimate` (model.json) and, on
+every backend's entry, `edgetpu_view`: what edgetpu_compiler would map of the graph that backend parsed
+(the emulator's), null where the backend parsed none.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pydantic_settings import NoDecode
 
 from app.edgetpu.access import (HOST, DeviceTree, custom_op_message, delegate_failure_message, is_custom_op_error,
                                 usb_bus_warning)
+from app.edgetpu.claims import Claims
 from app.edgetpu.compat import analyze
 from app.edgetpu.compiled_model import read_compiled_model
 from app.edgetpu.compiler_view import compiler_view
@@ -51,7 +54,7 @@ from app.edgetpu.versions import check_model_runtime, package_too_new, pins
 from app.engines.base import Backend, Engine, EngineOptions, Fallback
 from app.engines.cpu import CpuEngine
 from app.engines.litert import Runtime, interpreter_threads, prefer_tflite_runtime, runtime
-from app.metrics import PREFIX as METRICS_PREFIX
+from app.metrics import PREFIX as METRICS_PREFIX, merged_by
 from app.edgetpu.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch
 from app.errors import DeviceGone, EngineLoadError, ModelDirError, ServeError
 from app.model_dir import EDGETPU, INT8, ModelDir, edgetpu_filename
@@ -135,6 +138,13 @@ class EdgeTpuEngine(CpuEngine):
     model_file = EDGETPU
     tpu: Device | None = None
     gone: Callable[[str], bool] | None = None
+    # where several processes share the TPUs: counts this interpreter closed on its TPU's claim (once)
+    release: Callable[[], object] | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.release is not None:
+            self.release()
 
     def run(self, inputs):
         """As the CPU engine's; an invoke that fails on a TPU that is no longer listed is DeviceGone (its
@@ -269,6 +279,7 @@ class EdgeTpuBackend(Backend):
     host_cpu = False  # the TPU computes; the host's cores only move tensors
     watched = True    # a USB Accelerator can hang until it resets
     settings_class = EdgeTpuSettings
+    lists_devices = True
     model_keys = {"edgetpu_estimate": "Edge TPU latency per invoke ESTIMATED from the model's structure (converter "
                                       "estimate, model.json), per link, with its stated error; not a measurement. "
                                       "Null when not estimated"}
@@ -282,6 +293,7 @@ class EdgeTpuBackend(Backend):
         super().__init__(settings)
         self.checked: CheckedLibrary | None = None  # libedgetpu and the version pair, checked at start
         self.inventory: Inventory | None = None     # the TPUs in service, from start on
+        self.claims: Claims | None = None           # where several processes share the TPUs: this one's
         self.prober: Prober | None = None           # lists them again while the service runs (follow())
         self.probe_clock: Callable[[], float] = time.monotonic  # the probe's clock (a test's fake one)
         self._listener: Callable[[bool], bool | None] | None = None
@@ -292,11 +304,22 @@ class EdgeTpuBackend(Backend):
         self.temperatures = TemperatureWatch(self.config.apex_sysfs_dir, self.config.temperature_warn_celsius,
                                              f"{ENV_PREFIX}{KEY.upper()}_TEMPERATURE_WARN_CELSIUS")
 
+    @classmethod
+    def named_devices(cls, settings) -> int:
+        return len(settings.plugin_settings(cls).devices)
+
+    @classmethod
+    def count_devices(cls, settings) -> int:
+        """The TPUs named (EDGETPU_DEVICES) or listed, that the start-up check resolves (library, version pair)."""
+        config = settings.plugin_settings(cls)
+        return len(check_tpus(config.library, config.devices, config.version_check).targets)
+
     def mine(self, found: list[Target]) -> list[Target]:
-        """Which of the TPUs found (listed, and named by EDGETPU_DEVICES) this process serves on: every one.
-        The one place that chooses, at start and at each probe round alike: where several processes share
-        a host's TPUs, each one's share of them is applied here, to what the probe finds."""
-        return found
+        """Which of the TPUs found (listed, named by EDGETPU_DEVICES, usable) this process serves on: every one,
+        or, where several processes share the host's TPUs (DEVICE_SHARE), the ones it holds and those it
+        claims now (app/edgetpu/claims.py: fair shares, a pipeline's TPUs in one process). The one place
+        that chooses, at start and at each probe round alike."""
+        return found if self.claims is None else self.claims.choose(found)
 
     def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:
         """Library and version pair, the TPUs there now, then each model's compiled file: fail or fall back.
@@ -310,12 +333,17 @@ class EdgeTpuBackend(Backend):
             every = self._fallback(list(models), e)
             return dict.fromkeys(models, every)
         checked = self.checked
+        share = self.settings.device_share
+        if share is not None:
+            self.claims = Claims(self.settings.device_claims_dir, share, unit=max(
+                (m.manifest.segments.count for m in models.values() if m.manifest.segments is not None), default=1))
         inventory = self.inventory = Inventory(checked.library, config.devices, self.mine, self.tree)
         inventory.take()
         targets = inventory.in_service
-        log.info("Edge TPU: %s, pinned set %s, %d TPU(s): %s", checked.version.describe(),
+        log.info("Edge TPU: %s, pinned set %s, %d TPU(s)%s: %s", checked.version.describe(),
                  checked.pinned_set.name if checked.pinned_set else "none (version check: warn)",
-                 len(targets), ", ".join(t.label for t in targets) or "none")
+                 len(targets), f" (process {share} sharing the host's TPUs)" if share else "",
+                 ", ".join(t.label for t in targets) or "none")
         if not targets:
             every = self._fallback(list(models), self._no_tpu())
             return dict.fromkeys(models, every)
@@ -334,14 +362,28 @@ class EdgeTpuBackend(Backend):
                 fallbacks[name] = self._fallback([name], e)
         return fallbacks
 
-    @staticmethod
-    def _too_few(model_dir: ModelDir, tpus: int) -> str | None:
+    def _too_few(self, model_dir: ModelDir, tpus: int) -> str | None:
         """A model cut into more segments (one per TPU, app/pipeline.py) than TPUs in service: why."""
         segments = model_dir.manifest.segments
         if segments is None or tpus >= segments.count:
             return None
-        return (f"model {model_dir.name!r} is cut into {segments.count} segments, one per TPU, and {tpus} TPU(s) "
-                "are in service. Fix: plug in more TPUs, or segment it into fewer parts")
+        why = f"model {model_dir.name!r} is cut into {segments.count} segments, one per TPU, and {tpus} TPU(s) "
+        if self.claims is None:
+            return why + "are in service. Fix: plug in more TPUs, or segment it into fewer parts"
+        return why + f"are this process's (a pipeline's TPUs are in one process). {self._shared()}"
+
+    def _shared(self) -> str:
+        """Where several processes share the TPUs: how many fit, and what a process without its TPUs does."""
+        claims = self.claims
+        count, unit, present = claims.share.count, claims.unit, claims.present
+        sets = f", in sets of {unit} for a model in {unit} segments (a pipeline's TPUs are in one process)" \
+            if unit > 1 else ""
+        most = present // unit
+        fix = (f"at most {most} process(es) (EDGETPU_SERVE_PROCESSES, or gunicorn's --workers)" if most
+               else "plug in more TPUs, or segment the model into fewer parts")
+        return (f"{count} processes share {present} usable TPU(s){sets}; the others hold them, and a TPU is "
+                f"opened by one process only. Fix: {fix}; or EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback: a process "
+                "without its TPUs serves on the CPU, and claims them once they are freed or plugged in")
 
     def _no_tpu(self) -> EdgeTpuUnavailable:
         """Why no TPU is in service now, as the start-up check says it: none listed, a spec that names none,
@@ -354,6 +396,9 @@ class EdgeTpuBackend(Backend):
             usable_targets(inventory.listed, self.config.devices, inventory.library.path, self.tree)
         except EdgeTpuUnavailable as e:
             return EdgeTpuUnavailable(f"{e}{note}")
+        if self.claims is not None:
+            return EdgeTpuUnavailable(f"none of the {len(inventory.listed)} Edge TPU(s) listed is this process's: "
+                                      f"{self._shared()}{note}")
         return EdgeTpuUnavailable(f"none of the {len(inventory.listed)} Edge TPU(s) listed is this process's{note}")
 
     def _probe_note(self) -> str:
@@ -403,10 +448,22 @@ class EdgeTpuBackend(Backend):
                            self.tree, self.inventory.gone)
 
     def load(self, path: Path, options: EngineOptions) -> Engine:
-        """Its TPU found again by path first: its index may have moved since the last listing."""
-        if isinstance(options, EdgeTpuOptions) and options.tpu is not None and self.checked is not None:
+        """Its TPU found again by path first: its index may have moved since the last listing. Where several
+        processes share the TPUs, only on a TPU this process holds, counted open on its claim until closed."""
+        if not isinstance(options, EdgeTpuOptions) or options.tpu is None:
+            return self.engine.load(path, options)
+        if self.checked is not None:
             options = reopen_options(options, self.checked.library)
-        return self.engine.load(path, options)
+        if self.claims is None:
+            return self.engine.load(path, options)
+        closed = self.claims.open(options.tpu.path)
+        try:
+            engine = self.engine.load(path, options)
+        except BaseException:
+            closed()
+            raise
+        engine.release = weakref.finalize(engine, closed)  # on close(), or when collected unclosed
+        return engine
 
     def device(self, options: EngineOptions) -> str | None:
         tpu = getattr(options, "tpu", None)
@@ -436,9 +493,11 @@ class EdgeTpuBackend(Backend):
             self.prober.stop(0)
 
     def close(self) -> None:
-        """Stop the probe (after the round under way, bounded)."""
+        """Stop the probe (after the round under way, bounded); let the claims go as their interpreters close."""
         if self.prober is not None and not self.prober.stop(PROBE_STOP_S):
             log.warning("Edge TPU probe: a round still under way after %.0f s; leaving it", PROBE_STOP_S)
+        if self.claims is not None:
+            self.claims.close()
 
     def explain_load_error(self, backend: str, path: Path, error: Exception) -> Exception | None:
         """A compiled model given to a backend without the delegate (listed as the plain int8 file)."""
@@ -477,6 +536,7 @@ class EdgeTpuBackend(Backend):
         now = look_now(self.config.library, self.tree)
         rt, found = now.runtime, now.probe
         refused = self.inventory.refused if self.inventory is not None else {}
+        serving = {t.device.path for t in self.inventory.in_service} if self.inventory is not None else set()
         by_path: dict[str, list[dict]] = {}
         types: dict[str, str] = {}
         for model, member in members:
@@ -492,10 +552,10 @@ class EdgeTpuBackend(Backend):
 
         devices = [dict(index=i, type=d.type, path=d.path, health=_health(by_path.get(d.path, []), True),
                         interpreters=by_path.pop(d.path, []), temperature=temperature(d.type, d.path),
-                        problem=refused.get(d.path))
+                        problem=refused.get(d.path), in_service=d.path in serving)
                    for i, d in enumerate(found.devices)]
         devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters,
-                         temperature=temperature(types[path], path))
+                         temperature=temperature(types[path], path), in_service=False)
                     for path, interpreters in by_path.items()]
         version = found.version
         return EdgeTpuReport.model_validate(dict(
@@ -528,10 +588,10 @@ class EdgeTpuBackend(Backend):
         inventory = self.inventory
         count = GaugeMetricFamily(f"{prefix}_devices", "Edge TPUs in service now (the probe follows them)")
         count.add_metric([], len(inventory.in_service) if inventory is not None else 0)
-        yield count
+        yield count  # several processes: each TPU is one process's, so the counts add up
         listed = GaugeMetricFamily(f"{prefix}_devices_listed", "Edge TPUs libedgetpu listed at the last probe")
         listed.add_metric([], len(inventory.listed) if inventory is not None else 0)
-        yield listed
+        yield merged_by(listed, "max")  # every process lists them all
         probes = CounterMetricFamily(f"{prefix}_probes", "Probe rounds (the TPUs listed again), by result: "
                                      "unchanged, changed (a TPU joined or left), failed", labels=("result",))
         changes = CounterMetricFamily(f"{prefix}_device_changes", "TPUs taken into service (joined) and gone "
@@ -541,8 +601,10 @@ class EdgeTpuBackend(Backend):
                 probes.add_metric([result], inventory.counts.probes[result])
             for change in CHANGES:
                 changes.add_metric([change], inventory.counts.changes[change])
-        yield probes
-        yield changes
+        # several processes: one series per process (its slot), since a sum of counts read from the processes
+        # alive would drop when one is replaced, and Prometheus would take the drop for a reset
+        yield merged_by(probes, "each")
+        yield merged_by(changes, "each")
         healthy = GaugeMetricFamily(f"{prefix}_device_healthy", "1 when every interpreter on the TPU is healthy",
                                     labels=("device",))
         by_device: dict[str, bool] = {}
@@ -550,9 +612,11 @@ class EdgeTpuBackend(Backend):
             by_device[member.device] = by_device.get(member.device, True) and member.healthy
         for device, ok in sorted(by_device.items()):
             healthy.add_metric([device], 1.0 if ok else 0.0)
-        yield healthy
+        # several processes: each TPU is served by one, which says; another may count an interpreter it lost there
+        yield merged_by(healthy, "max")
         watch = self.temperatures
-        yield from temperature_families(prefix, watch.read(), watch.warn_celsius, watch.setting)
+        for family in temperature_families(prefix, watch.read(), watch.warn_celsius, watch.setting):
+            yield merged_by(family, "max")  # every process reads the same sysfs files
 
 
 def _utc(unix: float | None) -> str | None:

@@ -23,6 +23,12 @@
  *   EDGETPU_TEST_DOUBLE_INVOKE_LOG  file that gets one line per invocation of a delegated
  *                                kernel, "invoked device=SPEC ops=N QUANTIZE:uint8>int8 ...",
  *                                so a test can see which device's delegate computed what.
+ *   EDGETPU_TEST_DOUBLE_EXCLUSIVE  "1": a device is one process's, as a USB Accelerator is (its
+ *                                interface claimed): a delegate takes a POSIX lock on the device's
+ *                                path (a file the test made), held while any delegate of this
+ *                                process is on it; another process's delegate on it is refused
+ *                                ("busy device=SPEC path=PATH holder=PID pid=PID" in the log).
+ *                                Its "created"/"destroyed" lines then end in " pid=PID path=PATH".
  *
  * Its delegate is a real TfLiteDelegate: it claims every QUANTIZE operator that converts
  * between uint8 and int8 with per-tensor parameters (the first and last operators of the
@@ -46,12 +52,14 @@
  * (tensorflow/lite/core/c/common.h, whose fields are only ever appended), as far as the
  * double uses them; TfLiteRegistration is declared whole, because it is passed by value.
  */
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum edgetpu_device_type {
   EDGETPU_APEX_PCI = 0,
@@ -238,7 +246,7 @@ typedef struct TfLiteDelegateParams {
 /* What the double keeps per delegate (TfLiteDelegate.data_). */
 typedef struct {
   char device[64];  /* the "device" option it was created with */
-  char path[512];   /* the listed TPU that option selected */
+  char path[512];   /* the listed TPU that option selected (exclusive mode: the one it holds) */
 } DoubleDelegate;
 
 #define EDGETPU_CUSTOM_OP "edgetpu-custom-op"
@@ -450,13 +458,56 @@ static int select_device(const char* option, char* path, size_t size) {
   return chosen;
 }
 
-static void log_line(const char* what, char** keys, char** values, size_t n) {
+static bool exclusive(void) {
+  const char* value = getenv("EDGETPU_TEST_DOUBLE_EXCLUSIVE");
+  return value != NULL && strcmp(value, "1") == 0;
+}
+
+/* Exclusive mode: this process's hold on each device path (a POSIX lock is the process's, and is
+ * released when any descriptor of the file closes: one descriptor per path, kept while held). */
+#define MAX_HELD 64
+static struct { char path[512]; int fd; int delegates; } held[MAX_HELD];
+
+/* 0: held by this process now (or not lockable: no such file); else the pid holding it. */
+static int hold_device(const char* path) {
+  for (int i = 0; i < MAX_HELD; ++i)
+    if (held[i].delegates > 0 && strcmp(held[i].path, path) == 0) { ++held[i].delegates; return 0; }
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  if (fcntl(fd, F_SETLK, &lock) != 0) {
+    struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    int holder = fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK ? (int)who.l_pid : -1;
+    close(fd);
+    return holder;
+  }
+  for (int i = 0; i < MAX_HELD; ++i)
+    if (held[i].delegates == 0) {
+      snprintf(held[i].path, sizeof held[i].path, "%s", path);
+      held[i].fd = fd;
+      held[i].delegates = 1;
+      return 0;
+    }
+  close(fd);
+  return -1;
+}
+
+static void release_device(const char* path) {
+  for (int i = 0; i < MAX_HELD; ++i)
+    if (held[i].delegates > 0 && strcmp(held[i].path, path) == 0) {
+      if (--held[i].delegates == 0) close(held[i].fd);
+      return;
+    }
+}
+
+static void log_line(const char* what, char** keys, char** values, size_t n, const char* path_opened) {
   const char* path = getenv("EDGETPU_TEST_DOUBLE_LOG");
   if (path == NULL) return;
   FILE* f = fopen(path, "a");
   if (f == NULL) return;
   fputs(what, f);
   for (size_t i = 0; i < n; ++i) fprintf(f, " %s=%s", keys[i], values[i]);
+  if (exclusive()) fprintf(f, " pid=%d path=%s", (int)getpid(), path_opened ? path_opened : "");
   fputc('\n', f);
   fclose(f);
 }
@@ -470,9 +521,23 @@ void* tflite_plugin_create_delegate(char** options_keys, char** options_values,
   const char* open = getenv("EDGETPU_TEST_DOUBLE_OPEN");
   DoubleDelegate* data = calloc(1, sizeof *data);
   if (select_device(device, data->path, sizeof data->path) < 0 || (open != NULL && strcmp(open, "fail") == 0)) {
-    log_line("refused", options_keys, options_values, num_options);
+    log_line("refused", options_keys, options_values, num_options, NULL);
     free(data);
     return NULL;
+  }
+  if (exclusive()) {
+    const int holder = hold_device(data->path);
+    if (holder != 0) {
+      const char* log = getenv("EDGETPU_TEST_DOUBLE_LOG");
+      FILE* f = log ? fopen(log, "a") : NULL;
+      if (f != NULL) {
+        fprintf(f, "busy device=%s path=%s holder=%d pid=%d\n", device ? device : "", data->path, holder,
+                (int)getpid());
+        fclose(f);
+      }
+      free(data);
+      return NULL;
+    }
   }
   /* Larger than this file's TfLiteDelegate: fields a newer runtime appends read as zero. */
   TfLiteDelegate* delegate = calloc(1, DELEGATE_BYTES);
@@ -482,12 +547,14 @@ void* tflite_plugin_create_delegate(char** options_keys, char** options_values,
   /* kTfLiteDelegateFlagsAllowDynamicTensors: without it TFLite prepares every node before the
    * delegate's Prepare, and the unresolved edgetpu-custom-op fails there before it can be claimed */
   delegate->flags = 1;
-  log_line("created", options_keys, options_values, num_options);
+  log_line("created", options_keys, options_values, num_options, data->path);
   return delegate;
 }
 
 void tflite_plugin_destroy_delegate(void* delegate) {
-  log_line("destroyed", NULL, NULL, 0);
+  const DoubleDelegate* data = delegate != NULL ? ((TfLiteDelegate*)delegate)->data_ : NULL;
+  log_line("destroyed", NULL, NULL, 0, data ? data->path : NULL);
+  if (data != NULL && exclusive() && data->path[0] != '\0') release_device(data->path);
   if (delegate != NULL) free(((TfLiteDelegate*)delegate)->data_);
   free(delegate);
 }

@@ -78,6 +78,7 @@ class Refusal:
     status: int
     message: str
     headers: dict[str, str] = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)  # the protocol's error body beside "error" (DeepStack's "success")
 
 
 # The application's check of a request head: (method, request target) -> a Refusal, or None to go on.
@@ -98,8 +99,9 @@ class _Refused(Exception):
     """Raised inside a parser callback to stop parsing a request already answered."""
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> bytes:
-    body = json.dumps({"error": message}).encode()
+def error_response(status: int, message: str, headers: dict[str, str] | None = None,
+                   fields: dict | None = None) -> bytes:
+    body = json.dumps({**(fields or {}), "error": message}).encode()
     lines = [STATUS_LINE[status], b"content-type: application/json\r\n",
              b"content-length: %d\r\n" % len(body), b"connection: close\r\n"]
     for name, value in (headers or {}).items():
@@ -197,7 +199,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.head_check is not None and (previous is None or previous.response_complete):
             refusal = self.head_check(self.parser.get_method(), self.url)
             if refusal is not None:  # no scope, no task, no middleware: a few tens of microseconds
-                self._refuse(refusal.status, refusal.message, refusal.headers)
+                self._refuse(refusal.status, refusal.message, refusal.headers, refusal.fields)
                 raise _Refused
         super().on_headers_complete()
         cycle = self.cycle
@@ -247,7 +249,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._refuse(408, f"request body not received within {self.limits.body_timeout_s:g} s")
 
-    def _refuse(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def _refuse(self, status: int, message: str, headers: dict[str, str] | None = None,
+                fields: dict | None = None) -> None:
         """Answer now, stop the request's application, drain for LINGER_S, close."""
         self._refused = True
         self._disarm()
@@ -259,7 +262,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         transport = self.transport
         if transport.is_closing():
             return
-        transport.write(error_response(status, message, headers))
+        transport.write(error_response(status, message, headers, fields))
         if transport.can_write_eof():
             transport.write_eof()
         self.flow.resume_reading()

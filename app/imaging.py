@@ -2,7 +2,10 @@
 
 decode():   bytes -> upright RGB (or L) Pillow image, refusing bombs and non-images;
             JPEGs are scaled down in the DCT domain when the model needs far fewer pixels.
-to_pixels(): geometry from model.json (center crop or stretch) -> uint8 HxWxC array.
+            decode_with_source() also says what the original was (Source: its size as a
+            viewer shows it, and the DCT scale), for tasks that answer in its pixels.
+to_pixels(): geometry from model.json (center crop, stretch or letterbox) -> uint8 HxWxC array;
+            Geometry maps a point of the model's input back to the original image's pixels.
 InputQuantizer: uint8 pixels -> the input tensor, through the normalisation in model.json
             and the input tensor's own scale and zero point.
 """
@@ -13,6 +16,7 @@ import io
 import math
 import warnings
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import simplejpeg
@@ -40,9 +44,27 @@ def reuse_image_buffers(blocks: int = REUSED_BLOCKS, block_bytes: int = BLOCK_BY
     Image.core.set_blocks_max(blocks)
 
 
+@dataclass(frozen=True)
+class Source:
+    """The original image behind a decoded one: its size as a viewer shows it (EXIF orientation applied), and
+    how many of its pixels one decoded pixel spans (a JPEG decoded at 1/2, 1/4 or 1/8 scale: 2, 4, 8; else 1)."""
+
+    width: int
+    height: int
+    scale: int = 1
+
+
 def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_decoded_pixels: int | None = None,
            accept_damaged: bool = False) -> Image.Image:
-    """Decode, check size, orient by EXIF, and convert to RGB (or L for 1-channel models).
+    """decode_with_source() without the Source: the image the model's input is made from."""
+    return decode_with_source(data, spec, max_pixels, max_decoded_pixels=max_decoded_pixels,
+                              accept_damaged=accept_damaged)[0]
+
+
+def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *,
+                       max_decoded_pixels: int | None = None,
+                       accept_damaged: bool = False) -> tuple[Image.Image, Source]:
+    """Decode, check size, orient by EXIF, and convert to RGB (or L for 1-channel models); with the Source.
 
     max_pixels: the largest image accepted (from its header, before decoding).
     max_decoded_pixels: the most pixels decoded for formats without reduced-size decoding
@@ -57,7 +79,8 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
     if plain is not None:  # no orientation to apply: straight to libjpeg-turbo
         width, height, mode = plain
         _check_pixels(width, height, max_pixels)
-        return _to_mode(_libjpeg_image(data, width, height, mode, spec, accept_damaged), model_mode)
+        image = _to_mode(_libjpeg_image(data, width, height, mode, spec, accept_damaged), model_mode)
+        return image, Source(width, height, _jpeg_scale(width, height, _draft_size(width, height, spec)))
     try:
         with warnings.catch_warnings():
             # Pillow's own bomb check warns or raises by its global limit; ours is per call.
@@ -107,9 +130,16 @@ def decode(data: bytes | bytearray, spec: InputSpec, max_pixels: int, *, max_dec
             raise ImageTooLarge(str(e)) from None
         except (OSError, ValueError, SyntaxError, EOFError) as e:
             raise BadImage(f"cannot decode image: {e}") from None
+    scale = _jpeg_scale(width, height, _draft_size(width, height, spec)) if is_jpeg else 1
+    if image.getexif().get(ExifTags.Base.Orientation) in TRANSPOSING:
+        width, height = height, width
     # in place: without an orientation tag the copying form copies every pixel for nothing
     ImageOps.exif_transpose(image, in_place=True)
-    return _to_mode(image, model_mode)
+    return _to_mode(image, model_mode), Source(width, height, scale)
+
+
+# EXIF orientations that turn the stored image a quarter (5-8): a viewer shows its width as its height
+TRANSPOSING = frozenset((5, 6, 7, 8))
 
 
 # JPEG colour spaces decoded by libjpeg-turbo through simplejpeg (which reports corrupt data);
@@ -254,6 +284,8 @@ def _draft_size(width: int, height: int, spec: InputSpec) -> tuple[int, int]:
     """The smallest full-image size whose crop still covers the model's input."""
     if spec.resize == "stretch":
         scale = max(spec.width / width, spec.height / height)
+    elif spec.resize == "letterbox":  # the whole image fits inside: its longer side sets the size
+        scale = min(spec.width / width, spec.height / height)
     else:
         crop_w, crop_h = _crop_size(width, height, spec)
         scale = max(spec.width / crop_w, spec.height / crop_h)
@@ -297,23 +329,64 @@ def _crop_size(width: int, height: int, spec: InputSpec) -> tuple[float, float]:
     return crop_w, crop_h
 
 
-def to_pixels(image: Image.Image, spec: InputSpec) -> np.ndarray:
-    """Crop/resize to the model's geometry in one resampling pass; uint8 HxWxC."""
-    width, height = image.size
+def placement(width: int, height: int, spec: InputSpec) -> tuple[tuple[float, float, float, float], tuple[int, int]]:
+    """Which region of a width x height image becomes the model's input, and where: (left, top, right, bottom) in
+    the image's pixels, resized to (w, h) input pixels at the input's top-left. Stretch and center crop fill the
+    input; letterbox fits the whole image inside it (its longer side spans the input), the rest being padding."""
+    whole = (0.0, 0.0, float(width), float(height))
     if spec.resize == "stretch":
-        box = (0.0, 0.0, float(width), float(height))
-    else:
-        crop_w, crop_h = _crop_size(width, height, spec)
-        left, top = (width - crop_w) / 2, (height - crop_h) / 2
-        box = (left, top, left + crop_w, top + crop_h)
-    if image.size == (spec.width, spec.height) and box == (0.0, 0.0, float(width), float(height)):
+        return whole, (spec.width, spec.height)
+    if spec.resize == "letterbox":
+        scale = min(spec.width / width, spec.height / height)
+        return whole, (min(spec.width, max(1, round(width * scale))), min(spec.height, max(1, round(height * scale))))
+    crop_w, crop_h = _crop_size(width, height, spec)
+    left, top = (width - crop_w) / 2, (height - crop_h) / 2
+    return (left, top, left + crop_w, top + crop_h), (spec.width, spec.height)
+
+
+def to_pixels(image: Image.Image, spec: InputSpec) -> np.ndarray:
+    """Crop/resize to the model's geometry in one resampling pass (letterbox: padded with black at the right or
+    bottom); uint8 HxWxC."""
+    width, height = image.size
+    box, size = placement(width, height, spec)
+    if image.size == size and box == (0.0, 0.0, float(width), float(height)):
         resized = image
     else:
-        resized = image.resize((spec.width, spec.height), RESAMPLE, box=box)
+        resized = image.resize(size, RESAMPLE, box=box)
     pixels = np.asarray(resized, dtype=np.uint8)
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
+    if size != (spec.width, spec.height):  # letterbox: the image at the top-left of a black input
+        padded = np.zeros((spec.height, spec.width, pixels.shape[2]), np.uint8)
+        padded[:size[1], :size[0]] = pixels
+        pixels = padded
     return pixels
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where the model's input came from in the original image: a point of the input, normalized (0..1, as a
+    detector's boxes are), back to the original's pixels as a viewer shows it, exactly as preprocessing mapped
+    it forward (crop, stretch or letterbox; a JPEG decoded at reduced scale; EXIF orientation)."""
+
+    width: int                                   # the original image, as a viewer shows it
+    height: int
+    box: tuple[float, float, float, float]  # the region of the original that was resized: left, top, right, bottom
+    fill: tuple[float, float]               # the fraction of the input's width and height it filled (letterbox < 1)
+
+    @classmethod
+    def of(cls, source: Source, decoded: tuple[int, int], spec: InputSpec) -> Geometry:
+        """The geometry of to_pixels() on a decoded image of size `decoded` from `source`."""
+        (left, top, right, bottom), (w, h) = placement(*decoded, spec)
+        s = source.scale
+        return cls(source.width, source.height, (left * s, top * s, right * s, bottom * s),
+                   (w / spec.width, h / spec.height))
+
+    def to_original(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Normalized input coordinates -> the original image's pixels (float64; not clipped)."""
+        left, top, right, bottom = self.box
+        return (left + np.asarray(x, np.float64) / self.fill[0] * (right - left),
+                top + np.asarray(y, np.float64) / self.fill[1] * (bottom - top))
 
 
 def prepare(data: bytes, spec: InputSpec, max_pixels: int, **decode_options) -> np.ndarray:

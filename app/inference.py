@@ -20,7 +20,7 @@ import numpy as np
 
 from app import metrics
 from app.errors import RequestError
-from app.imaging import decode, to_pixels
+from app.imaging import Geometry, decode_with_source, to_pixels
 from app.pool import RunResult
 from app.threads import lower_this_thread
 
@@ -37,6 +37,7 @@ class Ran:
     segments_ms: list[float] | None  # a pipelined model: each segment's invoke, in order
     cold: bool
     started: float  # time.perf_counter() when the work on this input began
+    geometry: Geometry | None = None  # an image input: where the model's input came from in the original
 
 
 def image_threads(setting: int | None, host_cpu: bool, cores: int | None = None) -> int:
@@ -65,26 +66,28 @@ class ImageWork:
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="image", initializer=lower_this_thread,
                                             initargs=(nice,))
 
-    async def run(self, data: bytes, lease: Lease) -> tuple[RunResult, float, float]:
+    async def run(self, data: bytes, lease: Lease) -> tuple[RunResult, float, float, Geometry]:
         """Decode and preprocess on an image thread, which hands the tensor straight to the lease's
-        pool (no hop back through the event loop in between); the result, decode ms, preprocess ms."""
-        timings: list[float] = []
+        pool (no hop back through the event loop in between); the result, decode ms, preprocess ms,
+        and the geometry preprocessing used (for answers in the original image's pixels)."""
+        prepared: list = []
 
         def prepare() -> list[np.ndarray]:
-            tensor, decode_ms, preprocess_ms = self._prepare(data, lease)
-            timings.extend((decode_ms, preprocess_ms))
+            tensor, *rest = self._prepare(data, lease)
+            prepared.extend(rest)
             return [tensor]  # the model's one input: the image
 
         result = await lease.run_after(prepare, self._executor)
-        return result, *timings
+        return result, *prepared
 
     def _prepare(self, data: bytes, lease: Lease):
         spec = lease.model_dir.manifest.input
         start = time.perf_counter()
-        image = decode(data, spec, self.max_pixels, **self.decode_options)
+        image, source = decode_with_source(data, spec, self.max_pixels, **self.decode_options)
         decoded = time.perf_counter()
         tensor = lease.quantizer(to_pixels(image, spec))
-        return tensor, (decoded - start) * 1000, (time.perf_counter() - decoded) * 1000
+        geometry = Geometry.of(source, image.size, spec)
+        return tensor, (decoded - start) * 1000, (time.perf_counter() - decoded) * 1000, geometry
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)
@@ -93,8 +96,8 @@ class ImageWork:
 async def run_image(lease: Lease, data: bytes, images: ImageWork) -> Ran:
     """An encoded image (JPEG, PNG, ...) through the leased model: decoded, preprocessed, run."""
     start = time.perf_counter()
-    result, decode_ms, preprocess_ms = await images.run(data, lease)
-    return _ran(result, start, {"decode": decode_ms, "preprocess": preprocess_ms})
+    result, decode_ms, preprocess_ms, geometry = await images.run(data, lease)
+    return _ran(result, start, {"decode": decode_ms, "preprocess": preprocess_ms}, geometry)
 
 
 async def run_tensor(lease: Lease, tensor: np.ndarray) -> Ran:
@@ -108,9 +111,9 @@ async def run_tensor(lease: Lease, tensor: np.ndarray) -> Ran:
     return _ran(await lease.run([np.ascontiguousarray(tensor)]), start, {})
 
 
-def _ran(result: RunResult, start: float, stages_ms: dict[str, float]) -> Ran:
+def _ran(result: RunResult, start: float, stages_ms: dict[str, float], geometry: Geometry | None = None) -> Ran:
     stages_ms["queue"], stages_ms["inference"] = result.queue_ms, result.inference_ms
-    return Ran(result.outputs, stages_ms, result.segments_ms, result.cold, start)
+    return Ran(result.outputs, stages_ms, result.segments_ms, result.cold, start, geometry)
 
 
 def finish(lease: Lease, ran: Ran, postprocess_start: float | None = None) -> dict[str, float]:

@@ -16,7 +16,9 @@ worker, `each`, labelled with its slot). Process metrics (process_*) are per pro
 Label values are bounded: `model` and `backend` only ever take names the registry serves
 (the registry sets them when a lease has resolved the model and backend, so a request refused
 from there on, a full line say, counts against that model), requests that never reach a model are
-counted under model="" and backend="". Unknown names in URLs create no series.
+counted under model="", backend="" and task="". Unknown names in URLs create no series. `task` (the
+model's task: classification, detection) follows from the model, so it adds no series of its own: it
+lets a dashboard sum by task without listing the models of each.
 """
 
 from __future__ import annotations
@@ -44,13 +46,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # From a 35 us MNIST invoke to a 200 ms reference-kernel one, and cold starts of seconds.
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-STAGES = ("decode", "preprocess", "queue", "inference", "total")
+STAGES = ("decode", "preprocess", "queue", "inference", "postprocess", "total")
 
-REQUESTS = Counter(f"{PREFIX}_requests", "Inference requests answered, by protocol and HTTP status",
-                   ("protocol", "model", "backend", "status"))
+REQUESTS = Counter(f"{PREFIX}_requests", "Inference requests answered, by protocol, task and HTTP status",
+                   ("protocol", "task", "model", "backend", "status"))
 STAGE_SECONDS = Histogram(f"{PREFIX}_stage_seconds",
                           "Time per stage of one input: decode, preprocess, queue (waiting for an interpreter), "
-                          "inference (the invoke), total", ("model", "backend", "stage"), buckets=LATENCY_BUCKETS)
+                          "inference (the invoke), postprocess (the task's work on the outputs), total",
+                          ("task", "model", "backend", "stage"), buckets=LATENCY_BUCKETS)
 COLD_STARTS = Counter(f"{PREFIX}_cold_starts", "Inputs that paid their interpreter's first inference",
                       ("model", "backend"))
 MODEL_LOADS = Counter(f"{PREFIX}_model_loads", "Model loads and reloads, by result (ok or failed)",
@@ -58,6 +61,18 @@ MODEL_LOADS = Counter(f"{PREFIX}_model_loads", "Model loads and reloads, by resu
 
 # The labels of the request being answered: the middleware opens them, the core fills them in.
 _request = contextvars.ContextVar[dict | None]("edgetpu_serve_request_labels", default=None)
+# model -> its task (model.json), noted by the registry when it reads the model directory
+_tasks: dict[str, str] = {}
+
+
+def note_task(model: str, task: str) -> None:
+    """The model's task, for the `task` label of its series (a reload that changes it starts new series)."""
+    if _tasks.get(model) == task:
+        return
+    _tasks[model] = task
+    for cached, position in ((_answers, 1), (_stage_histograms, 0)):
+        for key in [key for key in cached if key[position] == model]:
+            del cached[key]
 
 
 def note_model(model: str, backend: str) -> None:
@@ -77,7 +92,7 @@ def observe_input(model: str, backend: str, timing_ms: dict[str, float], cold: b
     histograms = _stage_histograms.get((model, backend))
     if histograms is None:
         histograms = _stage_histograms[model, backend] = tuple(
-            STAGE_SECONDS.labels(model, backend, stage) for stage in STAGES)
+            STAGE_SECONDS.labels(_tasks.get(model, ""), model, backend, stage) for stage in STAGES)
     for stage, histogram in zip(STAGES, histograms):
         value = timing_ms.get(stage)
         if value is not None:
@@ -97,7 +112,7 @@ def answered(protocol: str, model: str, backend: str, status: int) -> None:
     key = (protocol, model, backend, status)
     counter = _answers.get(key)
     if counter is None:
-        counter = _answers[key] = REQUESTS.labels(protocol, model, backend, str(status))
+        counter = _answers[key] = REQUESTS.labels(protocol, _tasks.get(model, ""), model, backend, str(status))
     counter.inc()
 
 

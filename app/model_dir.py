@@ -61,9 +61,12 @@ class InputSpec(BaseModel):
     width: int = Field(gt=0, le=4096)
     height: int = Field(gt=0, le=4096)
     channels: Literal[1, 3] = 3
-    resize: Literal["center_crop", "stretch"] = "center_crop"
-    # center_crop: the central region holding this fraction of the shorter side is
-    # scaled to width x height (0.875 = the classic "resize 256, crop 224").
+    # center_crop: the central region holding crop_fraction of the shorter side, scaled to width x height.
+    # stretch: the whole image scaled to width x height (its aspect ratio not kept).
+    # letterbox: the whole image scaled to fit inside width x height, aspect ratio kept, placed at the top-left;
+    # the rest (right or bottom) is black, pixel value 0 before normalisation (pycoral's set_resized_input).
+    resize: Literal["center_crop", "stretch", "letterbox"] = "center_crop"
+    # center_crop only: 0.875 = the classic "resize 256, crop 224".
     crop_fraction: float = Field(default=0.875, gt=0.0, le=1.0)
     mean: list[float] = Field(min_length=1, max_length=3)
     std: list[float] = Field(min_length=1, max_length=3)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     # The model of /v1/classify. Unset: efficientnet_lite0 when it is served, else the only classifier
     # served; Registry.configure() settles it (default_model_for) and refuses to start when it cannot.
     default_model: str | None = None
+    # The model of /v1/detect and DeepStack's /v1/vision/detection. Unset: ssdlite_mobilenet_v2_person when it
+    # is served, else the only detection model served; settled like DEFAULT_MODEL, among detection models.
+    default_detection_model: str | None = None
     # Backends each model is loaded on; the first is the default for requests.
     backends: Annotated[list[str], NoDecode] = ["cpu"]
 
@@ -228,26 +231,58 @@ class Settings(BaseSettings):
 
 # The default model when DEFAULT_MODEL is unset and it is served: the committed ImageNet classifier.
 COMMITTED_DEFAULT_MODEL = "efficientnet_lite0"
+# The default detector when DEFAULT_DETECTION_MODEL is unset and it is served: the committed person detector.
+COMMITTED_DEFAULT_DETECTION_MODEL = "ssdlite_mobilenet_v2_person"
 
 
-def default_model_for(chosen: str | None, served: list[str], classifiers: list[str]) -> str | None:
-    """The model a route uses when its path names none (/v1/classify): the one DEFAULT_MODEL names, which must
-    be served; unset, the committed default when it is served, else the only classification model served, else
-    none (no classifier served: /v1/classify names no model). ValueError, saying what to set, otherwise: a
-    default the service guessed among several would answer for a model nobody asked for."""
-    variable = f"{ENV_PREFIX}DEFAULT_MODEL"
+@dataclass(frozen=True)
+class DefaultOf:
+    """One task's default model: its setting, the committed model it prefers, the routes that use it."""
+
+    setting: str          # the Settings field (its variable: EDGETPU_SERVE_ + upper case)
+    task: str             # model.json's task
+    committed: str
+    routes: str           # what answers with it, for the messages
+    named_route: str      # where each model of the task is also served
+
+    @property
+    def variable(self) -> str:
+        return f"{ENV_PREFIX}{self.setting.upper()}"
+
+
+CLASSIFICATION_DEFAULT = DefaultOf("default_model", "classification", COMMITTED_DEFAULT_MODEL, "/v1/classify",
+                                   "/v1/models/NAME/classify")
+DETECTION_DEFAULT = DefaultOf("default_detection_model", "detection", COMMITTED_DEFAULT_DETECTION_MODEL,
+                              "/v1/detect and /v1/vision/detection",
+                              "/v1/models/NAME/detect and /v1/vision/custom/NAME")
+DEFAULTS = (CLASSIFICATION_DEFAULT, DETECTION_DEFAULT)
+
+
+def default_model_for(chosen: str | None, served: list[str], of_task: list[str],
+                      default: DefaultOf = CLASSIFICATION_DEFAULT, others: Collection[str] = ()) -> str | None:
+    """The model a route uses when its path names none (/v1/classify; for detection /v1/detect and DeepStack's
+    /v1/vision/detection): the one the setting names, which must be served and not a model of a task that has its
+    own default (`others`: a detector is no default for /v1/classify); unset, the committed default when it is
+    served, else the only model of the task served, else none (the route names no model). ValueError, saying what
+    to set, otherwise: a default the service guessed among several would answer for a model nobody asked for."""
+    variable, task = default.variable, default.task
     if chosen is not None:
         if chosen not in served:
             raise ValueError(f"{variable}={chosen} is not served (serving {', '.join(served)}). Fix: set {variable} "
                              f"to one of them, or serve {chosen} too ({ENV_PREFIX}MODELS)")
+        if chosen in others:
+            settings = ", ".join(d.variable for d in DEFAULTS if d is not default)
+            raise ValueError(f"{variable}={chosen} is not a {task} model, and {variable} names the model of "
+                             f"{default.routes}. Fix: set {variable} to one of {of_task or 'none served'}; the "
+                             f"default of another task has its own setting ({settings})")
         return chosen
-    if COMMITTED_DEFAULT_MODEL in classifiers:
-        return COMMITTED_DEFAULT_MODEL
-    if len(classifiers) <= 1:
-        return classifiers[0] if classifiers else None
-    raise ValueError(f"{variable} is unset and several classification models are served ({', '.join(classifiers)}): "
-                     f"which one answers /v1/classify? Fix: set {variable} to one of them (each is also at "
-                     "/v1/models/NAME/classify)")
+    if default.committed in of_task:
+        return default.committed
+    if len(of_task) <= 1:
+        return of_task[0] if of_task else None
+    raise ValueError(f"{variable} is unset and several {task} models are served ({', '.join(of_task)}): "
+                     f"which one answers {default.routes}? Fix: set {variable} to one of them (each is also at "
+                     f"{default.named_route})")
 
 
 def variable_names(plugins: Iterable[type] = ()) -> set[str]:

@@ -2,7 +2,9 @@
 # CPU vs Edge TPU vs emulator, as a client sees it: curl against a running service.
 #
 # For each backend: reload the model (so the next request is cold), send one cold request and N
-# warm ones with a real photo, then print one table from the service's own timing fields.
+# warm ones with a real photo, then print one table from the service's own timing fields. A
+# detection model (its task, as GET /v1/models/NAME says) is asked through /v1/models/NAME/detect
+# (min_score 0.5), by default with a 640x480 photo of two people (OpenCV's basketball1.png).
 #
 # Example usage:
 #   bench/curl_bench.sh --start --backends cpu,emulated --markdown   # starts a local service itself
@@ -10,6 +12,7 @@
 #   bench/curl_bench.sh --backends cpu,emulated -n 50
 #   bench/curl_bench.sh --url http://coral.local:8000 --backends cpu,edgetpu --markdown
 #   bench/curl_bench.sh --start --backends cpu,emulated --chart docs/img/curl_bench_stages.png
+#   bench/curl_bench.sh --start --backends cpu,emulated --model ssdlite_mobilenet_v2_person --markdown
 # Beside the table, a PNG chart of each backend's warm latency by stage (--chart PATH, default
 # build/bench/curl_bench.png; --chart '' for none; needs matplotlib, the dev extra).
 set -euo pipefail
@@ -24,7 +27,7 @@ format_args=()
 chart_args=()
 original_args=("$@")
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --url URL | --start, --model NAME --backends a,b -n N --photo FILE --markdown --chart PATH"; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --url URL | --start, --model NAME --backends a,b -n N --photo FILE --markdown --chart PATH"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,14 +47,6 @@ done
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${PYTHON:-python3}"
 [ -x "$here/../.venv/bin/python" ] && [ -z "${PYTHON:-}" ] && python="$here/../.venv/bin/python"
-if [ -z "$photo" ]; then
-  # scikit-learn's china.jpg (640x427), found without importing scikit-learn
-  photo="$("$python" -c 'from importlib import metadata; print(metadata.distribution("scikit-learn").locate_file("sklearn/datasets/images/china.jpg"))' 2>/dev/null || true)"
-fi
-if [ ! -f "$photo" ]; then
-  echo "no photo: pass --photo FILE (a JPEG or PNG)" >&2; exit 2
-fi
-case "$photo" in *.png|*.PNG) content_type="image/png" ;; *) content_type="image/jpeg" ;; esac
 
 if [ -n "$start" ]; then
   # this checkout's service on a free local port, loaded on exactly the backends measured, through the
@@ -79,10 +74,26 @@ if ! curl -sf "$url/healthz" > /dev/null; then
   echo "no service answering at $url (start one: make serve, or pass --url)" >&2; exit 1
 fi
 
+# what the model answers: a classifier's top class, or a detector's objects
+task="$(curl -sf "$url/v1/models/$model" \
+  | "$python" -c 'import json, sys; print(json.load(sys.stdin).get("task", ""))' 2>/dev/null || true)"
+if [ "$task" = "detection" ]; then route="detect?min_score=0.5"; else route="classify?top_k=1"; fi
+if [ -z "$photo" ] && [ "$task" = "detection" ]; then
+  # a camera frame of two people: OpenCV's basketball1.png (640x480), as the detector's recipe finds it
+  photo="$("$python" -c 'from converter.photos import people_photos; print(next(p for p in people_photos() if p.name == "basketball1.png"))' 2>/dev/null || true)"
+elif [ -z "$photo" ]; then
+  # scikit-learn's china.jpg (640x427), found without importing scikit-learn
+  photo="$("$python" -c 'from importlib import metadata; print(metadata.distribution("scikit-learn").locate_file("sklearn/datasets/images/china.jpg"))' 2>/dev/null || true)"
+fi
+if [ ! -f "$photo" ]; then
+  echo "no photo: pass --photo FILE (a JPEG or PNG)" >&2; exit 2
+fi
+case "$photo" in *.png|*.PNG) content_type="image/png" ;; *) content_type="image/jpeg" ;; esac
+
 classify() {  # backend -> one line: backend <TAB> client seconds <TAB> response JSON
   local out
   out="$(curl -s --data-binary "@$photo" -H "Content-Type: $content_type" \
-    -w '\t%{time_total}\t%{http_code}' "$url/v1/models/$model/classify?top_k=1&backend=$1")"
+    -w '\t%{time_total}\t%{http_code}' "$url/v1/models/$model/$route&backend=$1")"
   printf '%s\t%s\t%s\t%s\n' "$1" "$(cut -f2 <<< "$out")" "$(cut -f3 <<< "$out")" "$(cut -f1 <<< "$out")" >> "$results"
 }
 

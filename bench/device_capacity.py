@@ -23,6 +23,10 @@ every thread of every process (not split by thread kind: only one process names 
 Inputs: china.jpg (640x427 JPEG), a 224x224 JPEG made from scikit-image's chelsea.png, and
 the raw uint8 tensor through OIP v2's binary extension when the service has /v2 (the hook
 `v2_binary_request`; a service without /v2, an older checkout say, gets no such row and says so).
+With --model NAME of a detection model (the person detector, say): a 640x480 JPEG of two people
+(OpenCV's basketball1.png, as a camera frame) to /v1/models/NAME/detect and, as DeepStack's clients
+send it, as multipart `image` to /v1/vision/custom/NAME; the simulated device returns that photo's
+outputs (BENCH_DEVICE_PHOTO), so the post-processing maps its real boxes.
 
 Example usage:
     python bench/device_capacity.py                      # D=2.5,5 ms; 1 and 2 devices
@@ -34,6 +38,7 @@ Example usage:
     python bench/device_capacity.py --backend cpu --workers 1 --concurrency 1   # a real backend
     python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
     python bench/device_capacity.py --url http://board:8000 --device-ms 2.6     # a running service
+    python bench/device_capacity.py --model ssdlite_mobilenet_v2_person --device-ms 7 --devices 1  # detection
 
 Beside the tables, a PNG chart: device busy against concurrency, one line per input and one panel
 per table, the bound without HTTP dashed (--chart PATH; default beside --json's file, else
@@ -129,9 +134,34 @@ def jpeg_inputs() -> list[Input]:
             Input("640x427 JPEG", china, "image/jpeg", jpeg=china)]
 
 
+def detection_inputs(model: str) -> list[Input]:
+    """A 640x480 camera frame of two people (OpenCV's basketball1.png, grey, as an RGB JPEG of quality 90): to the
+    native route, and as DeepStack's clients send it (multipart `image`, `min_confidence`)."""
+    from PIL import Image
+
+    from converter.photos import people_photos
+
+    frame = next(p for p in people_photos() if p.name == "basketball1.png")
+    out = io.BytesIO()
+    Image.open(frame).convert("RGB").save(out, "JPEG", quality=90)
+    jpeg = out.getvalue()
+    native = Input("640x480 JPEG, /v1/detect", jpeg, "image/jpeg", path=f"/v1/models/{model}/detect", jpeg=jpeg)
+    deepstack = as_multipart(Input("640x480 JPEG, DeepStack", jpeg, "image/jpeg", jpeg=jpeg),
+                             f"/v1/vision/custom/{model}", {"min_confidence": "0.45"})
+    return [native, deepstack]
+
+
+def task_of(model: str) -> str:
+    from app.model_dir import read_model_dir
+
+    return read_model_dir(repo_root() / "models" / model).manifest.task
+
+
 def v2_binary_request(url: str, model: str, jpeg: bytes) -> Input | None:
     """HOOK for the raw-tensor row: the uint8 tensor through OIP v2's binary extension, if the
     service has /v2 (the protocols work adds it). None when it has not; then the row is left out."""
+    if task_of(model) != "classification":  # the row ranks a classifier's scores
+        return None
     try:
         with urllib.request.urlopen(f"{url}/v2/models/{model}", timeout=2) as r:
             meta = json.loads(r.read())
@@ -289,13 +319,13 @@ def bound_without_http(jpeg: bytes, device_ms: float, devices: int, image_thread
     """The same image work on `image_threads` threads feeding `devices` simulated devices through
     a bounded queue, post-processing on the device's thread; completions per second."""
     import bench.simulated_device as sim
-    from app.imaging import InputQuantizer, decode, to_pixels
-    from app.tasks.classify import scores, top_predictions
+    from app.imaging import Geometry, InputQuantizer, decode_with_source, to_pixels
     from app.model_dir import read_model_dir
 
     model_dir = read_model_dir(repo_root() / "models" / MODEL)
     spec = model_dir.manifest.input
-    inputs, outputs, values = _real_output(model_dir)
+    inputs, outputs, values = _real_output(model_dir, jpeg)
+    postprocess = postprocessing(model_dir, outputs)
     quantizer = InputQuantizer(spec, inputs[0].dtype, inputs[0].scale, inputs[0].zero_point)
     engines = [sim.SimulatedTpuEngine(inputs, outputs, values, device_ms / 1000) for _ in range(devices)]
     tensors: queue.Queue = queue.Queue(maxsize=devices)
@@ -305,10 +335,12 @@ def bound_without_http(jpeg: bytes, device_ms: float, devices: int, image_thread
 
     def image_work():
         while not stop.is_set():
-            tensor = quantizer(to_pixels(decode(jpeg, spec, MAX_PIXELS), spec))
+            image, source = decode_with_source(jpeg, spec, MAX_PIXELS)
+            tensor = quantizer(to_pixels(image, spec))
+            geometry = Geometry.of(source, image.size, spec)
             while not stop.is_set():
                 try:
-                    tensors.put(tensor, timeout=0.05)
+                    tensors.put((tensor, geometry), timeout=0.05)
                     break
                 except queue.Full:
                     pass
@@ -317,12 +349,10 @@ def bound_without_http(jpeg: bytes, device_ms: float, devices: int, image_thread
         engine = engines[i]
         while not stop.is_set():
             try:
-                tensor = tensors.get(timeout=0.05)
+                tensor, geometry = tensors.get(timeout=0.05)
             except queue.Empty:
                 continue
-            (result,) = engine.run([tensor])
-            top_predictions(scores(result, outputs[0].scale, outputs[0].zero_point, model_dir),
-                            model_dir.labels, 5, 0.0)
+            postprocess(engine.run([tensor]), geometry)
             if counting.is_set():
                 done[i] += 1
 
@@ -342,15 +372,35 @@ def bound_without_http(jpeg: bytes, device_ms: float, devices: int, image_thread
     return {"req_s": sum(done) / elapsed}
 
 
+def postprocessing(model_dir, outputs):
+    """The task's work on one run's outputs, as the service does it: a classifier's top 5, a detector's objects
+    (min score 0.45, DeepStack's default)."""
+    from app.tasks import TASKS
+
+    task = TASKS[model_dir.manifest.task]
+    roles = task.bind(model_dir, outputs)
+    if task.name == "detection":
+        from app.tasks.detect import objects
+
+        return lambda values, geometry: objects(roles, values, geometry, model_dir.labels, 0.45)
+    from app.tasks.classify import scores, top_predictions
+
+    spec = roles.specs["scores"]
+    return lambda values, geometry: top_predictions(
+        scores(roles.of(values, "scores"), spec.scale, spec.zero_point, model_dir), model_dir.labels, 5, 0.0)
+
+
 _OUTPUTS: dict = {}
 
 
-def _real_output(model_dir):
-    if "x" not in _OUTPUTS:
+def _real_output(model_dir, jpeg: bytes | None = None):
+    """The model's outputs for the photo the bound sends (a classifier's: the default photo's, as the service's)."""
+    key = (model_dir.name, jpeg if model_dir.manifest.task != "classification" else None)
+    if key not in _OUTPUTS:
         import bench.simulated_device as sim
 
-        _OUTPUTS["x"] = sim.real_output(model_dir.file("int8"))
-    return _OUTPUTS["x"]
+        _OUTPUTS[key] = sim.real_output(model_dir.file("int8"), key[1])
+    return _OUTPUTS[key]
 
 
 # ---- measuring -----------------------------------------------------------------------------
@@ -485,11 +535,14 @@ BOUNDARY = "capacity-bench-boundary"
 PEER_ROUNDS = 3
 
 
-def as_multipart(item: Input, path: str) -> Input:
-    """The same photo as multipart field `image` (the only form the peer takes)."""
-    body = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"photo.jpg\"\r\n"
+def as_multipart(item: Input, path: str, fields: dict[str, str] | None = None) -> Input:
+    """The same photo as multipart field `image` (the only form the peer takes), after text `fields`."""
+    texts = "".join(f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+                    for name, value in (fields or {}).items())
+    body = (f"{texts}--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"photo.jpg\"\r\n"
             "Content-Type: image/jpeg\r\n\r\n").encode() + item.body + f"\r\n--{BOUNDARY}--\r\n".encode()
-    return Input(item.name + ", multipart", body, f"multipart/form-data; boundary={BOUNDARY}", path=path)
+    return Input(item.name + ", multipart", body, f"multipart/form-data; boundary={BOUNDARY}", path=path,
+                 jpeg=item.jpeg)
 
 
 def peer_service(preprocess: str = "naive") -> ServiceProcess:
@@ -645,12 +698,15 @@ def short_run_name(name: str, sides: int) -> str:
 
 
 def main() -> int:
+    global MODEL  # --model: every request path and the service's model
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device-ms", default="2.5,5", help="simulated device times, ms (comma-separated)")
     parser.add_argument("--devices", default="1,2", help="device counts (comma-separated)")
     parser.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, help="connections (comma-separated)")
     parser.add_argument("--duration", type=float, default=2.0, help="seconds per measured point")
     parser.add_argument("--inputs", default="224,640", help="which inputs: 224, 640 (the v2 row joins when it can)")
+    parser.add_argument("--model", default=MODEL, help="the model served (default %(default)s); a detection model "
+                        "gets the detection inputs instead of --inputs: a 640x480 JPEG to /v1/detect and DeepStack's")
     parser.add_argument("--image-threads", type=int, default=None,
                         help="EDGETPU_SERVE_IMAGE_THREADS for the service and the bound (default: the service's)")
     parser.add_argument("--checkout", action="append", type=Path, default=None,
@@ -693,12 +749,16 @@ def main() -> int:
         print("wrk not found: apt-get install wrk", file=sys.stderr)
         return 2
 
+    MODEL = args.model
+    detection = task_of(MODEL) == "detection"
     levels = [int(c) for c in args.concurrency.split(",")]
     simulated = args.backend == "simtpu" and args.url is None
     device_times = [float(d) for d in args.device_ms.split(",")] if (simulated or args.url) else [None]
     device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
     process_counts = [int(p) for p in args.processes.split(",")]
     inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
+    if detection:  # a detector's inputs instead: a camera frame, to its route and to DeepStack's
+        inputs = detection_inputs(MODEL)
     runs = [(c.resolve(), variant_settings(v)) for c in (args.checkout or [repo_root()]) for v in (args.variant or [""])]
     rounds = args.rounds or (3 if len(runs) > 1 or args.floor else 1)
     from app.inference import image_threads as default_image_threads
@@ -712,6 +772,10 @@ def main() -> int:
     errors = 0
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
+        if detection:  # the simulated device answers with the frame the benchmark sends (the services inherit it)
+            photo = workdir / "frame.jpg"
+            photo.write_bytes(inputs[0].jpeg)
+            os.environ["BENCH_DEVICE_PHOTO"] = str(photo)
         if args.peer:
             rows = peer_comparison(inputs, levels, args.duration, args.workers or 1, workdir)
             print_peer(rows)
@@ -771,7 +835,7 @@ def main() -> int:
                         r["table"] = title.replace(name, short_run_name(name, len(sides)))
                     if args.backend == "cpu":
                         print_estimated_row(MODEL)
-                    if isinstance(side, Service) and len(side_inputs) == len(inputs):
+                    if isinstance(side, Service) and len(side_inputs) == len(inputs) and not detection:
                         print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
                               "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
                     report["points"] += rows

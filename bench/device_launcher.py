@@ -9,8 +9,9 @@ Measurement hooks, for the benchmark only:
   SIGUSR1   writes {"threads": {native id: name}, "stages": {stage: [cpu ns, calls]}} to
             $BENCH_STATS_FILE, so the benchmark can name each thread's CPU clock in /proc.
   BENCH_STAGES=1  wraps the stage functions (decode, resize, quantize, body read, post-processing,
-            serialization, the device's copies) to add up their thread CPU time. Costs about
-            a microsecond per call; the benchmark uses it in a separate pass, not for its req/s.
+            serialization, the device's copies; a detector's and DeepStack's routes too) to add up
+            their thread CPU time. Costs about a microsecond per call; the benchmark uses it in a
+            separate pass, not for its req/s.
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ def instrument() -> None:
         import app.tasks.classify as post
     except ImportError:
         post = inference
-    inference.decode = _timed("decode", inference.decode)
+    if hasattr(inference, "decode_with_source"):  # since detection: decoding also says what the original was
+        inference.decode_with_source = _timed("decode", inference.decode_with_source)
+    else:
+        inference.decode = _timed("decode", inference.decode)
     inference.to_pixels = _timed("resize", inference.to_pixels)
     imaging.InputQuantizer.__call__ = _timed("quantize", imaging.InputQuantizer.__call__)
     post.scores = _timed("post-processing", post.scores)
@@ -89,6 +93,23 @@ def instrument() -> None:
         setattr(ClassifyResponse, name, staticmethod(timed) if name == "model_validate" else timed)
     run = simulated_device.SimulatedTpuEngine.run
     simulated_device.SimulatedTpuEngine.run = _timed("device copies", run)
+    instrument_detection()
+
+
+def instrument_detection() -> None:
+    """The detection task's stages, on a checkout that has it: post-processing (boxes to pixels, labels), the
+    body read of /v1/detect and DeepStack's routes (multipart with its form fields), their serialization."""
+    try:
+        import app.api.deepstack as deepstack
+        import app.api.detect as detect_api
+        import app.tasks.detect as detect
+    except ImportError:
+        return
+    detect.objects = _timed("post-processing", detect.objects)
+    detect_api.image_bytes = _timed_async("body read", detect_api.image_bytes)
+    deepstack.image_and_fields = _timed_async("body read", deepstack.image_and_fields)
+    for module in (detect_api, deepstack):
+        module.response_body = _timed("response serialization", module.response_body)
 
 
 def _dump_stats(*_) -> None:

@@ -2,8 +2,9 @@
 
 `run()` copies the inputs (as a delegate's set_tensor does), sleeps D ms with the GIL released
 (time.sleep releases it, as libedgetpu's invoke does), and returns copies of real outputs: the
-model's own output tensors (all of them) for a real photo, computed once on the `cpu` backend at
-load, so post-processing (a classifier's dequantize, softmax, top-k over 1000 classes) is real work.
+model's own output tensors (all of them: a detector's boxes, classes, scores and count) for a real
+photo, computed once on the `cpu` backend at load, so post-processing (a classifier's dequantize,
+softmax, top-k over 1000 classes; a detector's boxes to the photo's pixels) is real work.
 It also runs inside a checkout from before the task seam (bench --checkout), whose engines took one
 tensor and gave one.
 
@@ -12,6 +13,8 @@ Never in the product's backend list: bench/device_launcher.py plugs it in with
 Configured from the environment, since the service reads its own settings from there too:
   BENCH_DEVICE_MS   device time per inference, ms (default 2.5)
   BENCH_DEVICES     devices (interpreters) per model (default 1)
+  BENCH_DEVICE_PHOTO  the photo whose outputs the device returns (default china.jpg): the photo the
+                    benchmark sends, so that a detector's objects are that photo's
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from app.engines import Engine, EngineOptions, TensorSpec
 KEY = "simtpu"
 DEVICE_MS_ENV = "BENCH_DEVICE_MS"
 DEVICES_ENV = "BENCH_DEVICES"
+PHOTO_ENV = "BENCH_DEVICE_PHOTO"
 MAX_PIXELS = 50_000_000
 
 
@@ -62,7 +66,9 @@ def real_output(int8_path: Path, photo: bytes | None = None) -> Outputs:
         seam = hasattr(cpu, "inputs")  # a checkout from before the task seam: one `input`, one `output`
         inputs, outputs = (cpu.inputs, cpu.outputs) if seam else ((cpu.input,), (cpu.output,))
         quantizer = InputQuantizer(spec, inputs[0].dtype, inputs[0].scale, inputs[0].zero_point)
-        tensor = quantizer(prepare(photo or default_photo().read_bytes(), spec, MAX_PIXELS))
+        if photo is None:
+            photo = Path(os.environ.get(PHOTO_ENV) or default_photo()).read_bytes()
+        tensor = quantizer(prepare(photo, spec, MAX_PIXELS))
         values = cpu.run([tensor]) if seam else [cpu.run(tensor)]
         return inputs, outputs, [np.array(v, copy=True) for v in values]
     finally:

@@ -128,7 +128,7 @@ def _add_quantize(sub) -> None:
     q.add_argument("--mean", type=float, nargs="+", default=[0.0],
                    help="the float model sees (pixel - mean) / std; one value or one per channel (default 0)")
     q.add_argument("--std", type=float, nargs="+", default=[1.0], help="see --mean (default 1)")
-    q.add_argument("--resize", choices=("center_crop", "stretch"), default="center_crop",
+    q.add_argument("--resize", choices=("center_crop", "stretch", "letterbox"), default="center_crop",
                    help="how an image of another shape becomes width x height (default center_crop)")
     q.add_argument("--crop-fraction", type=float, default=0.875,
                    help="center_crop: fraction of the shorter side kept (default 0.875)")
@@ -161,8 +161,9 @@ def _add_import(sub) -> None:
                      help="the network sees (pixel - mean) / std; one value or one per channel (default: from the "
                           "file: its input quantization and metadata normalization)")
     imp.add_argument("--std", type=float, nargs="+", default=None, help="see --mean")
-    imp.add_argument("--resize", choices=("stretch", "center_crop"), default=None,
-                     help="how an image becomes the input size (default stretch, as Coral's examples)")
+    imp.add_argument("--resize", choices=("stretch", "center_crop", "letterbox"), default=None,
+                     help="how an image becomes the input size (default stretch, as Coral's examples; letterbox: "
+                          "aspect kept, black padding right or bottom, as pycoral's set_resized_input)")
     imp.add_argument("--crop-fraction", type=float, default=0.875,
                      help="center_crop: fraction of the shorter side kept (default 0.875)")
     imp.add_argument("--scores", choices=("logits", "probabilities"), default=None,

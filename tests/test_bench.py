@@ -107,6 +107,18 @@ def test_curl_bench_prints_cold_and_warm_figures_against_a_running_service(bench
     assert bench_service.process.poll() is None  # a service it did not start, it leaves running
 
 
+def test_curl_bench_times_a_detector_through_its_detection_route(bench_service):
+    """The person detector served beside the classifiers: curl_bench.sh asks it through /detect (its task, from
+    /v1/models), with its default photo of two people."""
+    done = run("bash", str(BENCH / "curl_bench.sh"), "--url", bench_service.url, "--backends", "cpu",
+               "--model", "ssdlite_mobilenet_v2_person", "-n", "5", "--markdown")
+    assert done.returncode == 0, done.stderr
+    assert "photo basketball1.png" in done.stdout
+    table = markdown_rows(done.stdout)
+    assert_sound_curl_row(table["cpu"])
+    assert float(table["estimated Edge TPU (USB 3, not measured)"]["infer p50"]) > 0
+
+
 def test_curl_bench_starts_and_stops_its_own_service_for_cpu_and_emulated():
     done = run("bash", str(BENCH / "curl_bench.sh"), "--start", "--backends", "cpu,emulated", "-n", "3", "--markdown")
     assert done.returncode == 0, done.stderr

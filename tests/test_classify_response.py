@@ -13,10 +13,10 @@ def classification(first_inference_ms, cold) -> Classification:
     model_dir = read_model_dir(MODELS / DEFAULT_MODEL)
     out = np.random.default_rng(3).integers(0, 256, (1, 1000), np.uint8)
     predictions = top_predictions(scores(out, 0.093, 127, model_dir), model_dir.labels, 7, 0.0)
-    return Classification(DEFAULT_MODEL, "cpu", predictions,
-                          {"decode": 0.1234567890123, "preprocess": 1e-7, "queue": 0.03125, "inference": 2.5, "postprocess": 0.0,
-                           "total": 1234.5},
-                          {"load_ms": 161.25, "first_inference_ms": first_inference_ms}, cold)
+    return Classification(model=DEFAULT_MODEL, backend="cpu", predictions=predictions,
+                          timing_ms={"decode": 0.1234567890123, "preprocess": 1e-7, "queue": 0.03125, "inference": 2.5,
+                                     "postprocess": 0.0, "total": 1234.5},
+                          warmup={"load_ms": 161.25, "first_inference_ms": first_inference_ms}, cold=cold)
 
 
 def test_the_body_is_byte_identical_to_the_schemas_serialization():

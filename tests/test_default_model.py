@@ -1,12 +1,14 @@
 """The model of /v1/classify when EDGETPU_SERVE_DEFAULT_MODEL is unset: the committed default when it is served,
-else the only classification model served; several others, or a default that is not served, stop the start with what to set."""
+else the only classification model served; several others, or a default that is not served, stop the start with what to set.
+Detection has its own (EDGETPU_SERVE_DEFAULT_DETECTION_MODEL, for /v1/detect and /v1/vision/detection), settled the
+same way among the detection models."""
 
 import httpx
 import pytest
 
 from app.errors import ServeError
 from app.registry import Registry
-from app.settings import Settings, default_model_for
+from app.settings import DETECTION_DEFAULT, Settings, default_model_for
 from tests.conftest import MODELS, Service
 
 
@@ -61,3 +63,35 @@ def test_an_ambiguous_default_stops_the_start_with_the_fix():
     service = Service({"EDGETPU_SERVE_MODELS": "fashion_mnist,mobilenet_v2"})
     assert service.process.wait(60) == 2
     assert "cannot start: EDGETPU_SERVE_DEFAULT_MODEL is unset" in service.output()
+
+
+def test_detection_has_its_own_default_settled_the_same_way():
+    served = ["efficientnet_lite0", "ssdlite_mobilenet_v2_person", "coco"]
+    detectors = ["ssdlite_mobilenet_v2_person", "coco"]
+    assert default_model_for(None, served, detectors, DETECTION_DEFAULT) == "ssdlite_mobilenet_v2_person"
+    assert default_model_for(None, ["flowers", "coco"], ["coco"], DETECTION_DEFAULT) == "coco"
+    assert default_model_for(None, ["flowers"], [], DETECTION_DEFAULT) is None
+    assert default_model_for("coco", served, detectors, DETECTION_DEFAULT) == "coco"
+    with pytest.raises(ValueError, match=r"EDGETPU_SERVE_DEFAULT_DETECTION_MODEL is unset and several detection models "
+                                         r"are served \(coco, birds\): which one answers /v1/detect and "
+                                         r"/v1/vision/detection\?"):
+        default_model_for(None, ["coco", "birds"], ["coco", "birds"], DETECTION_DEFAULT)
+
+
+def test_a_default_of_another_task_is_refused_saying_which_setting_is_its():
+    with pytest.raises(ValueError, match=r"EDGETPU_SERVE_DEFAULT_DETECTION_MODEL=flowers is not a detection model.*"
+                                         r"set EDGETPU_SERVE_DEFAULT_DETECTION_MODEL to one of \['coco'\].*"
+                                         r"\(EDGETPU_SERVE_DEFAULT_MODEL\)"):
+        default_model_for("flowers", ["flowers", "coco"], ["coco"], DETECTION_DEFAULT, others=["flowers"])
+    with pytest.raises(ValueError, match=r"EDGETPU_SERVE_DEFAULT_MODEL=coco is not a classification model"):
+        default_model_for("coco", ["flowers", "coco"], ["flowers"], others=["coco"])
+
+
+def test_the_committed_models_serve_a_classifier_and_the_person_detector_by_default():
+    registry = Registry(Settings(model_dir=MODELS, workers=1))
+    registry.configure()
+    assert registry.settings.default_model == "efficientnet_lite0"
+    assert registry.settings.default_detection_model == "ssdlite_mobilenet_v2_person"
+    only = Registry(Settings(model_dir=MODELS, models=["fashion_mnist"], workers=1))
+    only.configure()
+    assert only.settings.default_detection_model is None  # /v1/detect then says no detection model is served

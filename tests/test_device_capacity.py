@@ -57,6 +57,30 @@ def test_device_capacity_measures_the_simulated_device_and_the_stages(tmp_path):
         assert len(image.convert("RGB").getcolors(1 << 20)) > 50  # lines and text, not a blank canvas
 
 
+@pytest.mark.slow
+def test_device_capacity_has_a_detection_row(tmp_path):
+    """--model of a detector: a 640x480 frame to /v1/detect and as DeepStack's multipart, the simulated device
+    answering with that frame's real outputs, the stages of both (post-processing: boxes to the frame's pixels)."""
+    out = tmp_path / "figures.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGETPU_SERVE_", "BENCH_"))}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "device_capacity.py"), "--model",
+                           "ssdlite_mobilenet_v2_person", "--device-ms", "7", "--devices", "1", "--concurrency", "4",
+                           "--duration", "1", "--rounds", "1", "--json", str(out), "--chart", ""], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    assert [p["input"] for p in figures["points"]] == ["640x480 JPEG, /v1/detect", "640x480 JPEG, DeepStack, multipart"]
+    for point in figures["points"]:
+        assert point["errors"] == 0 and point["requests"] > 0 and 0 < point["device_busy"] <= 1.05
+        assert point["p99_ms"] >= point["p50_ms"] >= 7
+    assert len(figures["bounds"]) == 2 and all(0 < b["req_s"] <= 1000 / 7 * 1.05 for b in figures["bounds"])
+    for stages in figures["stages"]:
+        ms = stages["stages_ms"]
+        for stage in ("decode", "resize", "quantize", "post-processing", "response serialization", "body read"):
+            assert ms[stage] > 0, (stages["input"], stage)
+    assert "v2" not in done.stdout  # no raw-tensor row: it ranks a classifier's scores
+
+
 def test_idle_penalty_times_the_same_work_after_each_sleep_length():
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "idle_penalty.py"), "-n", "3", "--rounds", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)

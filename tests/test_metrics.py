@@ -63,16 +63,16 @@ def test_counters_and_histograms_move_with_requests(client, cat_png):
     assert client.post(f"/v2/models/{DEFAULT_MODEL}/infer", json=body).status_code == 400
     assert client.post("/v2/models/no_such_model/infer", json=body).status_code == 404
     after = scrape(client)
-    labels = {"model": DEFAULT_MODEL, "backend": "cpu"}
+    labels = {"task": "classification", "model": DEFAULT_MODEL, "backend": "cpu"}
     assert value(after, "edgetpu_serve_requests_total", protocol="v1", status="200", **labels) == \
         value(before, "edgetpu_serve_requests_total", protocol="v1", status="200", **labels) + 1
     assert value(after, "edgetpu_serve_requests_total", protocol="v2", status="400", **labels) == \
         value(before, "edgetpu_serve_requests_total", protocol="v2", status="400", **labels) + 1
     # a name the registry does not serve makes no series of its own
-    assert value(after, "edgetpu_serve_requests_total", protocol="v2", status="404", model="", backend="") == \
-        value(before, "edgetpu_serve_requests_total", protocol="v2", status="404", model="", backend="") + 1
+    assert value(after, "edgetpu_serve_requests_total", protocol="v2", status="404", task="", model="", backend="") == \
+        value(before, "edgetpu_serve_requests_total", protocol="v2", status="404", task="", model="", backend="") + 1
     assert not any("no_such_model" in str(key) for key in after)
-    for stage in ("decode", "preprocess", "queue", "inference", "total"):
+    for stage in ("decode", "preprocess", "queue", "inference", "postprocess", "total"):
         count = "edgetpu_serve_stage_seconds_count"
         assert value(after, count, stage=stage, **labels) == value(before, count, stage=stage, **labels) + 1
     assert value(after, "edgetpu_serve_stage_seconds_sum", stage="inference", **labels) > \
@@ -147,11 +147,11 @@ def test_a_tensor_input_times_no_image_stages(client):
     before = scrape(client)
     assert client.post("/v2/models/fashion_mnist/infer", json=body).status_code == 200
     after = scrape(client)
-    labels = {"model": "fashion_mnist", "backend": "cpu"}
+    labels = {"task": "classification", "model": "fashion_mnist", "backend": "cpu"}
     moved = {stage: value(after, "edgetpu_serve_stage_seconds_count", stage=stage, **labels)
              - value(before, "edgetpu_serve_stage_seconds_count", stage=stage, **labels)
              for stage in metrics.STAGES}
-    assert moved == {"decode": 0, "preprocess": 0, "queue": 1, "inference": 1, "total": 1}
+    assert moved == {"decode": 0, "preprocess": 0, "queue": 1, "inference": 1, "postprocess": 0, "total": 1}
 
 
 def test_two_tpus_through_the_test_double_count_and_report_temperature(tmp_path, libedgetpu_double, cat_png):
@@ -184,7 +184,8 @@ def test_two_tpus_through_the_test_double_count_and_report_temperature(tmp_path,
     assert value(samples, "edgetpu_serve_edgetpu_temperature_celsius", device="apex_0") == 52.1
     labels = {"model": DEFAULT_MODEL, "backend": "edgetpu"}
     assert value(samples, "edgetpu_serve_pool_interpreters", **labels) == 2
-    assert value(samples, "edgetpu_serve_requests_total", protocol="v1", status="200", **labels) == 1
+    assert value(samples, "edgetpu_serve_requests_total", protocol="v1", status="200", task="classification",
+                 **labels) == 1
     assert value(samples, "edgetpu_serve_pool_first_inference_seconds", **labels) > 0
 
 

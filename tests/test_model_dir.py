@@ -105,10 +105,10 @@ def test_a_changed_labels_file_is_refused(tmp_path):
 
 
 def test_every_committed_model_serves_its_quality():
-    """One quality field for every route: labelled evaluation and photo agreement alike."""
+    """One quality field for every route: labelled evaluation, photo agreement and a detector's boxes alike."""
     for name in discover(MODELS):
         quality = read_model_dir(MODELS / name).manifest.quality_dict()
-        assert quality and (quality.get("evaluation") or quality.get("agreement")), name
+        assert quality and (quality.get("evaluation") or quality.get("agreement") or quality.get("detection")), name
     fashion = read_model_dir(MODELS / "fashion_mnist").manifest.quality_dict()
     assert fashion["evaluation"]["int8"]["samples"] == 10_000 and "float" in fashion["evaluation"]
 

@@ -1,5 +1,6 @@
 """The try-it page in a real headless Chromium: upload a real photo, see the class, compare backends,
-and see where each request's time went as stacked bars on one scale.
+and see where each request's time went as stacked bars on one scale; with a detection model, the boxes
+and their labels drawn on the photo where the API puts them.
 
 Needs Debian's `chromium` and `chromium-driver`. The screenshot goes to the test's tmp dir; with
 TRY_IT_SCREENSHOT=PATH set it is also copied there (the docs' docs/img/try-it.png is made so:
@@ -148,4 +149,61 @@ def test_upload_classify_and_compare_backends(two_backends, browser, cat_png, tm
     colours = {tuple(c) for c in image.reshape(-1, 3)[::7]}
     assert (0x00, 0x9E, 0x73) in colours  # the inference colour is on the screen: the bars rendered
     if target := os.environ.get("TRY_IT_SCREENSHOT"):
+        shutil.copyfile(screenshot, ROOT / target)
+
+
+@pytest.fixture(scope="module")
+def detector_service():
+    """The service with the person detector alone: the page opens on it (no classifier to default to)."""
+    svc = Service({"EDGETPU_SERVE_MODELS": "ssdlite_mobilenet_v2_person", "EDGETPU_SERVE_BACKENDS": "cpu",
+                   "EDGETPU_SERVE_WORKERS": "1"})
+    svc.wait_ready()
+    yield svc
+    svc.stop()
+
+
+def drawn_boxes(driver) -> list[dict] | None:
+    """backend cpu's canvas: its size, its scale, the boxes drawn (canvas pixels) and the colour at each box's
+    left edge, half-way down (one script: the page may redraw between calls)."""
+    return driver.execute_script("""
+        const canvas = document.querySelector('#results .card[data-backend="cpu"] canvas.boxes');
+        if (!canvas) return null;
+        const ctx = canvas.getContext("2d");
+        const drawn = JSON.parse(canvas.dataset.drawn);
+        for (const box of drawn)
+            box.edge = [...ctx.getImageData(Math.round(box.x), Math.round(box.y + box.h / 2), 1, 1).data];
+        return {width: canvas.width, height: canvas.height, scale: parseFloat(canvas.dataset.scale), boxes: drawn,
+                labels: [...document.querySelectorAll('#results .card .pred .label')].map((e) => e.textContent)};""")
+
+
+def test_a_detector_draws_its_boxes_and_labels_on_the_photo(detector_service, browser, tmp_path):
+    from converter.photos import people_photos
+
+    photo = next(p for p in people_photos() if p.name == "basketball1.png")
+    wait = WebDriverWait(browser, WAIT_S)
+    browser.get(detector_service.url + "/")
+    wait.until(lambda d: len(Select(d.find_element(By.ID, "backend")).options) == 1)
+    assert browser.find_element(By.ID, "classify").text == "Detect"
+    assert browser.find_element(By.ID, "minscore").is_displayed() and not browser.find_element(By.ID, "topk").is_displayed()
+    browser.find_element(By.ID, "file").send_keys(str(photo))
+    wait.until(ec.element_to_be_clickable((By.ID, "classify"))).click()
+    wait.until(lambda d: drawn_boxes(d))
+    shown = drawn_boxes(browser)
+    api = httpx.post(f"{detector_service.url}/v1/detect?min_score=0.5", content=photo.read_bytes(), timeout=60).json()
+    assert (shown["width"], shown["height"]) == (480, 360)  # 640 x 480, drawn 480 wide
+    assert shown["scale"] == pytest.approx(480 / 640)
+    assert shown["labels"] == [d["label"] for d in api["detections"]] == ["person", "person"]
+    for box, d in zip(shown["boxes"], api["detections"]):  # drawn where the API says, on the canvas' scale
+        assert box["label"] == d["label"]
+        left, top = d["box"]["x_min"] * shown["scale"], d["box"]["y_min"] * shown["scale"]
+        right, bottom = d["box"]["x_max"] * shown["scale"], d["box"]["y_max"] * shown["scale"]
+        assert abs(box["x"] - left) <= 0.5 and abs(box["y"] - top) <= 0.5  # on the nearest whole canvas pixel
+        assert abs(box["x"] + box["w"] - right) <= 0.5 and abs(box["y"] + box["h"] - bottom) <= 0.5
+        red, green, blue, _ = box["edge"]
+        assert red > 150 and green < 140 and blue < 80, box  # the box's colour (#D55E00) on a grey photo
+    screenshot = tmp_path / "try-it-detect.png"
+    browser.save_screenshot(str(screenshot))
+    colours = {tuple(c) for c in np.asarray(Image.open(screenshot).convert("RGB")).reshape(-1, 3)[::3]}
+    assert (0xD5, 0x5E, 0x00) in colours  # the boxes and their label tags are on the screen
+    if target := os.environ.get("TRY_IT_DETECT_SCREENSHOT"):
         shutil.copyfile(screenshot, ROOT / target)

@@ -40,15 +40,18 @@ def new_route():
 
 
 def answered(status: str, protocol: str = "v1") -> float:
-    labels = {"protocol": protocol, "model": MODEL, "backend": "cpu", "status": status}
+    labels = {"protocol": protocol, "task": "classification", "model": MODEL, "backend": "cpu", "status": status}
     return REGISTRY.get_sample_value("edgetpu_serve_requests_total", labels) or 0.0
 
 
 def test_the_table_holds_the_inference_routes_of_both_protocols():
     routes = InferenceRoutes.of(route for router in inference_routers() for route in router.routes)
-    assert routes.paths == ["/v1/classify", "/v1/models/{name}/classify", "/v2/models/{name}/infer",
+    assert routes.paths == ["/v1/classify", "/v1/models/{name}/classify", "/v1/detect", "/v1/models/{name}/detect",
+                            "/v1/vision/detection", "/v1/vision/custom/{name}", "/v2/models/{name}/infer",
                             "/v2/models/{name}/versions/{version}/infer"]
     assert routes.protocol_of("POST", "/v1/models/m/classify") == "v1"
+    assert routes.protocol_of("POST", "/v1/models/m/detect") == "v1"
+    assert routes.protocol_of("POST", "/v1/vision/custom/m") == "deepstack"
     assert routes.protocol_of("POST", "/v2/models/m/versions/1/infer") == "v2"
     assert routes.protocol_of("GET", "/v1/classify") is None  # a POST route only
     assert routes.protocol_of("POST", "/v1/models/m/reload") is None  # not an inference route

@@ -58,7 +58,8 @@ def head_only(port: int, target: str, length: int = 1000) -> socket.socket:
 
 
 def refused(protocol: str, backend: str = "cpu") -> float:
-    labels = {"protocol": protocol, "model": DEFAULT_MODEL, "backend": backend, "status": "503"}
+    labels = {"protocol": protocol, "task": "classification", "model": DEFAULT_MODEL, "backend": backend,
+              "status": "503"}
     return REGISTRY.get_sample_value("edgetpu_serve_requests_total", labels) or 0.0
 
 

@@ -52,7 +52,7 @@ def pool(app, backend: str):
 
 
 def refused(backend: str = "cpu") -> float:
-    labels = {"protocol": "v2", "model": MODEL, "backend": backend, "status": "503"}
+    labels = {"protocol": "v2", "task": "classification", "model": MODEL, "backend": backend, "status": "503"}
     return REGISTRY.get_sample_value("edgetpu_serve_requests_total", labels) or 0.0
 
 

@@ -112,6 +112,25 @@ def check_inference_key(request: Request) -> None:
         raise _unauthorized("the API key is not valid")
 
 
+def inference_key_in_head(request: Request) -> bool:
+    """For routes whose clients may send the key in the body instead (DeepStack's form field `api_key`): True
+    when no key is needed or the head carries a valid one, False when it carries none (the body must), and a 401
+    for a key that is not valid."""
+    keys: ApiKeys = request.app.state.api_keys
+    if not keys.inference or presented_key(request) is None:
+        return not keys.inference
+    check_inference_key(request)
+    return True
+
+
+def check_inference_key_value(request: Request, value: str | None, missing: str) -> None:
+    """A key sent in the body (inference_key_in_head was False): 401 with `missing` unless it is valid."""
+    keys: ApiKeys = request.app.state.api_keys
+    given = value.strip().encode("utf-8", "surrogateescape") if value else b""
+    if not given or not (matches(given, keys.inference) | matches(given, keys.admin)):
+        raise _unauthorized(missing)
+
+
 async def require_inference_key(request: Request) -> None:
     check_inference_key(request)
 

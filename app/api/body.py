@@ -93,10 +93,17 @@ async def read_limited(request: Request, limit: int, copies: int = 1) -> bytearr
 
 
 async def image_bytes(request: Request, limit: int) -> bytearray:
+    return (await image_and_fields(request, limit))[0]
+
+
+async def image_and_fields(request: Request, limit: int,
+                           fields: tuple[str, ...] = ()) -> tuple[bytearray, dict[str, str]]:
+    """The image, and the multipart text fields named in `fields` that the body has (none from a raw body)."""
     content_type = request.headers.get("content-type", "")
     media_type = content_type.split(";", 1)[0].strip().lower()
+    found: dict[str, str] = {}
     if media_type == "multipart/form-data":
-        data = await _from_multipart(request, await read_limited(request, limit, copies=2))
+        data = await _from_multipart(request, await read_limited(request, limit, copies=2), fields, found)
         reservation = request.scope.get(BUDGET_SCOPE_KEY)
         if reservation is not None:
             reservation.shrink_to(len(data))  # the multipart body itself is gone
@@ -110,10 +117,11 @@ async def image_bytes(request: Request, limit: int) -> bytearray:
         )
     if not data:
         raise EmptyBody("no image: the request body is empty")
-    return data
+    return data, found
 
 
-async def _from_multipart(request: Request, body: bytes) -> bytes:
+async def _from_multipart(request: Request, body: bytes, fields: tuple[str, ...] = (),
+                          found: dict[str, str] | None = None) -> bytes:
     async def stream():
         yield body
 
@@ -122,6 +130,10 @@ async def _from_multipart(request: Request, body: bytes) -> bytes:
     except MultiPartException as e:
         raise RequestError(f"malformed multipart body: {e.message}") from None
     try:
+        for name in fields:  # text fields beside the image (DeepStack's api_key, min_confidence)
+            value = form.get(name)
+            if isinstance(value, str):
+                found[name] = value
         field = form.get(IMAGE_FIELD)
         if field is None:
             raise EmptyBody(f"multipart body has no field '{IMAGE_FIELD}' (fields: {sorted(form.keys())})")

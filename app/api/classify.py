@@ -19,10 +19,12 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
+from app.api.deps import named_or_default
 from app.api.direct import DirectRoute
 from app.api.routes import inference_route, v1_head_target
 from app.api.schemas import ClassifyResponse, ErrorResponse
-from app.errors import InvalidParameter, ModelNotFound
+from app.errors import InvalidParameter
+from app.settings import CLASSIFICATION_DEFAULT
 from app.tasks.classify import Classification, classify
 
 router = APIRouter(prefix="/v1", tags=["classify"],
@@ -40,10 +42,7 @@ async def _classify(request: Request, name: str | None, top_k: int, threshold: f
     # The app's state read here, not through Depends (bench/loop_cost.py).
     state = request.app.state
     registry, settings, images = state.registry, state.settings, state.images
-    name = settings.default_model if name is None else name
-    if name is None:
-        raise ModelNotFound(f"no classification model is served, so /v1/classify has none to default to; "
-                            f"serving {registry.names()}")
+    name = named_or_default(name, registry, settings, CLASSIFICATION_DEFAULT, "/v1/classify")
     if top_k > settings.max_top_k:
         raise InvalidParameter(f"top_k is {top_k}; at most {settings.max_top_k} (EDGETPU_SERVE_MAX_TOP_K)")
     async with registry.lease(name, backend) as lease:

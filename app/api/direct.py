@@ -172,3 +172,28 @@ class DirectRoute(APIRoute):
             return await endpoint(**values)
 
         return handle
+
+
+class AnsweringRoute(DirectRoute):
+    """A DirectRoute whose protocol answers its own failures, without leaving the route (the connection kept, the
+    body in the protocol's shape): `failure(request, error)` gives the answer, or None to let the app's handlers
+    answer it."""
+
+    @staticmethod
+    def failure(request: Request, error: Exception) -> Response | None:
+        return None
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        failure = self.failure
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as e:
+                response = failure(request, e)
+                if response is None:
+                    raise
+                return response
+
+        return answer

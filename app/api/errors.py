@@ -81,14 +81,18 @@ def error_response(status: int, message: str, headers: dict | None = None) -> JS
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
+def log_answered(request: Request, error: ServeError, status: int) -> None:
+    """An error answered with `status`, logged as the module says: a refusal summed up, another 5xx in full."""
+    if status == REFUSED:
+        refusals.refused(request.method, request.scope["path"], error)
+    elif status >= 500:
+        log.error("%s %s: %s", request.method, request.url.path, error)
+
+
 async def _serve_error(request: Request, exc: ServeError) -> JSONResponse:
     status = status_of(exc)
-    headers = retry_after(exc)
-    if status == REFUSED:
-        refusals.refused(request.method, request.scope["path"], exc)
-    elif status >= 500:
-        log.error("%s %s: %s", request.method, request.url.path, exc)
-    return error_response(status, str(exc), headers)
+    log_answered(request, exc, status)
+    return error_response(status, str(exc), retry_after(exc))
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -53,7 +53,8 @@ def provenance(model_dir) -> ProvenanceOut:
                          labels=imported.labels, input=imported.input, metadata=imported.metadata or None)
 
 
-def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
+def describe(registry: Registry, default_model: str | None, name: str) -> ModelOut:
+    """`default`: the model of /v1/classify (`default_model`), or of /v1/detect (the default detection model)."""
     status = registry.status(name)
     model_dir = registry.model_dir(name)
     version = registry.serving(name)
@@ -68,9 +69,9 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
         for key, pool in pools.items()
     }
     return ModelOut(
-        name=name, state=status.state, error=status.error, since=iso_time(status.since),
+        name=name, task=manifest.task, state=status.state, error=status.error, since=iso_time(status.since),
         version=version.number if version else None, loaded_at=iso_time(version.loaded_at) if version else None,
-        default=name == default_model,
+        default=name in (default_model, registry.settings.default_detection_model),
         description=manifest.description, source=manifest.source, licence=manifest.licence,
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
@@ -82,7 +83,8 @@ def describe(registry: Registry, default_model: str, name: str) -> ModelOut:
 
 @router.get("", response_model=ModelsOut)
 async def list_models(registry: RegistryDep, settings: SettingsDep):
-    return ModelsOut(default_model=settings.default_model, default_backend=registry.default_backend,
+    return ModelsOut(default_model=settings.default_model, default_detection_model=settings.default_detection_model,
+                     default_backend=registry.default_backend,
                      models=[describe(registry, settings.default_model, n) for n in registry.names()])
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter
@@ -31,10 +31,14 @@ from fastapi.routing import APIRoute
 HeadTarget = Callable[[object, dict[str, str], bytes], "tuple[str, str | None] | None"]
 
 
-def inference_route(base: type[APIRoute], protocol: str, head: HeadTarget) -> type[APIRoute]:
-    """`base` (a route class) marked as an inference route of `protocol`, its head read by `head`."""
+def inference_route(base: type[APIRoute], protocol: str, head: HeadTarget,
+                    error_fields: dict | None = None) -> type[APIRoute]:
+    """`base` (a route class) marked as an inference route of `protocol`, its head read by `head`; a refusal
+    from the head answers {**error_fields, "error": ...} (a protocol whose errors carry more, DeepStack's
+    "success": false)."""
     return type(f"{base.__name__}{protocol.upper()}Inference", (base,),
-                {"inference_protocol": protocol, "head_target": staticmethod(head)})
+                {"inference_protocol": protocol, "head_target": staticmethod(head),
+                 "error_fields": dict(error_fields or {})})
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class InferenceRouteEntry:
     path: str  # as declared, prefixes included
     pattern: re.Pattern[str]  # Starlette's own, with a group per path parameter
     head: HeadTarget
+    error_fields: dict = field(default_factory=dict)  # what the protocol's error bodies carry beside "error"
 
 
 class InferenceRoutes:
@@ -62,7 +67,8 @@ class InferenceRoutes:
 
     @classmethod
     def of(cls, routes: Iterable) -> InferenceRoutes:
-        return cls(InferenceRouteEntry(route.inference_protocol, route.path, route.path_regex, route.head_target)
+        return cls(InferenceRouteEntry(route.inference_protocol, route.path, route.path_regex, route.head_target,
+                                       getattr(route, "error_fields", {}))
                    for route in routes
                    if getattr(route, "inference_protocol", None) and "POST" in getattr(route, "methods", ()))
 

@@ -22,7 +22,8 @@ class Timing(BaseModel):
     preprocess: float = Field(description="crop, resize, quantize to the input tensor, ms")
     queue: float = Field(description="waiting for a free interpreter (device), hand-off included, ms")
     inference: float = Field(description="the interpreter's invoke, ms")
-    postprocess: float = Field(description="dequantize, softmax, top-k, ms")
+    postprocess: float = Field(description="the task's work on the outputs (classification: dequantize, softmax, "
+                                           "top-k; detection: boxes to the image's pixels, labels), ms")
     total: float = Field(description="from the first byte decoded to the response built, ms")
     segments: list[float] | None = Field(
         default=None, description="a segmented model (a pipeline): each segment's invoke, in order, ms; "
@@ -49,6 +50,69 @@ class ClassifyResponse(BaseModel):
     timing_ms: Timing
     warmup: Warmup
     cold: bool = Field(description="true when this request paid its interpreter's first inference")
+
+
+class BoxOut(BaseModel):
+    x_min: float = Field(description="the box's left edge")
+    y_min: float = Field(description="its top edge (y grows downwards)")
+    x_max: float = Field(description="its right edge")
+    y_max: float = Field(description="its bottom edge")
+
+
+class DetectedObjectOut(BaseModel):
+    label: str = Field(description="the class's line in labels.txt; a class without a label: its id")
+    class_id: int = Field(description="the model's class id (0-based, without background)")
+    score: float
+    box: BoxOut = Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation applied)")
+    box_normalized: BoxOut = Field(description="the same box as fractions of the original image's width and height")
+
+
+class ImageSizeOut(BaseModel):
+    width: int = Field(description="the original image's width, as a viewer shows it")
+    height: int
+
+
+class DetectResponse(BaseModel):
+    model: str
+    backend: str = Field(description="the backend that actually ran")
+    image: ImageSizeOut
+    detections: list[DetectedObjectOut] = Field(description="best first")
+    timing_ms: Timing
+    warmup: Warmup
+    cold: bool = Field(description="true when this request paid its interpreter's first inference")
+
+
+class DeepStackPrediction(BaseModel):
+    label: str
+    confidence: float
+    x_min: int = Field(description="pixels of the original image, rounded")
+    y_min: int
+    x_max: int
+    y_max: int
+
+
+class DeepStackResponse(BaseModel):
+    """DeepStack's detection answer, with CodeProject.AI's fields."""
+
+    success: bool
+    predictions: list[DeepStackPrediction] = Field(description="best first")
+    duration: float = Field(description="the request's time in the service, ms")
+    message: str
+    count: int
+    inferenceMs: int = Field(description="the model's invoke, ms")
+    processMs: int = Field(description="decode, preprocess, invoke and post-processing, ms")
+    analysisRoundTripMs: int = Field(description="from the request's arrival to its answer, body read included, ms")
+    moduleId: str
+    moduleName: str
+    command: str
+    executionProvider: str = Field(description="TPU on the Edge TPU, else CPU")
+    timestampUTC: str
+
+
+class DeepStackError(BaseModel):
+    success: bool = False
+    error: str
+    duration: float = 0
 
 
 def _plugin_keys(declared: str):
@@ -118,12 +182,15 @@ class ModelOut(BaseModel):
     model_config = ConfigDict(extra="allow", json_schema_extra=_plugin_keys("model_keys"))
 
     name: str
+    task: str = Field(default="classification", description="what the model answers (model.json `task`): "
+                      "classification (/v1/models/NAME/classify) or detection (/v1/models/NAME/detect)")
     state: str = Field(description="loading, ready, degraded (serving, with a problem in `error`), unhealthy, failed")
     error: str | None = None
     since: str | None = Field(default=None, description="when this state began (UTC, ISO 8601)")
     version: int | None = Field(default=None, description="the version serving: 1 at start, +1 per reload")
     loaded_at: str | None = Field(default=None, description="when the serving version loaded (UTC, ISO 8601)")
-    default: bool
+    default: bool = Field(description="the model of /v1/classify, or for a detector of /v1/detect and "
+                                      "/v1/vision/detection")
     description: str
     source: str
     licence: str
@@ -140,6 +207,7 @@ class ModelOut(BaseModel):
 
 class ModelsOut(BaseModel):
     default_model: str | None  # None: no classification model is served
+    default_detection_model: str | None = None  # None: no detection model is served
     default_backend: str
     models: list[ModelOut]
 

@@ -55,5 +55,5 @@ class HeadAdmission:
             pool.check_room()
         except Busy as e:  # and DeviceHung
             metrics.answered(route.protocol, name, key, 503)
-            return Refusal(503, str(e), {"Retry-After": str(int(e.retry_after_s))})
+            return Refusal(503, str(e), {"Retry-After": str(int(e.retry_after_s))}, route.error_fields)
         return None

@@ -53,9 +53,8 @@ from app.registry.devices import DeviceFollower
 from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
 from app.registry.versions import Lease, ModelVersion
-from app.settings import Settings, default_model_for
+from app.settings import DEFAULTS, Settings, default_model_for
 from app.tasks import TASKS, Task
-from app.tasks.classify import TASK as CLASSIFY_TASK
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +127,19 @@ class Registry:
                 raise ModelDirError(f"{found[name]}: model.json names {model_dir.name!r}, the directory {name!r}")
             self._paths[name] = found[name]
             self._dirs[name] = model_dir
+            metrics.note_task(name, model_dir.manifest.task)
             self._status[name] = ModelStatus("loading", since=time.time())
             self._reload_locks[name] = threading.Lock()
-        classifiers = [name for name in wanted if self._dirs[name].manifest.task == CLASSIFY_TASK.name]
-        try:  # settled once, here: every reader of settings.default_model sees a served classifier (or None)
-            self.settings.default_model = default_model_for(self.settings.default_model, wanted, classifiers)
-        except ValueError as e:
-            raise ServeError(str(e)) from None
+        by_task = {default.task: [name for name in wanted if self._dirs[name].manifest.task == default.task]
+                   for default in DEFAULTS}
+        for default in DEFAULTS:  # settled once, here: every reader sees a served model of its task (or None)
+            others = [name for task, names in by_task.items() if task != default.task for name in names]
+            try:
+                chosen = default_model_for(getattr(self.settings, default.setting), wanted, by_task[default.task],
+                                           default, others)
+            except ValueError as e:
+                raise ServeError(str(e)) from None
+            setattr(self.settings, default.setting, chosen)
         for key in self.settings.backends:
             for name, fallback in self.plugins[key].start(dict(self._dirs)).items():
                 self._record_fallback(name, key, fallback)
@@ -197,6 +202,7 @@ class Registry:
         current = self._versions.get(name)
         try:
             self._dirs[name] = read_model_dir(self._paths[name])
+            metrics.note_task(name, self._dirs[name].manifest.task)
             fresh = self._load(name, warm_up=warm_up, number=(current.number + 1) if current else 1)
         except ServeError as e:
             metrics.model_loaded(name, ok=False)

@@ -1,4 +1,5 @@
-// The try-it page: pick an image, classify it with the native API, compare backends side by side.
+// The try-it page: pick an image, classify it (or, with a detection model, detect objects and draw their boxes on
+// it) with the native API, compare backends side by side.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -6,6 +7,9 @@ const state = { file: null, models: [] };
 // A request's stages in the order it goes through them: the keys of the classify response's
 // timing_ms (app/api/schemas.py Timing), drawn as one stacked bar per response.
 const STAGES = ["decode", "preprocess", "queue", "inference", "postprocess"];
+// Detection boxes on the image: the width the picture is drawn at, and the box colour (Okabe-Ito vermillion).
+const DRAWN_WIDTH = 480;
+const BOX_COLOUR = "#D55E00";
 
 function show(message, isError = false) {
   $("message").textContent = message;
@@ -29,9 +33,21 @@ function describeModel(model) {
   return `${model.description} · ${origin} · source: ${model.source} · licence: ${model.licence}${problem}`;
 }
 
+function selectedModel() {
+  return state.models.find((m) => m.name === $("model").value);
+}
+
+function isDetector(model) {
+  return model !== undefined && model.task === "detection";
+}
+
 function fillBackends() {
-  const model = state.models.find((m) => m.name === $("model").value);
+  const model = selectedModel();
   $("about").textContent = describeModel(model);
+  const detector = isDetector(model);  // what the buttons do, and which threshold they take
+  $("classify").textContent = detector ? "Detect" : "Classify";
+  $("topk-label").hidden = detector;
+  $("minscore-label").hidden = !detector;
   const backends = model ? Object.keys(model.backends) : [];
   $("backend").replaceChildren(...backends.map((b) => new Option(b, b)));
   $("compare").title = `Run the same image on: ${backends.join(", ") || "no backend loaded"}`;
@@ -48,10 +64,12 @@ async function loadModels() {
   const body = await getJson("/v1/models");
   state.models = body.models;
   $("model").replaceChildren(...body.models.map((m) => new Option(`${m.name} (${m.state})`, m.name)));
-  $("model").value = body.default_model;
+  // the classifier /v1/classify uses, else the detector /v1/detect uses, else the first model listed
+  const first = body.models.length ? body.models[0].name : "";
+  $("model").value = body.default_model || body.default_detection_model || first;
   fillBackends();
   if (state.models.length && $("backend").options.length) {
-    $("backend").value = Object.keys(state.models.find((m) => m.name === $("model").value).backends)
+    $("backend").value = Object.keys(selectedModel().backends)
       .includes(body.default_backend) ? body.default_backend : $("backend").value;
   }
 }
@@ -86,7 +104,15 @@ function pickFile(file) {
 }
 
 async function classifyOn(model, backend, topK) {
-  const url = `/v1/models/${encodeURIComponent(model)}/classify?backend=${encodeURIComponent(backend)}&top_k=${topK}`;
+  return post(`/v1/models/${encodeURIComponent(model)}/classify?backend=${encodeURIComponent(backend)}&top_k=${topK}`);
+}
+
+async function detectOn(model, backend, minScore) {
+  return post(`/v1/models/${encodeURIComponent(model)}/detect?backend=${encodeURIComponent(backend)}` +
+    `&min_score=${minScore}`);
+}
+
+async function post(url) {
   const response = await fetch(url, {
     method: "POST",
     headers: { "Content-Type": state.file.type || "application/octet-stream" },
@@ -97,7 +123,68 @@ async function classifyOn(model, backend, topK) {
   return body;
 }
 
-function card(result) {
+function loadImage(file) {
+  return new Promise((resolve, reject) => {
+    const image = new Image();
+    image.onload = () => resolve(image);
+    image.onerror = () => reject(new Error("the browser cannot show this image"));
+    image.src = URL.createObjectURL(file);
+  });
+}
+
+function boxesCanvas(result, image) {
+  // The picture as a viewer shows it (browsers apply EXIF orientation, as the service does), the boxes on it.
+  const scale = Math.min(1, DRAWN_WIDTH / result.image.width);
+  const canvas = document.createElement("canvas");
+  canvas.className = "boxes";
+  canvas.width = Math.round(result.image.width * scale);
+  canvas.height = Math.round(result.image.height * scale);
+  const ctx = canvas.getContext("2d");
+  ctx.drawImage(image, 0, 0, canvas.width, canvas.height);
+  ctx.lineWidth = 2;
+  ctx.font = "13px system-ui, sans-serif";
+  ctx.textBaseline = "top";
+  const drawn = [];
+  for (const d of result.detections) {
+    // on whole canvas pixels: a 2 px line centred there covers two pixels fully (crisp, no blending)
+    const x = Math.round(d.box.x_min * scale), y = Math.round(d.box.y_min * scale);
+    const w = Math.round(d.box.x_max * scale) - x, h = Math.round(d.box.y_max * scale) - y;
+    ctx.strokeStyle = BOX_COLOUR;
+    ctx.strokeRect(x, y, w, h);
+    const text = `${d.label} ${(d.score * 100).toFixed(0)}%`;
+    const textWidth = ctx.measureText(text).width + 6;
+    const top = y >= 17 ? y - 17 : y;  // above the box, or inside it at the image's top edge
+    ctx.fillStyle = BOX_COLOUR;
+    ctx.fillRect(x, top, textWidth, 17);
+    ctx.fillStyle = "#fff";
+    ctx.fillText(text, x + 3, top + 2);
+    drawn.push({ label: d.label, x, y, w, h });
+  }
+  canvas.dataset.scale = scale;
+  canvas.dataset.drawn = JSON.stringify(drawn);  // what was drawn, in canvas pixels (the page's test reads it)
+  return canvas;
+}
+
+function predictionRow(labelText, labelTitle, score) {
+  const row = document.createElement("div");
+  row.className = "pred";
+  const label = document.createElement("span");
+  label.className = "label";
+  label.textContent = labelText;
+  label.title = labelTitle;
+  const value = document.createElement("span");
+  value.className = "score";
+  value.textContent = `${(score * 100).toFixed(1)}%`;
+  const bar = document.createElement("div");
+  bar.className = "bar";
+  const fill = document.createElement("span");
+  fill.style.width = `${Math.max(0.5, score * 100)}%`;
+  bar.append(fill);
+  row.append(label, value, bar);
+  return row;
+}
+
+function card(result, image) {
   const el = document.createElement("div");
   el.className = "card";
   el.dataset.backend = result.backend;
@@ -107,23 +194,20 @@ function card(result) {
   small.textContent = `${result.model}${result.cold ? " · cold" : ""} · ${result.timing_ms.total.toFixed(1)} ms`;
   title.append(small);
   el.append(title);
-  for (const p of result.predictions) {
-    const row = document.createElement("div");
-    row.className = "pred";
-    const label = document.createElement("span");
-    label.className = "label";
-    label.textContent = p.label;
-    label.title = `class ${p.index}`;
-    const score = document.createElement("span");
-    score.className = "score";
-    score.textContent = `${(p.score * 100).toFixed(1)}%`;
-    const bar = document.createElement("div");
-    bar.className = "bar";
-    const fill = document.createElement("span");
-    fill.style.width = `${Math.max(0.5, p.score * 100)}%`;
-    bar.append(fill);
-    row.append(label, score, bar);
-    el.append(row);
+  if (result.detections) {
+    el.append(boxesCanvas(result, image));
+    const count = document.createElement("p");
+    count.className = "count";
+    count.textContent = `${result.detections.length} object${result.detections.length === 1 ? "" : "s"} in ` +
+      `${result.image.width} × ${result.image.height} px`;
+    el.append(count);
+    for (const d of result.detections) {
+      const box = [d.box.x_min, d.box.y_min, d.box.x_max, d.box.y_max].map((v) => v.toFixed(0)).join(", ");
+      el.append(predictionRow(d.label, `class ${d.class_id} · box ${box}`, d.score));
+    }
+  }
+  for (const p of result.predictions || []) {
+    el.append(predictionRow(p.label, `class ${p.index}`, p.score));
   }
   const table = document.createElement("table");
   table.className = "timing";
@@ -235,16 +319,28 @@ function errorCard(backend, message) {
 
 async function run(backends) {
   const model = $("model").value;
+  const detector = isDetector(selectedModel());
   const topK = Math.min(20, Math.max(1, parseInt($("topk").value, 10) || 5));
+  const minScore = Math.min(1, Math.max(0, parseFloat($("minscore").value) || 0));
   $("classify").disabled = $("compare").disabled = true;
-  show(`classifying on ${backends.join(", ")} …`);
+  show(`${detector ? "detecting" : "classifying"} on ${backends.join(", ")} …`);
   const cards = [];
   const answered = [];
+  let image = null;
+  if (detector) {
+    try {
+      image = await loadImage(state.file);
+    } catch (e) {
+      show(`${state.file.name}: ${e.message}`, true);
+      updateButtons();
+      return;
+    }
+  }
   for (const backend of backends) {  // one after another: each backend's timings undisturbed
     try {
-      const result = await classifyOn(model, backend, topK);
+      const result = detector ? await detectOn(model, backend, minScore) : await classifyOn(model, backend, topK);
       answered.push(result);
-      cards.push(card(result));
+      cards.push(card(result, image));
     } catch (e) {
       cards.push(errorCard(backend, e.message));
     }

@@ -26,6 +26,18 @@ if TYPE_CHECKING:
     from app.registry import Lease
 
 
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """What a task's answer to one image carries beside its result: the model and the backend that ran it, the
+    input's stage timings, the pool's warm-up, and whether the input paid its interpreter's first inference."""
+
+    model: str
+    backend: str
+    timing_ms: dict[str, float]
+    warmup: dict[str, float | None]
+    cold: bool
+
+
 @dataclass(frozen=True)
 class NamedOutput:
     """One tensor of a task's answer, as a tensor protocol names it; shape per input (no batch dimension)."""

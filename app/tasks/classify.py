@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.inference import ImageWork, finish, run_image
-from app.tasks.base import NamedOutput, OutputRoles, Task
+from app.tasks.base import Answer, NamedOutput, OutputRoles, Task
 
 if TYPE_CHECKING:
     from app.model_dir import ModelDir
@@ -33,13 +33,8 @@ class Prediction:
 
 
 @dataclass(frozen=True)
-class Classification:
-    model: str
-    backend: str
+class Classification(Answer):
     predictions: list[Prediction]
-    timing_ms: dict[str, float]
-    warmup: dict[str, float | None]
-    cold: bool
 
 
 class ClassificationTask(Task):

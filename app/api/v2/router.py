@@ -11,7 +11,6 @@ no dependency solving per request, the inference key checked first by the route 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -21,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.auth import check_inference_key
 from app.api.body import hold_more, read_limited
 from app.api.deps import RegistryDep, SettingsDep
-from app.api.direct import DirectRoute
+from app.api.direct import AnsweringRoute
 from app.api.routes import inference_route
 from app.api.errors import REFUSED, refusals
 from app.api.schemas import ErrorResponse
@@ -38,28 +37,22 @@ SERVER_VERSION = "0.1.0"
 EXTENSIONS = ["binary_tensor_data", "classification", "model_configuration", "parameters"]
 
 
-class V2Route(DirectRoute):
+class V2Route(AnsweringRoute):
     """Every failure answered as the protocol says, without leaving the route. (A DirectRoute:
     the routes with Depends run through FastAPI's handler as any APIRoute.)"""
 
-    def get_route_handler(self) -> Callable:
-        handler = super().get_route_handler()
-
-        async def answer(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except ServeError as e:
-                status = status_of(e)
-                if status == REFUSED:
-                    refusals.refused(request.method, request.scope["path"], e)
-                return JSONResponse({"error": str(e)}, status_code=status, headers=retry_after(e))
-            except (RequestValidationError, StarletteHTTPException):
-                raise  # the app's own handlers answer these with their 4xx
-            except Exception as e:  # a bug: logged, answered, connection kept
-                log.exception("%s %s", request.method, request.url.path)
-                return JSONResponse({"error": f"internal error: {type(e).__name__}"}, status_code=500)
-
-        return answer
+    @staticmethod
+    def failure(request: Request, error: Exception) -> Response | None:
+        if isinstance(error, ServeError):
+            status = status_of(error)
+            if status == REFUSED:
+                refusals.refused(request.method, request.scope["path"], error)
+            return JSONResponse({"error": str(error)}, status_code=status, headers=retry_after(error))
+        if isinstance(error, (RequestValidationError, StarletteHTTPException)):
+            return None  # the app's own handlers answer these with their 4xx
+        # a bug: logged, answered, connection kept
+        log.exception("%s %s", request.method, request.url.path)
+        return JSONResponse({"error": f"internal error: {type(error).__name__}"}, status_code=500)
 
 
 TAGS = ["v2 (Open Inference Protocol)"]

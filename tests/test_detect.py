@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+
+from app.engines import BACKENDS
 from PIL import Image, ImageOps
 
 from app.api.routes import InferenceRoutes
@@ -371,6 +373,7 @@ def test_deepstacks_route_answers_as_deepstack_and_codeproject_do(people):
                            "analysisRoundTripMs", "moduleId", "moduleName", "command", "executionProvider",
                            "timestampUTC"}
     assert answer["command"] == "detect" and answer["executionProvider"] == "CPU"
+    assert {key: p.execution_provider for key, p in BACKENDS.items()} == {"cpu": "CPU", "emulated": "CPU", "edgetpu": "TPU"}
     assert answer["timestampUTC"].endswith(" GMT")
     custom = client.post(f"/v1/vision/custom/{DETECTOR}", files={"image": photo.read_bytes()},
                          data={"min_confidence": "0.99"}).json()

@@ -124,12 +124,14 @@ async def _vision(request: Request, name: str | None, backend: str | None, comma
             check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "
                                       "API keys as the form field 'api_key' or as 'Authorization: Bearer <key>'")
         result = await detect(lease, data, state.images, min_confidence(fields.get(CONFIDENCE_FIELD)))
-    return Response(response_body(result, command, (time.perf_counter() - arrived) * 1000),
+    provider = registry.plugins[result.backend].execution_provider
+    return Response(response_body(result, command, provider, (time.perf_counter() - arrived) * 1000),
                     media_type="application/json")
 
 
-def response_body(result: Detection, command: str, round_trip_ms: float) -> bytes:
-    """DeepStack's answer with CodeProject.AI's fields; boxes rounded to whole pixels."""
+def response_body(result: Detection, command: str, provider: str, round_trip_ms: float) -> bytes:
+    """DeepStack's answer with CodeProject.AI's fields; boxes rounded to whole pixels; `provider` is the
+    backend's kind of processor (its plug-in's execution_provider)."""
     timing = result.timing_ms
     predictions = [{"label": o.label, "confidence": o.score,
                     "x_min": int(o.box.x_min + 0.5), "y_min": int(o.box.y_min + 0.5),
@@ -147,7 +149,7 @@ def response_body(result: Detection, command: str, round_trip_ms: float) -> byte
         "moduleId": MODULE_ID,
         "moduleName": f"{MODULE_ID}: {result.model} on {result.backend}",
         "command": command,
-        "executionProvider": "TPU" if result.backend == "edgetpu" else "CPU",
+        "executionProvider": provider,
         "timestampUTC": formatdate(usegmt=True),
     })
 

@@ -123,6 +123,8 @@ class Backend:
     # Whether the watchdog watches its interpreters unless EDGETPU_SERVE_WATCHDOG_BACKENDS says
     # otherwise: a device that can hang (a USB accelerator until it resets) is; the host's cores are not.
     watched: ClassVar[bool] = False
+    # The kind of processor it runs models on, as CodeProject.AI's `executionProvider` names it (CPU, TPU, GPU).
+    execution_provider: ClassVar[str] = "CPU"
     # Its own settings class; None: it has none.
     settings_class: ClassVar[type[PluginSettings] | None] = None
     # Whether it lists devices of its own on the host (TPUs): EDGETPU_SERVE_PROCESSES=auto counts them

@@ -278,6 +278,7 @@ class EdgeTpuBackend(Backend):
     fallback_backend = CpuEngine.key
     host_cpu = False  # the TPU computes; the host's cores only move tensors
     watched = True    # a USB Accelerator can hang until it resets
+    execution_provider = "TPU"
     settings_class = EdgeTpuSettings
     lists_devices = True
     model_keys = {"edgetpu_estimate": "Edge TPU latency per invoke ESTIMATED from the model's structure (converter "

@@ -23,11 +23,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-
-from app.engines import BACKENDS
 from PIL import Image, ImageOps
 
 from app.api.routes import InferenceRoutes
+from app.engines import BACKENDS
 from app.api.shedding import HeadAdmission
 from app.imaging import Geometry, InputQuantizer, Source, decode, decode_with_source, to_pixels
 from app.main import inference_routers

@@ -26,8 +26,8 @@ import pytest
 from PIL import Image, ImageOps
 
 from app.api.routes import InferenceRoutes
-from app.engines import BACKENDS
 from app.api.shedding import HeadAdmission
+from app.engines import BACKENDS
 from app.imaging import Geometry, InputQuantizer, Source, decode, decode_with_source, to_pixels
 from app.main import inference_routers
 from app.model_dir import read_model_dir, write_model_dir

@@ -1,7 +1,9 @@
 """Run inside an image's container (tests/test_docker.py): what the image computes, to compare
 across architectures byte for byte. For every model in /models and every photo in /photos: the
 sha256 of the preprocessed input tensor (app.imaging, as the service prepares it) and the bytes of
-the CPU interpreter's output (ai-edge-litert, XNNPACK, one thread). Prints one JSON object."""
+the CPU interpreter's outputs (ai-edge-litert, XNNPACK, one thread), each output by name; a
+detector's rows only up to its count (the kernel leaves the rows after it as they were). Prints
+one JSON object."""
 
 import hashlib
 import json
@@ -23,17 +25,20 @@ def main(models: Path, photos: Path) -> dict:
         spec = model.manifest.input
         interpreter = Interpreter(str(directory / int8_filename(directory.name)), num_threads=1)
         interpreter.allocate_tensors()
-        (given,), (wanted,) = interpreter.get_input_details(), interpreter.get_output_details()
+        (given,), outputs = interpreter.get_input_details(), interpreter.get_output_details()
+        count = model.manifest.outputs.get("count")  # a detector's: how many rows are its answer
         scale, zero_point = given["quantization"]
         quantizer = InputQuantizer(spec, given["dtype"], scale, zero_point)
         for photo in sorted(photos.iterdir()):
             tensor = quantizer(prepare(photo.read_bytes(), spec, MAX_PIXELS)).reshape(given["shape"])
             interpreter.set_tensor(given["index"], tensor)
             interpreter.invoke()
-            output = interpreter.get_tensor(wanted["index"])
+            values = {d["name"]: interpreter.get_tensor(d["index"]) for d in outputs}
+            rows = int(values[count][0]) if count else None
             found.setdefault(directory.name, {})[photo.name] = {
                 "tensor_sha256": hashlib.sha256(tensor.tobytes()).hexdigest(),
-                "output": output.tobytes().hex(),
+                "outputs": {name: (value if rows is None or name == count else value[:, :rows]).tobytes().hex()
+                            for name, value in values.items()},
             }
     return found
 

@@ -56,6 +56,7 @@ ENGINE_DIR = CACHE / "dockerd"
 # Generous bounds for a cold machine (base images by debootstrap, arm64 under QEMU); a warm
 # cache builds in seconds.
 BUILD_TIMEOUT_S = 1800
+COMMITTED_MODELS = {"efficientnet_lite0", "fashion_mnist", "mobilenet_v2", "ssdlite_mobilenet_v2_person"}
 READY_TIMEOUT_S = {"amd64": 120, "arm64": 600}
 REQUEST_TIMEOUT_S = {"amd64": 30, "arm64": 120}
 CONTAINER_PREFIX = "edgetpu-serve-test-"
@@ -400,6 +401,17 @@ def classify_all(container: Container, photos: Path, backend: str, model: str | 
     return found
 
 
+def detect_all(container: Container, photos: Path) -> dict[str, list[dict]]:
+    """The default detector's detections per photo (label, score, box in pixels), over HTTP on the CPU."""
+    found = {}
+    with httpx.Client(base_url=container.url, timeout=container.timeout) as client:
+        for photo in sorted(photos.iterdir()):
+            response = client.post("/v1/detect?min_score=0.3", files={"image": photo.read_bytes()})
+            assert response.status_code == 200, (photo.name, response.text)
+            found[photo.name] = [{key: d[key] for key in ("label", "score", "box")} for d in response.json()["detections"]]
+    return found
+
+
 def probe(engine: dict, image: str, arch: str, photos: Path) -> dict:
     """tests/docker_probe.py in a container of the image: tensors and CPU outputs per model and photo."""
     done = docker("run", "--rm", "--network=none", *qemu_flags(arch), "-e", "PYTHONPATH=/srv/edgetpu-serve",
@@ -416,6 +428,7 @@ class Served:
     devices: dict
     top5_cpu: dict[str, list[int]]
     top5_emulated: dict[str, list[int]]
+    people: dict[str, list[dict]]
     bad_input: list[httpx.Response]
     probe: dict
     rss_kib: int
@@ -430,6 +443,7 @@ def serve_and_ask(engine: dict, image: str, arch: str, photos: Path) -> Served:
             assert readyz.status_code == 200
             devices = client.get("/v1/devices").json()["backends"]["edgetpu"]  # the Edge TPU plug-in's report
             top5_cpu = classify_all(container, photos, "cpu")
+            people = detect_all(container, photos)
             bad_input = [client.post("/v1/classify", files={"image": b"these bytes are no image"}),
                          client.post("/v1/classify?model=no_such_model", files={"image": b"x"}),
                          client.post("/v1/classify?top_k=-3", files={"image": (photos / "china.jpg").read_bytes()})]
@@ -443,8 +457,8 @@ def serve_and_ask(engine: dict, image: str, arch: str, photos: Path) -> Served:
         top5_emulated = classify_all(emulator, photos, "emulated")
     finally:
         stop(engine, emulator)
-    return Served(readyz.json(), devices, top5_cpu, top5_emulated, bad_input, probe(engine, image, arch, photos),
-                  rss_kib)
+    return Served(readyz.json(), devices, top5_cpu, top5_emulated, people, bad_input,
+                  probe(engine, image, arch, photos), rss_kib)
 
 
 def resident_kib(engine: dict, container: Container) -> int:
@@ -465,7 +479,7 @@ def board(engine, images, photos) -> Served:
 
 def assert_serves_degraded_on_the_cpu(served: Served, reason: str, fix: str):
     models = served.readyz["models"]
-    assert served.readyz["ready"] is True and set(models) == {"efficientnet_lite0", "fashion_mnist", "mobilenet_v2"}
+    assert served.readyz["ready"] is True and set(models) == COMMITTED_MODELS
     for state in models.values():
         # the reason and the fix
         assert state["state"] == "degraded"
@@ -506,7 +520,8 @@ def test_the_dev_board_image_serves_every_model_on_the_cpu_from_its_defaults(boa
 def test_the_dev_board_image_computes_what_the_x86_image_does(x86, board):
     assert board.top5_cpu == x86.top5_cpu
     assert board.top5_emulated == x86.top5_emulated
-    assert board.probe.keys() == x86.probe.keys() == {"efficientnet_lite0", "fashion_mnist", "mobilenet_v2"}
+    assert board.people == x86.people and any(x86.people.values())  # the person detector finds someone
+    assert board.probe.keys() == x86.probe.keys() == COMMITTED_MODELS
     for model, per_photo in x86.probe.items():
         for photo, found in per_photo.items():
             # preprocessing byte-identical, and the same XNNPACK int8 outputs (one runtime build on both)

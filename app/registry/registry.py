@@ -315,6 +315,11 @@ class Registry:
         """Leases held now: requests admitted and not yet answered."""
         return self._active
 
+    @property
+    def draining(self) -> bool:
+        """Shutting down (drain() or close() began): new leases are refused."""
+        return self._draining
+
     # -- shutdown -----------------------------------------------------------------------------------
 
     async def drain(self, timeout_s: float) -> bool:

@@ -97,7 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.siblings = siblings
     app.state.images = images
     app.state.api_keys = auth.ApiKeys.from_settings(settings)
-    errors.install(app)
+    errors.install(app, settings.refusal_log_window_s)
     budget = ByteBudget(settings.max_body_bytes_in_flight, settings.retry_after_s,
                         trim_after_bytes=TRIM_AFTER_BYTES if settings.tune_malloc else None)
     app.add_middleware(HoldBodyBudget, budget=budget)

@@ -279,3 +279,10 @@ def test_sigterm_lets_requests_in_flight_finish(cat_png):
         assert svc.process.wait(10) in (0, -signal.SIGTERM)
     finally:
         svc.stop()
+
+
+def test_the_linger_of_a_refused_connection_is_a_setting():
+    from app.http_server import HttpLimits
+    from app.settings import Settings
+
+    assert HttpLimits.from_settings(Settings(linger_s=0.25)).linger_s == 0.25

@@ -419,6 +419,21 @@ class SegmentDevicesDouble(Backend):
         return "segtpu"
 
 
+def test_a_pipelines_lanes_and_queues_are_its_settings(segmented_models):
+    from app.registry import Registry
+    from app.settings import Settings
+
+    registry = Registry(Settings(model_dir=segmented_models, models=["efficientnet_lite0_x3"], backends=["cpu"],
+                                 warmup_at_start=False, pipeline_lanes_per_segment=3, pipeline_queue_depth=2))
+    registry.configure()
+    registry.load_all()
+    try:
+        (pipeline,) = registry.get("efficientnet_lite0_x3").pool("cpu").members
+        assert pipeline.lanes == 3 * 3 and [q.maxsize for q in pipeline._queues[1:]] == [2, 2]
+    finally:
+        registry.close()
+
+
 def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmented_models):
     from app.registry import Registry
     from app.settings import Settings

@@ -674,3 +674,11 @@ def test_a_second_group_on_a_port_in_use_refuses(cpu_group):
     done = subprocess.run([sys.executable, "-m", "app"], env=env, capture_output=True, text=True, timeout=WAIT_S,
                           stdin=subprocess.DEVNULL)
     assert done.returncode != 0 and f"127.0.0.1:{cpu_group.port} is in use" in done.stderr, done.stderr
+
+
+def test_gunicorn_kills_a_worker_only_after_its_drain_and_its_close():
+    from app.processes.arbiter import options
+    from app.settings import Settings
+
+    settings = Settings(drain_timeout_s=10, close_timeout_s=7.5)
+    assert options(settings, 2)["graceful_timeout"] == 18  # whole seconds, rounded up

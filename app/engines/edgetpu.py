@@ -63,8 +63,9 @@ from app.settings import ENV_PREFIX, PluginSettings, plugin_config, words
 log = logging.getLogger(__name__)
 
 KEY = "edgetpu"
+# Fixed: the shortest PROBE_INTERVAL_S. A round lists the TPUs through libedgetpu and reads sysfs; more often
+# than this it would take a core's share for nothing (the tests probe every 0.2 s).
 MIN_PROBE_INTERVAL_S = 0.05
-PROBE_STOP_S = 5.0  # how long close() waits for a probe round under way (it may be loading interpreters)
 # libedgetpu and the TFLite runtime must come from the same TensorFlow build: where an image
 # installs a pinned tflite_runtime (app/edgetpu/versions.toml), every backend uses it.
 prefer_tflite_runtime(version_set.tflite_runtime for version_set in pins().sets)
@@ -493,9 +494,11 @@ class EdgeTpuBackend(Backend):
             self.prober.stop(0)
 
     def close(self) -> None:
-        """Stop the probe (after the round under way, bounded); let the claims go as their interpreters close."""
-        if self.prober is not None and not self.prober.stop(PROBE_STOP_S):
-            log.warning("Edge TPU probe: a round still under way after %.0f s; leaving it", PROBE_STOP_S)
+        """Stop the probe (after the round under way, which may be loading interpreters: at most CLOSE_TIMEOUT_S);
+        let the claims go as their interpreters close."""
+        wait_s = self.settings.close_timeout_s
+        if self.prober is not None and not self.prober.stop(wait_s):
+            log.warning("Edge TPU probe: a round still under way after %.0f s; leaving it", wait_s)
         if self.claims is not None:
             self.claims.close()
 

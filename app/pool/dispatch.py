@@ -41,7 +41,7 @@ import numpy as np
 
 from app.engines import Engine, TensorSpec
 from app.errors import Busy, DeviceGone, DeviceHung, InvokeTimeout
-from app.pool.admission import Admission
+from app.pool.admission import OVERLOAD_HOLD_S, Admission
 from app.pool.member import Member, RunResult, timed_run
 from app.pool.watchdog import Watchdog
 from app.threads import lower_this_thread
@@ -49,7 +49,8 @@ from app.threads import lower_this_thread
 log = logging.getLogger(__name__)
 
 _STOP = object()  # one per member thread: end after the jobs queued before it
-# How often a request goes back in line because the device running it left: beyond, a 503.
+# How often a request goes back in line because the device running it left: beyond, a 503. Fixed: a request
+# whose device leaves three times running meets a host losing its TPUs, and waiting longer helps nobody.
 MAX_HAND_BACKS = 3
 
 
@@ -164,7 +165,8 @@ class EnginePool:
     def __init__(self, label: str, members: list[Member], max_waiting: int, wait_timeout_s: float,
                  retry_after_s: float, watchdog: Watchdog | None = None, invoke_timeout_s: float = 30.0,
                  *, max_queue_ms: float = 0.0, thread_nice: int = 0, clock: Callable[[], float] = time.monotonic,
-                 timers: Callable[[], Timers] = asyncio.get_running_loop, backend: str | None = None):
+                 timers: Callable[[], Timers] = asyncio.get_running_loop, overload_hold_s: float = OVERLOAD_HOLD_S,
+                 backend: str | None = None):
         """`clock` reads the time of every deadline and invoke (seconds, monotonic); `timers()` gives, on the
         event loop a request runs on, the timers its deadline checks are scheduled on (that loop's by default;
         their delays are measured on `clock`)."""
@@ -181,7 +183,7 @@ class EnginePool:
         self.thread_nice = thread_nice  # for interpreters that compute on the host's cores
         self.clock = clock
         self.timers = timers
-        self.admission = Admission(label, max_waiting, max_queue_ms, retry_after_s, clock)
+        self.admission = Admission(label, max_waiting, max_queue_ms, retry_after_s, clock, overload_hold_s)
         self._lock = threading.Lock()
         # notified whenever a member's health changes: tests and shutdown wait on it, no polling
         self.changed = threading.Condition(self._lock)

@@ -59,10 +59,6 @@ from app.tasks.classify import TASK as CLASSIFY_TASK
 
 log = logging.getLogger(__name__)
 
-# How long close() waits for interpreter threads to close their interpreters.
-CLOSE_JOIN_S = 5.0
-
-
 class Registry:
     def __init__(self, settings: Settings, backends: Mapping[str, type[Backend]] | None = None,
                  tasks: Mapping[str, Task] | None = None):
@@ -348,7 +344,7 @@ class Registry:
             to_close = [v for v in versions if self._retire(v)]
         for version in to_close:
             version.close()
-        deadline = time.monotonic() + CLOSE_JOIN_S
+        deadline = time.monotonic() + self.settings.close_timeout_s  # for the interpreters' threads to close them
         for version in to_close:
             for pool in version.pools.values():
                 pool.join(max(0.0, deadline - time.monotonic()))

@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
@@ -51,7 +51,7 @@ from app.edgetpu.library import Device, EdgeTpuLibrary, default_library_name
 from app.edgetpu.report import EdgeTpuReport
 from app.edgetpu.temperature import TemperatureWatch, temperature_families
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
-from app.engines.base import Backend, Engine, EngineOptions, Fallback
+from app.engines.base import Backend, Engine, EngineOptions, Fallback, MemberView
 from app.engines.cpu import CpuEngine
 from app.engines.litert import Runtime, interpreter_threads, prefer_tflite_runtime, runtime
 from app.metrics import PREFIX as METRICS_PREFIX, merged_by
@@ -533,7 +533,7 @@ class EdgeTpuBackend(Backend):
         return {t.device.path: hot[apex] for t in self.inventory.in_service
                 if t.device.type == "pci" and (apex := Path(t.device.path).name) in hot}
 
-    def report(self, members) -> dict:
+    def report(self, members: list[MemberView]) -> dict:
         """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions, and
         each PCIe TPU's temperature with its driver's trip points and warning levels; what the probe does."""
         now = look_now(self.config.library, self.tree)
@@ -542,9 +542,9 @@ class EdgeTpuBackend(Backend):
         serving = {t.device.path for t in self.inventory.in_service} if self.inventory is not None else set()
         by_path: dict[str, list[dict]] = {}
         types: dict[str, str] = {}
-        for model, member in members:
+        for member in members:
             by_path.setdefault(member.device, []).append(dict(
-                model=model, healthy=member.healthy, problem=member.problem, load_ms=member.load_ms,
+                model=member.model, healthy=member.healthy, problem=member.problem, load_ms=member.load_ms,
                 first_inference_ms=member.first_inference_ms))
             types[member.device] = member.options.tpu.type
         # a PCIe TPU's node /dev/apex_N and its driver's sysfs apex_N: one name
@@ -583,7 +583,7 @@ class EdgeTpuBackend(Backend):
                     waiting_for=inventory.waiting_for, probes=dict(counts.probes), changes=dict(counts.changes),
                     error=inventory.error)
 
-    def collect(self, members):
+    def collect(self, members: list[MemberView]) -> Iterable:
         """/metrics: the TPUs in service and listed, the probe's rounds and the TPUs that joined and left, each
         TPU's health, and the PCIe TPUs' temperature with the driver's trip points and warning levels, and
         the service's own warning threshold."""
@@ -611,7 +611,7 @@ class EdgeTpuBackend(Backend):
         healthy = GaugeMetricFamily(f"{prefix}_device_healthy", "1 when every interpreter on the TPU is healthy",
                                     labels=("device",))
         by_device: dict[str, bool] = {}
-        for _, member in members:
+        for member in members:
             by_device[member.device] = by_device.get(member.device, True) and member.healthy
         for device, ok in sorted(by_device.items()):
             healthy.add_metric([device], 1.0 if ok else 0.0)

@@ -45,10 +45,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from app import metrics
-from app.engines import BACKENDS, Backend, Fallback
+from app.engines import BACKENDS, Backend, Fallback, MemberView
 from app.errors import DeviceGone, ModelDirError, ModelNotFound, NotReady, ServeError, ShuttingDown
 from app.model_dir import ModelDir, discover, read_model_dir
-from app.pool import EnginePool, Member
+from app.pool import EnginePool
 from app.registry.devices import DeviceFollower
 from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
@@ -385,9 +385,11 @@ class Registry:
         version = self._versions.get(name)
         return version.model_dir if version else self._dirs[name]
 
-    def members(self, backend: str) -> list[tuple[str, Member]]:
-        """(model, member) for every interpreter of `backend` serving now, for device reports."""
-        return [(name, member) for name, version in self._versions.items()
+    def members(self, backend: str) -> list[MemberView]:
+        """Every pool member of `backend` serving now, of every model, as its plug-in sees them (its reports)."""
+        return [MemberView(name, member.device, member.healthy, member.problem, member.load_ms,
+                           member.first_inference_ms, member.options)
+                for name, version in self._versions.items()
                 if backend in version.pools for member in version.pools[backend].members]
 
     def reports(self) -> dict[str, dict]:

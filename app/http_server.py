@@ -49,8 +49,6 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# How long a refused connection is drained (read and discarded) before it is closed.
-LINGER_S = 1.0
 # Request line framing not seen by the parser callbacks: "METHOD SP ... SP HTTP/1.1 CRLF" + final CRLF.
 LINE_OVERHEAD = 32
 HEADER_OVERHEAD = 4  # ": " and CRLF
@@ -64,12 +62,14 @@ class HttpLimits:
     max_connections: int
     retry_after_s: int
     keep_alive_timeout_s: float
+    linger_s: float  # a refused connection is drained (read and discarded) this long before it is closed
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpLimits:
         return cls(max_header_bytes=settings.max_header_bytes, header_timeout_s=settings.header_timeout_s,
                    body_timeout_s=settings.body_timeout_s, max_connections=settings.max_connections,
-                   retry_after_s=settings.retry_after_s, keep_alive_timeout_s=settings.keep_alive_timeout_s)
+                   retry_after_s=settings.retry_after_s, keep_alive_timeout_s=settings.keep_alive_timeout_s,
+                   linger_s=settings.linger_s)
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if transport.can_write_eof():
             transport.write_eof()
         self.flow.resume_reading()
-        self.loop.call_later(LINGER_S, transport.close)
+        self.loop.call_later(self.limits.linger_s, transport.close)
 
     def _arm(self, seconds: float, callback) -> None:
         self._disarm()

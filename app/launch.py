@@ -54,7 +54,12 @@ class LaunchRefused(RuntimeError):
 
 
 def __getattr__(name: str) -> Any:
-    """`app.launch:Protocol`, the name uvicorn's `--http` is given: our protocol, and the mark that it is used."""
+    """`app.launch:Protocol`, the name uvicorn's `--http` is given: our protocol, and the mark that it is used.
+
+    A module attribute looked up by name, because the lookup is the event to notice: uvicorn resolves `--http`
+    with getattr on this module before the app's lifespan starts, and nothing else tells an app which protocol
+    its server runs. A plain `Protocol = LimitedHttpToolsProtocol` would be there whether or not uvicorn was told
+    to use it; importing this module marks nothing (docs/launch.md)."""
     if name == PROTOCOL_NAME:
         global _protocol_in_use
         _protocol_in_use = True

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
+# Fixed, not settings (TUNE_MALLOC turns them all off): the values measured for bursts of large bodies and
+# pixels (docs/security.md); each alone changes little, and together they are glibc's, not the service's.
 MMAP_THRESHOLD_BYTES = 1024 * 1024
 TRIM_THRESHOLD_BYTES = 4 * 1024 * 1024
 ARENA_MAX = 2

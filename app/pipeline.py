@@ -38,6 +38,7 @@ from app.engines.base import Engine, EngineOptions
 from app.errors import DeviceHung, EngineLoadError, ServeError
 from app.metrics import LATENCY_BUCKETS, PREFIX
 from app.pool.member import Member, Stage
+from app.settings import default
 from app.threads import lower_this_thread
 
 if TYPE_CHECKING:
@@ -48,8 +49,9 @@ log = logging.getLogger(__name__)
 SEGMENT_SECONDS = Histogram(f"{PREFIX}_segment_seconds",
                             "Pipelined (segmented) models: the invoke of one segment, by segment index",
                             ("model", "backend", "segment"), buckets=LATENCY_BUCKETS)
-QUEUE_DEPTH = 1        # inputs waiting between two stages: enough to keep the next stage fed
-LANES_PER_SEGMENT = 2  # requests in the pipeline at once, per segment: one in each stage and one queued
+# For pipelines built without settings (tests): PIPELINE_QUEUE_DEPTH, PIPELINE_LANES_PER_SEGMENT.
+QUEUE_DEPTH = default("pipeline_queue_depth")  # inputs waiting between two stages: keeps the next stage fed
+LANES_PER_SEGMENT = default("pipeline_lanes_per_segment")  # requests inside per segment: one in each stage, one queued
 _STOP = object()
 
 
@@ -107,12 +109,12 @@ class Pipeline(Member):
 
     repaired_in_place = True
 
-    def __init__(self, label: str, stages: list[Stage], *, lanes: int | None = None, queue_depth: int = QUEUE_DEPTH,
-                 metric_labels: tuple[str, str] | None = None, thread_nice: int = 0, retry_after_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, label: str, stages: list[Stage], *, lanes_per_segment: int = LANES_PER_SEGMENT,
+                 queue_depth: int = QUEUE_DEPTH, metric_labels: tuple[str, str] | None = None, thread_nice: int = 0,
+                 retry_after_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
         if not stages:
             raise ValueError("a pipeline needs at least one stage")
-        super().__init__(stages, lanes or LANES_PER_SEGMENT * len(stages))
+        super().__init__(stages, lanes_per_segment * len(stages))
         self.label = label
         # between stage i and i+1: which of stage i's outputs is each input of stage i+1
         self._feeds = [feeds(a.engine, b.engine, i) for i, (a, b) in enumerate(zip(stages, stages[1:]))]

@@ -100,10 +100,14 @@ class Settings(BaseSettings):
     max_waiting: int = Field(default=32, ge=0, description="requests allowed to wait per pool before 503")
     wait_timeout_s: float = Field(default=10.0, gt=0, description="longest wait for an interpreter before 503")
     # Under overload, admission by time as well as by count: once a pool's line has overflowed
-    # (MAX_WAITING), and until it has refused nobody for 2 s, a request is also refused (503) when
+    # (MAX_WAITING), and until it has refused nobody for OVERLOAD_HOLD_S, a request is also refused (503) when
     # the line ahead of it would take longer than this to clear, from the recent invoke times.
     # A line that never overflows is never bounded by time. 0 = by count only.
     max_queue_ms: float = Field(default=30.0, ge=0)
+    # How long a pool stays overloaded after it last refused a request for want of room: while it is, the
+    # line is bounded by time too (MAX_QUEUE_MS). Long enough to span the gaps of a burst, short enough that
+    # a pool back under its capacity soon queues by count only again.
+    overload_hold_s: float = Field(default=2.0, gt=0, le=3600)
     # Nice steps below the process for the threads that compute on the host's cores (CPU
     # interpreters, image work), so the event loop, which answers and refuses, runs first when
     # they fill every core (app/threads.py). 0 = as the process.
@@ -123,6 +127,9 @@ class Settings(BaseSettings):
     invoke_timeout_s: float = Field(default=30.0, gt=0)
     # SIGTERM: requests already admitted get this long to finish before interpreters are closed.
     drain_timeout_s: float = Field(default=10.0, ge=0)
+    # Then, at most this long for each of: a plug-in's background work under way (the Edge TPU's probe
+    # round, which may be loading interpreters), and the interpreters' threads closing their interpreters.
+    close_timeout_s: float = Field(default=5.0, gt=0, le=3600)
     retry_after_s: int = Field(default=1, ge=0)
     warmup_at_start: bool = True
     # Threads that decode and resize images: more than the cores the interpreters leave free
@@ -136,6 +143,11 @@ class Settings(BaseSettings):
     plugins: dict[str, dict[str, Any]] = {}
     # An invoke longer than this marks its device unhealthy: out of the pool until re-created.
     watchdog_timeout_s: float = Field(default=5.0, gt=0)
+    # A segmented model's pipeline (app/pipeline.py): requests inside it at once per segment (one invoking in
+    # each stage, one queued: the next input is ready when a stage finishes), and inputs waiting between
+    # two stages (a slow stage holds up the ones before it instead of letting inputs pile up).
+    pipeline_lanes_per_segment: int = Field(default=2, ge=1, le=64)
+    pipeline_queue_depth: int = Field(default=1, ge=1, le=64)
     # Backends whose interpreters the watchdog watches; unset: those whose plug-in says so (Backend.watched).
     watchdog_backends: Annotated[list[str] | None, NoDecode] = None
     watchdog_retry_s: float = Field(default=2.0, gt=0, description="wait between attempts to re-create a device")
@@ -162,6 +174,12 @@ class Settings(BaseSettings):
                                   "body; over it: 408 and close")
     keep_alive_timeout_s: float = Field(default=5.0, gt=0, description="idle keep-alive connection closed after")
     max_connections: int = Field(default=256, ge=1, description="open connections; beyond: 503 at connect")
+    linger_s: float = Field(default=1.0, ge=0, le=60, description="a connection refused by the HTTP layer (408, "
+                            "431, 503, 400) is drained this long after its answer, then closed: the client reads "
+                            "the answer instead of a reset")
+    # Refusals (503) are logged in full only when the first comes after a quiet window; while they go on,
+    # one line per window sums them up (app/api/errors.py), so an overload does not flood the log.
+    refusal_log_window_s: float = Field(default=10.0, gt=0, le=3600)
 
     # Memory of requests in flight (app/api/body.py): request bodies being read and held count
     # against this; a request whose body does not fit waits (up to WAIT_TIMEOUT_S), then 503.
@@ -283,6 +301,12 @@ def default_model_for(chosen: str | None, served: list[str], of_task: list[str],
     raise ValueError(f"{variable} is unset and several {task} models are served ({', '.join(of_task)}): "
                      f"which one answers {default.routes}? Fix: set {variable} to one of them (each is also at "
                      f"{default.named_route})")
+
+
+def default(name: str) -> Any:
+    """The default of a core setting, for code that also runs without Settings (a pool built by a test):
+    one value, the one docs/configuration.md documents."""
+    return Settings.model_fields[name].default
 
 
 def variable_names(plugins: Iterable[type] = ()) -> set[str]:

@@ -697,8 +697,7 @@ def short_run_name(name: str, sides: int) -> str:
     return name.replace(str(repo_root()), "this checkout")
 
 
-def main() -> int:
-    global MODEL  # --model: every request path and the service's model
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device-ms", default="2.5,5", help="simulated device times, ms (comma-separated)")
     parser.add_argument("--devices", default="1,2", help="device counts (comma-separated)")
@@ -736,127 +735,212 @@ def main() -> int:
                              "build/bench/device_capacity.png); '' for none")
     parser.add_argument("--redraw", type=Path, default=None, metavar="JSON",
                         help="measure nothing: draw the chart of a report saved with --json")
-    args = parser.parse_args()
-    chart = args.chart if args.chart is not None else (
-        (args.json or args.redraw).with_suffix(".png") if (args.json or args.redraw) else
-        CHART_DIR / "device_capacity.png")
+    return parser.parse_args(argv)
+
+
+def chart_path(args: argparse.Namespace) -> Path:
+    """--chart, else beside --json (or the --redraw report) as .png, else build/bench/device_capacity.png."""
+    if args.chart is not None:
+        return args.chart
+    saved = args.json or args.redraw
+    return saved.with_suffix(".png") if saved else CHART_DIR / "device_capacity.png"
+
+
+def charted(report: dict, chart: Path, title: str) -> None:
+    """The chart of `report` at `chart` (none when --chart ''), and where it went."""
+    if str(chart) not in ("", ".") and (written := write_chart(report, chart, title)):
+        print(f"\nchart: {written}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run measures, from the command line."""
+
+    levels: list[int]                # connections
+    simulated: bool                  # the simulated device (simtpu), on services this script starts
+    device_times: list[float | None]  # D, ms: None for a real backend
+    device_counts: list[int]
+    process_counts: list[int]
+    inputs: list                     # the JPEG inputs (jpeg_inputs())
+    runs: list[tuple[Path, dict[str, str]]]  # (checkout, settings), side by side
+    rounds: int
+    image_threads: int
+    detection: bool                  # a detection model: a camera frame, to its route and to DeepStack's
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Plan:
+        from app.inference import image_threads as default_image_threads
+
+        simulated = args.backend == "simtpu" and args.url is None
+        detection = task_of(MODEL) == "detection"
+        runs = [(c.resolve(), variant_settings(v)) for c in (args.checkout or [repo_root()])
+                for v in (args.variant or [""])]
+        return cls(
+            levels=[int(c) for c in args.concurrency.split(",")],
+            simulated=simulated,
+            device_times=[float(d) for d in args.device_ms.split(",")] if (simulated or args.url) else [None],
+            device_counts=[int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1],
+            process_counts=[int(p) for p in args.processes.split(",")],
+            inputs=(detection_inputs(MODEL) if detection else
+                    [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]),
+            runs=runs,
+            rounds=args.rounds or (3 if len(runs) > 1 or args.floor else 1),
+            # the service's own default for a device backend (this checkout's rule), for the bound too
+            image_threads=default_image_threads(args.image_threads, host_cpu=not simulated),
+            detection=detection,
+        )
+
+
+def redraw(args: argparse.Namespace, chart: Path) -> int:
+    """--redraw: the chart of a saved report, nothing measured."""
+    report = json.loads(args.redraw.read_text())
+    written = write_chart(report, chart, report.get("chart_title", "device busy against concurrency"))
+    print(f"chart: {written}" if written else "no chart", file=sys.stdout if written else sys.stderr)
+    return 0 if written else 1
+
+
+def measure_peer(args: argparse.Namespace, plan: Plan, workdir: Path) -> int:
+    """--peer: the cpu backend against bench/naive_peer.py."""
+    rows = peer_comparison(plan.inputs, plan.levels, args.duration, args.workers or 1, workdir)
+    print_peer(rows)
+    if args.json:
+        args.json.write_text(json.dumps({"peer": rows}, indent=2))
+    return 1 if any(side["errors"] for r in rows for side in r.values() if isinstance(side, dict)) else 0
+
+
+def measure_running(args: argparse.Namespace, plan: Plan, workdir: Path, chart: Path) -> int:
+    """--url: a service already running, at each device time (no CPU figures)."""
+    report: dict = {"points": [], "stages": [], "bounds": []}
+    url = args.url.rstrip("/")
+    v2 = v2_binary_request(url, MODEL, plan.inputs[0].jpeg)
+    for d in plan.device_times:
+        rows = measure_service(None, url, plan.inputs + ([v2] if v2 else []), plan.levels, args.duration, d,
+                               args.devices and int(args.devices.split(",")[0]), workdir)
+        print_rows(f"{url}, D = {d} ms (load average {load_average()})", rows, {})
+        for r in rows:
+            r["table"] = f"D = {d} ms"
+        report["points"] += rows
+    charted(report, chart, f"device busy, {url}")
+    return 0
+
+
+def bounds_without_http(args: argparse.Namespace, plan: Plan, d: float | None, n: int, report: dict) -> dict:
+    """Each input's req/s with no HTTP in the way (the simulated device only), into the report too."""
+    bounds = {}
+    if plan.simulated:
+        for item in plan.inputs:
+            bounds[item.name] = bound_without_http(item.jpeg, d, n, plan.image_threads, args.duration)["req_s"]
+            report["bounds"].append({"input": item.name, "device_ms": d, "devices": n, "req_s": bounds[item.name]})
+    return bounds
+
+
+def measure_sides(args: argparse.Namespace, plan: Plan, d: float | None, n: int, processes: int,
+                  workdir: Path) -> tuple[list[str], list[tuple], list[list[dict]]]:
+    """Every run (checkout x variant) served at once, and the floor server with one device if asked, measured
+    side by side: their names, (server, url, inputs) and rows."""
+    with contextlib.ExitStack() as stack:
+        sides = []
+        for checkout, settings in plan.runs:
+            svc = stack.enter_context(Service(checkout, d or 0, n, args.backend, args.image_threads,
+                                              workers=args.workers, settings=settings, processes=processes))
+            v2 = v2_binary_request(svc.url, MODEL, plan.inputs[0].jpeg)
+            sides.append((svc, svc.url, plan.inputs + ([v2] if v2 else [])))
+        names = [run_name(checkout, settings) for checkout, settings in plan.runs]
+        if args.floor and n == 1:
+            floor = stack.enter_context(FloorServer(d))
+            sides.append((floor, floor.url, plan.inputs))
+            names.append("floor (bench/floor_server.py: all on the event loop, no limits)")
+        return names, sides, measure_side_by_side(sides, plan.levels, args.duration, d, n, workdir, plan.rounds)
+
+
+def print_sides(args: argparse.Namespace, plan: Plan, d: float | None, n: int, processes: int, names: list[str],
+                sides: list[tuple], measured: list[list[dict]], bounds: dict, report: dict) -> int:
+    """Each side's table, its rows into the report; the errors counted."""
+    errors = 0
+    for name, (side, _, side_inputs), rows in zip(names, sides, measured):
+        errors += sum(r["errors"] for r in rows)
+        for r in rows:
+            r["run"], r["processes"] = name, processes if isinstance(side, Service) else 1
+        title = (f"{name}: D = {d} ms, {n} device(s)" if plan.simulated else
+                 f"{name}: backend {args.backend}, {n} worker(s)")
+        if processes > 1 and isinstance(side, Service):
+            title += f", {processes} processes on one port ({n // processes} each)"
+        if plan.rounds > 1:
+            title += f", medians of {plan.rounds} alternating rounds"
+        print_rows(f"{title} (load average {load_average()})", rows, bounds)
+        for r in rows:
+            r["table"] = title.replace(name, short_run_name(name, len(sides)))
+        if args.backend == "cpu":
+            print_estimated_row(MODEL)
+        if isinstance(side, Service) and len(side_inputs) == len(plan.inputs) and not plan.detection:
+            print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
+                  "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
+        report["points"] += rows
+    return errors
+
+
+def measure_grid(args: argparse.Namespace, plan: Plan, workdir: Path, report: dict) -> int:
+    """Every device time x device count x process count, each run side by side; the errors."""
+    errors = 0
+    for d in plan.device_times:
+        for n, processes in ((n, p) for n in plan.device_counts for p in plan.process_counts):
+            if n % processes:
+                print(f"\n({n} device(s) do not split evenly among {processes} processes: left out)")
+                continue
+            bounds = bounds_without_http(args, plan, d, n, report)
+            names, sides, measured = measure_sides(args, plan, d, n, processes, workdir)
+            errors += print_sides(args, plan, d, n, processes, names, sides, measured, bounds, report)
+    return errors
+
+
+def measure_stages(args: argparse.Namespace, plan: Plan, workdir: Path, report: dict) -> None:
+    """Server CPU per request by stage, c=1, the first device time, one device: each run in turn."""
+    d = plan.device_times[0]
+    for checkout, settings in plan.runs:
+        with Service(checkout, d, 1, args.backend, args.image_threads, stages=True, settings=settings) as svc:
+            results = [stage_pass(svc, item, args.duration, workdir) for item in plan.inputs]
+        for r in results:
+            r["checkout"], r["settings"] = str(checkout), settings
+        print_stages(f"{run_name(checkout, settings)}: server CPU ms per request by stage, c=1, D = {d} ms, 1 device "
+                     f"(load average {load_average()})", results)
+        report["stages"] += results
+
+
+def main(argv: list[str] | None = None) -> int:
+    global MODEL  # --model: every request path and the service's model
+    args = parse_args(argv)
+    chart = chart_path(args)
     if args.redraw:
-        report = json.loads(args.redraw.read_text())
-        written = write_chart(report, chart, report.get("chart_title", "device busy against concurrency"))
-        print(f"chart: {written}" if written else "no chart", file=sys.stdout if written else sys.stderr)
-        return 0 if written else 1
+        return redraw(args, chart)
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk", file=sys.stderr)
         return 2
-
     MODEL = args.model
-    detection = task_of(MODEL) == "detection"
-    levels = [int(c) for c in args.concurrency.split(",")]
-    simulated = args.backend == "simtpu" and args.url is None
-    device_times = [float(d) for d in args.device_ms.split(",")] if (simulated or args.url) else [None]
-    device_counts = [int(n) for n in args.devices.split(",")] if simulated else [args.workers or 1]
-    process_counts = [int(p) for p in args.processes.split(",")]
-    inputs = [i for i in jpeg_inputs() if i.name.split("x")[0] in args.inputs.split(",")]
-    if detection:  # a detector's inputs instead: a camera frame, to its route and to DeepStack's
-        inputs = detection_inputs(MODEL)
-    runs = [(c.resolve(), variant_settings(v)) for c in (args.checkout or [repo_root()]) for v in (args.variant or [""])]
-    rounds = args.rounds or (3 if len(runs) > 1 or args.floor else 1)
-    from app.inference import image_threads as default_image_threads
-
-    # the service's own default for a device backend (this checkout's rule), for the bound too
-    image_threads = default_image_threads(args.image_threads, host_cpu=not simulated)
+    plan = Plan.of(args)
     start_load = load_average()
     print(f"device capacity: {os.cpu_count()} cores, load average {start_load} at start; wrk -t1, "
-          f"{args.duration} s per point; image threads {image_threads}; backend {'cpu vs naive peer' if args.peer else args.backend}")
+          f"{args.duration} s per point; image threads {plan.image_threads}; "
+          f"backend {'cpu vs naive peer' if args.peer else args.backend}")
     report: dict = {"points": [], "stages": [], "bounds": []}
-    errors = 0
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        if detection:  # the simulated device answers with the frame the benchmark sends (the services inherit it)
+        if plan.detection:  # the simulated device answers with the frame the benchmark sends (the services inherit it)
             photo = workdir / "frame.jpg"
-            photo.write_bytes(inputs[0].jpeg)
+            photo.write_bytes(plan.inputs[0].jpeg)
             os.environ["BENCH_DEVICE_PHOTO"] = str(photo)
         if args.peer:
-            rows = peer_comparison(inputs, levels, args.duration, args.workers or 1, workdir)
-            print_peer(rows)
-            if args.json:
-                args.json.write_text(json.dumps({"peer": rows}, indent=2))
-            return 1 if any(side["errors"] for r in rows for side in r.values() if isinstance(side, dict)) else 0
+            return measure_peer(args, plan, workdir)
         if args.url:
-            url = args.url.rstrip("/")
-            v2 = v2_binary_request(url, MODEL, inputs[0].jpeg)
-            for d in device_times:
-                rows = measure_service(None, url, inputs + ([v2] if v2 else []), levels, args.duration, d,
-                                       args.devices and int(args.devices.split(",")[0]), workdir)
-                print_rows(f"{url}, D = {d} ms (load average {load_average()})", rows, {})
-                for r in rows:
-                    r["table"] = f"D = {d} ms"
-                report["points"] += rows
-            if str(chart) not in ("", ".") and (written := write_chart(report, chart, f"device busy, {url}")):
-                print(f"\nchart: {written}")
-            return 0
-        for d in device_times:
-            for n, processes in ((n, p) for n in device_counts for p in process_counts):
-                if n % processes:
-                    print(f"\n({n} device(s) do not split evenly among {processes} processes: left out)")
-                    continue
-                bounds = {}
-                if simulated:
-                    for item in inputs:
-                        bounds[item.name] = bound_without_http(item.jpeg, d, n, image_threads, args.duration)["req_s"]
-                        report["bounds"].append({"input": item.name, "device_ms": d, "devices": n,
-                                                 "req_s": bounds[item.name]})
-                with contextlib.ExitStack() as stack:
-                    sides = []
-                    for checkout, settings in runs:
-                        svc = stack.enter_context(Service(checkout, d or 0, n, args.backend, args.image_threads,
-                                                          workers=args.workers, settings=settings,
-                                                          processes=processes))
-                        v2 = v2_binary_request(svc.url, MODEL, inputs[0].jpeg)
-                        sides.append((svc, svc.url, inputs + ([v2] if v2 else [])))
-                    names = [run_name(checkout, settings) for checkout, settings in runs]
-                    if args.floor and n == 1:
-                        floor = stack.enter_context(FloorServer(d))
-                        sides.append((floor, floor.url, inputs))
-                        names.append("floor (bench/floor_server.py: all on the event loop, no limits)")
-                    measured = measure_side_by_side(sides, levels, args.duration, d, n, workdir, rounds)
-                for name, (side, _, side_inputs), rows in zip(names, sides, measured):
-                    errors += sum(r["errors"] for r in rows)
-                    for r in rows:
-                        r["run"], r["processes"] = name, processes if isinstance(side, Service) else 1
-                    title = (f"{name}: D = {d} ms, {n} device(s)" if simulated else
-                             f"{name}: backend {args.backend}, {n} worker(s)")
-                    if processes > 1 and isinstance(side, Service):
-                        title += f", {processes} processes on one port ({n // processes} each)"
-                    if rounds > 1:
-                        title += f", medians of {rounds} alternating rounds"
-                    print_rows(f"{title} (load average {load_average()})", rows, bounds)
-                    for r in rows:
-                        r["table"] = title.replace(name, short_run_name(name, len(sides)))
-                    if args.backend == "cpu":
-                        print_estimated_row(MODEL)
-                    if isinstance(side, Service) and len(side_inputs) == len(inputs) and not detection:
-                        print("\n(raw uint8 tensor through /v2 binary: this service has no /v2; the hook "
-                              "`v2_binary_request` in bench/device_capacity.py adds the row once it has)")
-                    report["points"] += rows
-        if simulated and not args.no_stages:
-            for checkout, settings in runs:
-                d = device_times[0]
-                with Service(checkout, d, 1, args.backend, args.image_threads, stages=True, settings=settings) as svc:
-                    results = [stage_pass(svc, item, args.duration, workdir) for item in inputs]
-                for r in results:
-                    r["checkout"], r["settings"] = str(checkout), settings
-                print_stages(f"{run_name(checkout, settings)}: server CPU ms per request by stage, c=1, D = {d} ms, 1 device "
-                             f"(load average {load_average()})", results)
-                report["stages"] += results
+            return measure_running(args, plan, workdir, chart)
+        errors = measure_grid(args, plan, workdir, report)
+        if plan.simulated and not args.no_stages:
+            measure_stages(args, plan, workdir, report)
     report["chart_title"] = (f"device busy against concurrency ({os.cpu_count()} cores, load average {start_load} "
                              f"at start; wrk -t1, {args.duration} s a point)")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    if str(chart) not in ("", ".") and (written := write_chart(report, chart, report["chart_title"])):
-        print(f"\nchart: {written}")
+    charted(report, chart, report["chart_title"])
     return 1 if errors else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

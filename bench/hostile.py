@@ -567,8 +567,7 @@ def large_images() -> None:
               f"{median(t for _, t in results) * 1000:.0f} | {idle:.0f} | {peak:.0f} | {after:.0f} |")
 
 
-def main() -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the service on the way out
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="bombs,slow,bodies,images,cost,overload",
                         help="scenarios to run, comma-separated")
@@ -593,67 +592,79 @@ def main() -> int:
                         help="overload with curl: no Connection: close, curl reuses the connections of its pool")
     parser.add_argument("--max-waiting", type=int, default=32, help="overload: the service's MAX_WAITING")
     parser.add_argument("--workers", type=int, help="overload: the service's WORKERS (default: its own)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.keep_alive and args.overload_client != "curl":
         parser.error("--keep-alive needs --overload-client curl")
+    return args
+
+
+def bombs_and_slow_clients(args: argparse.Namespace, only: set[str], small: bytes) -> None:
+    svc = Service(header_timeout_s=args.deadline, body_timeout_s=args.deadline)
+    try:
+        if "bombs" in only:
+            asyncio.run(header_bombs(svc))
+        if "slow" in only:
+            asyncio.run(slow_clients(svc, args.slow_clients, args.deadline, args.deadline, small))
+    finally:
+        svc.stop()
+
+
+def concurrent_large_bodies(args: argparse.Namespace) -> None:
+    sizes = [(5600, 3700), (5800, 3900), (6000, 4000)]
+    bodies = [photo_jpeg(w, h, 97, noise=12) for w, h in sizes]
+    print(f"\n## {args.bodies} concurrent large bodies ({', '.join(f'{len(b) / 1e6:.1f}' for b in bodies)} MB "
+          "JPEGs: a real photo upscaled, with sensor-like noise), one fresh service each")
+    print("| budget (MAX_BODY_BYTES_IN_FLIGHT) | n | statuses | s | idle RSS MB | peak RSS MB (VmHWM) | "
+          "RSS 2 s after MB |")
+    print("|---|---|---|---|---|---|---|")
+    for label, settings in (("default (160 MiB)", {}),
+                            ("out of the way (4 GiB)", {"max_body_bytes_in_flight": 4096 * MIB}),
+                            ("out of the way, TUNE_MALLOC=false (glibc defaults)",
+                             {"max_body_bytes_in_flight": 4096 * MIB, "tune_malloc": "false"})):
+        svc = Service(**settings)
+        try:
+            asyncio.run(large_bodies(svc, args.bodies, bodies, label))
+        finally:
+            svc.stop()
+
+
+def overload(args: argparse.Namespace, small: bytes) -> None:
+    for variant in args.overload_variant or [""]:
+        settings = {"max_waiting": args.max_waiting} | ({"workers": args.workers} if args.workers else {})
+        settings |= {name.lower(): value for name, _, value in (pair.partition("=") for pair in variant.split())}
+        svc = Service(**settings)
+        try:
+            models = httpx.get(f"http://127.0.0.1:{svc.port}/v1/models").json()
+            workers = models["models"][0]["backends"]["cpu"]["interpreters"]
+            if args.overload_client == "h2load":
+                overload_open(svc, workers, args.overload_factor, small, args.overload_seconds,
+                              args.unloaded_requests, f" [{variant}]" if variant else "")
+            else:
+                overload_closed(svc, workers + args.max_waiting, args.overload_factor, small,
+                                args.overload_requests, args.unloaded_requests, args.overload_client,
+                                args.keep_alive)
+        finally:
+            svc.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the service on the way out
+    args = parse_args(argv)
     only = set(args.only.split(","))
     small = photo_jpeg(640, 427)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; classify body: china.jpg 640x427 "
           f"({len(small)} B); default model, cpu backend")
-
     if only & {"bombs", "slow"}:
-        svc = Service(header_timeout_s=args.deadline, body_timeout_s=args.deadline)
-        try:
-            if "bombs" in only:
-                asyncio.run(header_bombs(svc))
-            if "slow" in only:
-                asyncio.run(slow_clients(svc, args.slow_clients, args.deadline, args.deadline, small))
-        finally:
-            svc.stop()
-
+        bombs_and_slow_clients(args, only, small)
     if "bodies" in only:
-        sizes = [(5600, 3700), (5800, 3900), (6000, 4000)]
-        bodies = [photo_jpeg(w, h, 97, noise=12) for w, h in sizes]
-        print(f"\n## {args.bodies} concurrent large bodies ({', '.join(f'{len(b) / 1e6:.1f}' for b in bodies)} MB "
-              "JPEGs: a real photo upscaled, with sensor-like noise), one fresh service each")
-        print("| budget (MAX_BODY_BYTES_IN_FLIGHT) | n | statuses | s | idle RSS MB | peak RSS MB (VmHWM) | "
-              "RSS 2 s after MB |")
-        print("|---|---|---|---|---|---|---|")
-        for label, settings in (("default (160 MiB)", {}),
-                                ("out of the way (4 GiB)", {"max_body_bytes_in_flight": 4096 * MIB}),
-                                ("out of the way, TUNE_MALLOC=false (glibc defaults)",
-                                 {"max_body_bytes_in_flight": 4096 * MIB, "tune_malloc": "false"})):
-            svc = Service(**settings)
-            try:
-                asyncio.run(large_bodies(svc, args.bodies, bodies, label))
-            finally:
-                svc.stop()
-
+        concurrent_large_bodies(args)
     if "images" in only:
         large_images()
-
     if "cost" in only:
         protocol_cost(9, 2000)
-
     if "overload" in only:
-        for variant in args.overload_variant or [""]:
-            settings = {"max_waiting": args.max_waiting} | ({"workers": args.workers} if args.workers else {})
-            settings |= {name.lower(): value for name, _, value in (pair.partition("=") for pair in variant.split())}
-            svc = Service(**settings)
-            try:
-                models = httpx.get(f"http://127.0.0.1:{svc.port}/v1/models").json()
-                workers = models["models"][0]["backends"]["cpu"]["interpreters"]
-                if args.overload_client == "h2load":
-                    overload_open(svc, workers, args.overload_factor, small, args.overload_seconds,
-                                  args.unloaded_requests, f" [{variant}]" if variant else "")
-                else:
-                    overload_closed(svc, workers + args.max_waiting, args.overload_factor, small,
-                                    args.overload_requests, args.unloaded_requests, args.overload_client,
-                                    args.keep_alive)
-            finally:
-                svc.stop()
+        overload(args, small)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

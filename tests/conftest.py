@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -13,6 +13,7 @@ import pytest
 
 from bench.service import ServiceProcess as Service  # the one launcher, shared with bench/
 from converter.photos import photo
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
@@ -38,9 +39,9 @@ def live_children(pid: int) -> list[str]:
 def no_process_outlives_the_run():
     """After the last test, no process a test started is left running (services, workers, scripts)."""
     yield
-    deadline = time.monotonic() + EXIT_GRACE_S
-    while (left := live_children(os.getpid())) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with contextlib.suppress(AssertionError):  # those still running are killed, and named, below
+        until(lambda: not live_children(os.getpid()), EXIT_GRACE_S, "every child gone", poll_s=0.2)
+    left = live_children(os.getpid())
     for entry in left:  # not left behind by the run either
         os.kill(int(entry.split()[0]), signal.SIGKILL)
     assert not left, f"processes started by the tests still running after the last one: {left}"

@@ -108,3 +108,9 @@ def test_each_error_carries_its_status_and_each_protocol_reads_it_once():
         error = cls.__new__(cls)
         assert v2_status_of(error) in (400, 404, 413, 503, 504), cls  # the statuses the v2 protocol has
         assert (v2_status_of(error) == error.status) == (error.status not in (409, 415, 422, 500)), cls
+
+
+def test_install_gives_the_refusal_log_its_window(monkeypatch):
+    monkeypatch.setattr(errors.refusals, "window_s", errors.refusals.window_s)  # restored after the test
+    errors.install(FastAPI(), 3.5)
+    assert errors.refusals.window_s == 3.5

@@ -13,12 +13,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, Service
+from tests.waiting import until
 
 BENCH = ROOT / "bench"
 TIMEOUT_S = 300
@@ -143,11 +143,9 @@ def test_curl_bench_stops_its_service_when_interrupted():
         assert script.poll() is None, "curl_bench.sh ended before its requests started"
         script.terminate()
         script.wait(60)
-        deadline = time.monotonic() + 30  # the service is stopped before the script exits; allow a slow reap
-        while (left := [pid for pid in session_members(script.pid) if pid != script.pid]) and \
-                time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not left, f"processes left after curl_bench.sh was terminated: {left}"
+        # the service is stopped before the script exits; allow a slow reap
+        left = lambda: [pid for pid in session_members(script.pid) if pid != script.pid]  # noqa: E731
+        until(lambda: not left(), 30, "no process left after curl_bench.sh was terminated", poll_s=0.2)
     finally:
         if script.poll() is None:
             script.kill()

@@ -10,6 +10,7 @@ answers clone3 with EPERM as Docker 18.09 on the board's Mendel Linux does.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -29,6 +30,7 @@ import yaml
 from bench.service import free_port
 from converter.photos import sample_photos
 from tests.doubles.libedgetpu import build as build_libedgetpu_double
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "docker" / "tools"
@@ -357,17 +359,19 @@ def start(engine: dict, image: str, arch: str, role: str, *flags: str, env: dict
     docker("run", "-d", "--name", name, "--network=host", *qemu_flags(arch), *flags,
            *[f"-e{k}={v}" for k, v in settings.items()], image, env=engine)
     container = Container(name, f"http://127.0.0.1:{port}", arch)
-    deadline = time.monotonic() + READY_TIMEOUT_S[arch]
-    while time.monotonic() < deadline:
+
+    def ready_or_stopped() -> str | None:
         try:
             if httpx.get(container.url + "/readyz", timeout=5).status_code == 200:
-                return container
+                return "ready"
         except httpx.TransportError:
             pass
-        state = docker("inspect", "-f", "{{.State.Running}}", name, env=engine).stdout.strip()
-        if state != "true":
-            break
-        time.sleep(1)
+        running = docker("inspect", "-f", "{{.State.Running}}", name, env=engine).stdout.strip()
+        return None if running == "true" else "stopped"
+
+    with contextlib.suppress(AssertionError):  # not ready in time: its logs below
+        if until(ready_or_stopped, READY_TIMEOUT_S[arch], f"{image} ready", poll_s=1) == "ready":
+            return container
     logs = docker("logs", name, env=engine, check=False)
     docker("rm", "-f", name, env=engine, check=False)
     raise AssertionError(f"{image} ({role}) not ready:\n{logs.stdout[-3000:]}\n{logs.stderr[-3000:]}")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.waiting import until
 
 README = ROOT / "README.md"
 README_MAX_LINES = 260
@@ -420,7 +421,6 @@ def test_the_without_docker_page_serves_and_refuses_as_it_says():
     two `curl`s say why; the TPU-only one stops at start with the reason and the fix."""
     import os
     import signal
-    import time
     import urllib.request
 
     from bench.service import free_port
@@ -431,15 +431,16 @@ def test_the_without_docker_page_serves_and_refuses_as_it_says():
     assert env == {"EDGETPU_SERVE_BACKENDS": "edgetpu,cpu", "EDGETPU_SERVE_EDGETPU_ON_FAILURE": "fallback"}
     port = free_port()
     served = make_serve(env, port)
+    def ready() -> bool:
+        assert served.poll() is None, served.stdout.read()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                return True
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert served.poll() is None and time.monotonic() < deadline, served.stdout.read() if served.poll() else ""
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.2)
+        until(ready, 120, "make serve ready", poll_s=0.2)
         answers = {}
         for curl in [a for a in shell_commands(ROOT / "docs" / "without-docker.md") if a[:2] == ["curl", "-s"]]:
             url = curl[2].replace("localhost:8000", f"127.0.0.1:{port}")

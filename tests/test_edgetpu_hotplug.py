@@ -29,6 +29,7 @@ from tests.doubles.apex_sysfs import fake_apex
 from tests.doubles.clock import FakeClock
 from tests.doubles.edgetpu_models import plain_as_compiled
 from tests.doubles.libedgetpu import libedgetpu_double, pci_tpu, plugged_tpus  # noqa: F401
+from tests.waiting import until
 
 INTERVAL_S = 1.0
 EVENTUALLY_S = 30
@@ -333,12 +334,10 @@ def hotplug_service(tmp_path, plugged_tpus, library, policy: str, backends: str)
 
 def wait_until(client: httpx.Client, condition, what: str) -> dict:
     """GET /v1/models until condition(answer) holds: a condition, bounded, not a time window."""
-    for _ in range(int(EVENTUALLY_S / 0.05)):
+    def answer() -> dict | None:
         models = client.get("/v1/models").json()
-        if condition(models):
-            return models
-        threading.Event().wait(0.05)
-    raise AssertionError(f"not within {EVENTUALLY_S} s: {what}")
+        return models if condition(models) else None
+    return until(answer, EVENTUALLY_S, what, poll_s=0.05)
 
 
 def metric(text: str, name: str, **labels) -> float:
@@ -411,10 +410,8 @@ def test_over_a_socket_without_a_fallback_an_unplugged_tpu_gets_503s_with_retry_
             gone = client.get("/readyz")
             plugged_tpus.plug(a)
             answers = load.finish()
-            for _ in range(int(EVENTUALLY_S / 0.05)):  # back within a few probe rounds
-                if client.get("/readyz").status_code == 200:
-                    break
-                threading.Event().wait(0.05)
+            # back within a few probe rounds
+            until(lambda: client.get("/readyz").status_code == 200, EVENTUALLY_S, "ready again", poll_s=0.05)
             back = client.post("/v1/classify", files={"image": cat_png.read_bytes()})
     finally:
         log = service.stop()

@@ -64,7 +64,7 @@ def test_every_tpu_gets_an_interpreter_warmed_up_on_its_own(tmp_path, libedgetpu
     assert [m.device for m in pool.members] == [str(n) for n in pci_nodes]
     assert all(m.first_inference_ms > 0 for m in pool.members)  # one warm-up per TPU
     assert (tmp_path / "log").read_text().splitlines() == [f"created device=:{i}" for i in range(3)]
-    assert [m.device for _, m in reg.members("edgetpu")] == [str(n) for n in pci_nodes]
+    assert [m.device for m in reg.members("edgetpu")] == [str(n) for n in pci_nodes]
 
     async def spread():  # as many requests at once as TPUs: each holds a different one
         x = np.full(pool.inputs[0].shape, 127, np.uint8)

@@ -8,7 +8,6 @@ the test lets it go; nothing here needs a TPU.
 import asyncio
 import io
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -24,7 +23,7 @@ from app.pool import EnginePool, Interpreter, Stage, Watchdog
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
-from tests.doubles.clock import FakeClock
+from tests.doubles.clock import FakeClock, FakeTimers
 
 WATCHDOG_S = 0.3
 RETRY_S = 0.05
@@ -91,10 +90,11 @@ def eventually(pool: EnginePool, condition, what: str):
         raise AssertionError(f"not within {EVENTUALLY_S} s: {what}")
 
 
-def pool_of(n: int, recreate_gate: threading.Event | None = None, clock=time.monotonic) -> EnginePool:
+def pool_of(n: int, recreate_gate: threading.Event | None = None, timers: FakeTimers | None = None) -> EnginePool:
     """With a gate, re-creation waits until the test opens it: what the test asserts about the
-    unhealthy state cannot race a recovery that a fast machine finishes first. With a fake clock,
-    an invoke outlives the watchdog's timeout when the test moves the clock, not by the machine's pace."""
+    unhealthy state cannot race a recovery that a fast machine finishes first. With fake timers (on a fake
+    clock), an invoke outlives the watchdog's timeout when the test moves time, not by the machine's pace;
+    without, the pool keeps real time."""
 
     def reload(old: Stage) -> Stage:
         if recreate_gate is not None:
@@ -103,14 +103,15 @@ def pool_of(n: int, recreate_gate: threading.Event | None = None, clock=time.mon
 
     members = [Interpreter(Stage(HangingEngineDouble(), 1.0, device=f"tpu{i}")) for i in range(n)]
     watchdog = Watchdog(WATCHDOG_S, reload, RETRY_S)
+    on_fake_time = {} if timers is None else {"clock": timers.clock, "timers": lambda: timers}
     return EnginePool("m/hanging", members, max_waiting=4, wait_timeout_s=5, retry_after_s=1, watchdog=watchdog,
-                      clock=clock)
+                      **on_fake_time)
 
 
 def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
     recreate_gate = threading.Event()
-    clock = FakeClock()
-    pool = pool_of(2, recreate_gate, clock)
+    timers = FakeTimers(FakeClock())
+    pool = pool_of(2, recreate_gate, timers)
     first, second = pool.members
     x = np.zeros((1, 224, 224, 3), np.uint8)
 
@@ -119,7 +120,7 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
         request = asyncio.ensure_future(pool.run([x]))
         await asyncio.to_thread(first.engine.hanging.wait, EVENTUALLY_S)
         assert not request.done() and first.healthy  # hanging, within the watchdog's time
-        clock.advance(WATCHDOG_S)
+        timers.advance(WATCHDOG_S)
         with pytest.raises(DeviceHung, match=r"tpu0 did not finish an invoke within 0.3 s \(watchdog\)") as hung:
             await request
         assert hung.value.retry_after_s == 1
@@ -143,8 +144,8 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
 def test_a_hang_whose_client_has_gone_still_takes_the_device_out():
     """Clients often give up sooner than the watchdog: the hang is the device's, not the request's."""
     recreate_gate = threading.Event()
-    clock = FakeClock()
-    pool = pool_of(1, recreate_gate, clock)
+    timers = FakeTimers(FakeClock())
+    pool = pool_of(1, recreate_gate, timers)
     (only,) = pool.members
     x = np.zeros((1, 224, 224, 3), np.uint8)
 
@@ -156,7 +157,7 @@ def test_a_hang_whose_client_has_gone_still_takes_the_device_out():
         with pytest.raises(asyncio.CancelledError):
             await request
         assert only.healthy
-        clock.advance(WATCHDOG_S)  # the loop runs on; the watchdog's deadline passes
+        timers.advance(WATCHDOG_S)  # the loop runs on; the watchdog's deadline passes
         await asyncio.to_thread(eventually, pool, lambda: not only.healthy, "taken out by the watchdog")
         assert "watchdog" in only.problem
         recreate_gate.set()
@@ -167,8 +168,8 @@ def test_a_hang_whose_client_has_gone_still_takes_the_device_out():
 
 
 def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
-    clock = FakeClock()
-    pool = pool_of(1, clock=clock)
+    timers = FakeTimers(FakeClock())
+    pool = pool_of(1, timers=timers)
     (only,) = pool.members
     x = np.zeros((1, 224, 224, 3), np.uint8)
 
@@ -181,8 +182,8 @@ def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
             await request
         only.engine.released.set()  # the invoke returns within the watchdog's time
         served = await pool.run([x])  # the one interpreter is past that invoke
-        clock.advance(WATCHDOG_S * 2)
-        await asyncio.sleep(WATCHDOG_S * 2)  # the left request's timer checks again: its invoke has ended
+        assert timers.pending == 1  # the left request's check, watching its invoke
+        timers.advance(WATCHDOG_S * 2)  # it runs: the invoke has ended, nothing to take out
         return served
 
     assert asyncio.run(scenario()).outputs[0].shape == (1, 1000)
@@ -193,11 +194,12 @@ def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
 def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch, where):
     """Refused as too late under overload (by the interpreter or the image thread that took it), its
     client leaving while the refusal is on its way: no invoke ran, so the watchdog has nothing to watch."""
-    pool = pool_of(1)
-    pool.wait_timeout_s = WATCHDOG_S  # both of its deadlines pass while the test waits
+    timers = FakeTimers(FakeClock())
+    pool = pool_of(1, timers=timers)
+    pool.wait_timeout_s = WATCHDOG_S  # both of its deadlines pass when the test moves time
     pool.admission.too_late = lambda since, now: Busy("overloaded", 1)
     (only,) = pool.members
-    refusing, go_on = threading.Event(), threading.Event()
+    refusing, go_on, refused = threading.Event(), threading.Event(), threading.Event()
     notify = app.pool.dispatch._notify
 
     def slow_refusal(job, future, result=None, error=None):
@@ -205,6 +207,8 @@ def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch
             refusing.set()
             go_on.wait(EVENTUALLY_S)
         notify(job, future, result, error)
+        if isinstance(error, Busy):
+            refused.set()
     monkeypatch.setattr(app.pool.dispatch, "_notify", slow_refusal)
     x = np.zeros((1, 224, 224, 3), np.uint8)
     errors = []
@@ -219,7 +223,9 @@ def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch
             with pytest.raises(asyncio.CancelledError):
                 await request
             go_on.set()
-            await asyncio.sleep(WATCHDOG_S * 3)
+            # the refusal reaches the loop (queued before the thread's answer to this wait), then both deadlines pass
+            assert await asyncio.to_thread(refused.wait, EVENTUALLY_S)
+            timers.advance(WATCHDOG_S * 3)
 
     asyncio.run(scenario())
     assert only.healthy and pool.members == [only] and errors == []

@@ -137,7 +137,7 @@ class ThrowawayBackendDouble(Backend):
         return [EngineOptions()] * self.config.boards
 
     def report(self, members):
-        return {"boards": self.config.boards, "interpreters": [model for model, _ in members]}
+        return {"boards": self.config.boards, "interpreters": [member.model for member in members]}
 
     def collect(self, members):
         gauge = GaugeMetricFamily(f"{metrics.PREFIX}_throwaway_boards", "Boards of the throwaway plug-in")

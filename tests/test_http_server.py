@@ -14,6 +14,7 @@ import pytest
 
 from bench.service import free_port
 from tests.conftest import Service
+from tests.waiting import refuses_connections, until
 
 HEAD_CAP = 16 * 1024
 DEADLINE_S = 0.6
@@ -171,25 +172,26 @@ def test_a_body_that_trickles_in_gets_408_at_its_deadline(server):
 
 def test_beyond_the_connection_cap_a_fast_503_in_json(server):
     held = [connect(server) for _ in range(MAX_CONNECTIONS)]
+
+    def one_more():
+        s = connect(server)
+        start = time.perf_counter()
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, body = read_response(s)
+        elapsed = time.perf_counter() - start
+        s.close()
+        return (status, headers, body, elapsed) if status == 503 else None
+
     try:
-        for _ in range(20):  # asked again, a bounded few times, until the server has taken every held connection
-            s = connect(server)
-            start = time.perf_counter()
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            status, headers, body = read_response(s)
-            elapsed = time.perf_counter() - start
-            s.close()
-            if status == 503:
-                break
-            time.sleep(0.05)
+        # asked again until the server has taken every held connection
+        status, headers, body, elapsed = until(one_more, SLACK_S, "a 503 beyond the held connections", poll_s=0.05)
         assert status == 503 and headers["retry-after"] == "1"
         assert "too many open connections" in body["error"]
         assert elapsed < SLACK_S  # answered at once, not after the held connections' deadlines
     finally:
         for h in held:
             h.close()
-    time.sleep(0.2)
-    assert httpx.get(f"{server.url}/healthz").status_code == 200
+    until(lambda: httpx.get(f"{server.url}/healthz").status_code == 200, SLACK_S, "the closed connections' room back")
 
 
 @pytest.mark.parametrize("request_bytes, reason", [
@@ -221,7 +223,7 @@ def test_keep_alive_requests_each_get_their_own_head_deadline(server):
     for _ in range(3):
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(s)[0] == 200
-        time.sleep(DEADLINE_S * 0.6)  # each wait is under the deadline; together they are over it
+        time.sleep(DEADLINE_S * 0.6)  # simulates a slow client: each pause under the deadline, together over it
 
 
 def test_bodies_beyond_the_memory_budget_wait_then_get_503(server):
@@ -233,14 +235,14 @@ def test_bodies_beyond_the_memory_budget_wait_then_get_503(server):
                   b"Content-Length: %d\r\n\r\n\x89PNG" % BODY_LIMIT)
         holders.append(h)
     # ... so a third body waits for memory (WAIT_TIMEOUT_S 0.2, under the body deadline) and is turned away with
-    # Retry-After. Asked again (a bounded few times) while the holders' heads are still on their way in: on a
-    # loaded machine their reservations may come after the first ask.
-    for _ in range(10):
+    # Retry-After. Asked again while the holders' heads are still on their way in: on a loaded machine their
+    # reservations may come after the first ask.
+    def third():
         r = httpx.post(f"{server.url}/v1/classify", content=b"\x89PNG" + b"0" * 1000,
                        headers={"content-type": "image/png"}, timeout=10)
-        if r.status_code == 503 and "memory budget" in r.json()["error"]:
-            break
-        time.sleep(0.05)
+        return r if r.status_code == 503 and "memory budget" in r.json()["error"] else None
+
+    r = until(third, SLACK_S, "a third body turned away for want of memory", poll_s=0.05)
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert "memory budget" in r.json()["error"]
     for h in holders:
@@ -265,9 +267,10 @@ def test_sigterm_lets_requests_in_flight_finish(cat_png):
             s.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
                       b"Content-Length: %d\r\n\r\n" % len(image) + image[:1000])
             clients.append(s)
-        time.sleep(0.3)
+        # a request on a connection made after theirs is answered after their heads were read: mid-body now
+        assert httpx.get(f"{svc.url}/healthz").status_code == 200
         svc.process.terminate()
-        time.sleep(0.3)
+        until(lambda: refuses_connections(svc.port), SLACK_S, "the service shutting down (no longer accepting)")
         for s in clients:
             s.sendall(image[1000:])
         statuses = [read_response(s)[0] for s in clients]
@@ -276,3 +279,10 @@ def test_sigterm_lets_requests_in_flight_finish(cat_png):
         assert svc.process.wait(10) in (0, -signal.SIGTERM)
     finally:
         svc.stop()
+
+
+def test_the_linger_of_a_refused_connection_is_a_setting():
+    from app.http_server import HttpLimits
+    from app.settings import Settings
+
+    assert HttpLimits.from_settings(Settings(linger_s=0.25)).linger_s == 0.25

@@ -13,6 +13,7 @@ import pytest
 from bench.service import ROOT, free_port
 from tests.conftest import Service
 from tests.test_http_server import read_response
+from tests.waiting import until
 
 ENV = {"EDGETPU_SERVE_MODELS": "fashion_mnist", "EDGETPU_SERVE_DEFAULT_MODEL": "fashion_mnist"}
 REFUSAL_TIMEOUT_S = 60  # importing and building the app on a loaded machine; a refusal needs no more
@@ -84,7 +85,6 @@ def test_an_app_built_for_another_server_is_built_once_and_refuses_at_its_lifesp
 def test_our_protocol_under_an_app_that_sets_no_limits_applies_those_of_the_environment(monkeypatch):
     """A lifespan that hands over no limits (another app, or `--lifespan off`): the protocol still caps heads."""
     import threading
-    import time
 
     import uvicorn
 
@@ -103,10 +103,10 @@ def test_our_protocol_under_an_app_that_sets_no_limits_applies_those_of_the_envi
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-            time.sleep(0.02)
+        def started() -> bool:
+            assert thread.is_alive(), "the server's thread ended"
+            return server.started
+        until(started, 30, "the server started")
         answers = []
         for size in (1000, 5000):
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:

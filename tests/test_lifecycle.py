@@ -26,6 +26,7 @@ from app.model_dir import sha256_file
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS, ROOT, Service
+from tests.waiting import refuses_connections, turns_until, until
 
 LOAD_S = 60      # bound on a model load in these tests
 ANSWER_S = 10    # bound on any single answer
@@ -94,10 +95,9 @@ def test_drain_refuses_new_leases_and_waits_for_the_admitted_ones(models_copy):
                 return await lease.run(x)
 
         request = asyncio.create_task(admitted())
-        while registry.active == 0:  # until the request holds its lease
-            await asyncio.sleep(0)
+        await turns_until(lambda: registry.active == 1, "the request holding its lease")
         drain = asyncio.create_task(registry.drain(ANSWER_S))
-        await asyncio.sleep(0)
+        await turns_until(lambda: registry.draining, "the drain started")
         with pytest.raises(ShuttingDown):
             async with registry.lease(DEFAULT_MODEL):
                 pass
@@ -247,23 +247,6 @@ def _complete(raw: bytes) -> bool:
         if line.lower().startswith(b"content-length:"):
             return len(body) >= int(line.split(b":")[1])
     return False
-
-
-def refuses_connections(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return False
-    except OSError:
-        return True
-
-
-def until(condition, timeout_s: float, what: str) -> None:
-    """Bounded wait on something only observable from outside (a socket that stops accepting)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.02)
 
 
 def test_clients_stalling_their_bodies_hold_no_place_in_line(cat_png):

@@ -37,14 +37,14 @@ HANG_S = 0.3
 
 class StageDouble:
     """TEST DOUBLE of one segment's interpreter: adds `step` to its input, records what it saw;
-    hangs while `hang` is set (a device that stops answering)."""
+    hangs while `hang` is set (a device that stops answering); takes `pause_s` per invoke (a slow segment)."""
 
     def __init__(self, step: int, seen: list, hang: threading.Event | None = None, pause_s: float = 0.0):
         self.inputs = (TensorSpec("in", (1, 4), np.dtype(np.int32), 0.0, 0),)
         self.outputs = (TensorSpec("in", (1, 4), np.dtype(np.int32), 0.0, 0),)  # the next segment's "in"
         self.step, self.seen, self.hang, self.pause_s = step, seen, hang, pause_s
         self.released = threading.Event()
-        self.closed = False
+        self.closed = threading.Event()
 
     def run(self, inputs):
         (x,) = inputs
@@ -53,11 +53,11 @@ class StageDouble:
             self.hang.clear()
             self.released.wait(EVENTUALLY_S)
         if self.pause_s:
-            time.sleep(self.pause_s)
+            time.sleep(self.pause_s)  # simulates the segment's work: an invoke that takes time
         return [x + self.step]
 
     def close(self):
-        self.closed = True
+        self.closed.set()
 
 
 def pipeline_of(doubles) -> Pipeline:
@@ -188,13 +188,9 @@ def test_a_hung_segment_fails_its_requests_and_is_re_created_alone():
         assert [index for index, _ in created] == [1]  # that segment alone, on its device
         assert pool.members == [pipeline] and pipeline.stages[0].engine is first  # repaired in place
         assert int(run(pool, 5).outputs[0][0, 0]) == 7  # served by the new stage
-        assert not hung.closed
+        assert not hung.closed.is_set()
         hung.released.set()  # the hung invoke returns at last: its thread closes its interpreter and ends
-        for _ in range(100):
-            if hung.closed:
-                break
-            time.sleep(0.05)
-        assert hung.closed
+        assert hung.closed.wait(EVENTUALLY_S)
     finally:
         pool.close()
 
@@ -421,6 +417,21 @@ class SegmentDevicesDouble(Backend):
 
     def device(self, options):
         return "segtpu"
+
+
+def test_a_pipelines_lanes_and_queues_are_its_settings(segmented_models):
+    from app.registry import Registry
+    from app.settings import Settings
+
+    registry = Registry(Settings(model_dir=segmented_models, models=["efficientnet_lite0_x3"], backends=["cpu"],
+                                 warmup_at_start=False, pipeline_lanes_per_segment=3, pipeline_queue_depth=2))
+    registry.configure()
+    registry.load_all()
+    try:
+        (pipeline,) = registry.get("efficientnet_lite0_x3").pool("cpu").members
+        assert pipeline.lanes == 3 * 3 and [q.maxsize for q in pipeline._queues[1:]] == [2, 2]
+    finally:
+        registry.close()
 
 
 def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmented_models):

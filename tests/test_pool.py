@@ -12,6 +12,7 @@ from app.model_dir import read_model_dir
 from app.pool import OVERLOAD_HOLD_S, EnginePool, Interpreter, Stage
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.clock import FakeClock
+from tests.waiting import turns_until
 
 
 class GatedEngineDouble:
@@ -97,11 +98,7 @@ def test_waiting_request_gets_the_interpreter_when_freed():
         first = asyncio.create_task(pool.run([x]))
         await asyncio.to_thread(engine.started.wait, 5)
         second = asyncio.create_task(pool.run([x]))
-        for _ in range(100):  # let the second request take its place in line
-            if pool.admitted == 2:
-                break
-            await asyncio.sleep(0)
-        assert pool.admitted == 2
+        await turns_until(lambda: pool.admitted == 2, "the second request's place in line")
         engine.gate.set()
         return await first, await second
 
@@ -156,10 +153,7 @@ def test_a_request_cancelled_while_waiting_is_skipped_by_the_interpreter():
         first = asyncio.create_task(pool.run([x]))
         await asyncio.to_thread(engine.started.wait, 5)
         second = asyncio.create_task(pool.run([x]))
-        for _ in range(100):
-            if pool.admitted == 2:
-                break
-            await asyncio.sleep(0)
+        await turns_until(lambda: pool.admitted == 2, "the second request's place in line")
         second.cancel()  # the client went away while in line
         with contextlib.suppress(asyncio.CancelledError):
             await second  # the cancellation has reached the pool before the interpreter is free
@@ -182,10 +176,7 @@ def test_busy_and_waiting_count_invokes_under_way_and_inputs_not_yet_taken():
         first = asyncio.create_task(pool.run([x]))
         await asyncio.to_thread(engine.started.wait, 5)
         second = asyncio.create_task(pool.run([x]))
-        for _ in range(100):
-            if pool.waiting == 1:
-                break
-            await asyncio.sleep(0)
+        await turns_until(lambda: pool.waiting == 1, "the second input in line")
         during = pool.busy, pool.waiting
         engine.gate.set()
         await first, await second
@@ -254,7 +245,7 @@ def test_a_request_that_gave_up_before_its_input_was_prepared_costs_no_preparing
 
     async def scenario():
         request = asyncio.create_task(pool.admit().run_after(images.prepare, images.executor))
-        await asyncio.sleep(0)  # its input is handed to the (busy) image thread
+        await turns_until(lambda: images.handed == 1, "its input handed to the (busy) image thread")
         request.cancel()  # the client went away while its image waited for a thread
         with contextlib.suppress(asyncio.CancelledError):
             await request
@@ -312,8 +303,8 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
         first = asyncio.ensure_future(pool.run([x]))  # runs, held at the gate
         await asyncio.to_thread(engine.started.wait, 5)
         late = asyncio.ensure_future(pool.run([x]))   # joins the line before any overload
-        await asyncio.sleep(0)  # its task takes its place and queues its input
-        assert pool.admitted == 2 and pool.waiting == 1
+        await turns_until(lambda: pool.waiting == 1, "its task's place taken and its input queued")
+        assert pool.admitted == 2
         third = pool.admit()  # the line of 1 + 2 is full
         with pytest.raises(Busy):
             pool.admit()  # and overflows: overloaded from now
@@ -343,7 +334,7 @@ def test_under_overload_an_input_that_waited_past_max_queue_ms_for_an_image_thre
         with pytest.raises(Busy):
             pool.admit()  # the line of 1 overflows: overloaded
         request = asyncio.ensure_future(place.run_after(images.prepare, images.executor))
-        await asyncio.sleep(0)  # its input is handed to the (busy) image thread
+        await turns_until(lambda: images.handed == 1, "its input handed to the (busy) image thread")
         clock.advance(0.060)  # past the 30 ms bound, waiting for the image thread
         images.free()
         with pytest.raises(Busy, match="waited .* ms in line"):
@@ -359,7 +350,8 @@ def test_under_overload_an_input_that_waited_past_max_queue_ms_for_an_image_thre
 
 
 class BusyImageThread:
-    """One image thread, held busy until `free()`, and a prepare() that records that it ran."""
+    """One image thread, held busy until `free()`; the work handed to it counted (`handed`), and a prepare()
+    that records that it ran."""
 
     def __init__(self):
         from concurrent.futures import ThreadPoolExecutor
@@ -367,6 +359,13 @@ class BusyImageThread:
         self.executor = ThreadPoolExecutor(1)
         self.blocker, self.prepared = threading.Event(), []
         self.executor.submit(self.blocker.wait, 10)
+        self.handed = 0
+        submit = self.executor.submit
+
+        def counted(fn, *args):
+            self.handed += 1
+            return submit(fn, *args)
+        self.executor.submit = counted
 
     def prepare(self):
         self.prepared.append(1)

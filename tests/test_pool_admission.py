@@ -137,3 +137,15 @@ def test_the_invoke_time_is_a_running_average_weighted_to_the_recent():
     for _ in range(30):
         adm.note_invoke(20.0)
     assert adm.invoke_ms == pytest.approx(20.0, abs=0.02)
+
+
+def test_the_overload_lasts_as_long_as_its_setting_says():
+    clock = FakeClock()
+    adm = Admission("m/cpu", 0, 10, retry_after_s=2, clock=clock, hold_s=0.5)
+    adm.enter(healthy=1)
+    with pytest.raises(Busy):
+        adm.enter(healthy=1)
+    clock.advance(0.499)
+    assert adm.overloaded
+    clock.advance(0.002)
+    assert not adm.overloaded

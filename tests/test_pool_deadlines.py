@@ -1,10 +1,10 @@
 """The pool's one timer per request: queue wait reported, the wait deadline ends when an
 interpreter takes the job, and the invoke's own deadline runs from that moment.
 
-The pool reads a fake clock here: the deadlines pass when the test moves it, after the events
-it waits for (a job taken, an invoke started), never because the machine was fast or slow. The
-timers on the event loop only re-check at the deadlines' distance; a check that does not refuse
-is given the loop's time to run, and a slow machine can only make such a test weaker, not fail it.
+The pool reads a fake clock here, and its deadline checks run on fake timers on that clock
+(tests/doubles/clock.py): the deadlines pass when the test moves time, after the events it waits for
+(a job taken, an invoke started), and each check runs at its own moment of the fake clock, during the
+test's `timers.advance()`; nothing waits for real time, so a slow machine changes nothing.
 """
 
 import asyncio
@@ -16,7 +16,8 @@ import pytest
 from app.engines import TensorSpec
 from app.errors import Busy, InvokeTimeout
 from app.pool import EnginePool, Interpreter, Stage
-from tests.doubles.clock import FakeClock
+from tests.doubles.clock import FakeClock, FakeTimers
+from tests.waiting import turns_until
 
 
 class SteppedEngineDouble:
@@ -51,9 +52,9 @@ class SteppedEngineDouble:
             gate.set()
 
 
-def pool_of(engine, clock, wait_s=5.0, invoke_s=30.0) -> EnginePool:
+def pool_of(engine, timers: FakeTimers, wait_s=5.0, invoke_s=30.0) -> EnginePool:
     return EnginePool("t", [Interpreter(Stage(engine, 1.0))], max_waiting=8, wait_timeout_s=wait_s, retry_after_s=1,
-                      invoke_timeout_s=invoke_s, clock=clock)
+                      invoke_timeout_s=invoke_s, clock=timers.clock, timers=lambda: timers)
 
 
 X = np.zeros((1, 2), np.uint8)
@@ -62,12 +63,12 @@ X = np.zeros((1, 2), np.uint8)
 def test_queue_wait_is_reported_for_the_request_that_waited():
     clock = FakeClock()
     engine = SteppedEngineDouble(clock, seconds=[0.05, 0.05])
-    pool = pool_of(engine, clock)
+    pool = pool_of(engine, FakeTimers(clock))
 
     async def two_at_once():
         runs = [asyncio.ensure_future(pool.run([X])) for _ in range(2)]
         await engine.wait_started(0)
-        await asyncio.sleep(0)  # both inputs are in line
+        await turns_until(lambda: pool.waiting == 1, "the second input in line")
         engine.open(0)
         engine.open(1)
         return await asyncio.gather(*runs)
@@ -83,15 +84,16 @@ def test_queue_wait_is_reported_for_the_request_that_waited():
 
 def test_an_invoke_longer_than_the_wait_deadline_is_not_refused_once_taken():
     clock = FakeClock()
+    timers = FakeTimers(clock)
     engine = SteppedEngineDouble(clock)
-    pool = pool_of(engine, clock, wait_s=0.1, invoke_s=5.0)
+    pool = pool_of(engine, timers, wait_s=0.1, invoke_s=5.0)
 
     async def scenario():
         request = asyncio.ensure_future(pool.run([X]))
         await engine.wait_started(0)
-        clock.advance(0.3)  # three wait deadlines after it was queued, taken before the first
-        await asyncio.sleep(0.25)  # the loop's timer checks at the wait deadline's distance (0.1 s)
-        assert not request.done()
+        # three wait deadlines after it was queued, taken before the first: each check runs now, and a refusal
+        # would settle the request with Busy before its invoke ends
+        timers.advance(0.3)
         engine.open(0)
         return await request
 
@@ -103,15 +105,16 @@ def test_an_invoke_longer_than_the_wait_deadline_is_not_refused_once_taken():
 
 def test_a_job_never_taken_is_refused_at_the_wait_deadline_and_skipped():
     clock = FakeClock()
+    timers = FakeTimers(clock)
     engine = SteppedEngineDouble(clock)
-    pool = pool_of(engine, clock, wait_s=0.1, invoke_s=5.0)
+    pool = pool_of(engine, timers, wait_s=0.1, invoke_s=5.0)
 
     async def scenario():
         first = asyncio.ensure_future(pool.run([X]))
         await engine.wait_started(0)  # the one interpreter is held
         second = asyncio.ensure_future(pool.run([X]))
-        await asyncio.sleep(0)  # in line, behind it
-        clock.advance(0.1)  # its wait deadline
+        await turns_until(lambda: pool.waiting == 1, "the second in line, behind it")
+        timers.advance(0.1)  # its wait deadline
         with pytest.raises(Busy, match="no interpreter free within 0.1 s"):
             await second
         engine.open(0)
@@ -133,22 +136,22 @@ def test_the_invoke_deadline_runs_from_the_take_not_from_the_queueing():
     # the second request waits 0.15 s in line, then its invoke runs 0.1 s (0.25 s since it was queued,
     # over the 0.2 s limit, but within it since the take): not refused; at 0.25 s since the take it is
     clock = FakeClock()
+    timers = FakeTimers(clock)
     engine = SteppedEngineDouble(clock)
-    pool = pool_of(engine, clock, wait_s=5.0, invoke_s=0.2)
+    pool = pool_of(engine, timers, wait_s=5.0, invoke_s=0.2)
 
     async def scenario():
         first = asyncio.ensure_future(pool.run([X]))
         await engine.wait_started(0)
         second = asyncio.ensure_future(pool.run([X]))
-        await asyncio.sleep(0)
-        clock.advance(0.15)
+        await turns_until(lambda: pool.waiting == 1, "the second in line")
+        timers.advance(0.15)
         engine.open(0)
         await first
         await engine.wait_started(1)  # taken 0.15 s after it was queued
-        clock.advance(0.1)
-        await asyncio.sleep(0.3)  # the loop's timer checks at the invoke limit's distance (0.2 s)
-        assert not second.done()
-        clock.advance(0.15)  # 0.25 s since the take
+        timers.advance(0.1)  # its check at 0.2 s since the queueing finds it taken 0.1 s ago: not answered,
+        assert timers.pending == 1 and not second.done()  # only checked again (at its invoke deadline)
+        timers.advance(0.15)  # 0.25 s since the take
         with pytest.raises(InvokeTimeout, match="within 0.2 s"):
             await second
         engine.open(1)
@@ -163,8 +166,9 @@ def test_an_invoke_taken_late_in_its_wait_still_times_out_at_its_own_limit():
     # the third request is taken at 0.8 s of its 3 s wait; its invoke hangs: the 0.5 s limit from
     # the take answers it, long before the wait deadline
     clock = FakeClock()
+    timers = FakeTimers(clock)
     engine = SteppedEngineDouble(clock, seconds=[0.4, 0.4])
-    pool = pool_of(engine, clock, wait_s=3.0, invoke_s=0.5)
+    pool = pool_of(engine, timers, wait_s=3.0, invoke_s=0.5)
 
     async def scenario():
         queued_at = clock()
@@ -174,7 +178,7 @@ def test_an_invoke_taken_late_in_its_wait_still_times_out_at_its_own_limit():
             engine.open(n)
             await runs[n]
         await engine.wait_started(2)
-        clock.advance(0.5)  # taken at 0.8 s, now 1.3 s: its own limit, 1.7 s before its wait deadline
+        timers.advance(0.5)  # taken at 0.8 s, now 1.3 s: its own limit, 1.7 s before its wait deadline
         with pytest.raises(InvokeTimeout):
             await runs[2]
         engine.open(2)

@@ -18,6 +18,7 @@ from app.engines import TensorSpec
 from app.errors import Busy, DeviceGone
 from app.pipeline import Pipeline
 from app.pool import EnginePool, Interpreter, Stage
+from tests.waiting import turns_until
 
 EVENTUALLY_S = 10
 SPEC_SHAPE = (1, 2)
@@ -149,8 +150,8 @@ def test_when_every_device_left_the_line_waits_then_goes_to_the_successor():
 
     async def scenario():
         waiting = asyncio.ensure_future(pool.run([x()]))  # admitted: every device left a moment ago
-        await asyncio.sleep(0)  # queued by now
-        assert pool.waiting == 1 and pool.admitted == 1
+        await turns_until(lambda: pool.waiting == 1, "its input queued")
+        assert pool.admitted == 1
         assert pool.hand_over(cpu) == 1
         handed = await waiting
         after = await pool.run([x()])  # a place in the successor's line from now on
@@ -169,8 +170,7 @@ def test_when_every_device_left_and_nothing_serves_instead_every_request_gets_a_
 
     async def scenario():
         waiting = asyncio.ensure_future(pool.run([x()]))
-        await asyncio.sleep(0)
-        assert pool.waiting == 1
+        await turns_until(lambda: pool.waiting == 1, "its input queued")
         assert pool.refuse_waiting("every edgetpu device left") == 1
         with pytest.raises(DeviceGone, match="every edgetpu device left") as refused:
             await waiting

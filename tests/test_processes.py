@@ -29,6 +29,7 @@ from tests.doubles.edgetpu_models import plain_as_compiled
 from tests.doubles.libedgetpu import DEVICES, EXCLUSIVE, LOG, PluggedTpus, libedgetpu_double, pci_tpu  # noqa: F401
 from tests.test_metrics import assert_documented
 from tests.test_http_server import closed_by_server, read_response
+from tests.waiting import until
 
 TPUS = 4
 WAIT_S = 60  # a worker's restart, a reload, on a loaded 2-core machine
@@ -50,24 +51,27 @@ def _tcp_inode(server_port: int, client_port: int) -> int | None:
 def worker_of(s: socket.socket, pids: list[int], timeout_s: float = 10) -> int:
     """The pid, among `pids`, of the worker that accepted this client socket's connection."""
     server_port, client_port = s.getpeername()[1], s.getsockname()[1]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def accepted_by() -> int | None:  # None while in the listen queue still: not accepted yet
         inode = _tcp_inode(server_port, client_port)
-        if inode is not None:
-            target = f"socket:[{inode}]"
-            for pid in pids:
+        if inode is None:
+            return None
+        target = f"socket:[{inode}]"
+        for pid in pids:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
                 try:
-                    fds = os.listdir(f"/proc/{pid}/fd")
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                        return pid
                 except OSError:
-                    continue
-                for fd in fds:
-                    try:
-                        if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                            return pid
-                    except OSError:
-                        pass
-        time.sleep(0.01)  # in the listen queue still: not accepted yet
-    raise AssertionError(f"no worker among {pids} accepted the connection from port {client_port}")
+                    pass
+        return None
+
+    return until(accepted_by, timeout_s, f"a worker among {pids} accepting the connection from port {client_port}",
+                 poll_s=0.01)
 
 
 def workers(service: Service) -> list[int]:
@@ -76,16 +80,20 @@ def workers(service: Service) -> list[int]:
 
 def ready_workers(service: Service) -> dict[int, dict]:
     """slot -> that worker's own view, from /readyz (every worker answering)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
+
+    def all_ready() -> dict[int, dict] | None:
         try:
             answer = httpx.get(f"{service.url}/readyz", timeout=10).json()
-            if answer["ready"] and all(w["answering"] and w["ready"] for w in answer["workers"]):
-                return {w["slot"]: w for w in answer["workers"]}
         except httpx.HTTPError:
-            pass
-        time.sleep(POLL_S)
-    raise AssertionError(f"the workers did not all answer ready within {WAIT_S} s:\n{service.output()[-3000:]}")
+            return None
+        if answer["ready"] and all(w["answering"] and w["ready"] for w in answer["workers"]):
+            return {w["slot"]: w for w in answer["workers"]}
+        return None
+
+    try:
+        return until(all_ready, WAIT_S, "every worker answering ready", POLL_S)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{service.output()[-3000:]}") from None
 
 
 def opened_by(log: Path) -> list[tuple[str, int, str]]:
@@ -253,7 +261,7 @@ def test_a_reload_under_load_reaches_every_worker_and_fails_nothing(tpus, cat_pn
     pids = workers(service)
     versions = {slot: w["versions"][DEFAULT_MODEL] for slot, w in ready_workers(service).items()}
     with Load(service.url, cat_png.read_bytes()) as load:
-        time.sleep(1)
+        answered(load, 10)  # under load
         # the admin route, taken by one worker: it answers once every worker has reloaded
         r = httpx.post(f"{service.url}/v1/models/{DEFAULT_MODEL}/reload", timeout=WAIT_S)
         assert r.status_code == 200, r.text
@@ -261,12 +269,9 @@ def test_a_reload_under_load_reaches_every_worker_and_fails_nothing(tpus, cat_pn
         assert after == {slot: v + 1 for slot, v in versions.items()}
         # HUP to gunicorn's master: every worker reloads, in place
         os.kill(service.process.pid, signal.SIGHUP)
-        deadline = time.monotonic() + WAIT_S
-        while {s: w["versions"][DEFAULT_MODEL] for s, w in ready_workers(service).items()} != {
-                slot: v + 2 for slot, v in versions.items()}:
-            assert time.monotonic() < deadline, "HUP did not reach every worker"
-            time.sleep(POLL_S)
-        time.sleep(1)
+        until(lambda: {s: w["versions"][DEFAULT_MODEL] for s, w in ready_workers(service).items()} == {
+            slot: v + 2 for slot, v in versions.items()}, WAIT_S, "HUP reaching every worker", POLL_S)
+        answered(load, 10)  # served after the reloads too
     assert load.failures == [] and load.statuses and set(load.statuses) == {200}, (load.failures, set(load.statuses))
     assert workers(service) == pids  # the same processes: reloaded in place, nothing restarted
     never_two_processes_on_one_tpu(log)
@@ -278,13 +283,14 @@ def test_a_killed_worker_comes_back_with_its_tpus_and_only_its_requests_fail(tpu
     victim = before[1]["pid"]
     clients = 3
     with Load(service.url, cat_png.read_bytes(), clients) as load:
-        time.sleep(1)
+        answered(load, 10)  # under load
         os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + WAIT_S
-        while (now := ready_workers(service))[1]["pid"] in (victim, None):
-            assert time.monotonic() < deadline, "the killed worker was not replaced"
-            time.sleep(POLL_S)
-        time.sleep(1)
+
+        def replaced() -> dict[int, dict] | None:
+            ready = ready_workers(service)
+            return ready if ready[1]["pid"] not in (victim, None) else None
+        now = until(replaced, WAIT_S, "the killed worker replaced", POLL_S)
+        answered(load, 10)  # served by both again
     assert now[0]["pid"] == before[0]["pid"] and now[1]["pid"] not in (victim, None)
     devices = httpx.get(f"{service.url}/v1/devices", timeout=10).json()["workers"]
     assert devices[1] == {"slot": 1, "answering": True, "devices": nodes[2:]}  # its TPUs, taken up again
@@ -307,20 +313,22 @@ def held_by_worker(service: Service) -> dict[int, list[str]]:
 
 def until_held(service: Service, condition, what: str) -> dict[int, list[str]]:
     """Poll /v1/devices until condition(held_by_worker) holds (bounded): a condition, not a time window."""
-    deadline = time.monotonic() + WAIT_S
-    while not condition(held := held_by_worker(service)):
-        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}; held: {held}\n{service.output()[-3000:]}"
-        time.sleep(POLL_S)
-    return held
+    seen = {}
+
+    def holding() -> dict[int, list[str]] | None:
+        seen["held"] = held = held_by_worker(service)
+        return held if condition(held) else None
+
+    try:
+        return until(holding, WAIT_S, what, POLL_S)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; held: {seen.get('held')}\n{service.output()[-3000:]}") from None
 
 
 def answered(load: Load, more: int) -> None:
     """Wait until the load has had `more` answers since now (bounded)."""
     target = len(load.statuses) + len(load.failures) + more
-    deadline = time.monotonic() + WAIT_S
-    while len(load.statuses) + len(load.failures) < target:
-        assert time.monotonic() < deadline, f"{more} answers not within {WAIT_S} s"
-        time.sleep(POLL_S)
+    until(lambda: len(load.statuses) + len(load.failures) >= target, WAIT_S, f"{more} answers", POLL_S)
 
 
 def test_tpus_unplugged_plugged_back_and_plugged_in_under_load_stay_one_process_each_and_even_out(
@@ -650,10 +658,11 @@ def test_hup_reloads_a_single_process_in_place_too():
         version = lambda: httpx.get(f"{service.url}/v1/models/fashion_mnist", timeout=10).json()["version"]  # noqa: E731
         assert version() == 1
         os.kill(service.process.pid, signal.SIGHUP)
-        deadline = time.monotonic() + WAIT_S
-        while version() != 2:
-            assert time.monotonic() < deadline and service.process.poll() is None, service.output()[-2000:]
-            time.sleep(POLL_S)
+
+        def reloaded() -> bool:
+            assert service.process.poll() is None, service.output()[-2000:]
+            return version() == 2
+        until(reloaded, WAIT_S, "the reload SIGHUP asked for", POLL_S)
         assert "SIGHUP: reloading every model" in service.output()
 
 
@@ -665,3 +674,11 @@ def test_a_second_group_on_a_port_in_use_refuses(cpu_group):
     done = subprocess.run([sys.executable, "-m", "app"], env=env, capture_output=True, text=True, timeout=WAIT_S,
                           stdin=subprocess.DEVNULL)
     assert done.returncode != 0 and f"127.0.0.1:{cpu_group.port} is in use" in done.stderr, done.stderr
+
+
+def test_gunicorn_kills_a_worker_only_after_its_drain_and_its_close():
+    from app.processes.arbiter import options
+    from app.settings import Settings
+
+    settings = Settings(drain_timeout_s=10, close_timeout_s=7.5)
+    assert options(settings, 2)["graceful_timeout"] == 18  # whole seconds, rounded up

@@ -68,3 +68,13 @@ def test_settings_lists_from_environment(monkeypatch):
     monkeypatch.setenv("EDGETPU_SERVE_MODELS", "a,b")
     settings = Settings()
     assert settings.backends == ["cpu", "emulated"] and settings.models == ["a", "b"]
+
+
+def test_the_limits_of_the_settings_reach_the_pools_and_the_close():
+    registry = registry_for(MODELS, models=[DEFAULT_MODEL], warmup_at_start=False, overload_hold_s=7.5,
+                            close_timeout_s=0.5)
+    registry.load_all()
+    try:
+        assert registry.get(DEFAULT_MODEL).pool("cpu").admission.hold_s == 7.5
+    finally:
+        registry.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 
 import httpx
 import pytest
@@ -20,6 +19,7 @@ from app.settings import Settings
 from bench.service import free_port
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.test_http_server import closed_by_server, read_response
+from tests.waiting import until
 
 ANSWER_S = 10
 
@@ -34,15 +34,13 @@ def served():
     thread = threading.Thread(target=server.run, name="test-server", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{settings.port}"
-    deadline = time.monotonic() + 60
-    while True:
+
+    def ready() -> bool:
         try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                break
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
         except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "the server did not become ready"
-        time.sleep(0.05)
+            return False
+    until(ready, 60, "the server ready", poll_s=0.05)
     try:
         yield settings.port, app.state.registry
     finally:

@@ -45,6 +45,7 @@ from app.tasks.base import resolve_roles
 from bench.service import free_port
 from tests.detection_models import OUTPUT_ORDERS, output_names, square_image, tiny_detector
 from tests.tflite_builder import GraphBuilder
+from tests.waiting import until
 
 EVENTUALLY_S = 60
 
@@ -159,10 +160,10 @@ def served(settings: Settings):
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + EVENTUALLY_S
-        while not (server.started and app.state.registry.wait_loaded(0)):
-            assert time.monotonic() < deadline and thread.is_alive(), "the service did not start"
-            time.sleep(0.02)
+        def started() -> bool:
+            assert thread.is_alive(), "the service's thread ended"
+            return server.started and app.state.registry.wait_loaded(0)
+        until(started, EVENTUALLY_S, "the service started")
         yield app, f"http://127.0.0.1:{server.config.port}"
     finally:
         server.should_exit = True

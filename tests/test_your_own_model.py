@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 import urllib.request
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import pytest
 from bench.service import free_port
 from converter.photos import sample_photos
 from tests.conftest import ROOT
+from tests.waiting import until
 from tests.doubles.edgetpu_compiler_double import install as install_compiler_double
 
 pytestmark = pytest.mark.slow
@@ -189,37 +189,41 @@ class MakeServe:
         return self.log.read().decode(errors="replace")
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             assert self.process.poll() is None, f"make serve exited {self.process.returncode}:\n{self.output()}"
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        return
+                    return r.status == 200
             except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"not ready within {READY_TIMEOUT_S} s:\n{self.output()}")
+                return False
+
+        try:
+            until(ready, READY_TIMEOUT_S, "ready", poll_s=0.1)
+        except AssertionError as e:
+            raise AssertionError(f"{e}:\n{self.output()}") from None
 
     def stop(self) -> None:
         """SIGTERM to the group (make and the service), SIGKILL after a bound; returns once the group is gone."""
         group = self.process.pid
-        for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
+
+        def group_gone() -> bool:
+            self.process.poll()  # reaps make once it has exited: a zombie would still be in the group
+            try:
+                os.killpg(group, 0)
+                return False
+            except ProcessLookupError:
+                return True
+
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(group, sig)
             except ProcessLookupError:
                 break
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline:
-                self.process.poll()
-                try:
-                    os.killpg(group, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
-            else:
+            try:
+                until(group_gone, STOP_TIMEOUT_S, f"the group gone after {sig.name}", poll_s=0.1)
+                break
+            except AssertionError:  # still there: the next signal
                 continue
-            break
         self.process.wait(STOP_TIMEOUT_S)
 
 

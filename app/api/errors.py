@@ -21,11 +21,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import Busy, ServeError
+from app.settings import default
 
 log = logging.getLogger(__name__)
 
 REFUSED = 503
-REFUSAL_LOG_WINDOW_S = 10.0
+REFUSAL_LOG_WINDOW_S = default("refusal_log_window_s")  # until install() sets the app's setting
 
 
 class RefusalLog:
@@ -65,7 +66,7 @@ class RefusalLog:
         self._timer = self._loop.call_later(self.window_s, self._close_window)
 
 
-refusals = RefusalLog(log)  # one per process, as the log it writes to
+refusals = RefusalLog(log)  # one per process, as the log it writes to (its window: the last app installed)
 
 
 def status_of(error: ServeError) -> int:
@@ -107,7 +108,8 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     return error_response(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, refusal_log_window_s: float = REFUSAL_LOG_WINDOW_S) -> None:
+    refusals.window_s = refusal_log_window_s
     app.add_exception_handler(ServeError, _serve_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

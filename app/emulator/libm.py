@@ -35,7 +35,9 @@ def _libm():
     return library
 
 
-MEMO_LIMIT = 1 << 16  # values a memo of exp holds before it starts over
+# Fixed: values a memo of exp holds before it starts over (1 MiB of float64 keys and values at most); a
+# model's activations take a few hundred distinct values per tensor, so it never fills in practice.
+MEMO_LIMIT = 1 << 16
 
 
 def _apply(name: str, fallback, values) -> np.ndarray:

@@ -10,7 +10,7 @@ import importlib
 import logging
 import pkgutil
 
-from app.engines.base import Backend, Engine, EngineOptions, Fallback, TensorSpec
+from app.engines.base import Backend, Engine, EngineOptions, Fallback, MemberView, TensorSpec
 from app.settings import PluginSettings
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,5 @@ def load_plugins(modules: tuple[str, ...]) -> dict[str, str]:
 
 load_plugins(PRODUCT)
 
-__all__ = ["BACKENDS", "ENGINES", "Backend", "Engine", "EngineOptions", "Fallback", "PluginSettings", "TensorSpec",
-           "load_plugins",
-           "register", "unregister"]
+__all__ = ["BACKENDS", "ENGINES", "Backend", "Engine", "EngineOptions", "Fallback", "MemberView", "PluginSettings",
+           "TensorSpec", "load_plugins", "register", "unregister"]

@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -99,6 +99,21 @@ class InterpreterEngine(Engine):
 
     def close(self) -> None:
         self._interpreter = None
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """What a plug-in reads of one pool member running its interpreters (report(), collect()): a copy made by
+    the registry when asked, so that plug-ins, below the pool, never reach into the pool's members. A member
+    is one interpreter of a whole model, or a pipeline of one per segment."""
+
+    model: str
+    device: str | None  # the device it is bound to (a pipeline's: its devices, comma-separated)
+    healthy: bool
+    problem: str | None  # why it is unhealthy
+    load_ms: float
+    first_inference_ms: float | None  # None until its first inference (the warm-up)
+    options: EngineOptions | None  # how its (first) interpreter was loaded: the plug-in's own options class
 
 
 @dataclass(frozen=True)
@@ -212,12 +227,12 @@ class Backend:
         in /readyz. Called at each readiness check: keep it cheap."""
         return {}
 
-    def report(self, members: list[tuple[str, Any]]) -> dict | None:
+    def report(self, members: list[MemberView]) -> dict | None:
         """What this backend says about itself and its devices for GET /v1/devices (a JSON object);
-        members are (model, Member) for every interpreter it runs. None: nothing to report."""
+        `members`: every pool member it runs, of every model. None: nothing to report."""
         return None
 
-    def collect(self, members: list[tuple[str, Any]]) -> Iterable:
+    def collect(self, members: list[MemberView]) -> Iterable:
         """Its Prometheus metric families, read at each scrape (device counts, health, temperature);
         members as for report(). Names start with app.metrics.PREFIX."""
         return ()

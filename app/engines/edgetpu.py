@@ -27,12 +27,11 @@ import dataclasses
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import NoDecode
 
@@ -46,12 +45,12 @@ from app.edgetpu.delegate import PERFORMANCE, delegate_options, index_of_path, i
 from app.edgetpu.delegate import Target
 from app.edgetpu.environment import (CheckedLibrary, EdgeTpuEnvironment, Probe, VersionCheck, check_environment,
                                      check_library, probe, usable_targets)
-from app.edgetpu.inventory import CHANGES, PROBE_RESULTS, Inventory, Prober
+from app.edgetpu.inventory import Inventory, Prober
 from app.edgetpu.library import Device, EdgeTpuLibrary, default_library_name
-from app.edgetpu.report import EdgeTpuReport
-from app.edgetpu.temperature import TemperatureWatch, temperature_families
+from app.edgetpu.report import ServingOn, device_families, device_report, probe_report
+from app.edgetpu.temperature import TemperatureWatch
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
-from app.engines.base import Backend, Engine, EngineOptions, Fallback
+from app.engines.base import Backend, Engine, EngineOptions, Fallback, MemberView
 from app.engines.cpu import CpuEngine
 from app.engines.litert import Runtime, interpreter_threads, prefer_tflite_runtime, runtime
 from app.metrics import PREFIX as METRICS_PREFIX, merged_by
@@ -63,8 +62,9 @@ from app.settings import ENV_PREFIX, PluginSettings, plugin_config, words
 log = logging.getLogger(__name__)
 
 KEY = "edgetpu"
+# Fixed: the shortest PROBE_INTERVAL_S. A round lists the TPUs through libedgetpu and reads sysfs; more often
+# than this it would take a core's share for nothing (the tests probe every 0.2 s).
 MIN_PROBE_INTERVAL_S = 0.05
-PROBE_STOP_S = 5.0  # how long close() waits for a probe round under way (it may be loading interpreters)
 # libedgetpu and the TFLite runtime must come from the same TensorFlow build: where an image
 # installs a pinned tflite_runtime (app/edgetpu/versions.toml), every backend uses it.
 prefer_tflite_runtime(version_set.tflite_runtime for version_set in pins().sets)
@@ -494,9 +494,11 @@ class EdgeTpuBackend(Backend):
             self.prober.stop(0)
 
     def close(self) -> None:
-        """Stop the probe (after the round under way, bounded); let the claims go as their interpreters close."""
-        if self.prober is not None and not self.prober.stop(PROBE_STOP_S):
-            log.warning("Edge TPU probe: a round still under way after %.0f s; leaving it", PROBE_STOP_S)
+        """Stop the probe (after the round under way, which may be loading interpreters: at most CLOSE_TIMEOUT_S);
+        let the claims go as their interpreters close."""
+        wait_s = self.settings.close_timeout_s
+        if self.prober is not None and not self.prober.stop(wait_s):
+            log.warning("Edge TPU probe: a round still under way after %.0f s; leaving it", wait_s)
         if self.claims is not None:
             self.claims.close()
 
@@ -531,105 +533,31 @@ class EdgeTpuBackend(Backend):
         return {t.device.path: hot[apex] for t in self.inventory.in_service
                 if t.device.type == "pci" and (apex := Path(t.device.path).name) in hot}
 
-    def report(self, members) -> dict:
+    def report(self, members: list[MemberView]) -> dict:
         """GET /v1/devices: the TPUs libedgetpu lists now, what runs on each, the runtime versions, and
-        each PCIe TPU's temperature with its driver's trip points and warning levels; what the probe does."""
+        each PCIe TPU's temperature with its driver's trip points and warning levels; what the probe does
+        (assembled by app/edgetpu/report.py)."""
         now = look_now(self.config.library, self.tree)
-        rt, found = now.runtime, now.probe
-        refused = self.inventory.refused if self.inventory is not None else {}
-        serving = {t.device.path for t in self.inventory.in_service} if self.inventory is not None else set()
-        by_path: dict[str, list[dict]] = {}
-        types: dict[str, str] = {}
-        for model, member in members:
-            by_path.setdefault(member.device, []).append(dict(
-                model=model, healthy=member.healthy, problem=member.problem, load_ms=member.load_ms,
-                first_inference_ms=member.first_inference_ms))
-            types[member.device] = member.options.tpu.type
-        # a PCIe TPU's node /dev/apex_N and its driver's sysfs apex_N: one name
-        thermal = {r.device: r.as_report(self.temperatures.warn_celsius) for r in self.temperatures.read()}
-
-        def temperature(kind: str, path: str) -> dict | None:
-            return thermal.get(Path(path).name) if kind == "pci" else None
-
-        devices = [dict(index=i, type=d.type, path=d.path, health=_health(by_path.get(d.path, []), True),
-                        interpreters=by_path.pop(d.path, []), temperature=temperature(d.type, d.path),
-                        problem=refused.get(d.path), in_service=d.path in serving)
-                   for i, d in enumerate(found.devices)]
-        devices += [dict(index=None, type=types[path], path=path, health="missing", interpreters=interpreters,
-                         temperature=temperature(types[path], path), in_service=False)
-                    for path, interpreters in by_path.items()]
-        version = found.version
-        return EdgeTpuReport.model_validate(dict(
-            library=dict(path=found.library_path, loaded=found.loaded, version=version and version.text,
-                         runtime_version=version and version.runtime_version,
-                         package_version=version and version.package),
-            tflite_runtime=dict(name=rt.name, version=rt.version, module=rt.module.__name__) if rt else None,
-            pinned_set=found.pinned_set,
-            devices=devices,
-            probe=self._probe_report(),
-            error=now.error,
-        )).model_dump()
+        rt = now.runtime
+        runtime_out = dict(name=rt.name, version=rt.version, module=rt.module.__name__) if rt else None
+        serving = [ServingOn(m.device, m.options.tpu.type, dict(
+            model=m.model, healthy=m.healthy, problem=m.problem, load_ms=m.load_ms,
+            first_inference_ms=m.first_inference_ms)) for m in members]
+        return device_report(now.probe, runtime_out, now.error, serving, self.inventory, self.temperatures,
+                             self._probe_report())
 
     def _probe_report(self) -> dict | None:
-        inventory = self.inventory
-        if inventory is None:
-            return None
-        counts = inventory.counts
         running = self.prober is not None and not self.prober.stopped
-        return dict(interval_s=self.config.probe_interval_s, running=running,
-                    last_probe=_utc(inventory.last_probe_at), in_service=len(inventory.in_service),
-                    waiting_for=inventory.waiting_for, probes=dict(counts.probes), changes=dict(counts.changes),
-                    error=inventory.error)
+        return probe_report(self.inventory, self.config.probe_interval_s, running)
 
-    def collect(self, members):
+    def collect(self, members: list[MemberView]) -> Iterable:
         """/metrics: the TPUs in service and listed, the probe's rounds and the TPUs that joined and left, each
         TPU's health, and the PCIe TPUs' temperature with the driver's trip points and warning levels, and
-        the service's own warning threshold."""
-        prefix = f"{METRICS_PREFIX}_{KEY}"
-        inventory = self.inventory
-        count = GaugeMetricFamily(f"{prefix}_devices", "Edge TPUs in service now (the probe follows them)")
-        count.add_metric([], len(inventory.in_service) if inventory is not None else 0)
-        yield count  # several processes: each TPU is one process's, so the counts add up
-        listed = GaugeMetricFamily(f"{prefix}_devices_listed", "Edge TPUs libedgetpu listed at the last probe")
-        listed.add_metric([], len(inventory.listed) if inventory is not None else 0)
-        yield merged_by(listed, "max")  # every process lists them all
-        probes = CounterMetricFamily(f"{prefix}_probes", "Probe rounds (the TPUs listed again), by result: "
-                                     "unchanged, changed (a TPU joined or left), failed", labels=("result",))
-        changes = CounterMetricFamily(f"{prefix}_device_changes", "TPUs taken into service (joined) and gone "
-                                      "from it (left) since start", labels=("change",))
-        if inventory is not None:
-            for result in PROBE_RESULTS:
-                probes.add_metric([result], inventory.counts.probes[result])
-            for change in CHANGES:
-                changes.add_metric([change], inventory.counts.changes[change])
-        # several processes: one series per process (its slot), since a sum of counts read from the processes
-        # alive would drop when one is replaced, and Prometheus would take the drop for a reset
-        yield merged_by(probes, "each")
-        yield merged_by(changes, "each")
-        healthy = GaugeMetricFamily(f"{prefix}_device_healthy", "1 when every interpreter on the TPU is healthy",
-                                    labels=("device",))
-        by_device: dict[str, bool] = {}
-        for _, member in members:
-            by_device[member.device] = by_device.get(member.device, True) and member.healthy
-        for device, ok in sorted(by_device.items()):
-            healthy.add_metric([device], 1.0 if ok else 0.0)
-        # several processes: each TPU is served by one, which says; another may count an interpreter it lost there
-        yield merged_by(healthy, "max")
-        watch = self.temperatures
-        for family in temperature_families(prefix, watch.read(), watch.warn_celsius, watch.setting):
-            yield merged_by(family, "max")  # every process reads the same sysfs files
-
-
-def _utc(unix: float | None) -> str | None:
-    return None if unix is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
-
-
-def _health(interpreters: list[dict], listed: bool) -> str:
-    if not listed:
-        return "missing"
-    if not interpreters:
-        return "unused"
-    return "healthy" if all(i["healthy"] for i in interpreters) else "unhealthy"
-
+        the service's own warning threshold (app/edgetpu/report.py device_families)."""
+        healthy: dict[str, bool] = {}
+        for member in members:
+            healthy[member.device] = healthy.get(member.device, True) and member.healthy
+        for family, merge in device_families(f"{METRICS_PREFIX}_{KEY}", self.inventory, healthy, self.temperatures):
+            yield merged_by(family, merge)
 
 PLUGIN = EdgeTpuBackend

@@ -3,7 +3,7 @@
 A place is held by requests running or waiting for an interpreter, at most `max_waiting`
 beyond the healthy interpreters (none while every device of the pool has left and the pool waits for a
 device or for the backend serving its model instead: then the line holds `max_waiting`). A pool is overloaded from a refusal for want of room until it
-has refused nobody for OVERLOAD_HOLD_S; while it is, the line is also bounded by time
+has refused nobody for `hold_s` (OVERLOAD_HOLD_S); while it is, the line is also bounded by time
 (`max_queue_ms`): a request is refused on arrival if the line ahead would take longer than
 that to clear (from the running average of invoke times), and when its turn comes if it has
 waited longer (CoDel's idea). A line that never overflows is bounded by count only.
@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 
 from app.errors import Busy
+from app.settings import default
 
-OVERLOAD_HOLD_S = 2.0
+OVERLOAD_HOLD_S = default("overload_hold_s")  # for pools built without settings (tests)
 # The running average of invoke times weighs the newest by this: about the last ten count.
 INVOKE_AVERAGE_WEIGHT = 0.2
 
@@ -29,11 +30,12 @@ class Admission:
     """The count of places held, the recent invoke time, and the overload state of one pool."""
 
     def __init__(self, label: str, max_waiting: int, max_queue_ms: float, retry_after_s: float,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, hold_s: float = OVERLOAD_HOLD_S):
         self.label = label
         self.max_waiting = max_waiting
         self.max_queue_ms = max_queue_ms
         self.retry_after_s = retry_after_s
+        self.hold_s = hold_s  # overloaded until it has refused nobody for this long
         self.clock = clock
         self.admitted = 0  # places held: requests running or waiting
         self.invoke_ms: float | None = None  # running average of warm invokes
@@ -43,7 +45,7 @@ class Admission:
         """Busy if no place can be had now among `healthy` interpreters and the line behind them."""
         now = self.clock()
         if self.admitted >= healthy + self.max_waiting:
-            self._overloaded_until = now + OVERLOAD_HOLD_S
+            self._overloaded_until = now + self.hold_s
             raise Busy(f"{self.label}: all {healthy} interpreters busy and {self.admitted - healthy} requests "
                        "already waiting", self.retry_after_s)
         if (self.max_queue_ms and now < self._overloaded_until and self.invoke_ms is not None
@@ -52,7 +54,7 @@ class Admission:
             # The new request waits for everyone ahead of it to be taken, `healthy` at a time.
             clears_ms = (self.admitted - healthy + 1) * self.invoke_ms / healthy
             if clears_ms > self.queue_bound_ms:
-                self._overloaded_until = now + OVERLOAD_HOLD_S
+                self._overloaded_until = now + self.hold_s
                 raise Busy(f"{self.label}: overloaded, all {healthy} interpreters busy and the line ahead would "
                            f"take ~{clears_ms:.0f} ms to clear (EDGETPU_SERVE_MAX_QUEUE_MS {self.max_queue_ms:g})",
                            self.retry_after_s)
@@ -89,5 +91,5 @@ class Admission:
 
     @property
     def overloaded(self) -> bool:
-        """Refused a request for want of room within the last OVERLOAD_HOLD_S."""
+        """Refused a request for want of room within the last `hold_s`."""
         return self.clock() < self._overloaded_until

@@ -21,8 +21,9 @@ and for the invoke itself the watchdog's timeout (then DeviceHung, app/pool/watc
 `invoke_timeout_s` (then InvokeTimeout, 504). A request hands the member all of the model's input
 tensors and gets all its output tensors back (RunResult).
 
-The clock (seconds, monotonic) is passed in: admission, the deadlines' arithmetic and the invoke
-times read it, so tests can drive them with a fake one.
+The clock (seconds, monotonic) and the timers are passed in: admission, the deadlines' arithmetic and
+the invoke times read the clock, and the deadlines fire on the timers (the running event loop's unless a
+test passes fake ones that run on its fake clock: tests/doubles/clock.py), so a test moves time itself.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from typing import Protocol
 
 import numpy as np
 
 from app.engines import Engine, TensorSpec
 from app.errors import Busy, DeviceGone, DeviceHung, InvokeTimeout
-from app.pool.admission import Admission
+from app.pool.admission import OVERLOAD_HOLD_S, Admission
 from app.pool.member import Member, RunResult, timed_run
 from app.pool.watchdog import Watchdog
 from app.threads import lower_this_thread
@@ -47,13 +49,21 @@ from app.threads import lower_this_thread
 log = logging.getLogger(__name__)
 
 _STOP = object()  # one per member thread: end after the jobs queued before it
-# How often a request goes back in line because the device running it left: beyond, a 503.
+# How often a request goes back in line because the device running it left: beyond, a 503. Fixed: a request
+# whose device leaves three times running meets a host losing its TPUs, and waiting longer helps nobody.
 MAX_HAND_BACKS = 3
 
 
 def departed_problem(devices: Sequence[str]) -> str:
     """What a member whose devices left says (readiness, /v1/devices)."""
     return f"is gone: {', '.join(devices)} not listed any more (unplugged?); out of the pool until it is back"
+
+
+class Timers(Protocol):
+    """Where a request's deadline checks are scheduled: an asyncio event loop (its `call_later`), or a
+    test's fake timers on the pool's fake clock. Used from the event loop's thread only."""
+
+    def call_later(self, delay: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle: ...
 
 
 class _Retire:
@@ -74,12 +84,14 @@ class _Job:
     request giving up (`claim()` at its deadline, or when it is cancelled), whichever is first.
     The future is settled from any thread through `_notify`; only the loop touches it directly."""
 
-    __slots__ = ("inputs", "loop", "done", "pool", "member", "created_at", "queued_at", "taken_at", "invoking",
-                 "finished", "timer", "handed_back", "_token")
+    __slots__ = ("inputs", "loop", "timers", "done", "pool", "member", "created_at", "queued_at", "taken_at",
+                 "invoking", "finished", "timer", "handed_back", "_token")
 
-    def __init__(self, inputs: Inputs | None, loop: asyncio.AbstractEventLoop, now: float, pool: EnginePool):
+    def __init__(self, inputs: Inputs | None, loop: asyncio.AbstractEventLoop, timers: Timers, now: float,
+                 pool: EnginePool):
         self.inputs = inputs
         self.loop = loop
+        self.timers = timers  # its deadline checks run here, on the loop's thread
         self.done = loop.create_future()
         self.pool = pool  # whose line it is in (a pool handing its line over passes it on), whose deadlines apply
         self.member: Member | None = None
@@ -153,7 +165,11 @@ class EnginePool:
     def __init__(self, label: str, members: list[Member], max_waiting: int, wait_timeout_s: float,
                  retry_after_s: float, watchdog: Watchdog | None = None, invoke_timeout_s: float = 30.0,
                  *, max_queue_ms: float = 0.0, thread_nice: int = 0, clock: Callable[[], float] = time.monotonic,
+                 timers: Callable[[], Timers] = asyncio.get_running_loop, overload_hold_s: float = OVERLOAD_HOLD_S,
                  backend: str | None = None):
+        """`clock` reads the time of every deadline and invoke (seconds, monotonic); `timers()` gives, on the
+        event loop a request runs on, the timers its deadline checks are scheduled on (that loop's by default;
+        their delays are measured on `clock`)."""
         if not members:
             raise ValueError("a pool needs at least one member")
         self.label = label
@@ -166,7 +182,8 @@ class EnginePool:
         self.watchdog = watchdog
         self.thread_nice = thread_nice  # for interpreters that compute on the host's cores
         self.clock = clock
-        self.admission = Admission(label, max_waiting, max_queue_ms, retry_after_s, clock)
+        self.timers = timers
+        self.admission = Admission(label, max_waiting, max_queue_ms, retry_after_s, clock, overload_hold_s)
         self._lock = threading.Lock()
         # notified whenever a member's health changes: tests and shutdown wait on it, no polling
         self.changed = threading.Condition(self._lock)
@@ -297,12 +314,12 @@ class EnginePool:
     # deadlines: an interpreter thread never has to reach the loop except to answer.
 
     async def _run(self, inputs: Inputs) -> RunResult:
-        job = _Job(inputs, asyncio.get_running_loop(), self.clock(), self)
+        job = _Job(inputs, asyncio.get_running_loop(), self.timers(), self.clock(), self)
         self._queue(job)
         return await self._outcome(job)
 
     async def _run_after(self, prepare: Callable[[], Inputs], executor: Executor) -> RunResult:
-        job = _Job(None, asyncio.get_running_loop(), self.clock(), self)
+        job = _Job(None, asyncio.get_running_loop(), self.timers(), self.clock(), self)
         executor.submit(self._prepare_and_queue, job, prepare)
         return await self._outcome(job)
 
@@ -340,8 +357,7 @@ class EnginePool:
     async def _outcome(self, job: _Job) -> RunResult:
         # The first check comes at the earlier deadline: a job taken at once has its invoke
         # limit from then, and one not taken is refused at the wait deadline.
-        job.timer = job.loop.call_at(job.loop.time() + min(self.wait_timeout_s, self._invoke_limit_s),
-                                     self._check_deadline, job)
+        job.timer = job.timers.call_later(min(self.wait_timeout_s, self._invoke_limit_s), self._check_deadline, job)
         watched = False
         try:
             return await job.done
@@ -371,8 +387,8 @@ class EnginePool:
         if taken_at is None or member is None:
             if now < wait_deadline:
                 # again at least every invoke limit: a job taken meanwhile has its deadline from then
-                job.timer = job.loop.call_at(job.loop.time() + min(wait_deadline - now, self._invoke_limit_s),
-                                             self._check_deadline, job)
+                job.timer = job.timers.call_later(min(wait_deadline - now, self._invoke_limit_s),
+                                                  self._check_deadline, job)
                 return
             if job.claim():  # no interpreter took it: it never will now
                 job.done.set_exception(Busy(f"{self.label}: no interpreter free within {self.wait_timeout_s} s",
@@ -381,17 +397,17 @@ class EnginePool:
             # taken just as the wait ended: its invoke is under way
             member, taken_at = job.member, job.taken_at
             if taken_at is None or member is None:  # handed back meanwhile: its wait deadline again
-                job.timer = job.loop.call_at(job.loop.time() + self._invoke_limit_s / 4, self._check_deadline, job)
+                job.timer = job.timers.call_later(self._invoke_limit_s / 4, self._check_deadline, job)
                 return
         limit = self._invoke_limit_s
         invoke_deadline = taken_at + limit
         if now < invoke_deadline:
-            job.timer = job.loop.call_at(job.loop.time() + invoke_deadline - now, self._check_deadline, job)
+            job.timer = job.timers.call_later(invoke_deadline - now, self._check_deadline, job)
             return
         if self.watchdog:
             stalled = member.stalled(now, limit)
             if not stalled:  # a pipeline moving slowly, none of its segments hung: look again soon
-                job.timer = job.loop.call_at(job.loop.time() + limit / 4, self._check_deadline, job)
+                job.timer = job.timers.call_later(limit / 4, self._check_deadline, job)
                 return
             _settle(job.done, error=self.watchdog.quarantine(self, member, stalled))
         else:

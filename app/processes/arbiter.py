@@ -41,8 +41,10 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 WORKER_CLASS = "app.gunicorn_worker.LimitedUvicornWorker"
-GRACE_S = 5.0  # beyond a worker's drain: closing its interpreters, then the master kills it
 GROUP = "edgetpu_serve_group"  # the master's attribute holding the group
+# Fixed: how long the master's check that nothing answers on its port waits for a connection (a local
+# server accepts at once; one that does not within this is not serving there).
+ANSWERING_S = 0.5
 
 
 class Group:
@@ -65,12 +67,13 @@ def bind_address(settings: Settings) -> str:
 
 
 def options(settings: Settings, workers: int) -> dict[str, Any]:
-    """gunicorn's settings for the service: our worker, the group's hooks, the drain as the graceful timeout."""
+    """gunicorn's settings for the service: our worker, the group's hooks, the drain and then the closing of the
+    interpreters as the graceful timeout (beyond it the master kills the worker)."""
     return {
         "bind": [bind_address(settings)],
         "workers": workers,
         "worker_class": WORKER_CLASS,
-        "graceful_timeout": math.ceil(settings.drain_timeout_s + GRACE_S),
+        "graceful_timeout": math.ceil(settings.drain_timeout_s + settings.close_timeout_s),
         "loglevel": settings.log_level,
         "control_socket_disable": True,
         # each worker its own listening socket: the kernel spreads connections over them by a hash of their
@@ -121,7 +124,7 @@ def reserve(server, address: tuple[str, int]) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if port:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.settimeout(0.5)
+            probe.settimeout(ANSWERING_S)
             target = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
             if probe.connect_ex((target, port)) == 0:
                 raise RuntimeError(f"{host}:{port} is in use: something answers on it already")

@@ -25,7 +25,8 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-COUNT_TIMEOUT_S = 60.0  # importing the TFLite runtime on a loaded board; listing takes milliseconds
+# Fixed, not a setting: importing the TFLite runtime on a loaded board; listing takes milliseconds.
+COUNT_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)

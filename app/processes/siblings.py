@@ -29,6 +29,7 @@ from app.registry import Registry
 
 log = logging.getLogger(__name__)
 
+# Fixed, not settings: bounds on the workers' talk among themselves, far from anything a deployment changes.
 ASK_TIMEOUT_S = 2.0      # status, devices, gauges: a live worker answers in milliseconds
 RELOAD_TIMEOUT_S = 120.0  # a reload loads and checks every file again, and makes every interpreter anew
 MAX_LINE = 16 * 1024 * 1024  # a device report of many models on many TPUs fits many times over

@@ -30,8 +30,10 @@ from app.settings import DeviceShare, Settings
 
 log = logging.getLogger(__name__)
 
-LOCK_WAIT_S = 30.0  # a slot's previous holder on its way out (a drain): longer means something is wrong
-LOCK_POLL_S = 0.1
+# Fixed, not settings: a slot's previous holder on its way out (its drain) releases the slot's lock by ending;
+# waiting longer than this means something is wrong, and the worker says so rather than start without its slot.
+LOCK_WAIT_S = 30.0
+LOCK_POLL_S = 0.1  # the pace of looking again meanwhile
 
 
 @dataclass(frozen=True)

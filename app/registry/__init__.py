@@ -1,8 +1,8 @@
 """The models served: discovery and the versions' lifetimes (registry), building a version
 (loading), the version and a request's lease on it (versions), and what clients see (status)."""
 
-from app.registry.registry import CLOSE_JOIN_S, Registry
+from app.registry.registry import Registry
 from app.registry.status import SERVING, ModelStatus, iso_time
 from app.registry.versions import Lease, LoadedModel, ModelVersion
 
-__all__ = ["CLOSE_JOIN_S", "SERVING", "Lease", "LoadedModel", "ModelStatus", "ModelVersion", "Registry", "iso_time"]
+__all__ = ["SERVING", "Lease", "LoadedModel", "ModelStatus", "ModelVersion", "Registry", "iso_time"]

@@ -108,7 +108,7 @@ class Loader:
                                 settings.watchdog_retry_s)
         pool = EnginePool(f"{model_dir.name}/{key}", members, settings.max_waiting, settings.wait_timeout_s,
                           settings.retry_after_s, watchdog, invoke_timeout_s=settings.invoke_timeout_s,
-                          max_queue_ms=settings.max_queue_ms,
+                          max_queue_ms=settings.max_queue_ms, overload_hold_s=settings.overload_hold_s,
                           thread_nice=settings.compute_nice if plugin.host_cpu else 0, backend=key)
         try:
             quantizer = InputQuantizer(model_dir.manifest.input, image.dtype, image.scale, image.zero_point)
@@ -131,6 +131,8 @@ class Loader:
                 return Interpreter(stages[0])
             settings = self.settings
             return Pipeline(f"{model_dir.name}/{plugin.key}", stages, metric_labels=(model_dir.name, plugin.key),
+                            lanes_per_segment=settings.pipeline_lanes_per_segment,
+                            queue_depth=settings.pipeline_queue_depth,
                             thread_nice=settings.compute_nice if plugin.host_cpu else 0,
                             retry_after_s=settings.retry_after_s)
         except BaseException:

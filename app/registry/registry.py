@@ -45,10 +45,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from app import metrics
-from app.engines import BACKENDS, Backend, Fallback
+from app.engines import BACKENDS, Backend, Fallback, MemberView
 from app.errors import DeviceGone, ModelDirError, ModelNotFound, NotReady, ServeError, ShuttingDown
 from app.model_dir import ModelDir, discover, read_model_dir
-from app.pool import EnginePool, Member
+from app.pool import EnginePool
 from app.registry.devices import DeviceFollower
 from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
@@ -57,10 +57,6 @@ from app.settings import DEFAULTS, Settings, default_model_for
 from app.tasks import TASKS, Task
 
 log = logging.getLogger(__name__)
-
-# How long close() waits for interpreter threads to close their interpreters.
-CLOSE_JOIN_S = 5.0
-
 
 class Registry:
     def __init__(self, settings: Settings, backends: Mapping[str, type[Backend]] | None = None,
@@ -321,6 +317,11 @@ class Registry:
         """Leases held now: requests admitted and not yet answered."""
         return self._active
 
+    @property
+    def draining(self) -> bool:
+        """Shutting down (drain() or close() began): new leases are refused."""
+        return self._draining
+
     # -- shutdown -----------------------------------------------------------------------------------
 
     async def drain(self, timeout_s: float) -> bool:
@@ -349,7 +350,7 @@ class Registry:
             to_close = [v for v in versions if self._retire(v)]
         for version in to_close:
             version.close()
-        deadline = time.monotonic() + CLOSE_JOIN_S
+        deadline = time.monotonic() + self.settings.close_timeout_s  # for the interpreters' threads to close them
         for version in to_close:
             for pool in version.pools.values():
                 pool.join(max(0.0, deadline - time.monotonic()))
@@ -390,9 +391,11 @@ class Registry:
         version = self._versions.get(name)
         return version.model_dir if version else self._dirs[name]
 
-    def members(self, backend: str) -> list[tuple[str, Member]]:
-        """(model, member) for every interpreter of `backend` serving now, for device reports."""
-        return [(name, member) for name, version in self._versions.items()
+    def members(self, backend: str) -> list[MemberView]:
+        """Every pool member of `backend` serving now, of every model, as its plug-in sees them (its reports)."""
+        return [MemberView(name, member.device, member.healthy, member.problem, member.load_ms,
+                           member.first_inference_ms, member.options)
+                for name, version in self._versions.items()
                 if backend in version.pools for member in version.pools[backend].members]
 
     def reports(self) -> dict[str, dict]:

@@ -32,7 +32,7 @@ HEADER_LENGTH = "inference-header-content-length"
 # The deepest tensor the wire takes: nested `data` mirrors the shape, so no deeper either (numpy's own
 # ceiling is 64 dimensions; models here have rank 4 at most).
 MAX_RANK = 32
-# How much of a client's value an error message quotes.
+# How much of a client's value an error message quotes (fixed: a message, not a resource).
 SHOWN_CHARS = 60
 BINARY_CONTENT_TYPE = "application/octet-stream"
 

@@ -31,7 +31,7 @@ def main() -> int:
                     "(pip install 'edgetpu-serve[gunicorn]')", processes)
         processes = 1
     if processes > 1:
-        from app.processes.arbiter import serve as serve_processes
+        from app.gunicorn_app import serve as serve_processes
 
         return serve_processes(settings, processes)
     from app.http_server import serve

@@ -9,8 +9,9 @@ the graceful timeout. Without --workers, EDGETPU_SERVE_PROCESSES says how many (
 counted in a child process). `python -m app` starts the same when it has more than one process to run.
 """
 
+from app.gunicorn_app import import_the_service
 from app.launch import environment_settings
-from app.processes.arbiter import import_the_service, options
+from app.processes.arbiter import options
 from app.processes.inventory import process_count
 
 _settings = environment_settings()

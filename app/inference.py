@@ -2,10 +2,11 @@
 tensor, timed stage by stage. What the outputs mean is the task's (app/tasks/).
 
 Every front door calls it the same way: `async with registry.lease(model, backend) as lease:`
-first (a 503 at once if the line is full), then read the body, then a task's request function
-(app/tasks/classify.py `classify`), or for a tensor protocol `run_image` / `run_tensor` and the task's
-named outputs. The run through the lease takes the request's place in line (`Lease.admit()`) before
-the image is decoded. A task function ends with `finish()`: the timings, observed in /metrics.
+first (a 503 at once if the line is full), then read the body, then `run_image` (or, for a tensor
+protocol, `run_tensor`), then the task's reading of the outputs (app/api/classify.py `classify`,
+app/api/detect.py `detect`, app/api/v2/infer.py: the task's named outputs). The run through the
+lease takes the request's place in line (`Lease.admit()`) before the image is decoded. An input's
+work ends with `finish()`: the timings, observed in /metrics.
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
 from app import metrics
 from app.errors import RequestError
-from app.imaging import Geometry, decode_with_source, to_pixels
-from app.pool import RunResult
+from app.imaging.decoding import decode_with_source
+from app.imaging.geometry import Geometry, to_pixels
+from app.imaging.quantization import InputQuantizer
+from app.pool import EnginePool, RunResult
+from app.registry import Lease
 from app.threads import lower_this_thread
-
-if TYPE_CHECKING:
-    from app.registry import Lease
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ class ImageWork:
         self.decode_options = decode_options  # imaging.decode's max_decoded_pixels, accept_damaged
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="image", initializer=lower_this_thread,
                                             initargs=(nice,))
+        # pool -> the quantizer of its image input (model.json's normalisation, the input tensor's scale and zero
+        # point): made at the pool's first image, dropped with the pool (a reload makes new pools)
+        self._quantizers: WeakKeyDictionary[EnginePool, InputQuantizer] = WeakKeyDictionary()
 
     async def run(self, data: bytes, lease: Lease) -> tuple[RunResult, float, float, Geometry]:
         """Decode and preprocess on an image thread, which hands the tensor straight to the lease's
@@ -85,9 +89,18 @@ class ImageWork:
         start = time.perf_counter()
         image, source = decode_with_source(data, spec, self.max_pixels, **self.decode_options)
         decoded = time.perf_counter()
-        tensor = lease.quantizer(to_pixels(image, spec))
+        tensor = self.quantizer(lease)(to_pixels(image, spec))
         geometry = Geometry.of(source, image.size, spec)
         return tensor, (decoded - start) * 1000, (time.perf_counter() - decoded) * 1000, geometry
+
+    def quantizer(self, lease: Lease) -> InputQuantizer:
+        """The quantizer of the leased pool's image input (the registry checked at load that it takes one)."""
+        quantizer = self._quantizers.get(lease.pool)
+        if quantizer is None:  # two image threads may both make it: the same table, kept once
+            image = lease.input
+            quantizer = InputQuantizer(lease.model_dir.manifest.input, image.dtype, image.scale, image.zero_point)
+            self._quantizers[lease.pool] = quantizer
+        return quantizer
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)

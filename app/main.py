@@ -18,7 +18,7 @@ from app.api import auth, devices, errors, health, metrics, models, openapi, pag
 from app.api.body import HoldBodyBudget
 from app.api.routes import InferenceRoutes, task_routers
 from app.api.v2 import router as v2
-from app.imaging import reuse_image_buffers
+from app.imaging.decoding import reuse_image_buffers
 from app.inference import ImageWork, image_threads
 from app.lifespan import service_lifespan
 from app.memory import TRIM_AFTER_BYTES, ByteBudget
@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     built only where the server holds the HTTP limits (app/launch.py)."""
     if settings is None:
         return launch.app_for_server("app.main:create_app", create_app)
-    reuse_image_buffers()
+    reuse_image_buffers(settings.image_buffer_blocks, settings.image_buffer_block_bytes)
     registry = Registry(settings)
     # Model directories are checked now, so a misconfiguration stops the process at
     # once; interpreters load (and warm up) in the background while /healthz answers.

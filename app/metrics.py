@@ -1,10 +1,12 @@
-"""Prometheus metrics: what the classification core does, and the state of models, pools and TPUs.
+"""Prometheus metrics: every metric of the core is defined here, what the core does and the state of models
+and pools; a backend plug-in defines its own families in its own package (the Edge TPU's, in its metrics.py)
+and hands them over at each scrape. docs/metrics.md lists them all.
 
-Events (requests, stage latencies, cold starts, model loads) are counted by a few calls from
-the core. Everything that is a state (queue depth, busy interpreters, warm-up times, model
-states, and each backend plug-in's own gauges: its devices' health, temperature) is read from
-the registry when Prometheus scrapes, by StateCollector, so nothing has to be kept in step by hand. Process metrics come from
-prometheus_client's own collectors.
+Events (requests, stage latencies, cold starts, model loads, a pipeline's segment invokes) are counted by a
+few calls from the core. Everything that is a state (queue depth, busy interpreters, warm-up times, model
+states, and each backend plug-in's own gauges: its devices' health, temperature) is read from the registry
+when Prometheus scrapes, by StateCollector, so nothing has to be kept in step by hand. Process metrics come
+from prometheus_client's own collectors. Requests are counted by the middleware in app/api/metrics.py.
 
 Several processes (app/processes): counters and histograms go to prometheus_client's multiprocess files
 (`use_multiprocess`), summed over every worker, dead ones included (the requests they answered were
@@ -14,23 +16,22 @@ where every worker serves it, `min`; the latest load, `max`; a count a process k
 worker, `each`, labelled with its slot). Process metrics (process_*) are per process and left out there.
 
 Label values are bounded: `model` and `backend` only ever take names the registry serves
-(the registry sets them when a lease has resolved the model and backend, so a request refused
-from there on, a full line say, counts against that model), requests that never reach a model are
-counted under model="", backend="" and task="". Unknown names in URLs create no series. `task` (the
+(the request counter, app/api/metrics.py, is told them by the request's lease once it has resolved the
+model and backend, so a request refused from there on, a full line say, counts against that model),
+requests that never reach a model are counted under model="", backend="" and task="". Unknown names in URLs create no series. `task` (the
 model's task: classification, detection) follows from the model, so it adds no series of its own: it
 lets a dashboard sum by task without listing the models of each.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client import values
+from prometheus_client import multiprocess, values
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -58,9 +59,10 @@ COLD_STARTS = Counter(f"{PREFIX}_cold_starts", "Inputs that paid their interpret
                       ("model", "backend"))
 MODEL_LOADS = Counter(f"{PREFIX}_model_loads", "Model loads and reloads, by result (ok or failed)",
                       ("model", "result"))
+SEGMENT_SECONDS = Histogram(f"{PREFIX}_segment_seconds",
+                            "Pipelined (segmented) models: the invoke of one segment, by segment index",
+                            ("model", "backend", "segment"), buckets=LATENCY_BUCKETS)
 
-# The labels of the request being answered: the middleware opens them, the core fills them in.
-_request = contextvars.ContextVar[dict | None]("edgetpu_serve_request_labels", default=None)
 # model -> its task (model.json), noted by the registry when it reads the model directory
 _tasks: dict[str, str] = {}
 
@@ -75,20 +77,12 @@ def note_task(model: str, task: str) -> None:
             del cached[key]
 
 
-def note_model(model: str, backend: str) -> None:
-    """Called by the registry's lease() once it knows which model and backend serve this request."""
-    labels = _request.get()
-    if labels is not None:
-        labels["model"], labels["backend"] = model, backend
-
-
 # (model, backend) -> its stage histograms, in STAGES order (labels() ~3 us a call; see _answers)
 _stage_histograms: dict[tuple[str, str], tuple] = {}
 
 
 def observe_input(model: str, backend: str, timing_ms: dict[str, float], cold: bool) -> None:
     """One input through the core: its stage latencies (ms, as the core measures them)."""
-    note_model(model, backend)
     histograms = _stage_histograms.get((model, backend))
     if histograms is None:
         histograms = _stage_histograms[model, backend] = tuple(
@@ -107,8 +101,8 @@ _answers: dict[tuple[str, str, str, int], Counter] = {}
 
 
 def answered(protocol: str, model: str, backend: str, status: int) -> None:
-    """An inference request answered: by the application (RequestCounter) or, refused from its
-    head, by the HTTP server (app/api/shedding.py)."""
+    """An inference request answered: by the application (app/api/metrics.py RequestCounter) or, refused
+    from its head, by the HTTP server (app/api/shedding.py)."""
     key = (protocol, model, backend, status)
     counter = _answers.get(key)
     if counter is None:
@@ -120,35 +114,10 @@ def model_loaded(model: str, ok: bool) -> None:
     MODEL_LOADS.labels(model, "ok" if ok else "failed").inc()
 
 
-class RequestCounter:
-    """ASGI middleware: counts answered requests to the inference routes by protocol and status.
-
-    Plain ASGI (no web framework import): `routes` says which requests are inference requests and of
-    which protocol (app/api/routes.py InferenceRoutes.protocol_of); it only reads the status it passes on.
-    """
-
-    def __init__(self, app, routes):
-        self.app = app
-        self.routes = routes
-
-    async def __call__(self, scope, receive, send):
-        protocol = self.routes.protocol_of(scope["method"], scope["path"]) if scope["type"] == "http" else None
-        if protocol is None:
-            return await self.app(scope, receive, send)
-        labels = {"model": "", "backend": ""}
-        status = {"code": 500}
-        token = _request.set(labels)
-
-        async def send_and_watch(message):
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_watch)
-        finally:
-            _request.reset(token)
-            answered(protocol, labels["model"], labels["backend"], status["code"])
+def segment_histograms(model: str, backend: str, segments: int) -> list:
+    """A pipelined model's segment histograms, in segment order, for its pipeline to observe each invoke in
+    (app/pipeline.py): made once per pipeline."""
+    return [SEGMENT_SECONDS.labels(model, backend, str(i)) for i in range(segments)]
 
 
 # How each worker's value of a state series becomes the service's (app/processes): sum, min or max, or
@@ -258,6 +227,12 @@ def use_multiprocess(directory: Path) -> None:
     values.ValueClass = values.MultiProcessValue()
     _answers.clear()
     _stage_histograms.clear()
+
+
+def process_gone(pid: int, directory: Path) -> None:
+    """In the master, for a worker that ended: its live gauges leave the group's files (its counters stay: the
+    requests it answered were answered)."""
+    multiprocess.mark_process_dead(pid, str(directory))
 
 
 def state_families(registry) -> list[dict]:

@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-from prometheus_client import Histogram
 
+from app import metrics
 from app.engines.base import Engine, EngineOptions
 from app.errors import DeviceHung, EngineLoadError, ServeError
-from app.metrics import LATENCY_BUCKETS, PREFIX
 from app.pool.member import Member, Stage
 from app.settings import default
 from app.threads import lower_this_thread
@@ -46,9 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SEGMENT_SECONDS = Histogram(f"{PREFIX}_segment_seconds",
-                            "Pipelined (segmented) models: the invoke of one segment, by segment index",
-                            ("model", "backend", "segment"), buckets=LATENCY_BUCKETS)
 # For pipelines built without settings (tests): PIPELINE_QUEUE_DEPTH, PIPELINE_LANES_PER_SEGMENT.
 QUEUE_DEPTH = default("pipeline_queue_depth")  # inputs waiting between two stages: keeps the next stage fed
 LANES_PER_SEGMENT = default("pipeline_lanes_per_segment")  # requests inside per segment: one in each stage, one queued
@@ -121,8 +117,7 @@ class Pipeline(Member):
         self.retry_after_s = retry_after_s
         self.thread_nice = thread_nice  # for stages that compute on the host's cores, as the pool's threads
         self.clock = clock  # the pool's: stalled() compares its stages' invoke times with the pool's deadlines
-        self._histograms = ([SEGMENT_SECONDS.labels(*metric_labels, str(i)) for i in range(len(stages))]
-                            if metric_labels else None)
+        self._histograms = metrics.segment_histograms(*metric_labels, len(stages)) if metric_labels else None
         # queue 0 holds every lane's input (never blocks); the ones between stages are short
         self._queues = [queue.Queue(maxsize=self.lanes)] + [queue.Queue(maxsize=queue_depth) for _ in stages[1:]]
         self._lock = threading.Lock()

@@ -152,7 +152,7 @@ def detection_inputs(model: str) -> list[Input]:
 
 
 def task_of(model: str) -> str:
-    from app.model_dir import read_model_dir
+    from app.model_dir.reading import read_model_dir
 
     return read_model_dir(repo_root() / "models" / model).manifest.task
 
@@ -168,7 +168,7 @@ def v2_binary_request(url: str, model: str, jpeg: bytes) -> Input | None:
     except (OSError, ValueError):
         return None
     from app.imaging import prepare
-    from app.model_dir import read_model_dir
+    from app.model_dir.reading import read_model_dir
 
     spec = read_model_dir(repo_root() / "models" / model).manifest.input
     tensor = prepare(jpeg, spec, MAX_PIXELS)[None, ...]
@@ -319,8 +319,10 @@ def bound_without_http(jpeg: bytes, device_ms: float, devices: int, image_thread
     """The same image work on `image_threads` threads feeding `devices` simulated devices through
     a bounded queue, post-processing on the device's thread; completions per second."""
     import bench.simulated_device as sim
-    from app.imaging import Geometry, InputQuantizer, decode_with_source, to_pixels
-    from app.model_dir import read_model_dir
+    from app.imaging.decoding import decode_with_source
+    from app.imaging.geometry import Geometry, to_pixels
+    from app.imaging.quantization import InputQuantizer
+    from app.model_dir.reading import read_model_dir
 
     model_dir = read_model_dir(repo_root() / "models" / MODEL)
     spec = model_dir.manifest.input

@@ -66,7 +66,6 @@ def _timed_async(stage: str, fn):
 
 def instrument() -> None:
     import app.api.classify as classify_api
-    import app.imaging as imaging
     import app.inference as inference
     from app.api.schemas import ClassifyResponse
 
@@ -79,7 +78,11 @@ def instrument() -> None:
     else:
         inference.decode = _timed("decode", inference.decode)
     inference.to_pixels = _timed("resize", inference.to_pixels)
-    imaging.InputQuantizer.__call__ = _timed("quantize", imaging.InputQuantizer.__call__)
+    try:  # the quantizer in its own module since the image work was split (app/imaging/)
+        from app.imaging.quantization import InputQuantizer
+    except ImportError:
+        from app.imaging import InputQuantizer
+    InputQuantizer.__call__ = _timed("quantize", InputQuantizer.__call__)
     post.scores = _timed("post-processing", post.scores)
     post.top_predictions = _timed("post-processing", post.top_predictions)
     if hasattr(classify_api, "image_bytes"):

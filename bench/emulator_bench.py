@@ -79,8 +79,9 @@ class Engine:
 
 
 def photo_tensor(photo: Path) -> np.ndarray:
-    from app.imaging import InputQuantizer, prepare
-    from app.model_dir import read_model_dir
+    from app.imaging import prepare
+    from app.imaging.quantization import InputQuantizer
+    from app.model_dir.reading import read_model_dir
 
     model_dir = read_model_dir(repo_root() / "models" / MODEL)
     spec = model_dir.manifest.input

@@ -26,9 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # simulated_device, be
 
 import simulated_device  # noqa: E402
 
-from app.imaging import InputQuantizer, prepare, reuse_image_buffers  # noqa: E402
+from app.imaging import prepare  # noqa: E402
+from app.imaging.decoding import reuse_image_buffers  # noqa: E402
+from app.imaging.quantization import InputQuantizer  # noqa: E402
 from app.tasks.classify import scores, top_predictions  # noqa: E402
-from app.model_dir import read_model_dir  # noqa: E402
+from app.model_dir.reading import read_model_dir  # noqa: E402
 
 MODEL_DIR = read_model_dir(Path(__file__).resolve().parents[1] / "models" / "efficientnet_lite0")
 SPEC = MODEL_DIR.manifest.input

@@ -34,9 +34,11 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=100, help="calls per sleep length per round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from app.imaging import InputQuantizer, prepare, reuse_image_buffers
+    from app.imaging import prepare
+    from app.imaging.decoding import reuse_image_buffers
+    from app.imaging.quantization import InputQuantizer
     from app.tasks.classify import scores, top_predictions
-    from app.model_dir import read_model_dir
+    from app.model_dir.reading import read_model_dir
 
     model_dir = read_model_dir(repo_root() / "models" / MODEL)
     spec, tensor = model_dir.manifest.input, model_dir.manifest.quantization.input

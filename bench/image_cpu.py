@@ -28,8 +28,10 @@ import json, sys, time
 from pathlib import Path
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
-from app.imaging import InputQuantizer, prepare
-from app.model_dir import int8_filename, read_model_dir
+from app.imaging import prepare
+from app.imaging.quantization import InputQuantizer
+from app.model_dir.reading import read_model_dir
+from app.model_dir.schema import int8_filename
 models, photo, n, warmup = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 found = {}
 for name in sys.argv[5:]:

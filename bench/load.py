@@ -116,8 +116,8 @@ class Engines:
 
     def __init__(self, backend: str, workers: int):
         from app.engines import ENGINES, EngineOptions
-        from app.imaging import InputQuantizer
-        from app.model_dir import read_model_dir
+        from app.imaging.quantization import InputQuantizer
+        from app.model_dir.reading import read_model_dir
 
         self.model_dir = read_model_dir(repo_root() / "models" / MODEL)
         engine_cls = ENGINES[backend]
@@ -207,7 +207,8 @@ def main() -> int:
     photo = photo_path.read_bytes()
     levels = [int(c) for c in args.concurrency.split(",")]
 
-    from app.imaging import prepare, reuse_image_buffers
+    from app.imaging import prepare
+    from app.imaging.decoding import reuse_image_buffers
 
     reuse_image_buffers()  # as the service does at start, so the pipeline baseline is as fast
     interpreters = Engines(args.backend, args.workers)

@@ -64,7 +64,7 @@ class Requests:
 
     def __init__(self, root: Path, jpeg: bytes):
         from app.imaging import prepare
-        from app.model_dir import read_model_dir
+        from app.model_dir.reading import read_model_dir
 
         spec = read_model_dir(root / "models" / MODEL).manifest.input
         tensor = prepare(jpeg, spec, 50_000_000)[None, ...]

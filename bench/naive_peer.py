@@ -31,8 +31,10 @@ height, width = input_details[0]["shape"][1:3]
 
 
 if os.environ.get("PEER_PREPROCESS") == "exact":
-    from app.imaging import InputQuantizer, prepare, reuse_image_buffers
-    from app.model_dir import read_model_dir
+    from app.imaging import prepare
+    from app.imaging.decoding import reuse_image_buffers
+    from app.imaging.quantization import InputQuantizer
+    from app.model_dir.reading import read_model_dir
 
     SPEC = read_model_dir(os.path.dirname(MODEL)).manifest.input
     QUANTIZER = InputQuantizer(SPEC, input_details[0]["dtype"], *input_details[0]["quantization"])

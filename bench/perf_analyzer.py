@@ -62,7 +62,7 @@ def perf_analyzer_command(python: Path) -> tuple[list[str], dict[str, str]]:
 def photo_tensor(photo: bytes):
     """The photo as EfficientNet-Lite0's input tensor, made exactly as the service makes it."""
     from app.imaging import prepare
-    from app.model_dir import read_model_dir
+    from app.model_dir.reading import read_model_dir
     from bench.common import repo_root
 
     spec = read_model_dir(repo_root() / "models" / MODEL).manifest.input

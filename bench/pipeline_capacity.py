@@ -55,7 +55,7 @@ class Split:
 def split(model: str, k: int, device_ms: float) -> Split:
     """The committed model cut into k segments as `python -m converter segment` cuts it; each
     segment's device time its cost share of device_ms."""
-    from app.model_dir import read_model_dir
+    from app.model_dir.reading import read_model_dir
     from app.tflite_file import read_tflite
     from converter.segment import segment_bytes
 

@@ -42,8 +42,9 @@ class RawEngine:
 
     def __init__(self, backend: str, photo: bytes):
         from app.engines import ENGINES, EngineOptions
-        from app.imaging import InputQuantizer, prepare
-        from app.model_dir import read_model_dir
+        from app.imaging import prepare
+        from app.imaging.quantization import InputQuantizer
+        from app.model_dir.reading import read_model_dir
 
         model_dir = read_model_dir(repo_root() / "models" / MODEL)
         engine_cls = ENGINES[backend]

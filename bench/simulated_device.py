@@ -56,8 +56,9 @@ Outputs = tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], list[np.ndarray]
 def real_output(int8_path: Path, photo: bytes | None = None) -> Outputs:
     """The model's input and output specs and its outputs for a real photo, on the cpu backend."""
     from app.engines.cpu import CpuEngine
-    from app.imaging import InputQuantizer, prepare
-    from app.model_dir import read_model_dir
+    from app.imaging import prepare
+    from app.imaging.quantization import InputQuantizer
+    from app.model_dir.reading import read_model_dir
 
     cpu = CpuEngine.load(int8_path, EngineOptions(cpu_threads=1))
     try:

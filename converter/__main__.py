@@ -264,7 +264,8 @@ def run_build(args: argparse.Namespace) -> Path:
 
 def run_quantize(args: argparse.Namespace, argv: list[str]) -> int:
     """Quantize, write the model directory, then check it: float vs int8 agreement, Edge TPU mapping."""
-    from app.model_dir import Build, InputSpec, Quality
+    from app.model_dir.records import Quality
+    from app.model_dir.schema import Build, InputSpec
     from converter import agreement, calibration, quantize, torch_route
     from converter.scoring import int8_scorer
     from converter.writing import tool_versions, write_int8_model
@@ -336,7 +337,7 @@ def run_quantize(args: argparse.Namespace, argv: list[str]) -> int:
 def _check_mapping(model_dir: Path) -> int:
     """The offline Edge TPU analysis of what was written: exit 3 with the table when an op would run on the CPU."""
     from app.edgetpu.compat import analyze, op_version_notes
-    from app.model_dir import read_model_dir
+    from app.model_dir.reading import read_model_dir
     from app.tflite_file import read_tflite
     from converter.inspection import render
 
@@ -405,7 +406,7 @@ def run_compile(args: argparse.Namespace) -> int:
                                                    progress=_say)
     except edgetpu_compile.CompilerNotFound as e:
         from app.edgetpu.compat import analyze_file
-        from app.model_dir import read_model_dir
+        from app.model_dir.reading import read_model_dir
 
         _say(f"converter: {e}")
         path = read_model_dir(args.model_dir).file("int8")
@@ -427,7 +428,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_segment(args: argparse.Namespace, argv: list[str]) -> int:
-    from app.model_dir import read_model_dir
+    from app.model_dir.reading import read_model_dir
     from converter.segment import segment_model_dir
 
     at = [name for name in args.at.split(",") if name] if args.at else None
@@ -445,9 +446,11 @@ def run_segment(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from app.model_dir import Evaluation, Quality, read_model_dir, update_manifest
+    from app.model_dir.reading import read_model_dir
+    from app.model_dir.records import Evaluation, Quality
     from converter import evaluate
     from converter.datasets import load_labelled
+    from converter.model_dir import update_manifest
 
     model = read_model_dir(args.model_dir)
     spec = model.manifest.input
@@ -482,7 +485,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     if args.record:
         if not args.model.is_dir():
             raise estimate.EstimateError("--record needs a model directory (it writes its model.json)")
-        from app.model_dir import update_manifest
+        from converter.model_dir import update_manifest
 
         update_manifest(args.model, edgetpu_estimate=result)
         _say(f"recorded in {args.model / 'model.json'} (edgetpu_estimate)")

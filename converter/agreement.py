@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from app.imaging import decode, to_pixels
-from app.model_dir import InputSpec
+from app.imaging.decoding import decode
+from app.imaging.geometry import to_pixels
+from app.model_dir.schema import InputSpec
 
 CORNER_FRACTION = 0.7
 MAX_PIXELS = 100_000_000

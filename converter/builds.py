@@ -14,8 +14,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from app.imaging import decode, to_pixels
-from app.model_dir import Build, Evaluation, InputSpec, Quality, read_model_dir
+from app.imaging.decoding import decode
+from app.imaging.geometry import to_pixels
+from app.model_dir.reading import read_model_dir
+from app.model_dir.records import Evaluation, Quality
+from app.model_dir.schema import Build, InputSpec
 from converter import agreement, calibration, quantize
 from converter.scoring import int8_batch_scorer, int8_scorer
 from converter.writing import cpu_kind, tool_versions, write_int8_model

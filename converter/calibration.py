@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.imaging import decode, to_pixels
-from app.model_dir import InputSpec
+from app.imaging.decoding import decode
+from app.imaging.geometry import to_pixels
+from app.model_dir.schema import InputSpec
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 MAX_CALIBRATION_PIXELS = 100_000_000

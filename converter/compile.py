@@ -24,9 +24,12 @@ from pathlib import Path
 from app.edgetpu.compat import CompatReport, analyze
 from app.edgetpu.compiled_model import read_compiled_model
 from app.edgetpu.versions import CompilerPin, compiler_pin
-from app.model_dir import EDGETPU, EdgeTpuCompile, add_files, edgetpu_filename, read_model_dir, sha256_file
+from app.model_dir.reading import read_model_dir, sha256_file
+from app.model_dir.records import EdgeTpuCompile
+from app.model_dir.schema import EDGETPU, edgetpu_filename
 from app.tflite_file import read_tflite
 from converter import compiler_log
+from converter.model_dir import add_files
 
 COMPILER = "edgetpu_compiler"
 DEFAULT_COMPILER_TIMEOUT_S = 180  # the compiler's own default for -t

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from app.imaging import decode, to_pixels
-from app.model_dir import InputSpec
+from app.imaging.decoding import decode
+from app.imaging.geometry import to_pixels
+from app.model_dir.schema import InputSpec
 from converter.calibration import IMAGE_SUFFIXES, MAX_CALIBRATION_PIXELS
 
 IDX_MAGIC_UBYTE = 0x08  # IDX type code for unsigned bytes

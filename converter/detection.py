@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from app.detection_postprocess import find_postprocess_op, outputs_by_role
-from app.model_dir import DetectionAgreement, InputSpec
+from app.model_dir.records import DetectionAgreement
+from app.model_dir.schema import InputSpec
 from app.tflite_file import read_tflite
 
 
@@ -68,7 +69,7 @@ def int8_detector(tflite_path: Path, spec: InputSpec) -> Callable[[np.ndarray], 
     """uint8 HxWxC pixels -> the int8 model's detections, on the CPU runtime the service uses."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from app.imaging import InputQuantizer
+    from app.imaging.quantization import InputQuantizer
 
     interpreter = Interpreter(model_path=str(tflite_path), num_threads=1)
     interpreter.allocate_tensors()

@@ -301,7 +301,7 @@ def int8_model_path(model: Path) -> Path:
     """The plain int8 .tflite of a model directory, or the .tflite given; compiled models are refused."""
     model = Path(model)
     if model.is_dir():
-        from app.model_dir import read_model_dir
+        from app.model_dir.reading import read_model_dir
 
         return read_model_dir(model).file("int8")
     if not model.is_file():

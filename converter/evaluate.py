@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.model_dir import InputSpec
+from app.model_dir.schema import InputSpec
 from converter.calibration import normalise, with_progress
 from converter.datasets import Labelled
 from converter.scoring import BatchScorer, int8_batch_scorer  # noqa: F401 (re-exported)

@@ -3,7 +3,7 @@
 Coral's model zoo, Model Maker and Teachable Machine hand out full-integer files (TF1-style uint8
 everywhere, or TF2 int8 with uint8, int8 or float edges) and often their `_edgetpu.tflite`, with the
 labels packed inside (TFLite metadata: converter/tflite_metadata.py). This module reads what such a
-file says about itself and writes the same model directory a build writes (app/model_dir.py):
+file says about itself and writes the same model directory a build writes (app/model_dir/):
 
     FILE.tflite [FILE_edgetpu.tflite] --> checks: one image input, full-integer, a classifier or a
         detector ending in TFLite_Detection_PostProcess, the two files the same model
@@ -44,7 +44,7 @@ from app.detection_postprocess import (
 )
 from app.edgetpu.compat import EIGHT_BIT, CompatReport, analyze
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP, read_compiled_model
-from app.model_dir import (
+from app.model_dir.schema import (
     EDGETPU,
     INT8,
     LABELS,
@@ -56,10 +56,10 @@ from app.model_dir import (
     OutputSpec,
     edgetpu_filename,
     int8_filename,
-    write_model_dir,
 )
-from app.model_dir import Imported as ImportedRecord
+from app.model_dir.schema import Imported as ImportedRecord
 from app.tflite_file import Subgraph, Tensor, TfliteFileError, TfliteModel, read_tflite
+from converter.model_dir import write_model_dir
 from converter.tflite_metadata import Metadata, MetadataError, read_metadata
 from converter.writing import LABELS_FILE, tool_versions
 

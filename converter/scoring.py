@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.imaging import InputQuantizer
-from app.model_dir import InputSpec
+from app.imaging.quantization import InputQuantizer
+from app.model_dir.schema import InputSpec
 
 # pixels (N, H, W, C) uint8 -> scores (N, classes)
 BatchScorer = Callable[[np.ndarray], np.ndarray]

@@ -35,22 +35,11 @@ from pathlib import Path
 import flatbuffers
 import numpy as np
 
-from app.model_dir import (
-    INT8,
-    LABELS,
-    MANIFEST,
-    Build,
-    EdgeTpuCompile,
-    ModelDir,
-    Segment,
-    Segments,
-    add_files,
-    read_model_dir,
-    segment_kind,
-    sha256_file,
-    write_model_dir,
-)
+from app.model_dir.reading import ModelDir, read_model_dir, sha256_file
+from app.model_dir.records import EdgeTpuCompile
+from app.model_dir.schema import INT8, LABELS, MANIFEST, Build, Segment, Segments, segment_kind
 from app.tflite_file import read_tflite, schema
+from converter.model_dir import add_files, write_model_dir
 from converter.segment_plan import (
     SegmentError,
     SegmentPlan,

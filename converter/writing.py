@@ -1,4 +1,5 @@
-"""Every model directory the converter makes is written here, through app.model_dir's typed manifest.
+"""Every model directory the converter makes is written here, through app/model_dir/'s typed manifest
+(converter/model_dir.py writes it whole).
 
 The recipes (converter/builds.py) and `python -m converter quantize` (every route: Keras,
 SavedModel, PyTorch, ONNX) hand over the int8 model, its labels and what they know about it;
@@ -12,7 +13,9 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-from app.model_dir import Build, InputSpec, Manifest, OutputSpec, Quality, int8_filename, write_model_dir
+from app.model_dir.records import Quality
+from app.model_dir.schema import Build, InputSpec, Manifest, OutputSpec, int8_filename
+from converter.model_dir import write_model_dir
 
 LABELS_FILE = "labels.txt"
 CPUINFO = Path("/proc/cpuinfo")

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from ai_edge_litert.interpreter import Interpreter
 
-from app.imaging import InputQuantizer, prepare
-from app.model_dir import int8_filename, read_model_dir
+from app.imaging import prepare
+from app.imaging.quantization import InputQuantizer
+from app.model_dir.reading import read_model_dir
+from app.model_dir.schema import int8_filename
 
 MAX_PIXELS = 50_000_000
 

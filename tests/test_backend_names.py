@@ -9,7 +9,7 @@ from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
 NAME = re.compile(r"edgetpu(?![-_]serve)")
-ALLOWED = ("engines/edgetpu.py", "edgetpu/", "model_dir.py", "tflite_file.py")
+ALLOWED = ("engines/edgetpu.py", "edgetpu/", "model_dir/", "tflite_file.py")
 
 
 def naming_lines(root: Path) -> list[str]:

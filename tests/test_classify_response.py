@@ -5,7 +5,7 @@ import numpy as np
 from app.api.classify import response_body
 from app.api.schemas import ClassifyResponse
 from app.tasks.classify import Classification, scores, top_predictions
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from tests.conftest import DEFAULT_MODEL, MODELS
 
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from app.edgetpu.compiled_model import read_compiled_model
-from app.model_dir import read_model_dir, write_model_dir
+from app.model_dir.reading import read_model_dir
 from converter.__main__ import EXIT_CPU_OPS, EXIT_FAILED, EXIT_NO_COMPILER, EXIT_OK, main
 from converter.compile import (
     CompileOptions,
@@ -17,6 +17,7 @@ from converter.compile import (
     NothingMapped,
     compile_model_dir,
 )
+from converter.model_dir import write_model_dir
 from tests.doubles.edgetpu_compiler_double import OLD, PINNED, calls, install
 from tests.tflite_builder import conv_chain
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from converter.__main__ import EXIT_FAILED, EXIT_OK, main
 from converter.datasets import DatasetError, folder_name, load_idx_pair, load_labelled, read_idx
 from converter.fashion_mnist import DATA_DIR, LABELS, TEST_IMAGES

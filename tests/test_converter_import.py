@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from converter.__main__ import main
 from converter.importer import ImportOptions, ImportRefused, import_model, parse_labels
 from tests.classifier_models import feature_model, float_classifier, tiny_classifier, two_input_model

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from converter.__main__ import EXIT_CPU_OPS, EXIT_FAILED, EXIT_OK, main
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.compiled_model_double import compiled_model_bytes

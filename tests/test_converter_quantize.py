@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from app.registry import Registry
 from app.settings import Settings
 from converter.__main__ import EXIT_FAILED, main

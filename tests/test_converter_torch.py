@@ -14,7 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
-from app.model_dir import InputSpec, read_model_dir
+from app.model_dir.reading import read_model_dir
+from app.model_dir.schema import InputSpec
 from converter.__main__ import EXIT_FAILED, EXIT_OK, main
 from converter.builds import augmented_crops
 from converter.photos import sample_photos

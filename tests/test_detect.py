@@ -28,14 +28,17 @@ from PIL import Image, ImageOps
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
 from app.engines import BACKENDS
-from app.imaging import Geometry, InputQuantizer, Source, decode, decode_with_source, to_pixels
+from app.imaging.decoding import Source, decode, decode_with_source
+from app.imaging.geometry import Geometry, to_pixels
+from app.imaging.quantization import InputQuantizer
 from app.main import inference_routers
-from app.model_dir import read_model_dir, write_model_dir
+from app.model_dir.reading import read_model_dir
 from app.settings import Settings
 from app.tasks import OutputRoles
 from app.tasks.detect import objects
 from bench.client_venv import ensure_venv
 from converter.importer import ImportOptions, import_model, parse_labels
+from converter.model_dir import write_model_dir
 from converter.photos import people_photos
 from tests.conftest import MODELS, ROOT
 from tests.detection_models import OUTPUT_ORDERS, output_names, tiny_detector
@@ -473,7 +476,8 @@ def test_a_detector_with_other_outputs_is_refused_at_load_saying_what_it_has():
     """The registry binds the task's roles when it loads a version: a ModelDirError there fails the model's load."""
     from app.engines import TensorSpec
     from app.errors import ModelDirError
-    from app.model_dir import Manifest, ModelDir
+    from app.model_dir.reading import ModelDir
+    from app.model_dir.schema import Manifest
     from app.tasks.detect import TASK
 
     names = {"boxes": "features", "classes": "pooled", "scores": "features", "count": "pooled"}

@@ -473,11 +473,15 @@ def resident_kib(engine: dict, container: Container) -> int:
 
 @pytest.fixture(scope="module")
 def x86(engine, images, photos) -> Served:
+    """Slow (about 40 s on 2 cores): three containers of the image start in turn (its defaults, the emulator, the
+    probe), each loading its models, and every photo goes through each."""
     return serve_and_ask(engine, images["latest"].tag, "amd64", photos)
 
 
 @pytest.fixture(scope="module")
 def board(engine, images, photos) -> Served:
+    """The slowest setup of the suite (about 2 minutes on 2 cores): what `x86` does, in the arm64 image under QEMU's
+    user-mode emulation, which runs Python and the TFLite kernels several times slower than the host."""
     return serve_and_ask(engine, images["devboard"].tag, "arm64", photos)
 
 
@@ -501,7 +505,8 @@ def assert_bad_input_is_a_clear_4xx(served: Served):
 
 @pytest.mark.slow
 def test_the_x86_image_serves_every_model_on_the_cpu_from_its_defaults(x86, photos):
-    """Its libedgetpu (the double) is installed and pairs with the runtime; no TPU is listed."""
+    """Its libedgetpu (the double) is installed and pairs with the runtime; no TPU is listed. Slow: its fixture
+    starts three containers of the image (`x86`)."""
     assert_serves_degraded_on_the_cpu(x86, "no Edge TPU found", "bind-mount the whole USB bus and let the container open "
                                       "USB devices: `docker run -v /dev/bus/usb:/dev/bus/usb --device-cgroup-rule='c 189:* rmw'")
     library = x86.devices["library"]
@@ -514,7 +519,8 @@ def test_the_x86_image_serves_every_model_on_the_cpu_from_its_defaults(x86, phot
 
 @pytest.mark.slow
 def test_the_dev_board_image_serves_every_model_on_the_cpu_from_its_defaults(board):
-    """Built without libedgetpu: the reason, and the fix for an image."""
+    """Built without libedgetpu: the reason, and the fix for an image. The suite's slowest: its fixture serves the
+    arm64 image under QEMU (`board`)."""
     assert_serves_degraded_on_the_cpu(board, "libedgetpu not found", "put that .deb in docker/runtime/ and rebuild")
     assert board.devices["library"]["loaded"] is False
     assert_bad_input_is_a_clear_4xx(board)

@@ -15,7 +15,7 @@ from app.engines.cpu import CpuEngine
 from app.engines.edgetpu import EdgeTpuBackend
 from app.engines.emulated import EmulatedEngine
 from app.main import create_app
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.test_emulator_interpreter import MODEL

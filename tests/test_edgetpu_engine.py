@@ -9,7 +9,7 @@ from app.engines.cpu import CpuEngine
 from app.engines.edgetpu import EdgeTpuEngine, EdgeTpuOptions
 from app.edgetpu.errors import EdgeTpuUnavailable
 from app.errors import ServeError
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL

@@ -15,7 +15,8 @@ import pytest
 
 from app.engines.edgetpu import EdgeTpuSettings, check_tpus
 from app.errors import ServeError
-from app.model_dir import EDGETPU, discover, read_model_dir
+from app.model_dir.reading import discover, read_model_dir
+from app.model_dir.schema import EDGETPU
 from tests.conftest import MODELS, Service
 
 pytestmark = pytest.mark.edgetpu

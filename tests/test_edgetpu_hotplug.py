@@ -20,9 +20,11 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.errors import DeviceGone
-from app.model_dir import add_files, read_model_dir, segment_kind
+from app.model_dir.reading import read_model_dir
+from app.model_dir.schema import segment_kind
 from app.registry import Registry
 from app.settings import Settings
+from converter.model_dir import add_files
 from converter.segment import segment_model_dir
 from tests.conftest import DEFAULT_MODEL, MODELS, Service
 from tests.doubles.apex_sysfs import fake_apex

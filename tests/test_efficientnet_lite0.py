@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from app.imaging import prepare
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from converter import agreement
 from converter import efficientnet_lite0 as recipe
 from converter.scoring import int8_scorer
@@ -81,7 +81,8 @@ def test_int8_agrees_with_the_float_checkpoint_on_real_photos(model_dir, torch_m
 
 
 def test_build_command_reproduces_the_committed_file(tmp_path):
-    """`python -m converter build efficientnet_lite0` gives the very bytes that are committed."""
+    """`python -m converter build efficientnet_lite0` gives the very bytes that are committed. Slow (about 25 s):
+    TensorFlow builds the Keras port, calibrates it on 200 photo crops and converts it to int8."""
     from converter.builds import build_efficientnet_lite0
 
     target = build_efficientnet_lite0(tmp_path)
@@ -94,7 +95,8 @@ def test_build_command_reproduces_the_committed_file(tmp_path):
 def test_the_generic_pytorch_route_matches_the_hand_port(model_dir, torch_model):
     """The checkpoint through converter/torch_route.py (no Keras port), calibrated exactly as the recipe does:
     the hand-port's operators (less its uint8<->int8 QUANTIZE frame: this route's I/O is int8 itself) and its
-    int8-vs-float agreement on the ImageNet-subject photos within 2 points."""
+    int8-vs-float agreement on the ImageNet-subject photos within 2 points. Slow (about 25 s): torch.export,
+    litert-torch and ai-edge-quantizer convert and calibrate the 4.7M-parameter network, then both run every photo."""
     from converter import calibration, torch_route
     from converter.builds import CALIBRATION_MIN_AREA, CALIBRATION_SAMPLES, augmented_crops, photo_quality
     from converter.quantize import describe

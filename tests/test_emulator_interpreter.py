@@ -12,8 +12,9 @@ from ai_edge_litert.interpreter import Interpreter as RealInterpreter
 from ai_edge_litert.interpreter import OpResolverType
 
 from app.emulator import Interpreter, InvalidTensor, UnsupportedOperators, supported_opcodes
-from app.imaging import InputQuantizer, prepare
-from app.model_dir import read_model_dir
+from app.imaging import prepare
+from app.imaging.quantization import InputQuantizer
+from app.model_dir.reading import read_model_dir
 from converter.photos import photo
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.emulator_cases import reference  # noqa: F401 (fixture)

@@ -12,7 +12,7 @@ from app.engines.cpu import CpuEngine
 from app.engines.emulated import EmulatedEngine
 from app.errors import EngineLoadError
 from app.tasks.classify import scores
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from app.registry import Registry
 from app.settings import Settings
 from app.tflite_file import read_tflite
@@ -73,7 +73,7 @@ def test_registry_serves_cpu_and_emulated_side_by_side(tmp_path):
     model = registry.get(DEFAULT_MODEL)
     pool = model.pool("emulated")
     assert pool.warm and pool.load_ms > 0 and pool.first_inference_ms > 0
-    assert model.quantizers["emulated"].dtype == np.uint8
+    assert pool.inputs[0].dtype == np.uint8  # the image goes in quantized to uint8 (app/inference.py ImageWork)
     registry.close()
 
 

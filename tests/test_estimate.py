@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from app.detection_postprocess import POSTPROCESS_OP
-from app.model_dir import Manifest, read_model_dir
+from app.model_dir.reading import read_model_dir
+from app.model_dir.schema import Manifest
 from converter import estimate
 from converter.__main__ import main
 from converter.estimate_features import ModelFeatures, OpFeatures, features, features_of_file
@@ -345,7 +346,7 @@ def test_committed_models_carry_the_current_estimate(name):
 
 
 def test_the_converter_writes_the_estimate_at_build(tmp_path):
-    from app.model_dir import Build, InputSpec
+    from app.model_dir.schema import Build, InputSpec
     from converter.writing import write_int8_model
 
     tflite = conv_chain()

@@ -5,8 +5,11 @@ import pytest
 from PIL import Image
 
 from app.errors import BadImage, ImageTooLarge
-from app.imaging import InputQuantizer, decode, prepare, to_pixels
-from app.model_dir import InputSpec
+from app.imaging import prepare
+from app.imaging.decoding import decode
+from app.imaging.geometry import to_pixels
+from app.imaging.quantization import InputQuantizer
+from app.model_dir.schema import InputSpec
 
 SPEC = InputSpec(width=32, height=32, channels=3, resize="center_crop", crop_fraction=1.0, mean=[127], std=[128])
 BIG = 10**9
@@ -145,9 +148,9 @@ def _png_with_bad_idat_crc(image: Image.Image) -> bytes:
 
 def _old_pillow_decode(data: bytes, spec: InputSpec) -> np.ndarray:
     """What decode() did before: Pillow's decoder with draft() (the converter calibrated on it)."""
-    from app.imaging import _draft_size
+    from app.imaging.geometry import draft_size
     image = Image.open(io.BytesIO(data))
-    image.draft(image.mode, _draft_size(*image.size, spec))
+    image.draft(image.mode, draft_size(*image.size, spec))
     return np.asarray(image.convert("RGB"))
 
 
@@ -187,7 +190,7 @@ def test_a_plain_jpeg_header_is_read_without_pillow_and_gives_the_same_pixels(ca
     def no_pillow_open(*args, **kwargs):
         raise AssertionError("Image.open called for a plain JPEG")
     with monkeypatch.context() as patch:
-        patch.setattr("app.imaging.Image.open", no_pillow_open)
+        patch.setattr("app.imaging.decoding.Image.open", no_pillow_open)
         plain = decode(data, spec, BIG)
     assert plain.mode == through_pillow.mode == "RGB" and plain.size == through_pillow.size
     assert np.array_equal(np.asarray(plain), np.asarray(through_pillow))
@@ -195,13 +198,13 @@ def test_a_plain_jpeg_header_is_read_without_pillow_and_gives_the_same_pixels(ca
 
 def _decode_forcing_pillow(data, spec, monkeypatch):
     with monkeypatch.context() as patch:
-        patch.setattr("app.imaging._plain_jpeg_header", lambda data: None)
+        patch.setattr("app.imaging.decoding._plain_jpeg_header", lambda data: None)
         return decode(data, spec, BIG)
 
 
 @pytest.mark.parametrize("kind", ["exif", "icc", "cmyk", "truncated header", "not a jpeg"])
 def test_anything_but_a_plain_jpeg_header_goes_through_pillow(cat_png, kind):
-    from app.imaging import _plain_jpeg_header
+    from app.imaging.decoding import _plain_jpeg_header
     image = Image.open(cat_png).convert("RGB")
     exif = Image.Exif()
     exif[0x0112] = 1

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from app.emulator import Interpreter as Emulator
-from app.imaging import InputQuantizer, prepare
-from app.model_dir import read_model_dir
+from app.imaging import prepare
+from app.imaging.quantization import InputQuantizer
+from app.model_dir.reading import read_model_dir
 from converter.importer import ImportOptions, import_model
 from converter.photos import sample_photos
 from tests.conftest import Service

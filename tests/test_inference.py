@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from app.inference import image_threads
 from app.tasks.classify import scores, top_order, top_predictions
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from tests.conftest import DEFAULT_MODEL, MODELS
 
 LABELS = ("a", "b", "c", "d")

@@ -12,7 +12,7 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter, OpResolverType, load_delegate
 
 from app.imaging import prepare
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.libedgetpu import DEVICES, INVOKE_LOG, libedgetpu_double  # noqa: F401
 

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.classify import classify
 from app.errors import Busy, ShuttingDown
 from app.inference import ImageWork
-from app.tasks.classify import classify
 from app.main import create_app
-from app.model_dir import sha256_file
+from app.model_dir.reading import sha256_file
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS, ROOT, Service

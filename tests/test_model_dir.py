@@ -4,7 +4,8 @@ import shutil
 import pytest
 
 from app.errors import ModelDirError
-from app.model_dir import add_files, discover, read_model_dir, sha256_file, write_model_dir
+from app.model_dir.reading import discover, read_model_dir, sha256_file
+from converter.model_dir import add_files, write_model_dir
 from tests.conftest import DEFAULT_MODEL, MODELS
 
 MANIFEST = {

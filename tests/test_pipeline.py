@@ -21,7 +21,7 @@ import pytest
 
 from app.engines import Backend, EngineOptions, TensorSpec, register, unregister
 from app.errors import DeviceHung, EngineLoadError, InvokeTimeout
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from app.pipeline import Pipeline, stage_options
 from app.pool import EnginePool, Stage, Watchdog
 from app.settings import Settings
@@ -299,7 +299,8 @@ def segmented_models(tmp_path_factory):
 
 
 def _tensor(model_dir, photo) -> np.ndarray:
-    from app.imaging import InputQuantizer, prepare
+    from app.imaging import prepare
+    from app.imaging.quantization import InputQuantizer
 
     spec = model_dir.manifest.input
     q = model_dir.manifest.quantization.input
@@ -489,9 +490,10 @@ def test_on_edgetpu_segment_i_runs_on_tpu_i(tmp_path, segmented_models, libedget
     its delegate takes what it can; each plain segment file is listed as its compiled one."""
     import shutil
 
-    from app.model_dir import add_files, segment_kind
+    from app.model_dir.schema import segment_kind
     from app.registry import Registry
     from app.settings import Settings
+    from converter.model_dir import add_files
     from tests.doubles.libedgetpu import DEVICES, log_delegates
 
     nodes = []

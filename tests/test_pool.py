@@ -8,7 +8,7 @@ import pytest
 from app.engines import EngineOptions, TensorSpec
 from app.engines.cpu import CpuEngine
 from app.errors import Busy, InvokeTimeout
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from app.pool import OVERLOAD_HOLD_S, EnginePool, Interpreter, Stage
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.clock import FakeClock

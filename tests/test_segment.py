@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from app.model_dir import add_files, read_model_dir, segment_kind
+from app.model_dir.reading import read_model_dir
+from app.model_dir.schema import segment_kind
 from app.tflite_file import read_tflite
 from converter.__main__ import main
+from converter.model_dir import add_files
 from converter.segment import segment_bytes, segment_filename, segment_model_dir
 from converter.segment_plan import (
     COST_ESTIMATE,
@@ -96,7 +98,8 @@ def _run(path_or_bytes, x: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def photo_tensors(cat_png, china_jpg):
     """The real photos as each real model's input tensor (the service's own preprocessing)."""
-    from app.imaging import InputQuantizer, prepare
+    from app.imaging import prepare
+    from app.imaging.quantization import InputQuantizer
 
     out = {}
     for name in REAL:

@@ -11,8 +11,10 @@ import pytest
 
 from app.detection_postprocess import POSTPROCESS_OP as POSTPROCESS
 from app.edgetpu.compat import analyze_file
-from app.imaging import InputQuantizer, decode, to_pixels
-from app.model_dir import read_model_dir
+from app.imaging.decoding import decode
+from app.imaging.geometry import to_pixels
+from app.imaging.quantization import InputQuantizer
+from app.model_dir.reading import read_model_dir
 from app.tflite_file import read_tflite
 from converter import detection
 from converter import ssdlite_person as recipe

@@ -37,12 +37,14 @@ from app.errors import ModelDirError
 from app.http_server import config
 from app.inference import ImageWork, finish, run_image
 from app.main import create_app
-from app.model_dir import Manifest, ModelDir, read_model_dir, write_model_dir
+from app.model_dir.reading import ModelDir, read_model_dir
+from app.model_dir.schema import Manifest
 from app.registry import Registry
 from app.settings import Settings
 from app.tasks import Task
 from app.tasks.base import resolve_roles
 from bench.service import free_port
+from converter.model_dir import write_model_dir
 from tests.detection_models import OUTPUT_ORDERS, output_names, square_image, tiny_detector
 from tests.tflite_builder import GraphBuilder
 from tests.waiting import until
@@ -72,7 +74,7 @@ class Embedding:
 
 
 async def embed(lease, data: bytes, images: ImageWork) -> Embedding:
-    roles = TASK.roles_of(lease)
+    roles = lease.roles_for(TASK)
     ran = await run_image(lease, data, images)
     post_start = time.perf_counter()
     spec = roles.specs["embedding"]

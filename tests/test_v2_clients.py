@@ -17,7 +17,7 @@ import tritonclient.http.aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
 from app.imaging import prepare
-from app.model_dir import read_model_dir
+from app.model_dir.reading import read_model_dir
 from bench.client_venv import ensure_venv
 from tests.conftest import DEFAULT_MODEL, MODELS
 

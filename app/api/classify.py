@@ -1,5 +1,6 @@
 """POST /v1/classify and /v1/models/{name}/classify: an image in, the top-k classes out. The
-classification task's routes (app/tasks/classify.py names this router; app/main.py includes it).
+classification task's routes (app/tasks/classify.py names this router; app/main.py includes it), and
+`classify()`, one image through the core (app/inference.py) read by the task (app/tasks/classify.py).
 
 Admission before work: the lease (the model version, and the room check on the pool's line) is
 taken before the body is read, so a full line answers 503 at once, whatever the body is doing;
@@ -12,6 +13,7 @@ routes (app/api/routes.py): declared here, they are shed, counted and admitted b
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import orjson
@@ -21,11 +23,14 @@ from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.deps import named_or_default
 from app.api.direct import DirectRoute
+from app.api.metrics import counted
 from app.api.routes import inference_route, v1_head_target
 from app.api.schemas import ClassifyResponse, ErrorResponse
 from app.errors import InvalidParameter
+from app.inference import ImageWork, finish, run_image
+from app.registry import Lease
 from app.settings import CLASSIFICATION_DEFAULT
-from app.tasks.classify import Classification, classify
+from app.tasks.classify import TASK, Classification
 
 router = APIRouter(prefix="/v1", tags=["classify"],
                    route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head_target))
@@ -45,13 +50,24 @@ async def _classify(request: Request, name: str | None, top_k: int, threshold: f
     name = named_or_default(name, registry, settings, CLASSIFICATION_DEFAULT, "/v1/classify")
     if top_k > settings.max_top_k:
         raise InvalidParameter(f"top_k is {top_k}; at most {settings.max_top_k} (EDGETPU_SERVE_MAX_TOP_K)")
-    async with registry.lease(name, backend) as lease:
+    async with registry.lease(name, backend, counted(request)) as lease:
         data = await image_bytes(request, settings.max_body_bytes)
         result = await classify(lease, data, top_k, threshold, images)
     # Serialized once here, straight from the dataclasses (orjson: ~4 us against ~40 us for
     # ClassifyResponse.model_validate + model_dump_json, same bytes); returning a Response skips
     # FastAPI's validation pass against response_model, which still documents the schema.
     return Response(response_body(result), media_type="application/json")
+
+
+async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, images: ImageWork) -> Classification:
+    """One image through the leased model version (its place in line taken before its decode): its classes."""
+    roles = lease.roles_for(TASK)
+    model_dir = lease.model_dir
+    ran = await run_image(lease, data, images)
+    post_start = time.perf_counter()
+    predictions = TASK.predictions(roles, ran.outputs, model_dir, top_k, threshold)
+    return Classification(model=model_dir.name, backend=lease.backend, predictions=predictions,
+                          timing_ms=finish(lease, ran, post_start), warmup=lease.warmup, cold=ran.cold)
 
 
 def response_body(result: Classification) -> bytes:

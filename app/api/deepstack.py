@@ -33,14 +33,15 @@ from app.api.auth import check_inference_key_value, inference_key_in_head
 from app.api.body import IMAGE_FIELD, image_and_fields
 from app.api.classify import Backend
 from app.api.deps import named_or_default
-from app.api.detect import detection_head_target
+from app.api.detect import detect, detection_head_target
 from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, retry_after
+from app.api.metrics import counted
 from app.api.routes import inference_route
 from app.api.schemas import DeepStackError, DeepStackResponse
 from app.errors import RequestError, ServeError
 from app.settings import DETECTION_DEFAULT
-from app.tasks.detect import Detection, detect
+from app.tasks.detect import Detection
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ async def _vision(request: Request, name: str | None, backend: str | None, comma
     registry, settings = state.registry, state.settings
     keyed = inference_key_in_head(request)  # else the key comes as the form field, checked once it is read
     name = named_or_default(name, registry, settings, DETECTION_DEFAULT, "/v1/vision/detection")
-    async with registry.lease(name, backend) as lease:
+    async with registry.lease(name, backend, counted(request)) as lease:
         data, fields = await image_and_fields(request, settings.max_body_bytes, (KEY_FIELD, CONFIDENCE_FIELD))
         if not keyed:
             check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "

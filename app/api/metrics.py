@@ -1,4 +1,10 @@
-"""GET /metrics: Prometheus exposition of app.metrics, and the middleware that counts requests."""
+"""GET /metrics: Prometheus exposition of app.metrics, and the middleware that counts requests.
+
+RequestCounter counts every answered request to an inference route (the table, app/api/routes.py) by protocol,
+model, backend and status. Which model and backend serve a request is known only once its lease has resolved
+them: each front door passes `counted(request)` down to `registry.lease()` as its `noted`, which calls it with
+the model and backend before the room check, and again after each run (the backend that ran it). A request refused before that (no such model, a bad parameter) counts under model="" and backend="".
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ from app.api import auth
 from app.api.routes import InferenceRoutes
 
 router = APIRouter(tags=["metrics"])
+
+# The ASGI scope's key under which RequestCounter keeps the labels of the request it counts.
+SCOPE_KEY = "edgetpu_serve.counted"
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
@@ -27,10 +36,60 @@ async def scrape(request: Request):
     return Response(text, media_type=metrics.CONTENT_TYPE)
 
 
+class Counted:
+    """The labels of one counted request: the model and backend its lease reports (`note`)."""
+
+    __slots__ = ("model", "backend")
+
+    def __init__(self) -> None:
+        self.model = ""
+        self.backend = ""
+
+    def note(self, model: str, backend: str) -> None:
+        self.model, self.backend = model, backend
+
+
+def counted(request: Request):
+    """What a front door passes to `registry.lease()` as `noted`: this request's labels' `note`, or None where
+    the request is not counted (no RequestCounter around the app)."""
+    labels = request.scope.get(SCOPE_KEY)
+    return None if labels is None else labels.note
+
+
+class RequestCounter:
+    """ASGI middleware: counts answered requests to the inference routes by protocol and status.
+
+    Plain ASGI: `routes` says which requests are inference requests and of which protocol
+    (app/api/routes.py InferenceRoutes.protocol_of); it only reads the status it passes on, and the labels
+    the request's lease noted in its scope (`counted`).
+    """
+
+    def __init__(self, app, routes):
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope, receive, send):
+        protocol = self.routes.protocol_of(scope["method"], scope["path"]) if scope["type"] == "http" else None
+        if protocol is None:
+            return await self.app(scope, receive, send)
+        labels = scope[SCOPE_KEY] = Counted()
+        status = {"code": 500}
+
+        async def send_and_watch(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_watch)
+        finally:
+            metrics.answered(protocol, labels.model, labels.backend, status["code"])
+
+
 def install(app: FastAPI, routes: InferenceRoutes) -> None:
     """Route, request counting on the inference routes (the table, app/api/routes.py), and the
     registry's state read at each scrape. The route takes the inference key: open until keys are set
     (scrapers send it as a bearer token)."""
     app.include_router(router, dependencies=[auth.InferenceKey])
-    app.add_middleware(metrics.RequestCounter, routes=routes)
+    app.add_middleware(RequestCounter, routes=routes)
     metrics.watch(app.state.registry)

@@ -1,23 +1,21 @@
-"""What the Edge TPU plug-in reports: for GET /v1/devices, the TPUs, their health, libedgetpu and the
-TFLite runtime, the pinned set (its schema, and `device_report()` that fills it); for /metrics, its gauges
-and counters (`device_families()`). Answers on any host, TPU or not: what libedgetpu lists now, what the
-service runs on each TPU, and why the backend could not be used here when it cannot. The plug-in
-(app/engines/edgetpu.py) gathers what it knows and calls these: the assembly lives here, with the schema."""
+"""What the Edge TPU plug-in reports for GET /v1/devices: the TPUs, their health, libedgetpu and the TFLite
+runtime, the pinned set (its schema, and `device_report()` that fills it; its metrics: app/edgetpu/metrics.py).
+Answers on any host, TPU or not: what libedgetpu lists now, what the service runs on each TPU, and why the
+backend could not be used here when it cannot. The plug-in (app/engines/edgetpu.py) gathers what it knows and
+calls these: the assembly lives here, with the schema."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, Field
 
 from app.edgetpu.environment import Probe
-from app.edgetpu.inventory import CHANGES, PROBE_RESULTS, Inventory
-from app.edgetpu.temperature import TemperatureWatch, temperature_families
+from app.edgetpu.inventory import Inventory
+from app.edgetpu.temperature import TemperatureWatch
 from app.edgetpu.versions import VersionSet
 
 
@@ -152,40 +150,6 @@ def probe_report(inventory: Inventory | None, interval_s: float, running: bool) 
     return dict(interval_s=interval_s, running=running, last_probe=_utc(inventory.last_probe_at),
                 in_service=len(inventory.in_service), waiting_for=inventory.waiting_for, probes=dict(counts.probes),
                 changes=dict(counts.changes), error=inventory.error)
-
-
-def device_families(prefix: str, inventory: Inventory | None, healthy: dict[str, bool],
-                    temperatures: TemperatureWatch) -> Iterator[tuple[GaugeMetricFamily | CounterMetricFamily, str]]:
-    """/metrics: each family with how the series of several processes merge (app/metrics.py merged_by): the TPUs
-    in service and listed, the probe's rounds and the TPUs that joined and left, each TPU's health (`healthy`:
-    device -> every interpreter on it healthy), the PCIe TPUs' temperatures and the warning threshold."""
-    count = GaugeMetricFamily(f"{prefix}_devices", "Edge TPUs in service now (the probe follows them)")
-    count.add_metric([], len(inventory.in_service) if inventory is not None else 0)
-    yield count, "sum"  # several processes: each TPU is one process's, so the counts add up
-    listed = GaugeMetricFamily(f"{prefix}_devices_listed", "Edge TPUs libedgetpu listed at the last probe")
-    listed.add_metric([], len(inventory.listed) if inventory is not None else 0)
-    yield listed, "max"  # every process lists them all
-    probes = CounterMetricFamily(f"{prefix}_probes", "Probe rounds (the TPUs listed again), by result: "
-                                 "unchanged, changed (a TPU joined or left), failed", labels=("result",))
-    changes = CounterMetricFamily(f"{prefix}_device_changes", "TPUs taken into service (joined) and gone "
-                                  "from it (left) since start", labels=("change",))
-    if inventory is not None:
-        for result in PROBE_RESULTS:
-            probes.add_metric([result], inventory.counts.probes[result])
-        for change in CHANGES:
-            changes.add_metric([change], inventory.counts.changes[change])
-    # several processes: one series per process (its slot), since a sum of counts read from the processes
-    # alive would drop when one is replaced, and Prometheus would take the drop for a reset
-    yield probes, "each"
-    yield changes, "each"
-    health = GaugeMetricFamily(f"{prefix}_device_healthy", "1 when every interpreter on the TPU is healthy",
-                               labels=("device",))
-    for device, ok in sorted(healthy.items()):
-        health.add_metric([device], 1.0 if ok else 0.0)
-    # several processes: each TPU is served by one, which says; another may count an interpreter it lost there
-    yield health, "max"
-    for family in temperature_families(prefix, temperatures.read(), temperatures.warn_celsius, temperatures.setting):
-        yield family, "max"  # every process reads the same sysfs files
 
 
 def _utc(unix: float | None) -> str | None:

@@ -16,8 +16,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.core import GaugeMetricFamily
-
 log = logging.getLogger(__name__)
 
 APEX_GLOB = "apex_*"
@@ -126,31 +124,3 @@ class TemperatureWatch:
         """apex_N -> why it is a problem, for each TPU at or above the threshold now."""
         return {r.device: r.hot_text(self.warn_celsius, self.setting)
                 for r in self.read() if r.celsius >= self.warn_celsius}
-
-
-def temperature_families(prefix: str, readings: list[ApexTemperature], warn_celsius: float, setting: str):
-    """/metrics: the PCIe TPUs' thermal gauges, labelled by apex_N as the driver names them, and the threshold."""
-    temperature = GaugeMetricFamily(f"{prefix}_temperature_celsius",
-                                    "TPU temperature from <apex_dir>/apex_N/temp (PCIe and Dev Board)",
-                                    labels=("device",))
-    trips = GaugeMetricFamily(f"{prefix}_temperature_trip_point_celsius",
-                              "Where the apex driver lowers the TPU's clock, one step per trip point",
-                              labels=("device", "trip_point"))
-    warnings = GaugeMetricFamily(f"{prefix}_temperature_hw_warning_celsius",
-                                 "The chip's own alarms: level 1 an interrupt, level 2 the shutdown alarm",
-                                 labels=("device", "level"))
-    enabled = GaugeMetricFamily(f"{prefix}_temperature_hw_warning_enabled",
-                                "1 when the chip's alarm of that level is enabled (hw_temp_warnN_en)",
-                                labels=("device", "level"))
-    for reading in readings:
-        temperature.add_metric([reading.device], reading.celsius)
-        for i, celsius in enumerate(reading.trip_points_celsius):
-            if celsius is not None:
-                trips.add_metric([reading.device, str(i)], celsius)
-        for warning in reading.hw_warnings:
-            warnings.add_metric([reading.device, str(warning.level)], warning.celsius)
-            enabled.add_metric([reading.device, str(warning.level)], 1.0 if warning.enabled else 0.0)
-    threshold = GaugeMetricFamily(f"{prefix}_temperature_warn_celsius",
-                                  f"At or above this a PCIe TPU is reported hot ({setting})")
-    threshold.add_metric([], warn_celsius)
-    yield from (temperature, trips, warnings, enabled, threshold)

@@ -29,7 +29,7 @@ import numpy as np
 from app.settings import PluginSettings, Settings
 
 if TYPE_CHECKING:
-    from app.model_dir import ModelDir
+    from app.model_dir.reading import ModelDir
     from app.tflite_file import TfliteModel
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class EngineOptions:
 
 class Engine(ABC):
     key: ClassVar[str]
-    # which file of the model directory this backend runs (app.model_dir kinds)
+    # which file of the model directory this backend runs (app/model_dir/schema.py kinds)
     model_file: ClassVar[str]
 
     # Every input and output tensor of the graph, in the interpreter's order.
@@ -170,7 +170,7 @@ class Backend:
 
     @property
     def model_file(self) -> str:
-        """Which file of a model directory this backend runs (an app.model_dir kind)."""
+        """Which file of a model directory this backend runs (a kind of app/model_dir/schema.py)."""
         return self.engine.model_file
 
     def start(self, models: dict[str, ModelDir]) -> dict[str, Fallback]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from app.engines.base import Backend, EngineOptions, InterpreterEngine
 from app.engines.litert import interpreter_threads, runtime
 from app.errors import EngineLoadError
-from app.model_dir import INT8
+from app.model_dir.schema import INT8
 
 
 class CpuEngine(InterpreterEngine):

@@ -47,7 +47,8 @@ from app.edgetpu.environment import (CheckedLibrary, EdgeTpuEnvironment, Probe, 
                                      check_library, probe, usable_targets)
 from app.edgetpu.inventory import Inventory, Prober
 from app.edgetpu.library import Device, EdgeTpuLibrary, default_library_name
-from app.edgetpu.report import ServingOn, device_families, device_report, probe_report
+from app.edgetpu.metrics import device_families
+from app.edgetpu.report import ServingOn, device_report, probe_report
 from app.edgetpu.temperature import TemperatureWatch
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
 from app.engines.base import Backend, Engine, EngineOptions, Fallback, MemberView
@@ -56,7 +57,8 @@ from app.engines.litert import Runtime, interpreter_threads, prefer_tflite_runti
 from app.metrics import PREFIX as METRICS_PREFIX, merged_by
 from app.edgetpu.errors import EdgeTpuUnavailable, EdgeTpuVersionMismatch
 from app.errors import DeviceGone, EngineLoadError, ModelDirError, ServeError
-from app.model_dir import EDGETPU, INT8, ModelDir, edgetpu_filename
+from app.model_dir.reading import ModelDir
+from app.model_dir.schema import EDGETPU, INT8, edgetpu_filename
 from app.settings import ENV_PREFIX, PluginSettings, plugin_config, words
 
 log = logging.getLogger(__name__)
@@ -553,7 +555,7 @@ class EdgeTpuBackend(Backend):
     def collect(self, members: list[MemberView]) -> Iterable:
         """/metrics: the TPUs in service and listed, the probe's rounds and the TPUs that joined and left, each
         TPU's health, and the PCIe TPUs' temperature with the driver's trip points and warning levels, and
-        the service's own warning threshold (app/edgetpu/report.py device_families)."""
+        the service's own warning threshold (app/edgetpu/metrics.py device_families)."""
         healthy: dict[str, bool] = {}
         for member in members:
             healthy[member.device] = healthy.get(member.device, True) and member.healthy

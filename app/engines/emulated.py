@@ -11,7 +11,7 @@ from pathlib import Path
 
 from app.emulator import Interpreter
 from app.engines.base import Backend, EngineOptions, InterpreterEngine
-from app.model_dir import INT8
+from app.model_dir.schema import INT8
 
 log = logging.getLogger(__name__)
 

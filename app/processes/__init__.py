@@ -10,7 +10,8 @@ with many Edge TPUs needs of it:
                TPU is opened by two processes: the Edge TPU plug-in's claims); the per-host limits
                split among the workers; `auto` process count
   arbiter.py   gunicorn's side: slots given out in the master, HUP as an in-place reload of every
-               worker, the worker count fixed (the TPUs are split by it), `python -m app`'s gunicorn
+               worker, the worker count fixed (the TPUs are split by it); the options that
+               app/gunicorn_conf.py and `python -m app` (app/gunicorn_app.py) give gunicorn
   siblings.py  the workers' line to each other (a Unix socket each): every worker's readiness, devices,
                gauges and reloads, so /readyz, /v1/devices, /metrics and the admin reload speak for all
   views.py     their answers merged into the service's: readiness, devices

@@ -1,7 +1,7 @@
 """gunicorn's master for a host with many Edge TPUs: slots for its workers, HUP as an in-place reload.
 
 Through gunicorn's documented server hooks (a config module: app/gunicorn_conf.py, or `python -m app`'s
-own application below), with one exception said below:
+own application: app/gunicorn_app.py), with one exception said below:
 
   on_starting   the address reserved (each worker listens on a socket of its own, SO_REUSEPORT, once its
                 models are loaded); the group's directory (0700): each worker's socket and slot lock, and
@@ -150,9 +150,9 @@ def pre_fork(server, worker) -> None:
 
 
 def child_exit(server, worker) -> None:
-    from prometheus_client import multiprocess
+    from app import metrics
 
-    multiprocess.mark_process_dead(worker.pid, str(metrics_dir(group_of(server).run_dir)))
+    metrics.process_gone(worker.pid, metrics_dir(group_of(server).run_dir))
 
 
 def nworkers_changed(server, new_value: int, old_value: int | None) -> None:
@@ -183,35 +183,3 @@ def refuse(server, what: str) -> None:
     server.log.error("edgetpu-serve: %s refused: the TPUs are split among a fixed set of workers, and a new "
                      "worker may not open a TPU an old one holds. HUP reloads the models; to change the code or "
                      "the worker count, restart the service", what)
-
-
-# ---- python -m app ------------------------------------------------------------------------------
-
-def import_the_service() -> None:
-    """Import the service's modules in the master, before the fork, without building the app (as --preload
-    would: its threads and interpreters): every worker, a replacement after a crash too, starts with them
-    imported (a second or more of imports saved), and shares their memory until it writes to it. Nothing
-    they import starts a thread or opens a device; the metrics take their multiprocess values in the worker
-    (app/metrics.py use_multiprocess)."""
-    import app.main  # noqa: F401
-
-def serve(settings: Settings, workers: int) -> int:
-    """`python -m app` with EDGETPU_SERVE_PROCESSES > 1: gunicorn's master in this process (plug-ins
-    registered before, by a benchmark say, are in every worker: they are forked from here)."""
-    from gunicorn.app.base import BaseApplication
-
-    import_the_service()
-
-    class Service(BaseApplication):
-        def load_config(self) -> None:
-            for key, value in options(settings, workers).items():
-                self.cfg.set(key, value)
-
-        def load(self):
-            from app import launch
-            from app.main import create_app
-
-            return launch.app_for_server("app.main:app", create_app)
-
-    Service().run()
-    return 0

@@ -62,7 +62,7 @@ def take(settings: Settings) -> Inventory:
 
 def most_segments(settings: Settings) -> int:
     from app.errors import ServeError
-    from app.model_dir import discover, read_model_dir
+    from app.model_dir.reading import discover, read_model_dir
 
     try:
         found = discover(settings.model_dir)

@@ -19,7 +19,7 @@ import logging
 
 from app.engines import Backend, EngineOptions
 from app.errors import DeviceUnavailable
-from app.model_dir import ModelDir
+from app.model_dir.reading import ModelDir
 from app.pool import EnginePool, Member, departed_problem
 from app.registry.loading import Loader
 

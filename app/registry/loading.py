@@ -5,8 +5,8 @@ that cannot serve the model hands it to the backend its plug-in names (a fallbac
 policy allows. `Loader.load_pool()` builds one backend's pool, the same way for every kind of
 member: the interpreters its plug-in asks for (a whole model: one member each; a segmented one: a
 pipeline, segment i on device i), the watchdog if that backend is watched, the model checked to fit
-the image front door (one input, as model.json describes it) and its task (the task's output roles,
-resolved by tensor name), the warm-up. Whatever did open is closed again when a later step fails:
+the image front door (one input, as model.json describes it, that takes float32 or quantized pixels) and
+its task (the task's output roles, resolved by tensor name), the warm-up. Whatever did open is closed again when a later step fails:
 no interpreter or device leaks.
 """
 
@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from app.engines import Backend, EngineOptions, Fallback, TensorSpec
 from app.errors import ModelDirError, ServeError
-from app.imaging import InputQuantizer
-from app.model_dir import ModelDir
+from app.model_dir.reading import ModelDir
 from app.pipeline import Pipeline, stage_options
 from app.pool import EnginePool, Interpreter, Member, Stage, Watchdog
 from app.registry.versions import ModelVersion
@@ -50,7 +51,7 @@ class Loader:
         policy hands the model on, and gives it back as recorded. Raises the first ServeError no
         fallback covers."""
         task = self.task_of(model_dir)
-        served: dict[str, tuple[EnginePool, InputQuantizer, OutputRoles]] = {}
+        served: dict[str, tuple[EnginePool, OutputRoles]] = {}
         decided = dict(fallbacks)
         try:
             for key in self.settings.backends:
@@ -68,12 +69,11 @@ class Loader:
                     continue
                 self._add_pool(served, model_dir, task, self.plugins[fallback.backend], warm_up)
         except BaseException:
-            for pool, _, _ in served.values():  # the interpreters that did open are released, not leaked
+            for pool, _ in served.values():  # the interpreters that did open are released, not leaked
                 pool.close()
             raise
         return ModelVersion(model_dir, task, {k: v[0] for k, v in served.items()},
-                            {k: v[1] for k, v in served.items()}, {k: v[2] for k, v in served.items()},
-                            decided, number)
+                            {k: v[1] for k, v in served.items()}, decided, number)
 
     def task_of(self, model_dir: ModelDir) -> Task:
         task = self.tasks.get(model_dir.manifest.task)
@@ -88,15 +88,14 @@ class Loader:
         served[plugin.key] = self.load_pool(model_dir, task, plugin, warm_up)
 
     def load_pool(self, model_dir: ModelDir, task: Task, plugin: Backend,
-                  warm_up: bool) -> tuple[EnginePool, InputQuantizer, OutputRoles]:
-        """One backend's pool for a model, the quantizer of its image input and the task's output roles
-        (blocking)."""
+                  warm_up: bool) -> tuple[EnginePool, OutputRoles]:
+        """One backend's pool for a model and the task's output roles (blocking)."""
         key, settings = plugin.key, self.settings
         members: list[Member] = []
         try:
             for layout in layouts(plugin, model_dir):
                 members.append(self.load_member(plugin, model_dir, layout))
-            image = image_input(model_dir, members[0].inputs)
+            image_input(model_dir, members[0].inputs)
             roles = task.bind(model_dir, members[0].outputs)
         except BaseException:
             for member in members:  # the devices that did open are released, not leaked
@@ -111,7 +110,6 @@ class Loader:
                           max_queue_ms=settings.max_queue_ms, overload_hold_s=settings.overload_hold_s,
                           thread_nice=settings.compute_nice if plugin.host_cpu else 0, backend=key)
         try:
-            quantizer = InputQuantizer(model_dir.manifest.input, image.dtype, image.scale, image.zero_point)
             if warm_up:
                 pool.warm_up()
         except BaseException:
@@ -119,7 +117,7 @@ class Loader:
             raise
         log.info("loaded %s on %s: %d interpreters, %.1f ms load, first inference %s ms",
                  model_dir.name, key, pool.interpreters, pool.load_ms, _fmt(pool.first_inference_ms))
-        return pool, quantizer, roles
+        return pool, roles
 
     def load_member(self, plugin: Backend, model_dir: ModelDir, layout: Layout) -> Member:
         """One member: an interpreter of the whole model, or a pipeline of one interpreter per segment."""
@@ -176,12 +174,18 @@ def layouts(plugin: Backend, model_dir: ModelDir) -> list[Layout]:
 
 
 def image_input(model_dir: ModelDir, inputs: Sequence[TensorSpec]) -> TensorSpec:
-    """The model's one input, which an image fills: exactly one, of the shape model.json describes."""
+    """The model's one input, which an image fills: exactly one, of the shape model.json describes, float32 or
+    an integer tensor with a quantization scale (the pixels are quantized into it: app/imaging/quantization.py InputQuantizer)."""
     if len(inputs) != 1:
         raise ModelDirError(f"model {model_dir.name!r} has {len(inputs)} input tensors {[s.name for s in inputs]}; "
                             "the service feeds one image, so a model must have exactly one input")
     check_input_shape(model_dir, inputs[0].shape)
-    return inputs[0]
+    image = inputs[0]
+    if image.dtype != np.float32 and not (np.issubdtype(image.dtype, np.integer) and image.scale > 0):
+        raise ModelDirError(f"model {model_dir.name!r}: its input tensor {image.name!r} is {image.dtype.name} with "
+                            f"scale {image.scale}; an image goes in as float32, or quantized into an integer tensor "
+                            "with a positive scale")
+    return image
 
 
 def check_input_shape(model_dir: ModelDir, shape: tuple[int, ...]) -> None:

@@ -47,12 +47,12 @@ from pydantic import ValidationError
 from app import metrics
 from app.engines import BACKENDS, Backend, Fallback, MemberView
 from app.errors import DeviceGone, ModelDirError, ModelNotFound, NotReady, ServeError, ShuttingDown
-from app.model_dir import ModelDir, discover, read_model_dir
+from app.model_dir.reading import ModelDir, discover, read_model_dir
 from app.pool import EnginePool
 from app.registry.devices import DeviceFollower
 from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
-from app.registry.versions import Lease, ModelVersion
+from app.registry.versions import Lease, ModelVersion, Noted
 from app.settings import DEFAULTS, Settings, default_model_for
 from app.tasks import TASKS, Task
 
@@ -236,17 +236,20 @@ class Registry:
     # -- leases ------------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def lease(self, name: str, backend: str | None = None) -> AsyncIterator[Lease]:
+    async def lease(self, name: str, backend: str | None = None, noted: Noted | None = None) -> AsyncIterator[Lease]:
         """Hold the model's current version until the block ends, for its pool on `backend`
         (default: the default backend). Refuses at once (NotReady, Busy, ...) when the pool's
-        line is full now; the caller takes its place with `Lease.admit()` once its input is read."""
+        line is full now; the caller takes its place with `Lease.admit()` once its input is read.
+        `noted(model, backend)` is told the model and backend as soon as they are known, before the
+        room check (a refusal from there on is the model's), and again after each run."""
         version = self._hold(name)
         try:
             key = self._backend_for(version, backend)
             pool = version.pool(key)
-            metrics.note_model(name, key)  # a refusal from here on is counted against this model
+            if noted is not None:
+                noted(name, key)
             pool.check_room()
-            lease = Lease(version, key, pool)
+            lease = Lease(version, key, pool, noted=noted)
             try:
                 yield lease
             finally:

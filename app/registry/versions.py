@@ -1,8 +1,7 @@
 """A model version, the unit of lifetime, and a request's lease on one.
 
-A load or reload builds a complete ModelVersion: its task, its pools per backend, the input
-quantizers and the task's output roles per backend (resolved once, by tensor name), the fallbacks
-in force. A request holds the version current when it started until it is
+A load or reload builds a complete ModelVersion: its task, its pools per backend, the task's
+output roles per backend (resolved once, by tensor name), the fallbacks in force. A request holds the version current when it started until it is
 answered, so it never meets a closed interpreter; a replaced version is retired and closed
 when its last lease ends (app/registry/registry.py counts the leases).
 """
@@ -14,18 +13,19 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from app.engines import Fallback, TensorSpec
-from app.errors import BackendNotAvailable
-from app.imaging import InputQuantizer
-from app.model_dir import ModelDir
+from app.errors import BackendNotAvailable, RequestError
+from app.model_dir.reading import ModelDir
 from app.pool import EnginePool, Place, RunResult
+from app.tasks import OutputRoles, Task
 
-if TYPE_CHECKING:
-    from app.tasks import OutputRoles, Task
+# What a lease tells its caller once it knows the model and the backend serving the request, and again after
+# each run (a pool that handed its line over ran it on another backend): model name, backend. The request
+# counter's (app/api/metrics.py), passed down by the front doors.
+Noted = Callable[[str, str], None]
 
 
 @dataclass(eq=False)
@@ -35,7 +35,6 @@ class ModelVersion:
     model_dir: ModelDir
     task: Task
     pools: dict[str, EnginePool]
-    quantizers: dict[str, InputQuantizer]
     roles: dict[str, OutputRoles]   # per backend: the task's roles -> that pool's output tensors
     fallbacks: dict[str, Fallback]  # requested backend -> the one serving it instead, and why
     number: int                     # 1 for the first load, +1 per reload
@@ -83,14 +82,11 @@ class Lease:
     backend: str
     pool: EnginePool
     place: Place | None = None
+    noted: Noted | None = None
 
     @property
     def model_dir(self) -> ModelDir:
         return self.version.model_dir
-
-    @property
-    def quantizer(self) -> InputQuantizer:
-        return self.version.quantizers[self.backend]
 
     @property
     def task(self) -> Task:
@@ -100,6 +96,14 @@ class Lease:
     def roles(self) -> OutputRoles:
         """The task's output roles on this pool: where each role's tensor is among a run's outputs."""
         return self.version.roles[self.backend]
+
+    def roles_for(self, task: Task) -> OutputRoles:
+        """The roles of `task` on this pool, or a RequestError when the leased model is of another task
+        (a route of one task asked for a model of another)."""
+        if self.version.task is not task:
+            raise RequestError(f"model {self.model_dir.name!r} has task {self.version.task.name!r}; this route "
+                               f"answers {task.name} models only")
+        return self.roles
 
     @property
     def input(self) -> TensorSpec:
@@ -135,9 +139,11 @@ class Lease:
     def _ran_on(self, result: RunResult) -> RunResult:
         """A pool whose every device left hands its line to the version's pool on the backend the model falls
         back to (EnginePool.hand_over): the answer then says the backend that ran it, and its outputs are read
-        with that pool's roles."""
+        with that pool's roles; the caller is told the backend that ran it (`noted`)."""
         if result.backend is not None and result.backend != self.backend and result.backend in self.version.pools:
             self.backend, self.pool = result.backend, self.version.pools[result.backend]
+        if self.noted is not None:
+            self.noted(self.version.name, self.backend)
         return result
 
     @contextmanager
@@ -146,7 +152,7 @@ class Lease:
         of `backend` (default: this lease's). Refuses at once like admit(); only valid while
         this lease is held, which keeps the version alive."""
         key = self.backend if backend is None else backend
-        lease = Lease(self.version, key, self.version.pool(key))
+        lease = Lease(self.version, key, self.version.pool(key), noted=self.noted)
         lease.admit()
         try:
             yield lease

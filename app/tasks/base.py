@@ -2,11 +2,13 @@
 as named tensors for protocols that send tensors (OIP v2).
 
 A task turns a run's output tensors into an answer, as pycoral's adapters do beside a task-neutral
-run: engines, pools and pipelines move every output tensor and know no task. model.json names the
-task and, by role, the output tensors it reads (`outputs`: role -> tensor name in the model file).
-At load the registry has the task `bind` a pool's output specs: each role resolved to its tensor BY
-NAME (never by position), once per loaded version, with the task's named outputs for tensor protocols;
-requests then read `roles.of(outputs, role)` and `roles.named`.
+run: engines, pools and pipelines move every output tensor and know no task, and a task knows no
+lease, pool or request (it sits below the registry, which binds it at load, as a backend does).
+model.json names the task and, by role, the output tensors it reads (`outputs`: role -> tensor name
+in the model file). At load the registry has the task `bind` a pool's output specs: each role resolved
+to its tensor BY NAME (never by position), once per loaded version, with the task's named outputs for
+tensor protocols; requests then read `roles.of(outputs, role)` and `roles.named` (their lease hands
+them the roles: `Lease.roles_for(task)`, app/registry/versions.py).
 """
 
 from __future__ import annotations
@@ -19,11 +21,10 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from app.engines import TensorSpec
-from app.errors import ModelDirError, RequestError
+from app.errors import ModelDirError
 
 if TYPE_CHECKING:
-    from app.model_dir import ModelDir
-    from app.registry import Lease
+    from app.model_dir.reading import ModelDir
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,8 +65,9 @@ class OutputRoles:
 
 
 class Task:
-    """A task: subclasses set `name` (model.json's `task`), `roles` and `routes`, and add the request
-    functions their routes call (app/tasks/classify.py `classify`)."""
+    """A task: subclasses set `name` (model.json's `task`), `roles` and `routes`, and add the functions
+    that read their roles' tensors into an answer (app/tasks/classify.py `scores`, `top_predictions`),
+    which their routes call on a run's outputs (app/api/classify.py `classify`)."""
 
     name: ClassVar[str]
     # the output tensors it reads, by role (model.json `outputs` names each one's tensor)
@@ -83,13 +85,6 @@ class Task:
 
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
         """What the task needs of its tensors beyond their presence (shapes, types): ModelDirError."""
-
-    def roles_of(self, lease: Lease) -> OutputRoles:
-        """The leased version's roles, or a RequestError when its model is of another task."""
-        if lease.task is not self:
-            raise RequestError(f"model {lease.model_dir.name!r} has task {lease.task.name!r}; this route answers "
-                               f"{self.name} models only")
-        return lease.roles
 
     # -- as named tensors (OIP v2's outputs) ----------------------------------------------------
 

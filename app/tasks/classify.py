@@ -2,25 +2,23 @@
 
 One role, `scores`: the output tensor of class scores (model.json `outputs.scores` names it; a model
 with one output needs no name). Dequantized (real = scale * (q - zero_point)), then softmax when
-model.json says the model gives logits. Its routes: app/api/classify.py; as named tensors (OIP v2):
-`scores` (FP32, what /v1 reports) and `raw` (the tensor as the model gave it).
+model.json says the model gives logits. Its routes: app/api/classify.py (which reads a run's outputs
+with `ClassificationTask.predictions`); as named tensors (OIP v2): `scores` (FP32, what /v1 reports)
+and `raw` (the tensor as the model gave it).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.inference import ImageWork, finish, run_image
 from app.tasks.base import Answer, NamedOutput, OutputRoles, Task
 
 if TYPE_CHECKING:
-    from app.model_dir import ModelDir
-    from app.registry import Lease
+    from app.model_dir.reading import ModelDir
 
 SCORES = "scores"
 
@@ -42,6 +40,13 @@ class ClassificationTask(Task):
     roles = (SCORES,)
     routes = ("app.api.classify:router",)
 
+    def predictions(self, roles: OutputRoles, outputs: Sequence[np.ndarray], model_dir: ModelDir, top_k: int,
+                    threshold: float) -> list[Prediction]:
+        """A run's outputs -> the top-k classes scoring at least threshold, labelled."""
+        spec = roles.specs[SCORES]
+        values = scores(roles.of(outputs, SCORES), spec.scale, spec.zero_point, model_dir)
+        return top_predictions(values, model_dir.labels, top_k, threshold)
+
     def named_outputs(self, roles: OutputRoles) -> list[NamedOutput]:
         spec = roles.specs[SCORES]
         classes = int(np.prod(spec.shape[1:]))
@@ -55,19 +60,6 @@ class ClassificationTask(Task):
 
 
 TASK = ClassificationTask()
-
-
-async def classify(lease: Lease, data: bytes, top_k: int, threshold: float, images: ImageWork) -> Classification:
-    """One image through the leased model version (its place in line taken before its decode)."""
-    roles = TASK.roles_of(lease)
-    model_dir = lease.model_dir
-    ran = await run_image(lease, data, images)
-    post_start = time.perf_counter()
-    spec = roles.specs[SCORES]
-    values = scores(roles.of(ran.outputs, SCORES), spec.scale, spec.zero_point, model_dir)
-    predictions = top_predictions(values, model_dir.labels, top_k, threshold)
-    return Classification(model=model_dir.name, backend=lease.backend, predictions=predictions,
-                          timing_ms=finish(lease, ran, post_start), warmup=lease.warmup, cold=ran.cold)
 
 
 def scores(output: np.ndarray, scale: float, zero_point: int, model_dir: ModelDir) -> np.ndarray:

@@ -6,29 +6,27 @@ xmin, ymax, xmax, normalized to the model's input), `classes` [1, N] (class ids,
 line i of labels.txt names id i), `scores` [1, N], `count` [1] (how many of the N rows are detections). model.json
 `outputs` names each role's tensor, so a model whose graph lists them in another order (TF2 and Model Maker
 exports: scores, boxes, count, classes) reads the same. A box goes back to the original image through the
-geometry preprocessing used (app/imaging.py Geometry: stretch, center crop or letterbox, a JPEG decoded at
+geometry preprocessing used (app/imaging/geometry.py Geometry: stretch, center crop or letterbox, a JPEG decoded at
 reduced scale, EXIF orientation), is clipped to the image, and a box with nothing left inside it is dropped.
 
-Its routes: app/api/detect.py (/v1/detect) and app/api/deepstack.py (DeepStack's /v1/vision/detection); as named
-tensors (OIP v2): each role's tensor as the model gave it (boxes, classes, scores, count).
+Its routes: app/api/detect.py (/v1/detect, and `detect()`, which reads a run's outputs with `class_ids` and
+`objects`) and app/api/deepstack.py (DeepStack's /v1/vision/detection); as named tensors (OIP v2): each role's
+tensor as the model gave it (boxes, classes, scores, count).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from app.errors import ModelDirError, RequestError
-from app.imaging import Geometry
-from app.inference import ImageWork, finish, run_image
+from app.imaging.geometry import Geometry
 from app.tasks.base import Answer, OutputRoles, Task
 
 if TYPE_CHECKING:
-    from app.model_dir import ModelDir
-    from app.registry import Lease
+    from app.model_dir.reading import ModelDir
 
 BOXES, CLASSES, SCORES, COUNT = "boxes", "classes", "scores", "count"
 
@@ -86,21 +84,6 @@ class DetectionTask(Task):
 
 
 TASK = DetectionTask()
-
-
-async def detect(lease: Lease, data: bytes, images: ImageWork, min_score: float, max_detections: int | None = None,
-                 labels: frozenset[str] | None = None) -> Detection:
-    """One image through the leased detector: its objects scoring at least min_score, best first, at most
-    max_detections, only those whose label is in `labels` (when given)."""
-    roles = TASK.roles_of(lease)
-    model_dir = lease.model_dir
-    wanted = None if labels is None else class_ids(model_dir, labels)
-    ran = await run_image(lease, data, images)
-    post_start = time.perf_counter()
-    found = objects(roles, ran.outputs, ran.geometry, model_dir.labels, min_score, max_detections, wanted)
-    return Detection(model=model_dir.name, backend=lease.backend, image=ImageSize(ran.geometry.width,
-                     ran.geometry.height), detections=found, timing_ms=finish(lease, ran, post_start),
-                     warmup=lease.warmup, cold=ran.cold)
 
 
 def label_of(class_id: int, labels: tuple[str, ...]) -> str:

@@ -12,7 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
-from app.model_dir import EDGETPU, MANIFEST, edgetpu_filename, file_entry
+from app.model_dir.schema import EDGETPU, MANIFEST, edgetpu_filename
+from converter.model_dir import file_entry
 from tests.conftest import DEFAULT_MODEL, MODELS
 
 

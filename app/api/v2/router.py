@@ -23,6 +23,7 @@ from app.api.deps import RegistryDep, SettingsDep
 from app.api.direct import AnsweringRoute
 from app.api.routes import inference_route
 from app.api.errors import REFUSED, refusals
+from app.api.metrics import counted
 from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
@@ -219,7 +220,7 @@ async def _infer(request: Request, name: str, version: str | None) -> Response:
     registry, settings, images = state.registry, state.settings, state.images
     model = _model(registry, name, version)
     # The room check before the body: a full line answers 503 whatever the body is doing.
-    async with registry.lease(name, _backend(registry, model)) as lease:
+    async with registry.lease(name, _backend(registry, model), counted(request)) as lease:
         body = await read_limited(request, settings.max_body_bytes)
         encoding = request.headers.get("content-encoding")
         if encoding and encoding.strip().lower() != "identity":

@@ -1,19 +1,11 @@
-"""Image bytes -> the pixels a model expects. The converter calibrates through these same functions.
-
-decode():   bytes -> upright RGB (or L) Pillow image, refusing bombs and non-images;
-            JPEGs are scaled down in the DCT domain when the model needs far fewer pixels.
-            decode_with_source() also says what the original was (Source: its size as a
-            viewer shows it, and the DCT scale), for tasks that answer in its pixels.
-to_pixels(): geometry from model.json (center crop, stretch or letterbox) -> uint8 HxWxC array;
-            Geometry maps a point of the model's input back to the original image's pixels.
-InputQuantizer: uint8 pixels -> the input tensor, through the normalisation in model.json
-            and the input tensor's own scale and zero point.
+"""bytes -> an upright RGB (or L) Pillow image: the formats Pillow decodes in its own code, bombs and damaged
+files refused, EXIF orientation applied, JPEGs through libjpeg-turbo (scaled down in the DCT domain when the
+model needs far fewer pixels) with its corrupt-data warnings reported; and Pillow's pixel blocks kept for reuse.
 """
 
 from __future__ import annotations
 
 import io
-import math
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -23,22 +15,22 @@ import simplejpeg
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from app.errors import BadImage, DamagedImage, ImageTooLarge
-from app.model_dir import InputSpec
+from app.imaging.geometry import draft_size
+from app.model_dir.schema import InputSpec
+from app.settings import default
 
 # Formats decoded by Pillow's own code. Others (EPS runs Ghostscript, ...) are refused.
 DECODABLE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")
 # What Pillow's JPEG plugin opens: JPEG, and MPO (a JPEG followed by more images: 3D cameras, and the
 # gain map of Ultra HDR phone photos), whose first image, the photo, is decoded as any JPEG.
 JPEG_FORMATS = ("JPEG", "MPO")
-RESAMPLE = Image.Resampling.BILINEAR
-# Pillow frees every image's pixel memory by default, so each request pays fresh pages for
-# its decoded and resized images (about 1 ms of a 640x427 JPEG's 5 ms here). Keeping a few
-# freed blocks for reuse removes that; bounded: at most this many blocks of this size.
-REUSED_BLOCKS = 16
-BLOCK_BYTES = 4 * 1024 * 1024
 
 
-def reuse_image_buffers(blocks: int = REUSED_BLOCKS, block_bytes: int = BLOCK_BYTES) -> None:
+# Pillow frees every image's pixel memory by default, so each request pays fresh pages for its decoded and
+# resized images (about 1 ms of a 640x427 JPEG's 5 ms here). Keeping a few freed blocks for reuse removes that;
+# bounded: at most IMAGE_BUFFER_BLOCKS blocks of IMAGE_BUFFER_BLOCK_BYTES (settings).
+def reuse_image_buffers(blocks: int = default("image_buffer_blocks"),
+                        block_bytes: int = default("image_buffer_block_bytes")) -> None:
     """Let Pillow keep up to `blocks` freed pixel blocks for the next images (process-wide)."""
     Image.core.set_block_size(block_bytes)
     Image.core.set_blocks_max(blocks)
@@ -80,7 +72,7 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
         width, height, mode = plain
         _check_pixels(width, height, max_pixels)
         image = _to_mode(_libjpeg_image(data, width, height, mode, spec, accept_damaged), model_mode)
-        return image, Source(width, height, _jpeg_scale(width, height, _draft_size(width, height, spec)))
+        return image, Source(width, height, _jpeg_scale(width, height, draft_size(width, height, spec)))
     try:
         with warnings.catch_warnings():
             # Pillow's own bomb check warns or raises by its global limit; ours is per call.
@@ -113,7 +105,7 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
             # CMYK and YCCK: the pixels are Pillow's (its CMYK -> RGB), the check for damage libjpeg-turbo's;
             # what TurboJPEG cannot read otherwise (sampling it does not classify, say) Pillow decides
             try:
-                _libjpeg_decode(data, "CMYK", width, height, _draft_size(width, height, spec), strict=True)
+                _libjpeg_decode(data, "CMYK", width, height, draft_size(width, height, spec), strict=True)
             except DamagedImage:
                 raise
             except BadImage:
@@ -121,7 +113,7 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
         if is_jpeg:
             # DCT-domain downscaling: decodes at 1/2, 1/4 or 1/8 size while staying >= what
             # the crop needs, so the later resize still has at least the model's resolution.
-            image.draft(image.mode, _draft_size(width, height, spec))
+            image.draft(image.mode, draft_size(width, height, spec))
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -130,7 +122,7 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
             raise ImageTooLarge(str(e)) from None
         except (OSError, ValueError, SyntaxError, EOFError) as e:
             raise BadImage(f"cannot decode image: {e}") from None
-    scale = _jpeg_scale(width, height, _draft_size(width, height, spec)) if is_jpeg else 1
+    scale = _jpeg_scale(width, height, draft_size(width, height, spec)) if is_jpeg else 1
     if image.getexif().get(ExifTags.Base.Orientation) in TRANSPOSING:
         width, height = height, width
     # in place: without an orientation tag the copying form copies every pixel for nothing
@@ -203,7 +195,7 @@ def _check_pixels(width: int, height: int, max_pixels: int) -> None:
 
 def _libjpeg_image(data, width: int, height: int, mode: str, spec: InputSpec, accept_damaged: bool) -> Image.Image:
     """An RGB or L JPEG's pixels through libjpeg-turbo, at the scale draft() would pick, as a Pillow image."""
-    pixels = _libjpeg_decode(data, JPEG_MODES[mode], width, height, _draft_size(width, height, spec),
+    pixels = _libjpeg_decode(data, JPEG_MODES[mode], width, height, draft_size(width, height, spec),
                              strict=not accept_damaged)
     return Image.fromarray(pixels[:, :, 0] if mode == "L" else pixels, mode)
 
@@ -280,18 +272,6 @@ class BufferFile:
         return True
 
 
-def _draft_size(width: int, height: int, spec: InputSpec) -> tuple[int, int]:
-    """The smallest full-image size whose crop still covers the model's input."""
-    if spec.resize == "stretch":
-        scale = max(spec.width / width, spec.height / height)
-    elif spec.resize == "letterbox":  # the whole image fits inside: its longer side sets the size
-        scale = min(spec.width / width, spec.height / height)
-    else:
-        crop_w, crop_h = _crop_size(width, height, spec)
-        scale = max(spec.width / crop_w, spec.height / crop_h)
-    return math.ceil(width * scale), math.ceil(height * scale)
-
-
 def _to_mode(image: Image.Image, mode: str) -> Image.Image:
     """Any Pillow mode to RGB or L: alpha composited on white, 16/32-bit scaled, CMYK converted."""
     if image.mode == mode:
@@ -315,122 +295,3 @@ def _high_bit_depth_to_l(image: Image.Image) -> Image.Image:
     else:
         eight = np.clip(np.rint(values.astype(np.float64) / 257.0), 0, 255)
     return Image.fromarray(eight.astype(np.uint8), mode="L")
-
-
-def _crop_size(width: int, height: int, spec: InputSpec) -> tuple[float, float]:
-    """Largest region with the model's aspect ratio, scaled by crop_fraction."""
-    aspect = spec.width / spec.height
-    if width / height > aspect:
-        crop_h = height * spec.crop_fraction
-        crop_w = crop_h * aspect
-    else:
-        crop_w = width * spec.crop_fraction
-        crop_h = crop_w / aspect
-    return crop_w, crop_h
-
-
-def placement(width: int, height: int, spec: InputSpec) -> tuple[tuple[float, float, float, float], tuple[int, int]]:
-    """Which region of a width x height image becomes the model's input, and where: (left, top, right, bottom) in
-    the image's pixels, resized to (w, h) input pixels at the input's top-left. Stretch and center crop fill the
-    input; letterbox fits the whole image inside it (its longer side spans the input), the rest being padding."""
-    whole = (0.0, 0.0, float(width), float(height))
-    if spec.resize == "stretch":
-        return whole, (spec.width, spec.height)
-    if spec.resize == "letterbox":
-        scale = min(spec.width / width, spec.height / height)
-        return whole, (min(spec.width, max(1, round(width * scale))), min(spec.height, max(1, round(height * scale))))
-    crop_w, crop_h = _crop_size(width, height, spec)
-    left, top = (width - crop_w) / 2, (height - crop_h) / 2
-    return (left, top, left + crop_w, top + crop_h), (spec.width, spec.height)
-
-
-def to_pixels(image: Image.Image, spec: InputSpec) -> np.ndarray:
-    """Crop/resize to the model's geometry in one resampling pass (letterbox: padded with black at the right or
-    bottom); uint8 HxWxC."""
-    width, height = image.size
-    box, size = placement(width, height, spec)
-    if image.size == size and box == (0.0, 0.0, float(width), float(height)):
-        resized = image
-    else:
-        resized = image.resize(size, RESAMPLE, box=box)
-    pixels = np.asarray(resized, dtype=np.uint8)
-    if pixels.ndim == 2:
-        pixels = pixels[:, :, None]
-    if size != (spec.width, spec.height):  # letterbox: the image at the top-left of a black input
-        padded = np.zeros((spec.height, spec.width, pixels.shape[2]), np.uint8)
-        padded[:size[1], :size[0]] = pixels
-        pixels = padded
-    return pixels
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """Where the model's input came from in the original image: a point of the input, normalized (0..1, as a
-    detector's boxes are), back to the original's pixels as a viewer shows it, exactly as preprocessing mapped
-    it forward (crop, stretch or letterbox; a JPEG decoded at reduced scale; EXIF orientation)."""
-
-    width: int                                   # the original image, as a viewer shows it
-    height: int
-    box: tuple[float, float, float, float]  # the region of the original that was resized: left, top, right, bottom
-    fill: tuple[float, float]               # the fraction of the input's width and height it filled (letterbox < 1)
-
-    @classmethod
-    def of(cls, source: Source, decoded: tuple[int, int], spec: InputSpec) -> Geometry:
-        """The geometry of to_pixels() on a decoded image of size `decoded` from `source`."""
-        (left, top, right, bottom), (w, h) = placement(*decoded, spec)
-        s = source.scale
-        return cls(source.width, source.height, (left * s, top * s, right * s, bottom * s),
-                   (w / spec.width, h / spec.height))
-
-    def to_original(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Normalized input coordinates -> the original image's pixels (float64; not clipped)."""
-        left, top, right, bottom = self.box
-        return (left + np.asarray(x, np.float64) / self.fill[0] * (right - left),
-                top + np.asarray(y, np.float64) / self.fill[1] * (bottom - top))
-
-
-def prepare(data: bytes, spec: InputSpec, max_pixels: int, **decode_options) -> np.ndarray:
-    """decode + to_pixels: the whole image preprocessing, as the converter calibrates with it."""
-    return to_pixels(decode(data, spec, max_pixels, **decode_options), spec)
-
-
-class InputQuantizer:
-    """uint8 pixels -> input tensor (1, H, W, C) of the engine's dtype.
-
-    real = (pixel - mean) / std is what the network expects; a quantized input holds
-    q = round(real / scale) + zero_point, clamped to its dtype. Pixels are 8-bit, so the
-    whole map is a 256-entry table per channel, computed once. When that table is the
-    identity (uint8 input with scale = 1/std and zero_point = mean), pixels go in as they are.
-    """
-
-    def __init__(self, spec: InputSpec, dtype: np.dtype, scale: float, zero_point: int):
-        self.dtype = np.dtype(dtype)
-        channels = spec.channels
-        mean = np.broadcast_to(np.asarray(spec.mean, np.float64), (channels,))
-        std = np.broadcast_to(np.asarray(spec.std, np.float64), (channels,))
-        pixel = np.arange(256, dtype=np.float64)[:, None]
-        real = (pixel - mean) / std  # (256, C)
-        if self.dtype == np.float32:
-            self.table = real.astype(np.float32)
-        else:
-            if scale <= 0:
-                raise ValueError(f"quantized input needs a positive scale, got {scale}")
-            info = np.iinfo(self.dtype)
-            # round half away from zero, as TFLite's Quantize kernel does.
-            scaled = real / scale
-            q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5) + zero_point
-            self.table = np.clip(q, info.min, info.max).astype(self.dtype)
-        identity = np.arange(256)[:, None]
-        self.is_identity = self.dtype == np.uint8 and bool(np.all(self.table == identity))
-        self.channels = channels
-
-    def __call__(self, pixels: np.ndarray) -> np.ndarray:
-        if self.is_identity:
-            out = pixels
-        elif self.channels == 1:
-            out = self.table[:, 0][pixels]
-        else:
-            out = np.empty(pixels.shape, self.table.dtype)
-            for c in range(self.channels):
-                np.take(self.table[:, c], pixels[:, :, c], out=out[:, :, c])
-        return out[None, ...]

@@ -1,0 +1,26 @@
+"""Image bytes -> the pixels a model expects -> its input tensor. The converter calibrates through these same
+functions, so the int8 ranges fit what the service feeds.
+
+  decoding.py      bytes -> upright RGB (or L) Pillow image, refusing bombs, damaged files and non-images;
+                   JPEGs are scaled down in the DCT domain when the model needs far fewer pixels
+                   (decode_with_source() also says what the original was: Source);
+  geometry.py      model.json's geometry (center crop, stretch or letterbox) -> uint8 HxWxC pixels
+                   (to_pixels), and back: Geometry maps a point of the model's input to the original's pixels;
+  quantization.py  uint8 pixels -> the input tensor, through the normalisation in model.json and the input
+                   tensor's own scale and zero point (InputQuantizer).
+`prepare()` is decode + to_pixels, as the converter calibrates with it; the service runs the same steps on its
+image threads (app/inference.py ImageWork).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.imaging.decoding import decode
+from app.imaging.geometry import to_pixels
+from app.model_dir.schema import InputSpec
+
+
+def prepare(data: bytes, spec: InputSpec, max_pixels: int, **decode_options) -> np.ndarray:
+    """decode + to_pixels: the whole image preprocessing, as the converter calibrates with it."""
+    return to_pixels(decode(data, spec, max_pixels, **decode_options), spec)

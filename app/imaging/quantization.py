@@ -1,0 +1,49 @@
+"""uint8 pixels -> the model's input tensor: model.json's normalisation, then the tensor's own quantization."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.model_dir.schema import InputSpec
+
+
+class InputQuantizer:
+    """uint8 pixels -> input tensor (1, H, W, C) of the engine's dtype.
+
+    real = (pixel - mean) / std is what the network expects; a quantized input holds
+    q = round(real / scale) + zero_point, clamped to its dtype. Pixels are 8-bit, so the
+    whole map is a 256-entry table per channel, computed once. When that table is the
+    identity (uint8 input with scale = 1/std and zero_point = mean), pixels go in as they are.
+    """
+
+    def __init__(self, spec: InputSpec, dtype: np.dtype, scale: float, zero_point: int):
+        self.dtype = np.dtype(dtype)
+        channels = spec.channels
+        mean = np.broadcast_to(np.asarray(spec.mean, np.float64), (channels,))
+        std = np.broadcast_to(np.asarray(spec.std, np.float64), (channels,))
+        pixel = np.arange(256, dtype=np.float64)[:, None]
+        real = (pixel - mean) / std  # (256, C)
+        if self.dtype == np.float32:
+            self.table = real.astype(np.float32)
+        else:
+            if scale <= 0:
+                raise ValueError(f"quantized input needs a positive scale, got {scale}")
+            info = np.iinfo(self.dtype)
+            # round half away from zero, as TFLite's Quantize kernel does.
+            scaled = real / scale
+            q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5) + zero_point
+            self.table = np.clip(q, info.min, info.max).astype(self.dtype)
+        identity = np.arange(256)[:, None]
+        self.is_identity = self.dtype == np.uint8 and bool(np.all(self.table == identity))
+        self.channels = channels
+
+    def __call__(self, pixels: np.ndarray) -> np.ndarray:
+        if self.is_identity:
+            out = pixels
+        elif self.channels == 1:
+            out = self.table[:, 0][pixels]
+        else:
+            out = np.empty(pixels.shape, self.table.dtype)
+            for c in range(self.channels):
+                np.take(self.table[:, c], pixels[:, :, c], out=out[:, :, c])
+        return out[None, ...]

@@ -1,0 +1,77 @@
+"""docs/architecture.md's picture is the code's: the floors read from the imports equal the committed map, every
+import points down, and the page names every room. A change that moves a room, adds an arrow or closes a
+circle fails here until the map is redrawn (`python docs/floors.py`) and the page says what changed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+# docs/floors.py is a script beside the docs, not a package module: loaded by path (registered first, as its
+# dataclass needs its module)
+spec = importlib.util.spec_from_file_location("docs_floors", ROOT / "docs" / "floors.py")
+floors = sys.modules.setdefault("docs_floors", importlib.util.module_from_spec(spec))
+spec.loader.exec_module(floors)
+
+
+def _copy_code(target: Path) -> Path:
+    for name in ("app", "converter"):
+        shutil.copytree(ROOT / name, target / name, ignore=shutil.ignore_patterns("__pycache__", "static", "data"))
+    return target
+
+
+def test_the_committed_map_is_the_codes():
+    recorded = json.loads(floors.JSON.read_text(encoding="utf-8"))
+    assert floors.differences(floors.read_map(), recorded) == []
+    assert floors.main(["--check"]) == 0
+
+
+def test_every_arrow_points_down_and_every_room_has_a_caption():
+    map_ = floors.read_map()
+    assert all(map_.floors[source] > map_.floors[target] for source, target in map_.arrows)
+    assert set(map_.floors) == set(floors.CAPTIONS)
+    # the layers the design promises: the front doors above the registry, above the engines, above their runtimes
+    order = ["app/api/", "app/registry/", "app/pool/", "app/engines/", "app/edgetpu/", "app/settings.py"]
+    assert [map_.floors[room] for room in order] == sorted((map_.floors[room] for room in order), reverse=True)
+    assert map_.floors["app/emulator/"] < map_.floors["app/engines/"]
+    assert not any(target == "converter/" for _, target in map_.arrows), "app/ imports the converter"
+
+
+def test_the_page_names_every_room_and_shows_the_picture():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert "](img/architecture.png)" in page
+    assert [room for room in floors.read_map().floors if f"`{room}`" not in page] == []
+
+
+def test_an_import_up_the_floors_or_a_new_room_fails_the_check(tmp_path):
+    """In a copy of the code: settings (the ground floor) importing the registry is a circle; a new module
+    importing the pool is a room the map lacks, with no caption; each is reported."""
+    root = _copy_code(tmp_path)
+    assert floors.differences(floors.read_map(root), floors.read_map().as_json()) == []
+
+    (root / "app" / "batching.py").write_text("from app.pool import EnginePool\n", encoding="utf-8")
+    moved = floors.differences(floors.read_map(root), floors.read_map().as_json())
+    assert "app/batching.py: floor - in the map, 7 in the code" in moved
+    assert "arrow app/batching.py -> app/pool/: in the code, not in the map" in moved
+    assert "app/batching.py: no caption in docs/floors.py CAPTIONS" in moved
+
+    settings = root / "app" / "settings.py"
+    settings.write_text(settings.read_text(encoding="utf-8") + "\n\ndef late():\n    from app.registry import Registry\n",
+                        encoding="utf-8")
+    with pytest.raises(ValueError, match=r"a circle of imports: .*app/settings.py -> app/registry/"):
+        floors.read_map(root)
+
+
+def test_the_picture_is_drawn(tmp_path):
+    pytest.importorskip("matplotlib")  # the dev extra has it; the picture is a doc, not the service
+    png = tmp_path / "architecture.png"
+    floors.draw(floors.read_map(), png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(floors.direct_arrows(floors.read_map())) < len(floors.read_map().arrows)

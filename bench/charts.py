@@ -17,6 +17,7 @@ Example usage:
 from __future__ import annotations
 
 import importlib.util
+import textwrap
 from pathlib import Path
 
 from bench.service import ROOT
@@ -28,6 +29,7 @@ STAGE_COLOURS = {"decode": "#0072B2", "preprocess": "#56B4E9", "queue": "#E69F00
                  "postprocess": "#CC79A7"}
 LINE_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 DPI = 100
+PANEL_TITLE_CHARS = 62  # a panel's title wraps here, so titles of side-by-side panels never run into each other
 WIDTH_IN = 9.0                  # 900 px wide
 BAR_ROW_IN, BAR_EXTRA_IN = 0.55, 1.9   # stage chart: per bar, plus title, axis and legend
 PANEL_W_IN, PANEL_H_IN, PANEL_COLS = 4.5, 3.2, 2
@@ -127,7 +129,7 @@ def utilisation_lines(panels: list[dict], path: Path | str, title: str) -> Path:
         ax.set_ylim(0, 105)
         ax.set_xlabel("concurrent connections")
         ax.set_ylabel("device busy, %")
-        ax.set_title(panel["title"], fontsize=8, loc="left")
+        ax.set_title(textwrap.fill(panel["title"], PANEL_TITLE_CHARS), fontsize=8, loc="left")  # two panels a row
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
     for ax in list(axes.flat)[len(panels):]:

@@ -1,7 +1,7 @@
 """The task-neutral core of a request: bytes -> pixels -> tensor -> the leased pool -> every output
 tensor, timed stage by stage. What the outputs mean is the task's (app/tasks/).
 
-Every front door calls it the same way: `async with registry.lease(model, backend) as lease:`
+Every front door calls it the same way: `async with registry.lease(model, backend, counted(request)) as lease:`
 first (a 503 at once if the line is full), then read the body, then `run_image` (or, for a tensor
 protocol, `run_tensor`), then the task's reading of the outputs (app/api/classify.py `classify`,
 app/api/detect.py `detect`, app/api/v2/infer.py: the task's named outputs). The run through the
@@ -63,7 +63,7 @@ class ImageWork:
 
     def __init__(self, threads: int, max_pixels: int, nice: int = 0, **decode_options):
         self.max_pixels = max_pixels
-        self.decode_options = decode_options  # imaging.decode's max_decoded_pixels, accept_damaged
+        self.decode_options = decode_options  # app/imaging/decoding.py decode's max_decoded_pixels, accept_damaged
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="image", initializer=lower_this_thread,
                                             initargs=(nice,))
         # pool -> the quantizer of its image input (model.json's normalisation, the input tensor's scale and zero

@@ -1,5 +1,6 @@
-"""Every model directory the converter makes is written here, through app/model_dir/'s typed manifest
-(converter/model_dir.py writes it whole).
+"""A new int8 model's directory, from what a route hands over: the file, its labels and what the route knows
+about it, measured and recorded here (converter/model_dir.py writes it whole; `import` and `segment` call that
+directly with their own records).
 
 The recipes (converter/builds.py) and `python -m converter quantize` (every route: Keras,
 SavedModel, PyTorch, ONNX) hand over the int8 model, its labels and what they know about it;

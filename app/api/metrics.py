@@ -3,7 +3,8 @@
 RequestCounter counts every answered request to an inference route (the table, app/api/routes.py) by protocol,
 model, backend and status. Which model and backend serve a request is known only once its lease has resolved
 them: each front door passes `counted(request)` down to `registry.lease()` as its `noted`, which calls it with
-the model and backend before the room check, and again after each run (the backend that ran it). A request refused before that (no such model, a bad parameter) counts under model="" and backend="".
+the model and backend before the room check, and again after each run (the backend that ran it). A request
+refused before that (no such model, a bad parameter) counts under model="" and backend="".
 """
 
 from __future__ import annotations

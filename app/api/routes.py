@@ -6,7 +6,9 @@ model and backend (`HeadTarget`). `InferenceRoutes.of(...)`, over the routes of 
 (app/main.py inference_routers(): each task's router, which the task names, then OIP v2's), is then
 the table, and it is read by
   - load shedding from the head (app/api/shedding.py HeadAdmission): which requests to place, and where;
-  - the request counter (app/metrics.py RequestCounter): which requests to count, under which protocol;
+  - the request counter (app/api/metrics.py RequestCounter): which requests to count, under which protocol
+    (and under which model and backend: the handler passes `counted(request)` to its lease, or the request
+    counts under model="" and backend="");
   - admission: the head's (model, backend) goes to the registry's own resolution (Registry.pool_for),
     the one a request's lease() makes.
 So a new inference endpoint is shed, counted and admitted by being declared on an inference router;

@@ -20,6 +20,7 @@ from gunicorn.glogging import Logger
 
 from app.gunicorn_worker import LimitedUvicornWorker
 from app.http_server import LimitedHttpToolsProtocol
+from tests.contracts import changed_methods, parameters
 
 # gunicorn's Worker, as a worker class extends it (documented for custom workers), and the function that makes a
 # worker's listening sockets again once its models are loaded
@@ -34,24 +35,6 @@ UVICORN_WORKER_SERVE = "await server.serve(sockets=self.sockets)"
 # instance, which its loop finds by name; kill_workers, WORKERS and num_workers read or set
 ARBITER_METHODS = {"handle_hup": "", "handle_usr2": "", "handle_ttin": "", "handle_ttou": "", "kill_workers": "sig"}
 ARBITER_DISPATCH = 'getattr(self, "handle_%s" % signame'
-
-
-def parameters(function, skip: int = 1) -> str:
-    shown = []
-    for p in list(inspect.signature(function).parameters.values())[skip:]:
-        shown.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
-    return ", ".join(shown)
-
-
-def changed_methods(owner, methods: dict[str, str]) -> list[str]:
-    changed = []
-    for name, expected in methods.items():
-        method = getattr(owner, name, None)
-        if not callable(method):
-            changed.append(f"{owner.__name__}.{name} is gone")
-        elif parameters(method) != expected:
-            changed.append(f"{owner.__name__}.{name}({parameters(method)}), was ({expected})")
-    return changed
 
 
 def test_what_the_worker_relies_on_in_gunicorn_and_uvicorn_worker_is_there():

@@ -14,6 +14,7 @@ import pytest
 
 from bench.service import free_port
 from tests.conftest import Service
+from tests.contracts import changed_methods
 from tests.waiting import refuses_connections, until
 
 HEAD_CAP = 16 * 1024
@@ -320,15 +321,6 @@ SERVER_METHODS = {"handle_exit": "sig, frame"}  # uvicorn.Server, subclassed: a 
 SERVER_ATTRIBUTES = ("should_exit", "force_exit", "started")
 
 
-def parameters(function) -> str:
-    import inspect
-
-    shown = []
-    for p in list(inspect.signature(function).parameters.values())[1:]:  # after self
-        shown.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
-    return ", ".join(shown)
-
-
 class _Transport:
     """Enough of an asyncio transport for uvicorn's protocol to take one request head."""
 
@@ -360,14 +352,8 @@ def test_the_uvicorn_internals_the_protocol_relies_on_are_there():
 
     from app.http_server import LimitedHttpToolsProtocol
 
-    changed = []
-    for owner, methods in ((httptools_impl.HttpToolsProtocol, PROTOCOL_METHODS), (uvicorn.Server, SERVER_METHODS)):
-        for name, expected in methods.items():
-            method = getattr(owner, name, None)
-            if not callable(method):
-                changed.append(f"{owner.__name__}.{name} is gone")
-            elif parameters(method) != expected:
-                changed.append(f"{owner.__name__}.{name}({parameters(method)}), was ({expected})")
+    changed = changed_methods(httptools_impl.HttpToolsProtocol, PROTOCOL_METHODS) + \
+        changed_methods(uvicorn.Server, SERVER_METHODS)
     status_line = getattr(httptools_impl, "STATUS_LINE", None)
     if not isinstance(status_line, dict) or not status_line.get(431, b"").startswith(b"HTTP/1.1 431 "):
         changed.append("httptools_impl.STATUS_LINE is no longer {status: b'HTTP/1.1 <status> <reason>\\r\\n'}")

@@ -124,8 +124,8 @@ def environment_settings() -> Settings:
 
 
 def app_for_server(entry: str, create_app: Callable[[Settings], Any]) -> Any:
-    """The app `entry` names, built once from the environment's settings; its lifespan checks the server
-    (check_server) before anything loads."""
+    """The app `entry` names, built once from the environment's settings, wrapped so that its lifespan refuses a
+    server that does not run our protocol (RefuseOtherServers) before anything loads."""
     if entry in _built:
         return _built[entry]
     settings = environment_settings()

@@ -3,6 +3,6 @@
 
 from app.registry.registry import Registry
 from app.registry.status import SERVING, ModelStatus, iso_time
-from app.registry.versions import Lease, LoadedModel, ModelVersion
+from app.registry.versions import Lease, ModelVersion
 
-__all__ = ["SERVING", "Lease", "LoadedModel", "ModelStatus", "ModelVersion", "Registry", "iso_time"]
+__all__ = ["SERVING", "Lease", "ModelStatus", "ModelVersion", "Registry", "iso_time"]

@@ -71,8 +71,6 @@ class ModelVersion:
             pool.close()
 
 
-LoadedModel = ModelVersion
-
 
 @dataclass
 class Lease:

@@ -28,7 +28,7 @@ import numpy as np
 from app.api.v2.wire import BYTES, InferRequest, InputTensor, OutputTensor, classification, datatype_of
 from app.errors import RequestError
 from app.inference import ImageWork, Ran, finish, run_image, run_tensor
-from app.registry import Lease, LoadedModel
+from app.registry import Lease, ModelVersion
 from app.tasks import NamedOutput
 
 INPUT = "image"
@@ -42,13 +42,13 @@ class Limits:
     max_classification: int
 
 
-def named_outputs(model: LoadedModel, backend: str) -> tuple[NamedOutput, ...]:
+def named_outputs(model: ModelVersion, backend: str) -> tuple[NamedOutput, ...]:
     """The model's outputs on the wire: its task's named tensors on that backend's pool (made at load)."""
     model.pool(backend)  # BackendNotAvailable for a backend not loaded
     return model.roles[backend].named
 
 
-def model_metadata(model: LoadedModel, backend: str) -> dict:
+def model_metadata(model: ModelVersion, backend: str) -> dict:
     inp = model.pool(backend).inputs[0]
     return {
         "name": model.name,
@@ -60,7 +60,7 @@ def model_metadata(model: LoadedModel, backend: str) -> dict:
     }
 
 
-def model_config(model: LoadedModel, backend: str, backends: list[str], limits: Limits) -> dict:
+def model_config(model: ModelVersion, backend: str, backends: list[str], limits: Limits) -> dict:
     """Triton's model configuration, as far as clients read it (perf_analyzer: inputs, outputs,
     max_batch_size 0 = the batch dimension is part of each shape)."""
     meta = model_metadata(model, backend)
@@ -196,7 +196,7 @@ def _wanted_outputs(request: InferRequest, limits: Limits, names: list[str]) -> 
 
 
 def _output(name: str, binary: bool, k: int | None, values: list[dict[str, np.ndarray]],
-            model: LoadedModel) -> OutputTensor:
+            model: ModelVersion) -> OutputTensor:
     rows = np.stack([each[name] for each in values])
     if k is None:
         return OutputTensor(name, datatype_of(rows.dtype), rows.shape, rows, binary)

@@ -29,7 +29,7 @@ from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
 from app.api.v2.wire import BYTES, DTYPES, HEADER_LENGTH, decompress, encode_response, parse_infer_request
 from app.errors import ModelNotFound, RequestError, ServeError
-from app.registry import LoadedModel, Registry
+from app.registry import ModelVersion, Registry
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +83,14 @@ MODEL_ERRORS = _errors(401, 404, 503)
 INFER_ERRORS = _errors(400, 401, 404, 413, 503, 504)
 
 
-def _model(registry: Registry, name: str, version: str | None) -> LoadedModel:
+def _model(registry: Registry, name: str, version: str | None) -> ModelVersion:
     model = registry.get(name)
     if version is not None and version != v2.VERSION:
         raise ModelNotFound(f"model {name!r} has no version {version!r}; versions: [{v2.VERSION!r}]")
     return model
 
 
-def _backend(registry: Registry, model: LoadedModel) -> str:
+def _backend(registry: Registry, model: ModelVersion) -> str:
     default = registry.default_backend
     if default in model.pools or not model.pools:
         return default  # no pool at all: model.pool(default) says why

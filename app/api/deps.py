@@ -28,7 +28,7 @@ def named_or_default(name: str | None, registry: Registry, settings: Settings, d
     """The model a request names, else its task's default (settled at start); ModelNotFound when none is served."""
     if name is not None:
         return name
-    chosen = getattr(settings, default.setting)
+    chosen = registry.default_model(default.task)
     if chosen is None:
         raise ModelNotFound(f"no {default.task} model is served, so {route} has none to default to; serving "
                             f"{registry.names()}")

@@ -40,7 +40,7 @@ MAX_LABELS_CHARS = 512
 def detection_head_target(registry, parameters: dict[str, str], query: bytes) -> tuple[str, str | None]:
     """A detection route's head: the model (the path's `name`, or the default detector) and the `backend` query
     parameter, as its handler reads them."""
-    return parameters.get("name") or registry.settings.default_detection_model, query_value(query, "backend")
+    return parameters.get("name") or registry.default_model(DETECTION_DEFAULT.task), query_value(query, "backend")
 
 
 router = APIRouter(prefix="/v1", tags=["detect"],

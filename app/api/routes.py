@@ -27,6 +27,8 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
 
+from app.settings import CLASSIFICATION_DEFAULT
+
 # (path parameters, raw query string) -> (model name, backend or None for the default), or None when
 # the head alone cannot place the request (the application answers it). The registry is passed for
 # protocols whose default backend depends on the model.
@@ -97,7 +99,7 @@ class InferenceRoutes:
 def v1_head_target(registry, parameters: dict[str, str], query: bytes) -> tuple[str, str | None]:
     """A /v1 inference route's head: the model (the path's `name`, or the default) and the `backend` query
     parameter, as its handler reads them."""
-    name = parameters.get("name") or registry.settings.default_model
+    name = parameters.get("name") or registry.default_model(CLASSIFICATION_DEFAULT.task)
     return name, query_value(query, "backend")
 
 

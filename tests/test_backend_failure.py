@@ -14,6 +14,7 @@ refuse with a message over several lines shows the reason kept to one line whate
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import flatbuffers
@@ -113,16 +114,13 @@ async def classify_on(registry: Registry, backend: str | None) -> tuple[str, int
 
 
 def test_a_model_the_emulator_cannot_run_serves_on_cpu_and_is_degraded_on_emulated(tmp_path, sin_model):
-    import asyncio
-
     colour_model_dir(tmp_path, sin_model)
     registry = registry_for(tmp_path)
     try:
         status = registry.status(NAME)
         assert status.state == "degraded" and registry.ready()
         assert "\n" not in status.error
-        assert status.error.startswith("emulated: not served: the emulator cannot run ")
-        assert f"{REFUSED_OP}: operator not emulated" in status.error
+        assert status.error.startswith("emulated: not served: ") and REFUSED_OP in status.error  # the emulator's why
         version = registry.get(NAME)
         assert list(version.pools) == ["cpu"]
         with pytest.raises(BackendNotAvailable, match=f"cannot be served on 'emulated': .*{REFUSED_OP}"):
@@ -140,7 +138,7 @@ def test_the_model_fails_only_when_no_backend_serves_it(tmp_path, sin_model):
     registry = registry_for(tmp_path, backends=("emulated",))
     try:
         status = registry.status(NAME)
-        assert status.state == "failed" and f"{REFUSED_OP}: operator not emulated" in status.error
+        assert status.state == "failed" and REFUSED_OP in status.error
         assert not registry.ready()
     finally:
         registry.close()
@@ -210,7 +208,7 @@ def test_over_a_socket_readyz_is_200_and_the_model_serves_on_cpu_with_emulated_d
         assert ready.status_code == 200 and ready.json()["ready"] is True
         model = ready.json()["models"][NAME]
         assert model["state"] == "degraded" and "\n" not in model["error"]
-        assert model["error"].startswith("emulated: not served: the emulator cannot run ")
+        assert model["error"].startswith("emulated: not served: ") and REFUSED_OP in model["error"]
 
         answer = client.post("/v1/classify", files={"image": red_png()})
         assert answer.status_code == 200, answer.text

@@ -20,6 +20,14 @@ from app.model_dir.reading import ModelDir
 from app.registry.status import one_line, public_text
 
 
+def public_fallback(key: str, fallback: Fallback, plugins: Mapping[str, Backend], root: Path) -> Fallback:
+    """Backend `key`'s plug-in's decision as clients see it: one line, file names relative to the model directory
+    `root`; ServeError for a fallback onto a backend that is not available."""
+    if fallback.backend is not None and fallback.backend not in plugins:
+        raise ServeError(f"backend {key!r} falls back to {fallback.backend!r}, which is not available")
+    return Fallback(fallback.backend, one_line(public_text(fallback.reason, root)))
+
+
 class Fallbacks:
     """Model -> requested backend -> the Fallback in force."""
 
@@ -29,10 +37,7 @@ class Fallbacks:
         self._table: dict[str, dict[str, Fallback]] = {}
 
     def public(self, key: str, fallback: Fallback) -> Fallback:
-        """The fallback as clients see it: one line, no host paths; ServeError for a backend that is not available."""
-        if fallback.backend is not None and fallback.backend not in self.plugins:
-            raise ServeError(f"backend {key!r} falls back to {fallback.backend!r}, which is not available")
-        return Fallback(fallback.backend, one_line(public_text(fallback.reason, self.root)))
+        return public_fallback(key, fallback, self.plugins, self.root)
 
     def record(self, name: str, key: str, fallback: Fallback) -> Fallback:
         """`key` does not serve model `name`: `fallback` instead (a plug-in's decision); as recorded."""

@@ -28,7 +28,7 @@ from app.errors import ModelDirError, ServeError
 from app.model_dir.reading import ModelDir
 from app.pipeline import Pipeline, stage_options
 from app.pool import EnginePool, Interpreter, Member, Stage, Watchdog
-from app.registry.status import one_line, public_text
+from app.registry.fallbacks import public_fallback
 from app.registry.versions import ModelVersion
 from app.settings import Settings
 from app.tasks import OutputRoles, Task
@@ -74,8 +74,9 @@ class Loader:
                     continue
                 error = self._try_pool(served, failed, model_dir, task, fallback.backend, warm_up)
                 if error is not None:  # nor does the backend that was to serve it instead
-                    fallbacks[key] = Fallback(None, f"{fallback.reason}; on {fallback.backend} instead: "
-                                              f"{self._public(str(error))}")
+                    fallbacks[key] = public_fallback(key, Fallback(None, f"{fallback.reason}; on {fallback.backend} "
+                                                                         f"instead: {error}"),
+                                                     self.plugins, self.settings.model_dir)
             if failed and not served:
                 raise next(iter(failed.values()))
         except BaseException:
@@ -103,12 +104,7 @@ class Loader:
         fallback = self.plugins[key].fall_back(model_dir.name, error)
         if fallback is None:
             raise error
-        if fallback.backend is not None and fallback.backend not in self.plugins:
-            raise ServeError(f"backend {key!r} falls back to {fallback.backend!r}, which is not available")
-        return Fallback(fallback.backend, self._public(fallback.reason))
-
-    def _public(self, text: str) -> str:
-        return one_line(public_text(text, self.settings.model_dir))
+        return public_fallback(key, fallback, self.plugins, self.settings.model_dir)
 
     def task_of(self, model_dir: ModelDir) -> Task:
         task = self.tasks.get(model_dir.manifest.task)

@@ -39,7 +39,7 @@ def test_a_default_that_is_not_served_is_refused():
 def test_the_registry_settles_it_at_configure():
     registry = Registry(Settings(model_dir=MODELS, models=["fashion_mnist"], workers=1))
     registry.configure()
-    assert registry.default_model("classification") == "fashion_mnist"
+    assert registry.default_for("classification") == "fashion_mnist"
     two = Registry(Settings(model_dir=MODELS, models=["fashion_mnist", "mobilenet_v2"], workers=1))
     with pytest.raises(ServeError, match="several classification models are served"):
         two.configure()
@@ -90,11 +90,11 @@ def test_a_default_of_another_task_is_refused_saying_which_setting_is_its():
 def test_the_committed_models_serve_a_classifier_and_the_person_detector_by_default():
     registry = Registry(Settings(model_dir=MODELS, workers=1))
     registry.configure()
-    assert registry.default_model("classification") == "efficientnet_lite0"
-    assert registry.default_model("detection") == "ssdlite_mobilenet_v2_person"
+    assert registry.default_for("classification") == "efficientnet_lite0"
+    assert registry.default_for("detection") == "ssdlite_mobilenet_v2_person"
     only = Registry(Settings(model_dir=MODELS, models=["fashion_mnist"], workers=1))
     only.configure()
-    assert only.default_model("detection") is None  # /v1/detect then says no detection model is served
+    assert only.default_for("detection") is None  # /v1/detect then says no detection model is served
 
 
 def test_a_default_model_with_no_classifier_served_says_that_none_is():
@@ -121,4 +121,4 @@ def test_settings_are_frozen_and_the_registry_keeps_the_defaults_it_chose():
     registry = Registry(settings)
     registry.configure()
     assert settings.default_model is None and settings.default_detection_model is None  # as given: unset
-    assert registry.defaults.of("classification") == registry.default_model("classification") == "efficientnet_lite0"
+    assert registry.defaults.of("classification") == registry.default_for("classification") == "efficientnet_lite0"

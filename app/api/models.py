@@ -85,8 +85,8 @@ def describe(registry: Registry, name: str) -> ModelOut:
 
 @router.get("", response_model=ModelsOut)
 async def list_models(registry: RegistryDep):
-    return ModelsOut(default_model=registry.default_model(CLASSIFICATION_DEFAULT.task),
-                     default_detection_model=registry.default_model(DETECTION_DEFAULT.task),
+    return ModelsOut(default_model=registry.default_for(CLASSIFICATION_DEFAULT.task),
+                     default_detection_model=registry.default_for(DETECTION_DEFAULT.task),
                      default_backend=registry.default_backend,
                      models=[describe(registry, n) for n in registry.names()])
 

@@ -133,6 +133,16 @@ def test_a_model_the_emulator_cannot_run_serves_on_cpu_and_is_degraded_on_emulat
         registry.close()
 
 
+def test_a_request_naming_no_backend_goes_to_the_first_that_serves_the_model(tmp_path, sin_model):
+    colour_model_dir(tmp_path, sin_model)
+    registry = registry_for(tmp_path, backends=("emulated", "cpu"))  # the default backend is the one that cannot
+    try:
+        assert registry.status(NAME).state == "degraded" and registry.ready()
+        assert asyncio.run(classify_on(registry, None)) == ("cpu", 0)
+    finally:
+        registry.close()
+
+
 def test_the_model_fails_only_when_no_backend_serves_it(tmp_path, sin_model):
     colour_model_dir(tmp_path, sin_model)
     registry = registry_for(tmp_path, backends=("emulated",))

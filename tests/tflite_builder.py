@@ -45,7 +45,13 @@ OPTIONS = {
     "MEAN": "ReducerOptions", "SUM": "ReducerOptions", "PAD": "PadOptions", "PACK": "PackOptions",
     "SPLIT": "SplitOptions", "SQUEEZE": "SqueezeOptions", "RESHAPE": "ReshapeOptions",
     "TRANSPOSE": "TransposeOptions", "ADD": "AddOptions", "QUANTIZE": "QuantizeOptions",
-    "DEQUANTIZE": "DequantizeOptions", "FLOOR_MOD": "FloorModOptions",
+    "DEQUANTIZE": "DequantizeOptions", "FLOOR_MOD": "FloorModOptions", "UNPACK": "UnpackOptions",
+    "SPLIT_V": "SplitVOptions", "ARG_MAX": "ArgMaxOptions", "ARG_MIN": "ArgMinOptions", "CAST": "CastOptions",
+    "GATHER": "GatherOptions", "GATHER_ND": "GatherNdOptions", "SUB": "SubOptions", "MUL": "MulOptions",
+    "DIV": "DivOptions", "FLOOR_DIV": "FloorDivOptions", "MAXIMUM": "MaximumMinimumOptions",
+    "MINIMUM": "MaximumMinimumOptions", "RESIZE_BILINEAR": "ResizeBilinearOptions",
+    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "EXPAND_DIMS": "ExpandDimsOptions",
+    "SLICE": "SliceOptions", "PADV2": "PadV2Options",
 }
 
 

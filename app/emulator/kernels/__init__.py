@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from app.emulator.kernels import activations, conv, detection, elementwise, pooling, quantize, reduce, resize, shape
+from app.emulator.kernels import (activations, conv, detection, elementwise, pooling, quantize, reduce, resize, shape,
+                                  stack)
 
 PREPARE = {}
-for _module in (conv, elementwise, activations, pooling, reduce, shape, resize, quantize, detection):
+for _module in (conv, elementwise, activations, pooling, reduce, shape, stack, resize, quantize, detection):
     PREPARE.update(_module.PREPARE)

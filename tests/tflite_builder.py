@@ -26,7 +26,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 _TYPES = {name: value for name, value in vars(schema.TensorType).items() if not name.startswith("_")}
-_NUMPY = {"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+_NUMPY = {"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_,
           "FLOAT32": np.float32}
 _ENUMS = {
     "padding": schema.Padding,

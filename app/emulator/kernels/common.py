@@ -113,6 +113,15 @@ def same_quantization(view: OpView, tensors, what: str) -> None:
                               f"{reference}; TFLite requires them equal")
 
 
+def by_output_type(quantized: Callable[[OpView], Step], plain: Callable[[OpView], Step]) -> Callable[[OpView], Step]:
+    """One prepare for an opcode with two kernels: `quantized` for an 8-bit output, `plain` for the others."""
+    def prepare(view: OpView) -> Step:
+        return quantized(view) if view.output().type in QUANTIZED_TYPES else plain(view)
+
+    prepare.__doc__ = f"{quantized.__name__} for 8-bit outputs, {plain.__module__}.{plain.__name__} for the others"
+    return prepare
+
+
 def quantized_type(tensor: Tensor, what: str) -> np.dtype:
     if tensor.type not in QUANTIZED_TYPES:
         raise Unsupported(f"{what} {tensor.name!r} is {tensor.type}; expected INT8 or UINT8")

@@ -265,18 +265,34 @@ def test_each_yolo_export_imports_and_finds_the_squares_on_cpu_and_emulated(tmp_
 
 @pytest.mark.slow
 def test_a_tf2_object_detection_export_with_pack_imports_in_tf2_order_and_finds_the_squares(tmp_path):
+    """Its outputs by role from the op (TF2 lists them scores, boxes, count, classes), a `???` labelmap, the PACK
+    where the Edge TPU's part ends; the squares found on cpu, and the emulator byte for byte with TFLite's reference
+    kernels up to `count` (PACK included)."""
     from ai_edge_litert.interpreter import Interpreter
 
+    from app.emulator import Interpreter as Emulator
     from tests import yolo_models
+    from tests.reference_worker import ReferenceWorker
 
     data = yolo_models.tf2_ssd()
     manifest, done = imported(tmp_path, data, labels=write(tmp_path / "l.txt", "???\nred\ngreen\n"))
     assert manifest.detection.decoder == "postprocess" and manifest.detection.classes == 2
     assert read_model_dir(done.path).labels == ("red", "green")
     assert manifest.edgetpu_analysis.startswith("first unsupported op: PACK")
-    outputs = _run(Interpreter(model_content=data, num_threads=1), yolo_models.squares(yolo_models.SSD_SCENE, 32))
+    pixels = yolo_models.squares(yolo_models.SSD_SCENE, yolo_models.SSD_SIZE)
+    outputs = _run(Interpreter(model_content=data, num_threads=1), pixels)
     by_role = {role: outputs[name][0] for role, name in manifest.outputs.items()}
     count = int(by_role["count"][0])
     assert count == 2 and by_role["classes"][0, :count].tolist() == [1.0, 0.0]
     np.testing.assert_allclose(by_role["boxes"][0, :count] * 32,
                                np.array([yolo_models.SSD_SCENE[1].box, yolo_models.SSD_SCENE[0].box]) * 32, atol=0.5)
+    emulated = _run(Emulator(model_content=data), pixels)
+    worker = ReferenceWorker("BUILTIN_REF")
+    try:
+        reference = dict(zip(outputs, worker.run(data, [pixels[None]])))
+    finally:
+        worker.close()
+    for role, name in manifest.outputs.items():  # rows past `count` are what each runtime left there
+        width = 4 if role == "boxes" else 1
+        rows = emulated[name][0].reshape(-1, width)[:count]
+        assert rows.tobytes() == reference[name].reshape(-1, width)[:count].tobytes(), role

@@ -86,8 +86,8 @@ UNSUPPORTED_HINTS: dict[str, str] = {
 }
 
 
-AFTER_PARTITION = ("after the first unsupported op: runs on the CPU (edgetpu_compiler's log says \"More than one "
-                   "subgraph is not supported\")")
+# (edgetpu_compiler's log says "More than one subgraph is not supported" for these: a second partition)
+AFTER_PARTITION = "after the first unsupported op: runs on the CPU"
 COMPILED_ELSEWHERE = "not part of the compiled Edge TPU op: runs on the CPU"
 
 # Operators that run on the host after the Edge TPU's part by design: a detector's box decoding and
@@ -612,6 +612,10 @@ def advise(model: TfliteModel) -> list[Advice]:
     return found
 
 
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
+
+
 def _silu_advice(graph: Subgraph) -> Advice | None:
     """SiLU: a LOGISTIC whose output a MUL multiplies by the LOGISTIC's own input (x * sigmoid(x))."""
     pairs = []
@@ -625,7 +629,7 @@ def _silu_advice(graph: Subgraph) -> Advice | None:
     if not pairs:
         return None
     return Advice(
-        "SiLU", tuple(pairs), f"{len(pairs) // 2} SiLU activations (LOGISTIC then MUL by its input): each maps, at "
+        "SiLU", tuple(pairs), f"{_count(len(pairs) // 2, 'SiLU activation')} (LOGISTIC then MUL by its input): each maps, at "
         "twice an activation's work, and in YOLO exports edgetpu_compiler stops at one of them (\"Operation is "
         "otherwise supported, but not mapped due to some unspecified limitation\"), leaving the rest to the CPU",
         "train or fine-tune with ReLU6 (or ReLU) instead of SiLU, as Frigate's YOLOv9 for the Coral does (mAP50 "
@@ -638,8 +642,8 @@ def _hard_swish_advice(graph: Subgraph) -> Advice | None:
     ops = tuple(op.index for op in graph.operators if op.opcode == "HARD_SWISH")
     if not ops:
         return None
-    return Advice("HARD_SWISH", ops, f"{len(ops)} HARD_SWISH ops: not Edge TPU operations, the first ends the "
-                  "partition", "use ReLU6 where HARD_SWISH is (its int8 range maps), then re-export",
+    return Advice("HARD_SWISH", ops, f"{_count(len(ops), 'HARD_SWISH op')}: not an Edge TPU operation, the first "
+                  "ends the partition", "use ReLU6 where HARD_SWISH is (its int8 range maps), then re-export",
                   "google-coral/edgetpu#272 (YOLOv5s at 320: 370 ms with HardSwish, 100 ms without)")
 
 
@@ -667,7 +671,7 @@ def _transpose_advice(graph: Subgraph) -> Advice | None:
     largest = max(ops, key=lambda op: sizes[op.index])
     shape = list(graph.tensors[largest.inputs[0]].shape)
     return Advice(
-        "TRANSPOSE", tuple(sizes), f"{len(ops)} TRANSPOSE ops, the largest of {shape} ({sizes[largest.index]:,} "
+        "TRANSPOSE", tuple(sizes), f"{_count(len(ops), 'TRANSPOSE op')}, the largest of {shape} ({sizes[largest.index]:,} "
         "values): not in Coral's table; edgetpu_compiler 16 maps small ones and leaves large ones (\"not mapped due "
         "to some unspecified limitation\")",
         "keep the layout the convolutions make (NHWC) to the end: a YOLO head's [1, N, 4 + C] needs no transpose "
@@ -683,7 +687,7 @@ def _pack_upsampling_advice(graph: Subgraph) -> Advice | None:
     if not ops:
         return None
     return Advice(
-        "PACK upsampling", ops, f"{len(ops)} PACK ops stacking a tensor on itself into rank "
+        "PACK upsampling", ops, f"{_count(len(ops), 'PACK op')} stacking a tensor on itself into rank "
         f"{max(len(graph.tensors[graph.operators[i].outputs[0]].shape) for i in ops)}: the TF object-detection API's "
         "nearest-neighbour upsampling (tf.stack, then a reshape) in an FPN; beyond the Edge TPU's 3 dimensions",
         "export with the FPN feature extractor's use_native_resize_op: true, so the upsampling is a "

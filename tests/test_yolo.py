@@ -325,3 +325,24 @@ def test_the_anchors_are_grid_cell_centres_stride_by_stride():
     assert centres.tolist()[:5] == [[0.5, 0.5], [1.5, 0.5], [2.5, 0.5], [3.5, 0.5], [0.5, 1.5]]
     assert strides.tolist() == [8.0] * 8 + [16.0] * 2 and centres.tolist()[8:] == [[0.5, 0.5], [1.5, 0.5]]
     assert yolo.anchor_count(320, 320, (8, 16, 32)) == 2100 and yolo.anchor_count(640, 640, (8, 16, 32)) == 8400
+
+
+def test_the_bench_runs_and_prints_its_table():
+    """bench/yolo_decode.py on a few rounds, in its own process (it pins BLAS to one thread): a row per layout with
+    its figures (no timing is asserted)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "yolo_decode.py"
+    done = subprocess.run([sys.executable, str(bench), "-n", "4", "--scenes", "2", "--warmup", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("YOLO decode + NMS, 320x320, 2100 candidates, 80 classes")
+    rows = {line.split("  ")[0]: line.split() for line in lines[2:5]}
+    assert set(rows) == {"ultralytics [1,84,2100]", "ultralytics [1,2100,84]", "frigate logits+DFL"}
+    for name, row in rows.items():
+        over, kept = float(row[-6]), float(row[-5])
+        assert 30 <= over <= 1000 and 3 <= kept <= 100, (name, row)  # a few objects, each lighting some anchors
+    assert lines[5].startswith("target: decode + NMS under 2.0 ms on one core")

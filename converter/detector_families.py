@@ -60,6 +60,8 @@ PASS_THROUGH = frozenset({"TRANSPOSE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "QUA
 NORMALIZED_MAX = 2.5
 LOGITS_MIN = -1.0
 ULTRALYTICS_METADATA = "metadata.json"
+# values per row of an export that suppresses inside the model: x1, y1, x2, y2, score, class (and a batch index)
+END_TO_END_ROW = (6, 7)
 
 
 class DetectorRefused(ValueError):
@@ -273,6 +275,12 @@ def _one_tensor(graph: Subgraph, tensor: Tensor, width: int, height: int, meta: 
     elif a in counts and b in counts:
         raise DetectorRefused(f"{file_name}'s output {tensor.name!r} {list(tensor.shape)}: both sides are an anchor "
                               f"count at {width}x{height}, so which one lists the candidates cannot be told")
+    elif min(a, b) in END_TO_END_ROW and options.strides is None:
+        raise DetectorRefused(
+            f"{file_name}'s output {tensor.name!r} {list(tensor.shape)} looks like detections already suppressed "
+            f"inside the model ({max(a, b)} rows of box, score and class: Ultralytics' nms=True, or an end-to-end "
+            "head such as YOLOv10's or YOLO26's), not a head's candidates. Export without it (Ultralytics: nms=False, "
+            "end2end=False): this service decodes the head and runs NMS on the CPU")
     else:
         expected = ", ".join(f"{n} (strides {list(s)}{', 3 anchors a cell' if k > 1 else ''})"
                              for n, (s, k) in sorted(counts.items()))

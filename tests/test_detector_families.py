@@ -116,6 +116,12 @@ def test_what_the_shape_cannot_tell_is_asked_for(tmp_path):
     assert v5.detection.objectness is True   # 9 = 4 + 1 + 4: told by --classes
 
 
+def test_an_export_with_nms_inside_is_refused_with_the_export_flag(tmp_path):
+    g_rows = yolo_stub([Out("detections", 6)], size=320, strides=(32,) * 3)  # [1, 300, 6]: 3 x 100 cells of 32
+    message = refused(tmp_path, g_rows)
+    assert "already suppressed inside the model (300 rows" in message and "nms=False" in message
+
+
 def test_the_thresholds_given_are_written(tmp_path):
     spec = imported(tmp_path, yolo_stub([ULTRALYTICS_320], size=320),
                     detector=_options(min_score=0.4, nms_iou=0.6, max_detections=20, class_agnostic=True))[0].detection

@@ -43,8 +43,8 @@ from app.model_dir.schema import (
     YOLO,
     YOLO_DFL,
     DetectionSpec,
+    grid_cells,
 )
-from app.tasks import yolo
 from app.tflite_file import Subgraph, Tensor
 from converter.tflite_metadata import Metadata
 
@@ -60,6 +60,8 @@ PASS_THROUGH = frozenset({"TRANSPOSE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "QUA
 NORMALIZED_MAX = 2.5
 LOGITS_MIN = -1.0
 ULTRALYTICS_METADATA = "metadata.json"
+PREDICTIONS, = DECODER_ROLES[YOLO]
+CLASS_LOGITS, BOX_DISTRIBUTIONS = DECODER_ROLES[YOLO_DFL]
 # values per row of an export that suppresses inside the model: x1, y1, x2, y2, score, class (and a batch index)
 END_TO_END_ROW = (6, 7)
 
@@ -256,7 +258,7 @@ def _anchor_counts(width: int, height: int, strides: list[int] | None) -> dict[i
     sets = (tuple(strides),) if strides else STRIDE_SETS
     counts = {}
     for stride_set in sets:
-        n = yolo.anchor_count(width, height, stride_set)
+        n = grid_cells(width, height, stride_set)
         counts.setdefault(n, (stride_set, 1))
         counts.setdefault(ANCHORS_PER_CELL_V5 * n, (stride_set, ANCHORS_PER_CELL_V5))
     return counts
@@ -312,7 +314,7 @@ def _one_tensor(graph: Subgraph, tensor: Tensor, width: int, height: int, meta: 
     notes = [f"strides {list(strides)}" + (", 3 anchors a cell" if per_cell > 1 else "")]
     labels, labels_origin = _labels(meta, classes)
     name = "YOLOv5 (one tensor, objectness)" if objectness else "Ultralytics YOLO (one tensor)"
-    return Family(name, {yolo.PREDICTIONS: tensor.name}, spec, "; ".join(facts), labels, labels_origin,
+    return Family(name, {PREDICTIONS: tensor.name}, spec, "; ".join(facts), labels, labels_origin,
                   notes=tuple(notes), input_hint=_input_hint(meta))
 
 
@@ -393,7 +395,7 @@ def _dfl_pair(graph: Subgraph, outputs: list[Tensor], width: int, height: int, m
                                   f"{_describe(outputs)})")
     named = {role: by_name[name] for role, name in options.outputs.items() if role in DECODER_ROLES[YOLO_DFL]}
     rest = [t for t in outputs if t not in named.values()]
-    if yolo.BOX_DISTRIBUTIONS not in named:
+    if BOX_DISTRIBUTIONS not in named:
         boxes = [t for t in rest if t.shape[-1] == 4 * reg_max]
         if len(boxes) != 1:
             if not boxes:
@@ -402,15 +404,15 @@ def _dfl_pair(graph: Subgraph, outputs: list[Tensor], width: int, height: int, m
                                   f"({_describe(boxes)}): which holds the DFL box distributions and which the "
                                   f"{4 * reg_max} classes cannot be told by shape; give --output "
                                   f"class_logits=TENSOR (and --output box_distributions=TENSOR)")
-        named[yolo.BOX_DISTRIBUTIONS] = boxes[0]
+        named[BOX_DISTRIBUTIONS] = boxes[0]
         rest = [t for t in rest if t is not boxes[0]]
-    if yolo.CLASS_LOGITS not in named:
+    if CLASS_LOGITS not in named:
         scores = [t for t in rest if t.shape[-1] > 1] or ([rest[0]] if len(rest) == 1 else [])
         if len(scores) != 1:
             raise DetectorRefused(f"{file_name}'s outputs ({_describe(outputs)}) hold DFL box distributions but "
                                   "not one class tensor [1, N, C] beside them: give --output class_logits=TENSOR")
-        named[yolo.CLASS_LOGITS] = scores[0]
-    logits, boxes = named[yolo.CLASS_LOGITS], named[yolo.BOX_DISTRIBUTIONS]
+        named[CLASS_LOGITS] = scores[0]
+    logits, boxes = named[CLASS_LOGITS], named[BOX_DISTRIBUTIONS]
     if boxes.shape[-1] != 4 * reg_max:
         raise DetectorRefused(f"{file_name}'s box distributions {boxes.name!r} {list(boxes.shape)} are not 4 sides x "
                               f"{reg_max} bins: give --reg-max")
@@ -437,5 +439,5 @@ def _dfl_pair(graph: Subgraph, outputs: list[Tensor], width: int, height: int, m
                          score_activation=activation, **options.thresholds())
     labels, labels_origin = _labels(meta, classes)
     return Family("YOLO in the Coral layout (class logits + DFL, as Frigate's yolo-generic)",
-                  {yolo.CLASS_LOGITS: logits.name, yolo.BOX_DISTRIBUTIONS: boxes.name}, spec, "; ".join(facts),
+                  {CLASS_LOGITS: logits.name, BOX_DISTRIBUTIONS: boxes.name}, spec, "; ".join(facts),
                   labels, labels_origin, notes=tuple(notes), input_hint=_input_hint(meta))

@@ -86,6 +86,12 @@ DEFAULT_STRIDES = (8, 16, 32)
 DEFAULT_REG_MAX = 16
 
 
+def grid_cells(width: int, height: int, strides) -> int:
+    """The cells of a YOLO head's grids over a width x height input, one grid per stride (height // stride rows,
+    width // stride columns): its anchor count, one anchor a cell."""
+    return sum((height // s) * (width // s) for s in strides)
+
+
 class DetectionSpec(BaseModel):
     """How a detector's output tensors become objects: which decoder, and its parameters. Absent from model.json:
     the `postprocess` decoder (the op in the file decodes and suppresses), as every detector before YOLO.

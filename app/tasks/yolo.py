@@ -32,7 +32,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from app.model_dir.schema import POSTPROCESS, YOLO, YOLO_DFL, DetectionSpec
+from app.model_dir.schema import POSTPROCESS, YOLO, YOLO_DFL, DetectionSpec, grid_cells
 from app.tasks.nms import non_max_suppression
 
 BOX_SIDES = 4
@@ -204,7 +204,7 @@ def anchors(width: int, height: int, strides: tuple[int, ...]) -> tuple[np.ndarr
 
 
 def anchor_count(width: int, height: int, strides: Sequence[int]) -> int:
-    return sum((height // s) * (width // s) for s in strides)
+    return grid_cells(width, height, strides)
 
 
 def dfl_distances(distributions: np.ndarray, reg_max: int) -> np.ndarray:

@@ -25,6 +25,7 @@ from converter.detector_families import DetectorOptions
 from converter.importer import ImportOptions, import_model
 from tests import yolo_models
 from tests.conftest import Service
+from tests.doubles.libedgetpu import libedgetpu_double  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -183,3 +184,41 @@ def test_oip_v2_gives_the_decoded_rows_and_the_emulator_matches_the_reference_ke
             "inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", "parameters": {"content_type": "base64"},
                         "data": [b64]}], "parameters": {"backend": "emulated"}})
         assert r.status_code == 200 and int(r.json()["outputs"][3]["data"][0]) == 3
+
+
+def test_a_yolo_model_and_its_compiled_twin_serve_on_edgetpu_through_the_libedgetpu_double(tmp_path,
+                                                                                             libedgetpu_double):
+    """The plain file and its _edgetpu.tflite (the compiler's TEST DOUBLE output: one edgetpu-custom-op between the
+    model's own tensors) imported together; on `edgetpu` the libedgetpu TEST DOUBLE fills the op's outputs with a
+    stand-in, so the wiring is real and the numbers are not: the decode runs on them on the CPU all the same."""
+    from tests.doubles.compiled_model_double import compiled_model_bytes
+    from tests.doubles.libedgetpu import DEVICES
+
+    plain = tmp_path / "coral.tflite"
+    plain.write_bytes(yolo_models.frigate_like())
+    compiled = tmp_path / "coral_edgetpu.tflite"
+    compiled.write_bytes(compiled_model_bytes(source=plain.read_bytes()))
+    labels = tmp_path / "labels.txt"
+    labels.write_text(LABELS)
+    models = tmp_path / "models"
+    import_model([plain, compiled], ImportOptions(name="coral", out=models, labels=labels))
+    node = tmp_path / "apex_0"
+    node.write_bytes(b"")
+    env = {"EDGETPU_SERVE_MODEL_DIR": str(models), "EDGETPU_SERVE_BACKENDS": "edgetpu,cpu",
+           "EDGETPU_SERVE_DEFAULT_DETECTION_MODEL": "coral", "EDGETPU_SERVE_WORKERS": "1",
+           "EDGETPU_SERVE_EDGETPU_LIBRARY": str(libedgetpu_double), "EDGETPU_SERVE_EDGETPU_VERSION_CHECK": "warn",
+           DEVICES: f"pci:{node}"}
+    data = png(yolo_models.squares())
+    with Service(env, inherit_settings=False) as service, httpx.Client(base_url=service.url, timeout=60) as client:
+        assert client.get("/readyz").status_code == 200, service.output()[-2000:]
+        on_tpu = client.post("/v1/detect", files={"image": data})
+        assert on_tpu.status_code == 200 and on_tpu.json()["backend"] == "edgetpu", on_tpu.text
+        deepstack = client.post("/v1/vision/detection", files={"image": data})
+        assert deepstack.status_code == 200 and deepstack.json()["success"] is True
+        on_cpu = detect(client, "coral", data, backend="cpu", min_score=0.5)
+        assert [d["label"] for d in on_cpu["detections"]] == ["red", "green", "blue"]
+        v2 = client.post("/v2/models/coral/infer", json={
+            "inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", "parameters": {"content_type": "base64"},
+                        "data": [base64.b64encode(data).decode()]}], "parameters": {"backend": "edgetpu"}})
+        assert v2.status_code == 200 and [o["name"] for o in v2.json()["outputs"]] == ["boxes", "classes", "scores",
+                                                                                        "count"]

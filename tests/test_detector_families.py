@@ -177,6 +177,18 @@ def test_an_ssd_keeps_its_op_and_records_its_class_count(tmp_path):
     assert manifest.input.resize == "stretch"
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("???\r\nperson\r\n???\r\ncar", "person\n\ncar\n"),       # TF's labelmap, CRLF, no final newline
+    ("0  person\r\n2  car", "person\n\ncar\n"),                 # Coral's `id label` with a gap, CRLF
+])
+def test_an_ssds_labels_in_the_forms_users_have_them(tmp_path, text, expected):
+    from tests.detection_models import tiny_detector
+
+    manifest, done = imported(tmp_path, tiny_detector(order="tf2", num_classes=3),
+                              labels=write(tmp_path / "labels.txt", text))
+    assert (done.path / "labels.txt").read_text() == expected and manifest.outputs["scores"].endswith(":2")
+
+
 def test_the_command_line_flags(tmp_path, capsys):
     model = write(tmp_path / "y.tflite", yolo_stub([Out("o", 84, scale=0.05, zero_point=-128)], size=320))
     code = main(["import", str(model), "--name", "y", "--out", str(tmp_path), "--box-scale", "pixels",

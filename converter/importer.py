@@ -25,6 +25,7 @@ Example usage:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections import Counter
@@ -37,7 +38,6 @@ from app.detection_postprocess import (
     OUTPUT_ROLES,
     POSTPROCESS_OP,
     PostProcessError,
-    PostProcessOptions,
     outputs_by_role,
     postprocess_ops,
     read_options,
@@ -59,6 +59,7 @@ from app.model_dir.schema import (
 )
 from app.model_dir.schema import Imported as ImportedRecord
 from app.tflite_file import Subgraph, Tensor, TfliteFileError, TfliteModel, read_tflite
+from converter.detector_families import DetectorOptions, DetectorRefused, Family, postprocess_family, recognise
 from converter.model_dir import write_model_dir
 from converter.tflite_metadata import Metadata, MetadataError, read_metadata
 from converter.writing import LABELS_FILE, tool_versions
@@ -133,24 +134,12 @@ def read_source(path: Path) -> SourceFile:
 # ---- what the graph is ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Detector:
-    """A model ending in TFLite_Detection_PostProcess: its outputs by role, read from the op itself."""
-
-    outputs: dict[str, str]        # role -> tensor name, in the op's order
-    options: PostProcessOptions    # as the op's kernel reads them
-
-    @property
-    def num_classes(self) -> int:
-        return self.options.num_classes
-
-
-@dataclass(frozen=True)
 class GraphFacts:
     input: Tensor
     task: str                 # classification | detection
     classes: int              # classification: outputs; detection: the op's num_classes
     output: Tensor | None     # a classifier's one output
-    detector: Detector | None
+    detector: Family | None   # a detector: its family, outputs by role and decoding (converter/detector_families.py)
 
 
 def _producer(graph: Subgraph, tensor: int):
@@ -168,8 +157,9 @@ def _is_float_model(graph: Subgraph) -> Tensor | None:
     return None
 
 
-def graph_facts(source: SourceFile) -> GraphFacts:
+def graph_facts(source: SourceFile, detector: DetectorOptions | None = None) -> GraphFacts:
     """What the graph is, or ImportRefused saying why the service cannot serve it."""
+    detector = detector or DetectorOptions()
     graph, name = source.graph, source.path.name
     if len(source.model.subgraphs) != 1 and not source.compiled:
         raise ImportRefused(f"{name} has {len(source.model.subgraphs)} subgraphs (control flow): the Edge TPU and "
@@ -202,12 +192,20 @@ def graph_facts(source: SourceFile) -> GraphFacts:
                             "not a quantized model")
     detectors = postprocess_ops(graph)
     if detectors:
-        return GraphFacts(tensor, "detection", 0, None, _detector(name, graph, detectors))
+        family = _detector(name, graph, detectors, detector)
+        return GraphFacts(tensor, "detection", family.classes, None, family)
+    try:
+        family = recognise(graph, shape[2], shape[1], source.metadata, detector, name, source.compiled)
+    except DetectorRefused as e:
+        raise ImportRefused(str(e)) from None
+    if family is not None:
+        return GraphFacts(tensor, "detection", family.classes, None, family)
     if len(graph.outputs) != 1:
         names = ", ".join(repr(graph.tensors[i].name) for i in graph.outputs)
         raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS_OP} op: the "
-                            "service serves classifiers (one output of class scores) and SSD-style detectors "
-                            f"ending in {POSTPROCESS_OP}")
+                            "service serves classifiers (one output of class scores), SSD-style detectors "
+                            f"ending in {POSTPROCESS_OP} and YOLO heads (Ultralytics' one tensor [1, 4 + C, N], or "
+                            "class logits [1, N, C] with DFL boxes [1, N, 64])")
     output = graph.tensors[graph.outputs[0]]
     if len(output.shape) < 2 or int(np.prod(output.shape[:-1])) != 1 or output.shape[-1] < 2:
         raise ImportRefused(f"{name}'s output {output.name!r} has shape {list(output.shape)}: a classifier's output "
@@ -217,7 +215,7 @@ def graph_facts(source: SourceFile) -> GraphFacts:
     return GraphFacts(tensor, "classification", int(output.shape[-1]), output, None)
 
 
-def _detector(name: str, graph: Subgraph, ops) -> Detector:
+def _detector(name: str, graph: Subgraph, ops, detector: DetectorOptions) -> Family:
     if len(ops) != 1:
         raise ImportRefused(f"{name} has {len(ops)} {POSTPROCESS_OP} ops: a detector has one")
     op = ops[0]
@@ -237,7 +235,7 @@ def _detector(name: str, graph: Subgraph, ops) -> Detector:
                             "classes") from None
     if options.num_classes < 1:
         raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has no num_classes in its options: cannot map its classes")
-    return Detector(outputs, options)
+    return postprocess_family(outputs, options.num_classes, detector)
 
 
 # ---- two files, one model -------------------------------------------------------------------------
@@ -348,7 +346,7 @@ def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
 
 def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) -> Labels:
     """--labels if given, else the file's own (metadata, or the one text file packed in it), fitted to the outputs."""
-    count = facts.classes if facts.task == "classification" else facts.detector.num_classes
+    count = facts.classes
     if given is not None:
         try:
             text = given.read_text(encoding="utf-8")
@@ -360,6 +358,8 @@ def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) ->
         if own:
             labels.notes.append(f"the file's own labels ({own}) were not used: --labels wins")
         return labels
+    if facts.detector is not None and facts.detector.labels:
+        return Labels(list(facts.detector.labels), facts.detector.labels_origin)
     metadata = source.metadata
     name = _packed_label_name(source)
     if name is None:
@@ -523,6 +523,8 @@ class ImportOptions:
     scores: str | None = None
     replace: bool = False
     command: str = ""
+    # a detector's decoding, where the file cannot tell it (--classes, --box-scale, ...: converter/detector_families.py)
+    detector: DetectorOptions = field(default_factory=DetectorOptions)
 
 
 @dataclass(frozen=True)
@@ -554,22 +556,26 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     notes: list[str] = []
     if plain is not None and compiled is not None:
         notes += check_pair(plain, compiled)
-    facts = graph_facts(main)
+    facts = graph_facts(main, dataclasses.replace(options.detector, scores=options.detector.scores or options.scores))
     if compiled is not None and plain is None:
         notes.append(f"{compiled.path.name} is compiled for the Edge TPU and came without its plain .tflite: it "
                      "serves on the edgetpu backend only (cpu and emulated need the plain file: import both)")
     labels = resolve_labels(options.labels, plain or compiled, facts)
     notes += labels.notes
     metadata_source = main.metadata if main.metadata.present else (compiled.metadata if compiled else main.metadata)
-    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes)
+    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes,
+                                                    facts.detector)
     if facts.task == "classification":
         scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
     else:
-        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS_OP}"
+        family = facts.detector
+        scores, scores_origin = "probabilities", f"a detector, {family.name}: {family.origin}"
         order = [main.graph.tensors[t].name for t in main.graph.outputs]
-        notes.append(f"detector: outputs by role from {POSTPROCESS_OP} "
-                     f"({', '.join(f'{r} {n!r}' for r, n in facts.detector.outputs.items())}); "
+        made_by = POSTPROCESS_OP if family.spec.decoder == "postprocess" else "their shapes"
+        notes.append(f"detector: outputs by role from {made_by} "
+                     f"({', '.join(f'{r} {n!r}' for r, n in family.outputs.items())}); "
                      f"the file lists them as {order}")
+        notes += family.notes
     analysed = analysis(compiled if plain is None else plain)
     estimate = _estimate(plain, notes)
     metadata = metadata_source.summary()
@@ -587,6 +593,7 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
         source=options.source or _source_of([s for s, _, _ in given], metadata),
         licence=options.licence or UNKNOWN_LICENCE, input=spec, output=OutputSpec(scores=scores),
         outputs=facts.detector.outputs if facts.detector is not None else {},
+        detection=facts.detector.spec if facts.detector is not None else None,
         quantization=quantization_record(plain) if plain is not None else None,
         edgetpu_analysis=analysed.summary(),
         build=Build(command=options.command or f"python -m converter import ... --name {options.name}",
@@ -601,6 +608,8 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
         f"resize {spec.resize}")
     if facts.task == "classification":
         say(f"output: {facts.classes} classes, {scores_origin}")
+    else:
+        say(f"detector: {facts.detector.name}, {facts.classes} classes; {facts.detector.origin}")
     for note in notes:
         say(f"note: {note}")
     return Imported(path, analysed, notes)
@@ -620,18 +629,30 @@ def _check_target(options: ImportOptions) -> None:
 
 
 def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str,
-                notes: list[str]) -> tuple[InputSpec, str, str]:
+                notes: list[str], family: Family | None = None) -> tuple[InputSpec, str, str]:
     """The service's input spec for the model's input, where its normalization came from, and where its resize came
     from (a note added where the metadata contradicts the input)."""
-    choice = choose_input(tensor, metadata, options.mean, options.std, name)
+    try:
+        choice = choose_input(tensor, metadata, options.mean, options.std, name)
+    except ImportRefused:
+        if family is None or family.input_hint is None or options.mean is not None or options.std is not None:
+            raise
+        choice = InputChoice(*family.input_hint)
     height, width, channels = tensor.shape[1:4]
     info = metadata.inputs[0] if metadata.inputs else None
     if info is not None and info.color_space == "GRAYSCALE" and channels == 3:
         notes.append("the metadata says GRAYSCALE but the input has 3 channels: fed as RGB")
-    resize = options.resize or "stretch"
-    resize_origin = (f"--resize {options.resize}" if options.resize else
-                     "stretch: the whole image scaled to the input size, as Coral's examples and TFLite's Task Library "
-                     "do (TFLite metadata has no crop field); --resize center_crop to crop")
+    default = family.resize if family is not None else "stretch"
+    resize = options.resize or default
+    if options.resize:
+        resize_origin = f"--resize {options.resize}"
+    elif default == "letterbox":
+        resize_origin = ("letterbox: YOLO heads are trained on letterboxed images, aspect ratio kept (Ultralytics pads "
+                         "around the centre with grey 114; the service pads right and bottom with black, as pycoral "
+                         "does); --resize stretch to stretch")
+    else:
+        resize_origin = ("stretch: the whole image scaled to the input size, as Coral's examples and TFLite's Task "
+                         "Library do (TFLite metadata has no crop field); --resize center_crop to crop")
     try:
         spec = InputSpec(width=width, height=height, channels=channels, resize=resize,
                          crop_fraction=options.crop_fraction, mean=choice.mean, std=choice.std)

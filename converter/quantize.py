@@ -101,10 +101,16 @@ def quantize(
     saved_model: Path,
     representative: Callable[[], Iterable[np.ndarray]],
     io_type: str = "uint8",
+    output_type: str | None = None,
 ) -> bytes:
-    """Convert with calibration; representative() yields float32 (1, H, W, C) inputs."""
+    """Convert with calibration; representative() yields float32 (1, H, W, C) inputs. `output_type` (default:
+    io_type) "float32" keeps float outputs: a detector ending in TFLite_Detection_PostProcess, whose outputs are
+    float by definition, as the TF object-detection API's TFLite exports have them."""
     if io_type not in INTEGER_DTYPES:
         raise QuantizeError(f"input/output type must be one of {sorted(INTEGER_DTYPES)}, got {io_type!r}")
+    output_type = io_type if output_type is None else output_type
+    if output_type not in (*INTEGER_DTYPES, "float32"):
+        raise QuantizeError(f"output type must be one of {sorted(INTEGER_DTYPES)} or float32, got {output_type!r}")
     tf = import_tensorflow()
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -113,7 +119,7 @@ def quantize(
     # silently producing a hybrid model the Edge TPU cannot take.
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     converter.inference_input_type = getattr(tf, io_type)
-    converter.inference_output_type = getattr(tf, io_type)
+    converter.inference_output_type = getattr(tf, output_type)
     try:
         return converter.convert()
     except Exception as e:  # the converter raises ConverterError, ValueError, RuntimeError...

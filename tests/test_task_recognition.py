@@ -11,7 +11,6 @@ PosenetDecoderOp custom op).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +18,8 @@ import pytest
 from app.edgetpu.compat import analyze_file
 from app.model_dir.reading import read_model_dir
 from app.tasks.pose import KEYPOINT_NAMES
-from converter.__main__ import main
 from converter.importer import ImportOptions, ImportRefused, import_model
+from tests.test_converter_import import run, write
 from tests.tflite_builder import GraphBuilder
 
 PASCAL = ["background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -28,17 +27,6 @@ PASCAL = ["background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus",
 # Coral's pascal_voc_segmentation_labels.txt: the 21 labels, a blank line, and a note on the ignore label
 PASCAL_FILE = "\n".join(PASCAL) + ("\n\nand 255 is the ignore label that marks pixels excluded from learning and\n"
                                    "evaluation by the PASCAL VOC ground truth.\n")
-
-
-def write(path: Path, data: bytes | str) -> Path:
-    path.write_bytes(data if isinstance(data, bytes) else data.encode())
-    return path
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def segmenter(size: int = 8, classes: int = 21, form: str = "argmax", map_size: int | None = None,

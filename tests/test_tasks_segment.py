@@ -19,7 +19,7 @@ from app.imaging.decoding import decode_with_source
 from app.imaging.geometry import Geometry, to_pixels
 from app.model_dir.schema import InputSpec
 from app.tasks import segment
-from tests.test_detect import ROTATIONS
+from tests.test_detect import encode
 
 RED = (220, 20, 30)
 LABELS = ("background", "red")
@@ -34,15 +34,7 @@ def photo(width: int, height: int, box: tuple[int, int, int, int]) -> np.ndarray
 
 def encoded(pixels: np.ndarray, fmt: str = "PNG", orientation: int = 1) -> bytes:
     """What a camera writes for what a viewer shows as `pixels`: stored turned, with its EXIF orientation."""
-    image = Image.fromarray(pixels)
-    turn = ROTATIONS[orientation]
-    stored = image if turn is None else image.transpose(turn)
-    exif = Image.Exif()
-    if orientation != 1:
-        exif[0x0112] = orientation
-    out = io.BytesIO()
-    stored.save(out, fmt, exif=exif, **({"quality": 98} if fmt == "JPEG" else {}))
-    return out.getvalue()
+    return encode(Image.fromarray(pixels), fmt, orientation)
 
 
 def perfect_segmenter(data: bytes, spec: InputSpec, map_size: int | None = None) -> tuple[np.ndarray, Geometry]:

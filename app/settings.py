@@ -91,6 +91,10 @@ class Settings(BaseSettings):
     # The model of /v1/detect and DeepStack's /v1/vision/detection. Unset: ssdlite_mobilenet_v2_person when it
     # is served, else the only detection model served; settled like DEFAULT_MODEL, among detection models.
     default_detection_model: str | None = None
+    # The models of /v1/segment and /v1/pose. Unset: the only model of that task served (none is committed);
+    # settled like DEFAULT_MODEL, among that task's models.
+    default_segmentation_model: str | None = None
+    default_pose_model: str | None = None
     # Backends each model is loaded on; the first is the default for requests.
     backends: Annotated[list[str], NoDecode] = ["cpu"]
 
@@ -133,9 +137,9 @@ class Settings(BaseSettings):
     retry_after_s: int = Field(default=1, ge=0)
     warmup_at_start: bool = True
     # Threads that decode and resize images: more than the cores the interpreters leave free
-    # only preempt them, and each holds a decoded image (app/inference.py ImageWork).
+    # only preempt them, and each holds a decoded image (app/core/images.py ImageWork).
     # Unset: half the cores when an interpreter computes on them (cpu, emulated), every core
-    # when only devices do (an accelerator's plug-in): app.inference.image_threads.
+    # when only devices do (an accelerator's plug-in): app/core/images.py image_threads.
     image_threads: int | None = Field(default=None, ge=1, le=64)
 
     # Plug-ins' own settings given in code, by backend key: {"<key>": {"<field>": value}}. From the
@@ -264,7 +268,7 @@ class DefaultOf:
 
     setting: str          # the Settings field (its variable: EDGETPU_SERVE_ + upper case)
     task: str             # model.json's task
-    committed: str
+    committed: str        # "" where none is committed
     routes: str           # what answers with it, for the messages
     named_route: str      # where each model of the task is also served
 
@@ -278,7 +282,10 @@ CLASSIFICATION_DEFAULT = DefaultOf("default_model", "classification", COMMITTED_
 DETECTION_DEFAULT = DefaultOf("default_detection_model", "detection", COMMITTED_DEFAULT_DETECTION_MODEL,
                               "/v1/detect and /v1/vision/detection",
                               "/v1/models/NAME/detect and /v1/vision/custom/NAME")
-DEFAULTS = (CLASSIFICATION_DEFAULT, DETECTION_DEFAULT)
+SEGMENTATION_DEFAULT = DefaultOf("default_segmentation_model", "segmentation", "", "/v1/segment",
+                                 "/v1/models/NAME/segment")
+POSE_DEFAULT = DefaultOf("default_pose_model", "pose", "", "/v1/pose", "/v1/models/NAME/pose")
+DEFAULTS = (CLASSIFICATION_DEFAULT, DETECTION_DEFAULT, SEGMENTATION_DEFAULT, POSE_DEFAULT)
 
 
 def default_model_for(chosen: str | None, served: list[str], of_task: list[str],

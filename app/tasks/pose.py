@@ -11,6 +11,10 @@ Geometry: stretch, center crop, letterbox; EXIF orientation applied by decoding)
 
 The pose's score is the mean of its 17 keypoint scores, as Coral's pose examples compute it (MoveNet gives no
 pose score of its own; Coral's C++ reference files write 1 for it).
+
+No options. Its native answer (`PoseResponse`): the model, the backend, the original image's size, `poses` (one:
+MoveNet SinglePose finds one person), the timings. As named tensors (OIP v2): `keypoints`, FP32 [1, 17, 3], (y, x,
+score) normalized to the model's input, as the model gives them (dequantized).
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pydantic import BaseModel, Field
+
 from app.errors import ModelDirError
 from app.imaging.geometry import Geometry
-from app.tasks.base import Answer, NamedOutput, OutputRoles, Task
-from app.tasks.detect import ImageSize
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup
+from app.tasks.detect import ImageSize, ImageSizeOut
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -59,14 +65,44 @@ class Pose:
 
 
 @dataclass(frozen=True)
-class Poses(Answer):
+class Poses:
+    """The task's result."""
+
     image: ImageSize  # the original image, as a viewer shows it: what the keypoints are in
     poses: list[Pose]
+
+
+class KeypointOut(BaseModel):
+    name: str = Field(description="COCO's keypoint name (labels.txt)")
+    x: float = Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation applied)")
+    y: float = Field(description="y grows downwards")
+    score: float = Field(description="the model's confidence in the keypoint, 0 to 1")
+
+
+class PoseOut(BaseModel):
+    score: float = Field(description="the mean of its keypoints' scores")
+    keypoints: list[KeypointOut] = Field(description="COCO's 17 keypoints, in order, whatever their scores")
+
+
+class PoseResponse(BaseModel):
+    model: str
+    backend: str = Field(description="the backend that actually ran")
+    image: ImageSizeOut
+    poses: list[PoseOut] = Field(description="MoveNet SinglePose: one")
+    timing_ms: Timing
+    warmup: Warmup
+    cold: bool = Field(description="true when this request paid its interpreter's first inference")
 
 
 class PoseTask(Task):
     name = "pose"
     roles = (KEYPOINTS,)
+    schema = PoseResponse
+
+    def read(self, outputs: Outputs, options) -> Poses:
+        spec, geometry = outputs.spec(KEYPOINTS), outputs.geometry
+        values = keypoint_values(outputs.of(KEYPOINTS), spec.scale, spec.zero_point)
+        return Poses(ImageSize(geometry.width, geometry.height), poses(values, geometry, outputs.model_dir.labels))
 
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
         spec = roles.specs[KEYPOINTS]
@@ -84,9 +120,9 @@ class PoseTask(Task):
     def named_outputs(self, roles: OutputRoles) -> list[NamedOutput]:
         return [NamedOutput(KEYPOINTS, np.dtype(np.float32), (1, len(KEYPOINT_NAMES), 3))]
 
-    def named_values(self, roles: OutputRoles, outputs: Sequence[np.ndarray], model_dir: ModelDir) -> dict[str, np.ndarray]:
-        spec = roles.specs[KEYPOINTS]
-        values = keypoint_values(roles.of(outputs, KEYPOINTS), spec.scale, spec.zero_point)
+    def named_values(self, outputs: Outputs) -> dict[str, np.ndarray]:
+        spec = outputs.spec(KEYPOINTS)
+        values = keypoint_values(outputs.of(KEYPOINTS), spec.scale, spec.zero_point)
         return {KEYPOINTS: values.astype(np.float32).reshape(1, len(KEYPOINT_NAMES), 3)}
 
 

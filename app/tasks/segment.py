@@ -13,24 +13,30 @@ and left out of the fractions, which are of the pixels the model saw (`seen`: th
 Letterbox padding covers no original pixel and so counts nowhere.
 
 The fractions come from the map alone (how many original rows and columns fall on each map row and column),
-exact and without building the full-size mask; `mask()` builds it when it is asked for (the PNG), and `png()`
-encodes it: one byte per pixel whose value is the class id (16 bits for a model of more than 255 classes), with
-PASCAL VOC's colour palette so that a viewer shows it in colour.
+exact and without building the full-size mask; `Segmentation.mask()` builds it when it is asked for (the PNG),
+and `png()` encodes it: one byte per pixel whose value is the class id (16 bits for a model of more than 255
+classes), with PASCAL VOC's colour palette so that a viewer shows it in colour. A front door that sends the PNG
+makes it off the event loop (a 12-megapixel photo's mask and PNG take a few hundred ms).
+
+No options. Its native answer (`SegmentResponse`): the model, the backend, the original image's size, the
+classes present (`class_id`, `label`, `fraction`), `seen`, the timings. As named tensors (OIP v2): `class_map`,
+the class of each pixel of the model's own map, int32 [H, W].
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pydantic import BaseModel, Field
+
 from app.errors import ModelDirError
 from app.imaging.geometry import Geometry
-from app.tasks.base import Answer, NamedOutput, OutputRoles, Task
-from app.tasks.detect import ImageSize, label_of
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup
+from app.tasks.detect import ImageSize, ImageSizeOut, label_of
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -67,7 +73,9 @@ class Sampling:
 
 
 @dataclass(frozen=True)
-class Segmentation(Answer):
+class Segmentation:
+    """The task's result."""
+
     image: ImageSize            # the original image, as a viewer shows it: what the mask covers
     classes: list[ClassShare]   # the classes present, most pixels first
     seen: float                 # the fraction of the image the model saw (1 but for a center crop)
@@ -79,10 +87,40 @@ class Segmentation(Answer):
         """The class of every pixel of the original image (UNSEEN where the model did not look)."""
         return mask(self.class_map, self.sampling, self.class_count)
 
+    def png(self) -> bytes:
+        """The mask as PNG (a few hundred ms for a 12-megapixel photo: make it off the event loop)."""
+        return png(self.mask())
+
+
+class ClassShareOut(BaseModel):
+    class_id: int = Field(description="the model's class id (line class_id of labels.txt)")
+    label: str = Field(description="the class's line in labels.txt; a class without a label: its id")
+    fraction: float = Field(description="its share of the pixels the model saw")
+
+
+class SegmentResponse(BaseModel):
+    model: str
+    backend: str = Field(description="the backend that actually ran")
+    image: ImageSizeOut
+    classes: list[ClassShareOut] = Field(description="the classes present, most pixels first")
+    seen: float = Field(description="the share of the image the model saw: 1 but for a center crop (the pixels "
+                                    "outside it have no class)")
+    timing_ms: Timing
+    warmup: Warmup
+    cold: bool = Field(description="true when this request paid its interpreter's first inference")
+
 
 class SegmentationTask(Task):
     name = "segmentation"
     roles = (CLASS_MAP,)
+    schema = SegmentResponse
+
+    def read(self, outputs: Outputs, options) -> Segmentation:
+        geometry, labels = outputs.geometry, outputs.model_dir.labels
+        cmap = class_map(outputs.of(CLASS_MAP))
+        where = sampling(geometry, *cmap.shape)
+        return Segmentation(ImageSize(geometry.width, geometry.height), shares(cmap, where, labels), where.seen,
+                            cmap, where, len(labels))
 
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
         spec = roles.specs[CLASS_MAP]
@@ -103,8 +141,8 @@ class SegmentationTask(Task):
         spec = roles.specs[CLASS_MAP]
         return [NamedOutput(CLASS_MAP, np.dtype(np.int32), tuple(spec.shape[1:3]))]
 
-    def named_values(self, roles: OutputRoles, outputs: Sequence[np.ndarray], model_dir: ModelDir) -> dict[str, np.ndarray]:
-        return {CLASS_MAP: class_map(roles.of(outputs, CLASS_MAP)).astype(np.int32)}
+    def named_values(self, outputs: Outputs) -> dict[str, np.ndarray]:
+        return {CLASS_MAP: class_map(outputs.of(CLASS_MAP)).astype(np.int32)}
 
 
 TASK = SegmentationTask()

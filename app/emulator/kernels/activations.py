@@ -1,6 +1,6 @@
 """Activations on int8/uint8: RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, PRELU, LOGISTIC, TANH, HARD_SWISH,
-SOFTMAX, L2_NORMALIZATION; and LEAKY_RELU on float32, which ai-edge-quantizer does not quantize
-(its int8 graphs keep it float between a DEQUANTIZE and a QUANTIZE).
+SOFTMAX, L2_NORMALIZATION; LEAKY_RELU on float32, which ai-edge-quantizer does not quantize (its int8
+graphs keep it float between a DEQUANTIZE and a QUANTIZE), and LOGISTIC on float32 (float tails).
 
 Element-wise ones are functions of one byte (two for PRELU) and run as tables built at load from
 the kernels below (kernels/activations.cc with reference/*.h). LOGISTIC and TANH are tables in
@@ -184,7 +184,26 @@ def _prepare_table_activation(view: OpView, transform, check_output: bool) -> St
     return view.step(table, 0)
 
 
+LOGISTIC_CUTOFF_UPPER = f32(16.619047164916992188)  # reference_ops::Logistic's constants
+LOGISTIC_CUTOFF_LOWER = f32(-9.0)
+
+
+def logistic(input_data: np.ndarray) -> np.ndarray:
+    """reference_ops::Logistic<float>: 1.0f above 16.619047f, expf(x) below -9, else 1.f / (1.f + expf(-x));
+    NaN takes the last branch (both comparisons fail)."""
+    x = np.asarray(input_data, f32)
+    above, below = x > LOGISTIC_CUTOFF_UPPER, x < LOGISTIC_CUTOFF_LOWER
+    with np.errstate(all="ignore"):
+        result = f32(1) / (f32(1) + expf(-x))
+        result = np.where(below, expf(x), result)
+    return np.where(above, f32(1), result).astype(f32)
+
+
 def prepare_logistic(view: OpView) -> Step:
+    if view.input(0).type == "FLOAT32":  # a float tail's sigmoid (BUILTIN_REF runs the reference kernel)
+        if view.output().type != "FLOAT32":
+            raise Unsupported(f"input FLOAT32, output {view.output().type}; expected the same type")
+        return view.step_binding(logistic, 0)
     return _prepare_table_activation(view, _logistic, check_output=True)
 
 

@@ -1,8 +1,9 @@
 """Coral's own segmentation and pose files, imported as downloaded, against Coral's own references: DeepLab v3's
 mask of bird_segmentation.bmp (pycoral's tests/segment_test.py: IoU above 0.9) and MoveNet's keypoints of
 squat.bmp (libcoral's movenet_test.cc: within 0.04 of movenet_single_pose_*_reference.csv where both scores are
-above 0.4); the emulator byte-exact with TFLite's reference kernels on them, float tail included; PoseNet's and
-BodyPix's decoder refused.
+above 0.4), through the service's own preprocessing and decoding, and over a real socket on cpu and emulated; the
+emulator byte-exact with TFLite's reference kernels on them, float tail included; PoseNet's and BodyPix's decoder
+refused.
 
 The files are not in this repository (nor fetched: the tests run offline): set CORAL_TEST_DATA to a folder with
 google-coral/test_data's files (a clone of it), or these tests are skipped. What is missing there is skipped by name.
@@ -11,9 +12,11 @@ google-coral/test_data's files (a clone of it), or these tests are skipped. What
 from __future__ import annotations
 
 import csv
+import io
 import os
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image
@@ -21,6 +24,7 @@ from PIL import Image
 from app.model_dir.reading import read_model_dir
 from app.tasks import pose, segment
 from converter.importer import ImportOptions, ImportRefused, import_model
+from tests.conftest import Service
 from tests.reference_worker import ReferenceWorker
 from tests.test_segpose_models import service_input, tflite
 
@@ -80,14 +84,40 @@ def test_movenet_keypoints_are_coral_reference_keypoints(models_root, stem):
     image, reference = needs("squat.bmp", f"{stem}_reference.csv")
     tensor, geometry = service_input(model_dir, image.read_bytes())
     (found,) = pose.poses(pose.keypoint_values(tflite(model_dir, tensor), 0.0, 0), geometry, model_dir.labels)
+    check_keypoints([(k.x / geometry.width, k.y / geometry.height, k.score) for k in found.keypoints], reference)
+
+
+def check_keypoints(found: list[tuple[float, float, float]], reference: Path) -> None:
+    """libcoral's CheckPoseEstimationResults: x and y within 0.04 where both scores are above 0.4, for at least
+    half the keypoints."""
     rows = list(csv.DictReader(reference.open()))
     checked = 0
-    for keypoint, row in zip(found.keypoints, rows, strict=True):
-        if float(row["keypoint_score"]) > KEYPOINT_SCORE and keypoint.score > KEYPOINT_SCORE:
+    for (x, y, score), row in zip(found, rows, strict=True):
+        if float(row["keypoint_score"]) > KEYPOINT_SCORE and score > KEYPOINT_SCORE:
             checked += 1
-            assert keypoint.x / geometry.width == pytest.approx(float(row["keypoint_x"]), abs=KEYPOINT_TOLERANCE)
-            assert keypoint.y / geometry.height == pytest.approx(float(row["keypoint_y"]), abs=KEYPOINT_TOLERANCE)
+            assert (x, y) == (pytest.approx(float(row["keypoint_x"]), abs=KEYPOINT_TOLERANCE),
+                              pytest.approx(float(row["keypoint_y"]), abs=KEYPOINT_TOLERANCE)), row["keypoint_id"]
     assert checked >= len(rows) // 2
+
+
+def test_served_on_cpu_and_emulated_as_coral_references_say(models_root):
+    deeplab = imported(models_root, DEEPLAB[0], "pascal_voc_segmentation_labels.txt")
+    movenet = imported(models_root, MOVENET[0])
+    bird, mask, squat, reference = needs("bird_segmentation.bmp", "bird_segmentation_mask.bmp", "squat.bmp",
+                                         f"{MOVENET[0]}_reference.csv")
+    env = {"EDGETPU_SERVE_MODEL_DIR": str(models_root), "EDGETPU_SERVE_MODELS": f"{deeplab.name},{movenet.name}",
+           "EDGETPU_SERVE_BACKENDS": "cpu,emulated", "EDGETPU_SERVE_WORKERS": "1"}
+    with Service(env, inherit_settings=False) as service, httpx.Client(base_url=service.url, timeout=300) as client:
+        for backend in ("cpu", "emulated"):
+            r = client.post(f"/v1/segment?format=png&backend={backend}", files={"image": bird.read_bytes()})
+            assert r.status_code == 200, r.text
+            assert array_iou(np.asarray(Image.open(io.BytesIO(r.content))), np.asarray(Image.open(mask))) > MASK_IOU
+            answer = client.post(f"/v1/segment?backend={backend}", files={"image": bird.read_bytes()}).json()
+            assert [c["label"] for c in answer["classes"]][:2] == ["background", "bird"]
+            answer = client.post(f"/v1/pose?backend={backend}", files={"image": squat.read_bytes()}).json()
+            size = answer["image"]
+            check_keypoints([(k["x"] / size["width"], k["y"] / size["height"], k["score"])
+                             for k in answer["poses"][0]["keypoints"]], reference)
 
 
 @pytest.mark.parametrize(("stem", "photo"), [(DEEPLAB[0], "bird_segmentation.bmp"), (MOVENET[0], "squat.bmp")])

@@ -108,3 +108,34 @@ def build_pose_model() -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         tf.saved_model.save(module, tmp, signatures=module.__call__)
         return quantize(Path(tmp), lambda: iter(samples), float_tail=True, float_ops=FLOAT_OPS)
+
+
+def tiny_pose(size: int = 16, figure: np.ndarray | None = None) -> bytes:
+    """A pose model whose keypoints are fixed (MoveNet's frame, no TensorFlow, milliseconds): a raw uint8 input ->
+    CAST -> QUANTIZE -> CONV_2D over the whole image with zero weights, its bias the keypoints -> RESHAPE
+    [1, 1, 17, 3] -> DEQUANTIZE -> float32. `figure`: [17, 3] (y, x, score) normalized (default: FIGURE around
+    the middle, scores 0.2 .. 1). For tests that need a pose model served, not built."""
+    from tests.tflite_builder import GraphBuilder
+
+    if figure is None:
+        figure = np.column_stack([0.5 + FIGURE[:, 0] / CELLS, 0.5 + FIGURE[:, 1] / CELLS,
+                                  np.linspace(0.2, 1.0, KEYPOINTS)])
+    channels = KEYPOINTS * 3
+    out_scale, out_zero = 1 / 254, -127  # 0..1 in 254 steps
+    g = GraphBuilder()
+    image = g.tensor("input", [1, size, size, 3], "UINT8")
+    cast = g.tensor("Cast", [1, size, size, 3], "FLOAT32")
+    g.op("CAST", [image], [cast])
+    x = g.tensor("quantized", [1, size, size, 3], "INT8", scale=1.0, zero_point=-128)
+    g.op("QUANTIZE", [cast], [x])
+    w = g.tensor("heads/weights", [channels, size, size, 3], "INT8", scale=[0.01] * channels,
+                 zero_point=[0] * channels, data=np.zeros((channels, size, size, 3)))
+    b = g.tensor("heads/bias", [channels], "INT32", scale=[0.01] * channels, zero_point=[0] * channels,
+                 data=np.round(figure.reshape(-1) / 0.01))
+    heads = g.tensor("heads", [1, 1, 1, channels], "INT8", scale=out_scale, zero_point=out_zero)
+    g.op("CONV_2D", [x, w, b], [heads], padding="VALID", strideW=1, strideH=1, dilationWFactor=1, dilationHFactor=1)
+    keypoints = g.tensor("keypoints/int8", [1, 1, KEYPOINTS, 3], "INT8", scale=out_scale, zero_point=out_zero)
+    g.op("RESHAPE", [heads, g.constant("shape", [1, 1, KEYPOINTS, 3])], [keypoints], newShape=[1, 1, KEYPOINTS, 3])
+    out = g.tensor("keypoints", [1, 1, KEYPOINTS, 3], "FLOAT32")
+    g.op("DEQUANTIZE", [keypoints], [out])
+    return g.build([image], [out])

@@ -77,3 +77,27 @@ def build_segmenter() -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         saved = export_keras(model, Path(tmp))
         return quantize(saved, lambda: iter(samples), io_type="uint8")
+
+
+def tiny_segmenter(size: int = 16) -> bytes:
+    """The same colour rule as a few operators built as a flatbuffer (no TensorFlow, milliseconds): uint8 image
+    (pixels as they are: scale 1/255) -> QUANTIZE -> CONV_2D 1x1 (background 0.5; red 2r - g - b; green 2g - r - b,
+    with r, g, b in 0..1) -> ARG_MAX -> int64 [1, size, size]. For tests that need a segmenter served, not built."""
+    from tests.tflite_builder import GraphBuilder
+
+    g = GraphBuilder()
+    image = g.tensor("image", [1, size, size, 3], "UINT8", scale=1 / 255, zero_point=0)
+    x = g.tensor("image/int8", [1, size, size, 3], "INT8", scale=1 / 255, zero_point=-128)
+    g.op("QUANTIZE", [image], [x])
+    w_scale = 1 / 32
+    weights = np.array([[0, 0, 0], [2, -1, -1], [-1, 2, -1]], np.float64).reshape(3, 1, 1, 3)
+    w = g.tensor("scores/weights", [3, 1, 1, 3], "INT8", scale=[w_scale] * 3, zero_point=[0] * 3,
+                 data=np.round(weights / w_scale))
+    bias_scale = w_scale / 255
+    b = g.tensor("scores/bias", [3], "INT32", scale=[bias_scale] * 3, zero_point=[0] * 3,
+                 data=np.round(np.array([0.5, 0, 0]) / bias_scale))
+    scores = g.tensor("scores", [1, size, size, 3], "INT8", scale=0.02, zero_point=0)
+    g.op("CONV_2D", [x, w, b], [scores], padding="VALID", strideW=1, strideH=1, dilationWFactor=1, dilationHFactor=1)
+    out = g.tensor("ArgMax", [1, size, size], "INT64")
+    g.op("ARG_MAX", [scores, g.constant("ArgMax/dimension", 3, shape=[])], [out], "ArgMaxOptions", outputType=4)
+    return g.build([image], [out])

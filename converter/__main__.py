@@ -144,8 +144,9 @@ def _add_quantize(sub) -> None:
 
 def _add_import(sub) -> None:
     """`import FILE [FILE]`: a .tflite the user already has, served as it is."""
-    imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier "
-                              "or a detector ending in TFLite_Detection_PostProcess) -> a model directory, served as it is",
+    imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier, "
+                              "a detector ending in TFLite_Detection_PostProcess, a segmenter or MoveNet SinglePose) -> "
+                              "a model directory, served as it is",
                "python -m converter import mobilenet_v1_1.0_224_quant.tflite --name mobilenet_v1 --labels labels.txt")
     imp.add_argument("files", type=Path, nargs="+", metavar="FILE",
                      help="the plain full-integer .tflite, its _edgetpu.tflite, or both (checked to be the same model)")
@@ -169,6 +170,10 @@ def _add_import(sub) -> None:
     imp.add_argument("--scores", choices=("logits", "probabilities"), default=None,
                      help="a classifier's output, or a YOLO head's class scores (default: read from the graph and the "
                           "tensor's quantization; asked for where a compiled file hides it)")
+    imp.add_argument("--task", choices=("classification", "detection", "segmentation", "pose"), default=None,
+                     help="what the model does, where its outputs cannot tell (default: read from the graph: one score "
+                          "per class, TFLite_Detection_PostProcess or a YOLO head, a class map or per-pixel scores at "
+                          "the input's size, MoveNet's 17 keypoints)")
     imp.add_argument("--replace", action="store_true", help="replace <out>/<name>/ whole if it exists")
     det = imp.add_argument_group("detectors", "what a detector's file cannot tell (default: read from the file; "
                                               "the import stops and names the flag where it cannot)")
@@ -386,7 +391,7 @@ def run_import(args: argparse.Namespace, argv: list[str]) -> int:
     options = ImportOptions(
         name=args.name, out=args.out, labels=args.labels, licence=args.licence, source=args.source,
         description=args.description, mean=args.mean, std=args.std, resize=args.resize,
-        crop_fraction=args.crop_fraction, scores=args.scores, replace=args.replace,
+        crop_fraction=args.crop_fraction, scores=args.scores, task=args.task, replace=args.replace,
         command=shlex.join(["python", "-m", "converter", *argv]), detector=detector_options(args))
     result = import_model(args.files, options, say=_say)
     report = result.report

@@ -336,3 +336,27 @@ def test_a_computed_index_outside_the_input_fails_the_invoke(reference, opcode, 
     assert "Refused" in type(reference.run(model, inputs)).__name__  # TFLite's invoke fails too
     with pytest.raises(InvokeFailed, match="out of bounds"):
         run_emulator(model, inputs)
+
+
+@st.composite
+def tile_models(draw):
+    """TILE with constant multiples. Version 2: BUILTIN_REF registers TILE up to 2, though TF 2.21 writes version 3
+    for Keras' UpSampling2D (the optimized resolver, and the emulator, run it; the kernel is the same)."""
+    type_name, seed = draw(types), draw(seeds)
+    q = _quantized(draw, type_name)
+    shape = draw(shapes(max_rank=4, max_side=4))
+    multiples = [draw(st.integers(1, 3)) for _ in shape]
+    output = tuple(d * m for d, m in zip(shape, multiples, strict=True))
+    multiples_type = draw(st.sampled_from(["INT32", "INT64"]))
+    g = GraphBuilder()
+    x = _tensor(g, "input", shape, type_name, q)
+    y = _tensor(g, "output", output, type_name, q)
+    g.op("TILE", [x, g.constant("multiples", multiples, multiples_type)], [y], version=2)
+    return case(g.build([x], [y]), [every_byte(seed, shape, type_name)], type=type_name, shape=shape,
+                multiples=multiples)
+
+
+@OP_SETTINGS
+@given(tile_models())
+def test_tile(reference, example):
+    assert_matches_reference(reference, example)

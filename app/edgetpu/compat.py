@@ -91,10 +91,12 @@ AFTER_PARTITION = "after the first unsupported op: runs on the CPU"
 COMPILED_ELSEWHERE = "not part of the compiled Edge TPU op: runs on the CPU"
 
 # Operators that run on the host after the Edge TPU's part by design: a detector's box decoding and
-# non-maximum suppression, and the DEQUANTIZE that feeds it or makes a float output. When everything
+# non-maximum suppression, the DEQUANTIZE that feeds it or makes a float output, and a segmenter's
+# ARG_MAX to its class map (no Edge TPU operation: Coral's DeepLab files end in it). When everything
 # after the partition is such an operator, the partition ends where the model means it to.
-HOST_TAIL_OPS = frozenset({POSTPROCESS_OP, "DEQUANTIZE"})
-HOST_HEAD = "float input quantized on the CPU before the Edge TPU's part (edgetpu_compiler leaves it there), as intended"
+HOST_TAIL_OPS = frozenset({POSTPROCESS_OP, "DEQUANTIZE", "ARG_MAX"})
+HOST_HEAD = ("input cast or quantized on the CPU before the Edge TPU's part (edgetpu_compiler leaves it there), as "
+             "intended")
 HOST_TAIL = "runs on the CPU after the Edge TPU's part ({opcode}: host post-processing), as intended"
 
 
@@ -234,6 +236,7 @@ def analyze(model: TfliteModel) -> CompatReport:
     head = 0
     while head < len(verdicts) and _quantizes_float_input(graph.operators[head], graph):
         head += 1
+    head = 0 if head and graph.operators[head - 1].opcode == "CAST" else head  # a CAST alone is no head
     first = next((v for v in verdicts[head:] if not v.supported), None)
     if compiled:
         mapped = sum(v.opcode == EDGETPU_CUSTOM_OP for v in verdicts)
@@ -250,10 +253,20 @@ def analyze(model: TfliteModel) -> CompatReport:
 
 
 def _quantizes_float_input(op: Operator, graph: Subgraph) -> bool:
-    """A QUANTIZE of a float model input into 8 bits: the host's part of a float-I/O model's edge."""
-    if op.opcode != "QUANTIZE" or len(op.inputs) != 1 or op.inputs[0] not in graph.inputs:
+    """The host's part of a float-I/O model's edge: a QUANTIZE of a float model input into 8 bits, or of the CAST
+    to float of an unquantized 8-bit input (MoveNet: CAST uint8 -> float32, QUANTIZE -> int8), or that CAST."""
+    if len(op.inputs) != 1 or len(op.outputs) != 1:
         return False
-    return graph.tensors[op.inputs[0]].type not in EIGHT_BIT and graph.tensors[op.outputs[0]].type in EIGHT_BIT
+    source, result = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    if op.opcode == "CAST":
+        return op.inputs[0] in graph.inputs and source.type in EIGHT_BIT and source.quantization is None \
+            and result.type not in EIGHT_BIT
+    if op.opcode != "QUANTIZE" or source.type in EIGHT_BIT or result.type not in EIGHT_BIT:
+        return False
+    if op.inputs[0] in graph.inputs:
+        return True
+    cast = next((other for other in graph.operators if op.inputs[0] in other.outputs), None)
+    return cast is not None and cast.opcode == "CAST" and _quantizes_float_input(cast, graph)
 
 
 def analyze_file(source) -> CompatReport:

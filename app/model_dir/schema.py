@@ -237,6 +237,7 @@ class Imported(BaseModel):
     scores: str                # how the output's meaning was decided (logits or probabilities)
     metadata: dict = Field(default_factory=dict)  # the file's own TFLite metadata: name, author, license, ...
     compiler: dict | None = None  # an imported Edge TPU file: what its edgetpu-custom-op records
+    task: str | None = None    # how the task was read from the graph (or --task)
     notes: list[str] = Field(default_factory=list)
 
 

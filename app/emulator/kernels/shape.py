@@ -1,5 +1,5 @@
 """Ops that move values without arithmetic, or nearly: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD,
-SLICE, STRIDED_SLICE, SPACE_TO_DEPTH, TRANSPOSE, GATHER, GATHER_ND.
+SLICE, STRIDED_SLICE, SPACE_TO_DEPTH, TRANSPOSE, TILE, GATHER, GATHER_ND.
 
 Each runs on 8-bit quantized tensors and on the float32, integer and boolean tensors of float tails
 (bytes copied whatever the type). The only arithmetic is CONCATENATION's rescaling of a uint8 input
@@ -226,6 +226,30 @@ def prepare_transpose(view: OpView) -> Step:
     return view.step_binding(run, 0)
 
 
+def tile(input_data: np.ndarray, multiples: tuple[int, ...]) -> np.ndarray:
+    """reference Tile (kernels/tile.cc TileOneDimension): each dimension repeated whole, `multiples[i]` times."""
+    return np.tile(input_data, multiples)
+
+
+def prepare_tile(view: OpView) -> Step:
+    """TILE with constant multiples (Keras' UpSampling2D writes nearest-neighbour upsampling as TILE + RESHAPE)."""
+    _check_types(view)
+    shape = view.input(0).shape
+    if view.input(1).type not in ("INT32", "INT64"):
+        raise Unsupported(f"multiples are {view.input(1).type}; expected INT32 or INT64")
+    multiples = tuple(int(m) for m in np.asarray(view.constant(1, "multiples")).reshape(-1))
+    if len(multiples) != len(shape) or min(multiples, default=1) < 0:
+        raise Unsupported(f"multiples {list(multiples)} for an input of rank {len(shape)}")
+    output_shape = tuple(d * m for d, m in zip(shape, multiples, strict=True))
+    if output_shape != view.output().shape:
+        raise Unsupported(f"tiling gives {output_shape}; output {view.output().shape}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return tile(x, multiples)
+
+    return view.step_binding(run, 0)
+
+
 def gather(input_data: np.ndarray, coords: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
     """reference_ops::Gather: slices of input along axis at coords, per batch; bytes copied, no rescaling.
 
@@ -345,6 +369,7 @@ PREPARE = {
     "STRIDED_SLICE": prepare_strided_slice,
     "SPACE_TO_DEPTH": prepare_space_to_depth,
     "TRANSPOSE": prepare_transpose,
+    "TILE": prepare_tile,
     "GATHER": prepare_gather,
     "GATHER_ND": prepare_gather_nd,
 }

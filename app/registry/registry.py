@@ -177,6 +177,49 @@ class Registry:
                     self._status[name] = ModelStatus("ready", since=time.time())
                 metrics.model_loaded(name, ok=True)
 
+    def add(self, path: Path) -> ModelVersion:
+        """A model directory written while serving (a client's upload: app/frontdoors/uploads.py), loaded and
+        warmed up on the configured backends, then served under its name. Blocking: run off the event loop.
+
+        Never replaces: a model of that name already here is a ModelDirError. A model that no configured backend
+        can run here (a compiled-only file without an Edge TPU in service) is not added: ModelDirError with each
+        backend's reason. A failed load leaves the registry as it was (the caller removes the directory)."""
+        model_dir = read_model_dir(path)
+        name = model_dir.name
+        # each backend's word on this one model, as when a device comes back (Backend.recheck never raises)
+        fallbacks = {key: fallback for key in self.settings.backends
+                     if (fallback := self.plugins[key].recheck(model_dir)) is not None}
+        with self._lock:
+            if self._draining:
+                raise ShuttingDown("the service is shutting down: no model is added")
+            if name in self._paths:
+                raise ModelDirError(f"a model named {name!r} is served already: it is not replaced")
+            self._paths[name], self._dirs[name] = Path(path), model_dir
+            self._status[name] = ModelStatus("loading", since=time.time())
+            self._reload_locks[name] = threading.Lock()
+        try:
+            for key, fallback in fallbacks.items():
+                self._record_fallback(name, key, fallback)
+            metrics.note_task(name, model_dir.manifest.task)
+            with self._reload_locks[name]:
+                version = self._load(name, warm_up=True, number=1)
+            if not version.pools:
+                version.close()
+                reasons = "; ".join(f"{key}: {f.reason}" for key, f in self._fallbacks.get(name, {}).items())
+                raise ModelDirError(f"model {name!r}: no backend here runs it ({reasons})")
+        except BaseException:
+            with self._lock:
+                for table in (self._paths, self._dirs, self._status, self._reload_locks, self._fallbacks):
+                    table.pop(name, None)
+            metrics.model_loaded(name, ok=False)
+            raise
+        with self._lock:
+            self._versions[name] = version
+            self._status[name] = ModelStatus("ready", since=time.time())
+        metrics.model_loaded(name, ok=True)
+        log.info("model %s: added from %s and serving", name, path)
+        return version
+
     def wait_loaded(self, timeout_s: float) -> bool:
         """Block until load_all has finished, at most timeout_s."""
         return self._loaded.wait(timeout_s)

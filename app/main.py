@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 
 from app import launch, processes, tasks
-from app.api import auth, devices, errors, health, metrics, models, openapi, page
+from app.api import auth, codeproject, devices, doods, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
 from app.api.routes import InferenceRoutes, task_routers
 from app.api.v2 import router as v2
@@ -35,8 +35,9 @@ NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
 def inference_routers() -> list[APIRouter]:
     """The routers of the inference routes (app/api/routes.py), included first: every request is matched
     against the routes in order, and these are the ones under load. Each task's (the task names its
-    router: app/tasks/), then the protocols' (OIP v2). They check the inference key themselves (DirectRoute)."""
-    return [*task_routers(tasks.TASKS.values()), v2.inference]
+    router: app/tasks/), then the protocols' (OIP v2, DOODS). They check the inference key themselves
+    (DirectRoute). CodeProject.AI's list route comes first: DeepStack's /v1/vision/custom/{name} would take it."""
+    return [codeproject.router, *task_routers(tasks.TASKS.values()), v2.inference, doods.router]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -362,3 +362,47 @@ def test_uploads_off_a_model_data_is_refused_and_an_unknown_name_gets_the_defaul
         with pytest.raises(zmq.Again):
             big.ask([header, bytes(64 * 1024 * 1024 + 128 * 1024)])
         assert frigate.start()  # and the door serves the others
+
+
+# ---- what ships beside the door ----------------------------------------------------------------------------
+
+def test_the_door_imports_neither_the_converter_nor_a_web_framework_nor_tensorflow():
+    """The uploads check files with app/importing, never converter/ (whose commands import TensorFlow and torch)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import app.frontdoors.zmq_door, app.frontdoors.uploads, app.frontdoors.serving, "
+            "app.frontdoors.frigate; bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('converter', 'tensorflow', 'torch', 'fastapi', 'starlette', 'uvicorn')); print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_frigate_compose_file_and_config_match_the_door():
+    import yaml
+
+    from app.engines import BACKENDS
+    from app.settings import variable_names
+    from tests.conftest import ROOT
+
+    compose = yaml.safe_load((ROOT / "docker" / "frigate" / "compose.yaml").read_text())
+    known = variable_names(BACKENDS.values())
+    endpoints = {}
+    for name, service in compose["services"].items():
+        env = service.get("environment", {})
+        assert set(k for k in env if k.startswith("EDGETPU_SERVE_")) <= known, name
+        if "EDGETPU_SERVE_ZMQ_ENDPOINT" in env:
+            Settings(zmq_endpoint=env["EDGETPU_SERVE_ZMQ_ENDPOINT"],
+                     zmq_allow_remote=env.get("EDGETPU_SERVE_ZMQ_ALLOW_REMOTE") == "true")  # binds as set
+            endpoints[service["profiles"][0]] = env["EDGETPU_SERVE_ZMQ_ENDPOINT"]
+    assert endpoints == {"tcp": "tcp://0.0.0.0:5555", "ipc": "ipc:///run/zmq/detector"}
+    frigate = yaml.safe_load((ROOT / "docker" / "frigate" / "config.yml").read_text())
+    detector = frigate["detectors"]["coral"]
+    assert detector["type"] == "zmq" and detector["endpoint"] == "tcp://edgetpu-serve:5555"
+    model = frigate["model"]
+    served = read_model_dir(MODELS / PERSON).manifest
+    assert Path(model["path"]).name == PERSON and model["model_type"] == "ssd"
+    assert (model["width"], model["height"]) == (served.input.width, served.input.height)
+    assert (model["input_tensor"], model["input_pixel_format"], model["input_dtype"]) == ("nhwc", "rgb", "int")

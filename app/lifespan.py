@@ -23,7 +23,7 @@ from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
 from app.frontdoors import open_doors
 from app.http_server import HttpLimits, lifespan_state
-from app.inference import ImageWork
+from app.core import Core
 from app.processes.siblings import Siblings, reload_here
 from app.registry import Registry
 from app.settings import Settings
@@ -33,10 +33,10 @@ log = logging.getLogger(__name__)
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[dict]]
 
 
-def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings | None, images: ImageWork,
+def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings | None, core: Core,
                      inference_routes: InferenceRoutes) -> Lifespan:
     """The lifespan of an app serving `registry`: `siblings` are the other workers of its group (None: alone);
-    `images` its image threads; `inference_routes` the table the head check reads."""
+    `core` its request path (with its image threads); `inference_routes` the table the head check reads."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict]:
@@ -50,10 +50,10 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
             processes.slots.mark_loaded()
         hangup = reload_on_hangup(registry)
         # the doors that are not HTTP (Frigate's ZMQ protocol: app/frontdoors), open while the models load
-        doors = app.state.frontdoors = await open_doors(settings, registry, siblings is None or siblings.slot.index == 0)
+        doors = app.state.frontdoors = await open_doors(settings, core, siblings is None or siblings.slot.index == 0)
         try:
             # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
-            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(registry, inference_routes))
+            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(core, inference_routes))
         finally:
             if hangup:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
@@ -67,7 +67,7 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
             # a load still under way drops what it loads once draining; wait for it, bounded
             await asyncio.wait({loading}, timeout=settings.drain_timeout_s)
             await asyncio.to_thread(registry.close)
-            images.close()
+            core.images.close()
 
     return lifespan
 

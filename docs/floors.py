@@ -36,7 +36,7 @@ CAPTIONS = {
     "app/launch.py": "other servers' launches",
     "app/api/": "HTTP front doors: /v1, /v2, DeepStack",
     "app/frontdoors/": "non-HTTP doors: Frigate's ZMQ protocol",
-    "app/inference.py": "task-neutral core of a request",
+    "app/core/": "the request path as a library",
     "app/processes/": "several workers on one port",
     "app/registry/": "models, versions, leases",
     "app/pipeline.py": "a segmented model across TPUs",

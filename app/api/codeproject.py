@@ -6,7 +6,7 @@
     GET  /v1/status/updateavailable -> {"success": true, "updateAvailable": false, "current": ..., "latest": ...}
 
 Detection itself is DeepStack's /v1/vision/detection and /v1/vision/custom/{name} (app/api/deepstack.py). The list
-route is matched before DeepStack's /v1/vision/custom/{name} (app/main.py includes this router first). The key, as
+route is matched before DeepStack's /v1/vision/custom/{name} (app/api/doors.py finds this module's router first). The key, as
 on DeepStack's routes: in a header, or as the form field `api_key`.
 """
 
@@ -23,12 +23,15 @@ from app.api.auth import check_inference_key_value, inference_key_in_head
 from app.api.body import read_limited
 from app.api.deepstack import DeepStackRoute, KEY_FIELD, MODULE_ID
 from app.errors import RequestError
-from app.settings import DETECTION_DEFAULT
+from app.tasks.detect import TASK
 
 VERSION = (0, 1, 0)  # pyproject.toml's version of the service
 LIST_BODY_BYTES = 64 * 1024  # a list request carries at most its form fields
 
 router = APIRouter(prefix="/v1", tags=["CodeProject.AI (Blue Iris)"], route_class=DeepStackRoute)
+# found with the inference routers (app/api/doors.py), in module-name order: before DeepStack's, whose
+# /v1/vision/custom/{name} would take /v1/vision/custom/list; its routes run no model and are not in the table
+INFERENCE_ROUTERS = (router,)
 
 
 def _version() -> dict:
@@ -46,11 +49,11 @@ async def custom_list(request: Request) -> Response:
         check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "
                                   "API keys as the form field 'api_key' or as 'Authorization: Bearer <key>'")
     registry = state.registry
-    models = [name for name in registry.names() if registry.model_dir(name).manifest.task == DETECTION_DEFAULT.task]
+    models = [name for name in registry.names() if registry.model_dir(name).manifest.task == TASK.name]
     return Response(orjson.dumps({
         "success": True, "models": models, "message": "", "moduleId": MODULE_ID, "moduleName": MODULE_ID,
-        "command": "list", "statusData": None, "inferenceDevice": registry.plugins[registry.default_backend]
-        .execution_provider, "analysisRoundTripMs": round((time.perf_counter() - arrived) * 1000),
+        "command": "list", "statusData": None,
+        "inferenceDevice": registry.plugins[registry.default_backend].execution_provider, "analysisRoundTripMs": round((time.perf_counter() - arrived) * 1000),
         "processedBy": MODULE_ID, "timestampUTC": formatdate(usegmt=True)}), media_type="application/json")
 
 

@@ -30,15 +30,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import check_inference_key, check_inference_key_value
 from app.api.body import read_limited
-from app.api.deps import named_or_default
-from app.api.detect import detect
 from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, retry_after
-from app.api.metrics import counted
+from app.api.held import held
 from app.api.routes import inference_route
-from app.errors import ModelNotFound, RequestError, ServeError
-from app.settings import DETECTION_DEFAULT
-from app.tasks.detect import DetectedObject
+from app.core import ImageInput
+from app.errors import RequestError, ServeError
+from app.tasks.detect import TASK, DetectedObject, DetectOptions
 
 KEY_HEADER = "doods-auth-key"
 DEFAULT_NAME = "default"  # pydoods' detector_name when none is given
@@ -76,8 +74,10 @@ def _error(status: int, message: str, headers: dict | None = None, request_id: s
                     media_type="application/json", headers=headers)
 
 
+# the model is in the body: the head cannot place a request (None), its room is checked once the body is read
 router = APIRouter(tags=["DOODS (Home Assistant)"],
                    route_class=inference_route(DoodsRoute.checking(check_doods_key), "doods", lambda *_: None))
+INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 
 class Region(BaseModel):
@@ -131,12 +131,12 @@ class DoodsResponse(BaseModel):
 
 @router.get("/detectors", response_model=DetectorsOut, summary="DOODS: the detectors served")
 async def detectors(request: Request) -> Response:
-    state = request.app.state
-    registry, default = state.registry, state.settings.default_detection_model
+    registry = request.app.state.registry
+    default = registry.default_for(TASK.name)
     found = []
     for name in registry.names():
         model_dir = registry.model_dir(name)
-        if model_dir.manifest.task != DETECTION_DEFAULT.task:
+        if model_dir.manifest.task != TASK.name:
             continue
         spec = model_dir.manifest.input
         files = [entry.path for entry in model_dir.manifest.files.values() if entry.path.endswith(".tflite")]
@@ -151,8 +151,7 @@ async def detectors(request: Request) -> Response:
 @router.post("/detect", response_model=DoodsResponse, summary="DOODS: detect objects in a base64 image")
 async def doods_detect(request: Request) -> Response:
     arrived = time.perf_counter()
-    state = request.app.state
-    registry, settings = state.registry, state.settings
+    settings = request.app.state.settings
     # the body holds the image as base64: 4/3 of MAX_BODY_BYTES, and the JSON around it
     body = await read_limited(request, settings.max_body_bytes * 4 // 3 + 64 * 1024)
     try:
@@ -167,13 +166,11 @@ async def doods_detect(request: Request) -> Response:
     if not image:
         raise RequestError("data: no image")
     name = asked.detector_name if asked.detector_name not in (None, "", DEFAULT_NAME) else None
-    name = named_or_default(name, registry, settings, DETECTION_DEFAULT, "/detect")
-    if name not in registry.names():
-        raise ModelNotFound(f"unknown detector name: {name}; serving {registry.names()}")
     thresholds = [*asked.detect.values(), *(v for r in asked.regions for v in r.detect.values())]
-    async with registry.lease(name, None, counted(request)) as lease:
-        result = await detect(lease, bytes(image), state.images, min_score=max(0.0, min(thresholds, default=100) / 100))
-    kept = filtered(result.detections, asked.detect, asked.regions)
+    options = DetectOptions(min_score=min(max(0.0, min(thresholds, default=100) / 100), 1.0))
+    async with held(request, TASK, name, None) as hold:
+        answer = await hold.answer(ImageInput(bytes(image)), options)
+    kept = filtered(answer.result.detections, asked.detect, asked.regions)
     return Response(orjson.dumps({"id": asked.id, "detections": kept,
                                   "duration": round((time.perf_counter() - arrived) * 1000, 3)}),
                     media_type="application/json")

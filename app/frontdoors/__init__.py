@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from app.registry import Registry
+from app.core import Core
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,20 +34,21 @@ class FrontDoors:
             await door.stop()
 
 
-async def open_doors(settings: Settings, registry: Registry, first_worker: bool = True) -> FrontDoors:
-    """The doors the settings ask for, serving. Under several worker processes only the first one binds the ZMQ
+async def open_doors(settings: Settings, core: Core, first_worker: bool = True) -> FrontDoors:
+    """The doors the settings ask for, serving, on the service's core (app/core). Under several worker processes only the first one binds the ZMQ
     endpoint (one endpoint, one socket): it feeds that worker's share of the TPUs (docs/frigate.md)."""
     if settings.zmq_endpoint is None:
         return FrontDoors()
     if not first_worker:
         log.info("ZMQ door: bound by the first worker process, not this one")
         return FrontDoors()
-    from app.frontdoors.serving import RegistryDetectors
+    from app.frontdoors.serving import CoreDetectors
     from app.frontdoors.uploads import ModelUploads
     from app.frontdoors.zmq_door import ZmqDoor
 
-    uploads = ModelUploads(registry.add, settings.model_dir, settings.zmq_max_model_bytes, settings.zmq_accept_models)
-    door = ZmqDoor(settings.zmq_endpoint, RegistryDetectors(registry), uploads,
+    uploads = ModelUploads(core.registry.add, settings.model_dir, settings.zmq_max_model_bytes,
+                           settings.zmq_accept_models)
+    door = ZmqDoor(settings.zmq_endpoint, CoreDetectors(core), uploads,
                    max_in_flight=settings.zmq_max_in_flight, max_model_bytes=settings.zmq_max_model_bytes,
                    refusal_log_window_s=settings.refusal_log_window_s)
     await door.start()

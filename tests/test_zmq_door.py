@@ -116,6 +116,22 @@ def test_frigates_ssd_rule_stops_at_the_first_low_score_and_at_20_rows():
     assert not ssd_rows(boxes, classes, scores, np.array([np.nan], np.float32)).any()
 
 
+def test_a_detection_answer_is_cut_as_frigates_ssd_rule_cuts_rows():
+    """Families other than SSD are answered from the task's objects (best first, boxes normalized to the input)."""
+    from app.frontdoors.serving import detection_rows
+    from app.tasks.detect import Box, DetectedObject, Detection, ImageSize
+
+    def found(class_id, score):
+        box = Box(0.1 * class_id, 0.2, 0.3, 0.4)
+        return DetectedObject(str(class_id), class_id, score, box, box)
+
+    rows = detection_rows(Detection(ImageSize(320, 320), [found(i, 0.9 - i * 0.01) for i in range(30)]))
+    assert rows.shape == (20, 6) and rows[:, 0].tolist() == list(range(20))
+    assert rows[3].tolist() == pytest.approx([3, 0.87, 0.2, 0.3, 0.4, 0.3])  # [class, score, ymin, xmin, ymax, xmax]
+    rows = detection_rows(Detection(ImageSize(320, 320), [found(1, 0.8), found(2, 0.39), found(3, 0.38)]))
+    assert rows[0, 0] == 1 and not rows[1:].any()
+
+
 def test_a_refusal_is_zero_rows_in_the_form_the_request_came_in():
     refused = Refused("shape", "wrong shape")
     with_header = zero_reply(refused, header())

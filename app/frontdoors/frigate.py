@@ -152,8 +152,8 @@ def family_for(model_type: str | None, family: str) -> None:
     if wanted is None:
         raise Refused("model_type", NOT_RUN_HERE.format(model_type=model_type))
     if wanted != family:
-        raise Refused("model_type", f"model_type {model_type} asks for a {wanted} model, and this one is a {family} "
-                                    f"model: set Frigate's model_type to {_type_of(family)}")
+        raise Refused("model_type", f"model_type {model_type} asks for a model of the {wanted} family, and this one "
+                                    f"is of the {family} family: set Frigate's model_type to {_type_of(family)}")
 
 
 def _type_of(family: str) -> str:

@@ -35,15 +35,13 @@ from app.frontdoors.frigate import (
     ssd_rows,
     zero_reply,
 )
-from app.detection_postprocess import POSTPROCESS_OP
 from app.model_dir.reading import read_model_dir
 from app.settings import Settings
 from bench.frigate_client import FrigateClient, decode
 from tests.classifier_models import tiny_classifier
 from tests.conftest import MODELS
-from tests.detection_models import output_names, postprocess_options, square_image, tiny_detector
-from tests.doubles.compiled_model_double import compiled_model_bytes, custom_options, package_bytes
-from tests.tflite_builder import GraphBuilder
+from tests.detection_models import output_names, square_image, tiny_detector
+from tests.doubles.compiled_model_double import compiled_detector_bytes, compiled_model_bytes
 from tests.test_tasks import model_dir, served
 
 PERSON = "ssdlite_mobilenet_v2_person"
@@ -320,23 +318,6 @@ def test_model_transfer_refusals_write_nothing(door, tmp_path):
         assert answer["model_saved"] is False and answer["model_loaded"] is False, (name, answer)
         assert words in answer["message"], (name, answer)
     assert listing(root) == before
-
-
-def compiled_detector_bytes() -> bytes:
-    """What edgetpu_compiler makes of an SSD (a test double: no TPU could run it): edgetpu-custom-op, then
-    TFLite_Detection_PostProcess on the CPU."""
-    g = GraphBuilder()
-    image = g.activation("image", [1, SIZE, SIZE, 3], "UINT8")
-    boxes = g.activation("box_encodings", [1, 16, 4], "UINT8")
-    classes = g.activation("class_predictions", [1, 16, 3], "UINT8")
-    g.op("CUSTOM", [image], [boxes, classes], custom_code="edgetpu-custom-op")
-    g.operators[-1].customOptions = list(custom_options(package_bytes(14)))
-    anchors = g.tensor("anchors", [16, 4], "FLOAT32", data=np.zeros((16, 4)))
-    outs = [g.activation(f"out{i}", shape, "FLOAT32", quantized=False)
-            for i, shape in enumerate(([1, 10, 4], [1, 10], [1, 10], [1]))]
-    g.op("CUSTOM", [boxes, classes, anchors], outs, custom_code=POSTPROCESS_OP)
-    g.operators[-1].customOptions = list(postprocess_options())
-    return g.build([image], outs)
 
 
 def test_a_compiled_only_upload_on_a_host_without_a_tpu_says_so(door, tmp_path):

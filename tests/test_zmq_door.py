@@ -265,6 +265,31 @@ def test_two_clients_at_once_each_with_its_own_model(door):
             assert np.array_equal(got[:, 0], expected[name][:, 0]) and np.abs(got - expected[name]).max() <= 0.02
 
 
+def test_many_clients_at_once_every_request_answered(door):
+    """Twelve REQ clients, good and bad requests interleaved, all at once: the door reads its socket by its
+    edge-triggered descriptor, so a lost edge would leave a client without its reply (and this test waiting)."""
+    app, url, endpoint, root = door
+    good = square_image(SIZE, 4, 8, 4)[None]
+    answered: list[tuple[bool, bool]] = []
+
+    def run(i):
+        frigate = client(endpoint, "squares")
+        assert frigate.start()
+        for j in range(15):
+            if (i + j) % 3:
+                answered.append((True, bool(frigate.detect(good)[0, 1] > 0.4)))
+            else:
+                reply = frigate.ask([json.dumps(header(shape=(1, 2, 2, 3))).encode(), bytes(12)])
+                answered.append((False, "error" in json.loads(reply[0])))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert len(answered) == 12 * 15 and all(ok for _, ok in answered)
+
+
 def test_a_peer_without_a_model_request_gets_the_detector_its_tensor_fits(door):
     app, url, endpoint, root = door
     frigate = client(endpoint, "unused")  # never started: the door restarted under it, say

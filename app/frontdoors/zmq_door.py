@@ -34,7 +34,6 @@ from typing import Protocol
 
 import numpy as np
 import zmq
-import zmq.asyncio
 
 from app import metrics
 from app.errors import Busy, InvokeTimeout, ModelNotFound, NotReady, RequestError, ServeError
@@ -67,6 +66,8 @@ STOP_WAIT_S = 5.0
 # A model_request that comes while the models load waits for them this long: Frigate waits 30 s for the answer, and
 # gives up for good on "available but not loaded"
 SETTLE_WAIT_S = 25.0
+# Messages read per turn of the event loop before it runs its other work
+PUMP_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -129,16 +130,16 @@ class ZmqDoor:
         self.answered = 0
         self.refused: Counter[str] = Counter()
         self.problem: str | None = "not started"
-        self._context: zmq.asyncio.Context | None = None
-        self._socket: zmq.asyncio.Socket | None = None
-        self._serving: asyncio.Task | None = None
+        self._context: zmq.Context | None = None
+        self._socket: zmq.Socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
 
     # -- lifetime --------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Bind and serve. A bind that fails leaves the door not ready, saying why (/readyz), the service up."""
-        self._context = zmq.asyncio.Context()
+        self._context = zmq.Context()
         sock = self._context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
@@ -153,19 +154,22 @@ class ZmqDoor:
             log.error("%s", self.problem)
             return
         self._socket, self.problem = sock, None
-        self._serving = asyncio.create_task(self._serve(), name="zmq door")
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.getsockopt(zmq.FD), self._pump)
+        self._loop.call_soon(self._pump)  # anything that came with the connection
         log.info("ZMQ door (Frigate's zmq detector) on %s; model uploads %s", self.endpoint,
                  "accepted" if self.uploads.accepting else "refused (ZMQ_ACCEPT_MODELS)")
 
     async def stop(self) -> None:
         """Stop reading; the requests being answered finish (bounded), then the socket closes."""
-        if self._serving is not None:
-            self._serving.cancel()
-            await asyncio.gather(self._serving, return_exceptions=True)
+        if self._socket is not None and self._loop is not None:
+            self._loop.remove_reader(self._socket.getsockopt(zmq.FD))
+        self.problem = "stopping"
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=STOP_WAIT_S)
         if self._socket is not None:
             self._socket.close(linger=0)
+            self._socket = None
         if self._context is not None:
             self._context.term()
         self.problem = "stopped"
@@ -185,34 +189,52 @@ class ZmqDoor:
 
     # -- the socket --------------------------------------------------------------------------------------------
 
-    async def _serve(self) -> None:
-        sock = self._socket
-        while True:
-            try:
-                frames = await sock.recv_multipart(copy=False)
-            except asyncio.CancelledError:
-                raise
-            except zmq.ZMQError as e:
-                if e.errno in (zmq.ETERM, zmq.ENOTSOCK):
-                    return
-                log.warning("ZMQ door: receive failed: %s", e)
-                continue
-            envelope, body = _split(frames)
-            if len(self._tasks) >= self.max_in_flight:
-                refused = Refused("busy", f"{self.max_in_flight} requests are being answered (ZMQ_MAX_IN_FLIGHT): "
-                                          "try again", 503)
-                self._count_refusal(envelope[0] if envelope else b"", refused, None)
-                await self._send(envelope, self._refusal(body, refused))
-                continue
-            task = asyncio.create_task(self._answer(envelope, body))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    # The socket is driven from the event loop by its file descriptor, with non-blocking calls: a ROUTER never blocks
+    # on a send (a reply to a peer gone, or whose queue is full, is dropped), and libzmq's descriptor is
+    # edge-triggered, so after every send the socket is asked whether input waits. pyzmq's zmq.asyncio does the same
+    # with a future per call: about 110 us of CPU more per request here (a bare echo of a 320x320 tensor, 2 cores:
+    # 170-185 us against 275-300).
 
-    async def _send(self, envelope: list, reply: list[bytes]) -> None:
+    def _pump(self) -> None:
+        """Read what has come, at most PUMP_BATCH messages, then yield to the loop (and come back if more waits)."""
+        sock = self._socket
+        if sock is None or self.problem is not None:
+            return
+        for _ in range(PUMP_BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as e:
+                if e.errno not in (zmq.ETERM, zmq.ENOTSOCK):
+                    log.warning("ZMQ door: receive failed: %s", e)
+                return
+            self._take(frames)
+        self._loop.call_soon(self._pump)
+
+    def _take(self, frames: list) -> None:
+        envelope, body = _split(frames)
+        if len(self._tasks) >= self.max_in_flight:
+            refused = Refused("busy", f"{self.max_in_flight} requests are being answered (ZMQ_MAX_IN_FLIGHT): "
+                                      "try again", 503)
+            self._count_refusal(envelope[0] if envelope else b"", refused, None)
+            self._send(envelope, self._refusal(body, refused))
+            return
+        task = self._loop.create_task(self._answer(envelope, body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _send(self, envelope: list, reply: list[bytes]) -> None:
+        sock = self._socket
+        if sock is None:
+            return
         try:
-            await self._socket.send_multipart([*envelope, *reply])
-        except zmq.ZMQError as e:  # the peer is gone: ROUTER drops it; anything else is logged
+            sock.send_multipart([*envelope, *reply], zmq.NOBLOCK)
+        except zmq.ZMQError as e:  # the socket closing; a peer gone is dropped by the ROUTER without an error
             log.warning("ZMQ door: reply not sent: %s", e)
+            return
+        if sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # the send may have taken the descriptor's edge
+            self._loop.call_soon(self._pump)
 
     async def _answer(self, envelope: list, body: list) -> None:
         identity = envelope[0] if envelope else b""
@@ -225,7 +247,7 @@ class ZmqDoor:
         except Exception:  # a bug: logged, and still answered
             log.exception("ZMQ door: request from %s", self._peer_name(identity))
             reply = self._refusal(body, Refused("internal", "internal error: see the service's log", 500))
-        await self._send(envelope, reply)
+        self._send(envelope, reply)
 
     # -- requests -----------------------------------------------------------------------------------------------
 

@@ -267,7 +267,8 @@ class ZmqDoor:
             fits(detector, request)
             rows, backend = await self._run(detector, request)
         except Refused as refused:
-            self._count_refusal(identity, refused, model)
+            model_message = header is not None and bool(header.get("model_request") or header.get("model_data"))
+            self._count_refusal(identity, refused, model, inference=not model_message)
             return self._refusal(body, refused, header)
         self.answered += 1
         metrics.answered(PROTOCOL, model, backend, 200)
@@ -283,10 +284,13 @@ class ZmqDoor:
             return model_reply(model_saved=False, model_loaded=False, message=refused.message)
         return zero_reply(refused, header)
 
-    def _count_refusal(self, identity: bytes, refused: Refused, model: str | None) -> None:
+    def _count_refusal(self, identity: bytes, refused: Refused, model: str | None, inference: bool = True) -> None:
+        """Every refusal by its reason; a tensor request's also among the requests answered (protocol="zmq"), as
+        the model messages' answers are not."""
         self.refused[refused.reason] += 1
         metrics.zmq_refused(refused.reason)
-        metrics.answered(PROTOCOL, model or "", "", refused.status)
+        if inference:
+            metrics.answered(PROTOCOL, model or "", "", refused.status)
         self.refusals.refused("ZMQ", f"{self.endpoint} from {self._peer_name(identity)} ({refused.reason})", refused,
                               refused.status)
 

@@ -10,7 +10,8 @@ At each client count c:
   - HTTP: the same tensor through OIP v2's binary extension, `wrk` with c connections (the cheapest HTTP path);
 and, per D, the naive peer (bench/naive_zmq_peer.py: a REP socket calling the device directly, one request at a
 time) with the same clients. Reported: answered per second, p50/p99 round trip, device busy (req/s x D / n) and
-the server's CPU per request (every thread, /proc/<pid>/task/*/schedstat).
+the server's CPU per request (every thread, /proc/<pid>/task/*/schedstat); for ZMQ also the device's time as the
+service measured its invokes (/metrics' inference stage), since a sleep of D ms takes longer on a loaded machine.
 
 Example usage:
     python bench/device_capacity.py --zmq --device-ms 7 --devices 4 --concurrency 1,2,4,8
@@ -70,9 +71,31 @@ def v2_tensor(model: str) -> Input:
                  path=f"/v2/models/{model}/infer", headers={"Inference-Header-Content-Length": str(len(header))})
 
 
-def point(process_pid: int | None, measure, d_ms: float, devices: int, **labels) -> dict:
+def device_seconds(url: str | None) -> tuple[float, float]:
+    """The service's own inference stage so far (sum of seconds, count), from /metrics: what the simulated device
+    really took (a sleep of D ms takes longer on a loaded machine)."""
+    if url is None:
+        return 0.0, 0.0
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        if line.startswith("edgetpu_serve_stage_seconds_") and 'stage="inference"' in line and f'model="{NAME}"' in line:
+            kind = line.split("{", 1)[0].rsplit("_", 1)[1]
+            if kind in found:
+                found[kind] += float(line.rsplit(" ", 1)[1])
+    return found["sum"], found["count"]
+
+
+def point(process_pid: int | None, measure, d_ms: float, devices: int, url: str | None = None, **labels) -> dict:
     before = thread_cpu_ns(process_pid) if process_pid else {}
+    seconds_before, count_before = device_seconds(url)
     figures = measure()
+    seconds_after, count_after = device_seconds(url)
+    if count_after > count_before:  # the device's own time, as the service measured its invokes
+        figures["device_ms_measured"] = (seconds_after - seconds_before) / (count_after - count_before) * 1000
     row = {**labels, "device_ms": d_ms, "devices": devices, **figures,
            "device_busy": figures["req_s"] * d_ms / 1000 / devices}
     if process_pid:
@@ -114,7 +137,7 @@ def measure(device_times: list[float], device_counts: list[int], levels: list[in
                 frigate_load(endpoint, max(levels), 1.0)  # warm
                 wrk_run(svc.url, v2_tensor(NAME), max(levels), 1.0, workdir)
                 for c in levels:
-                    zmq_row = point(svc.process.pid, lambda: frigate_load(endpoint, c, seconds), d, n,
+                    zmq_row = point(svc.process.pid, lambda: frigate_load(endpoint, c, seconds), d, n, svc.url,
                                     path="ZMQ", clients=c)
                     http_row = point(svc.process.pid, lambda: wrk_run(svc.url, v2_tensor(NAME), c, seconds, workdir),
                                      d, n, path="HTTP /v2 binary", clients=c)
@@ -135,7 +158,8 @@ def measure(device_times: list[float], device_counts: list[int], levels: list[in
 def _cell(r: dict) -> str:
     cpu = f", {r['cpu_ms_per_request_total']:.2f}" if "cpu_ms_per_request_total" in r else ""
     p50 = f"{r['p50_ms']:.2f}" if r.get("p50_ms") is not None else "-"
-    return f"{r['req_s']:.0f} ({p50}), {r['device_busy']:.0%}{cpu}"
+    device = f" [device {r['device_ms_measured']:.2f} ms]" if "device_ms_measured" in r else ""
+    return f"{r['req_s']:.0f} ({p50}){device}, {r['device_busy']:.0%}{cpu}"
 
 
 def print_table(title: str, zmq_rows: list[dict], http_rows: list[dict]) -> None:

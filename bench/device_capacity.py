@@ -922,13 +922,13 @@ def main(argv: list[str] | None = None) -> int:
     chart = chart_path(args)
     if args.redraw:
         return redraw(args, chart)
+    if shutil.which("wrk") is None:
+        print("wrk not found: apt-get install wrk", file=sys.stderr)
+        return 2
     if args.zmq:
         from bench import zmq_capacity
 
         return zmq_capacity.main(argv if argv is not None else sys.argv[1:])
-    if shutil.which("wrk") is None:
-        print("wrk not found: apt-get install wrk", file=sys.stderr)
-        return 2
     MODEL = args.model
     plan = Plan.of(args)
     start_load = load_average()

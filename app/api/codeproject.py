@@ -49,7 +49,7 @@ async def custom_list(request: Request) -> Response:
         check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "
                                   "API keys as the form field 'api_key' or as 'Authorization: Bearer <key>'")
     registry = state.registry
-    models = [name for name in registry.names() if registry.model_dir(name).manifest.task == TASK.name]
+    models = [name for name in registry.names() if registry.models.model_dir(name).manifest.task == TASK.name]
     return Response(orjson.dumps({
         "success": True, "models": models, "message": "", "moduleId": MODULE_ID, "moduleName": MODULE_ID,
         "command": "list", "statusData": None,

@@ -135,7 +135,7 @@ async def detectors(request: Request) -> Response:
     default = registry.default_for(TASK.name)
     found = []
     for name in registry.names():
-        model_dir = registry.model_dir(name)
+        model_dir = registry.models.model_dir(name)
         if model_dir.manifest.task != TASK.name:
             continue
         spec = model_dir.manifest.input

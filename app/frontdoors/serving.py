@@ -55,7 +55,7 @@ class CoreDetectors:
 
     def _detector(self, name: str) -> ServedDetector | None:
         registry = self.registry
-        version, model_dir = registry.serving(name), registry.model_dir(name)
+        version, model_dir = registry.serving(name), registry.models.model_dir(name)
         seen = self._seen.get(name)
         if seen is not None and seen[0] is version and seen[1] is model_dir and version is not None:
             return seen[2]  # made once per version: the hot path asks for every request

@@ -428,3 +428,30 @@ def test_the_frigate_compose_file_and_config_match_the_door():
     assert Path(model["path"]).name == PERSON and model["model_type"] == "ssd"
     assert (model["width"], model["height"]) == (served.input.width, served.input.height)
     assert (model["input_tensor"], model["input_pixel_format"], model["input_dtype"]) == ("nhwc", "rgb", "int")
+
+
+def test_registry_add_serves_a_new_directory_and_never_replaces(tmp_path):
+    """Registry.add, the entry point the uploads use: a directory written while serving is loaded, warmed up and
+    served; a second one of the same name is refused; one that fails to load leaves the registry as it was."""
+    from app.errors import ModelDirError
+    from app.registry import Registry
+
+    model_dir(tmp_path, "first", tiny_detector(SIZE), "detection", SIZE, output_names("tf1"))
+    registry = Registry(Settings(model_dir=tmp_path, backends=["cpu"], workers=1))
+    registry.configure()
+    registry.load_all()
+    try:
+        added = model_dir(tmp_path, "second", tiny_detector(SIZE, order="tf2"), "detection", SIZE,
+                          output_names("tf2"))
+        version = registry.add(added)
+        assert registry.names() == ["first", "second"] and registry.serving("second") is version
+        assert registry.status("second").state == "ready" and version.pools["cpu"].warm
+        with pytest.raises(ModelDirError, match="served already"):
+            registry.add(added)
+        assert registry.serving("second") is version
+        broken = model_dir(tmp_path, "broken", tiny_detector(SIZE), "detection", SIZE, {"boxes": "nope"})
+        with pytest.raises(ModelDirError):
+            registry.add(broken)
+        assert registry.names() == ["first", "second"]
+    finally:
+        registry.close()

@@ -5,8 +5,9 @@ above 0.4), through the service's own preprocessing and decoding, and over a rea
 emulator byte-exact with TFLite's reference kernels on them, float tail included; PoseNet's and BodyPix's decoder
 refused.
 
-The files are not in this repository (nor fetched: the tests run offline): set CORAL_TEST_DATA to a folder with
-google-coral/test_data's files (a clone of it), or these tests are skipped. What is missing there is skipped by name.
+The files are not in this repository (nor fetched: the tests run offline), so these tests are deselected by default
+(marker `coral_data`, pyproject.toml): `CORAL_TEST_DATA=DIR pytest -m coral_data`, DIR a folder with
+google-coral/test_data's files (a clone of it). What is missing there is skipped by name.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.conftest import Service
 from tests.reference_worker import ReferenceWorker
 from tests.test_segpose_models import service_input, tflite
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.coral_data]
 
 DATA = Path(os.environ.get("CORAL_TEST_DATA", "/nonexistent"))
 DEEPLAB = ("deeplabv3_mnv2_dm05_pascal_quant", "deeplabv3_mnv2_pascal_quant")

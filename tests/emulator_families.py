@@ -369,9 +369,10 @@ POSE_FLOAT_OPS = ("LOGISTIC", "MUL", "ADD", "SUB", "DIV", "SQRT", "RESHAPE", "TR
                   "UNPACK", "GATHER_ND", "ARG_MAX", "FLOOR_DIV", "CAST", "CONCATENATION")
 
 
-def pose() -> bytes:
+def pose(float_ops=POSE_FLOAT_OPS) -> bytes:
     """MoveNet single pose in small: heatmaps, centre, regression and offsets from an int8 body, then MoveNet's
-    decoding in float32 to [1, 1, K, 3] (y, x, score), normalized."""
+    decoding in float32 to [1, 1, K, 3] (y, x, score), normalized. float_ops=() quantizes what TF can (DIV,
+    SQRT, MUL ... in int8): what a user's own conversion with TF 2.21 gives."""
     tf, keras = _tf()
     from keras import layers
 
@@ -409,4 +410,4 @@ def pose() -> bytes:
         return tf.reshape(tf.stack([y, x, score], -1), [1, 1, k, 3])
 
     keypoints = layers.Lambda(decode)([heatmaps, center, regression, offsets])
-    return _from_keras(keras.Model(image, keypoints), POSE_SIZE, integer_only=False, float_ops=POSE_FLOAT_OPS)
+    return _from_keras(keras.Model(image, keypoints), POSE_SIZE, integer_only=False, float_ops=float_ops)

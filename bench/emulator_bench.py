@@ -150,7 +150,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3, help="uncounted rounds first")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--model", type=Path, default=None,
-                        help=f"a .tflite to run instead of the default model ({MODEL}); the photo is resized to its input")
+                        help=f"a .tflite to run instead of the default model ({MODEL}); the photo is resized to "
+                             "its input")
     args = parser.parse_args()
 
     from ai_edge_litert.interpreter import Interpreter as LiteRt
@@ -195,7 +196,8 @@ def main() -> int:
     medians = {e.name: median(e.times_ms) for e in engines}
     emulator_ms = medians[emulator.name]
     figures = {
-        "model": name, "photo": photo.name, "rounds": args.rounds, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "model": name, "photo": photo.name, "rounds": args.rounds,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "byte_identical_to_builtin_ref": identical,
         "engines": {e.name: {"p50_ms": medians[e.name], "p90_ms": percentile(e.times_ms, 90), "load_ms": e.load_ms,
                              "rss_growth_mib": e.rss_growth / MIB} for e in engines},

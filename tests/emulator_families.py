@@ -68,8 +68,8 @@ def _convert(converter, size: int, low: float = -1.0, high: float = 1.0, float_o
     if not float_ops:
         return bytes(converter.convert())
     options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(float_ops))
-    debugger = tf.lite.experimental.QuantizationDebugger(converter=converter, debug_dataset=_as_lists(_calibration(size, low, high)),
-                                                         debug_options=options)
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter, debug_dataset=_as_lists(_calibration(size, low, high)), debug_options=options)
     return bytes(debugger.get_nondebug_quantized_model())
 
 

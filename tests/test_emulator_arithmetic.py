@@ -1,5 +1,6 @@
-"""ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, FLOOR_DIV, FLOOR_MOD, SQRT, RSQRT on float32 and integer tensors against
-BUILTIN_REF: broadcasting, fused activations, constant operands, NaN, infinities, -0.0, ties and the integer extremes."""
+"""ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, FLOOR_DIV, FLOOR_MOD, SQRT, RSQRT on float32 and integer tensors, and 8-bit
+DIV and SQRT, against BUILTIN_REF: broadcasting, fused activations, constant operands, NaN, infinities, -0.0, ties
+and the integer extremes."""
 
 from __future__ import annotations
 

@@ -135,7 +135,8 @@ def test_pose_with_movenets_float_tail(reference, built):
     graph = interpreter.model.graph
     float_ops = {op.opcode for op in graph.operators
                  if any(graph.tensors[i].type == "FLOAT32" for i in (*op.inputs, *op.outputs) if i >= 0)}
-    assert {"DEQUANTIZE", "LOGISTIC", "ARG_MAX", "GATHER_ND", "UNPACK", "CAST", "SQRT", "DIV", "MUL", "SUB"} <= float_ops
+    assert {"DEQUANTIZE", "LOGISTIC", "ARG_MAX", "GATHER_ND", "UNPACK", "CAST", "SQRT", "DIV", "MUL",
+            "SUB"} <= float_ops
     assert {"FLOOR_DIV", "PACK"} <= set(opcodes(interpreter))
     (output,) = interpreter.get_output_details()
     assert output["dtype"] == np.float32 and tuple(output["shape"]) == (1, 1, families.POSE_KEYPOINTS, 3)

@@ -232,7 +232,8 @@ def prepare_div(view: OpView) -> Step:
 
     def run(*arrays):
         if (np.asarray(arrays[-1]) == zero).any():
-            raise InvokeFailed("DIV: Division by 0 (a divisor byte at its zero point, as TFLite's CheckNonZero reads it)")
+            raise InvokeFailed("DIV: Division by 0 (a divisor byte at its zero point, as TFLite's CheckNonZero "
+                               "reads it)")
         return step.run(*arrays)
 
     return Step(step.operator, run, step.inputs, step.outputs, step.details, step.resized)

@@ -1,6 +1,6 @@
 """The service's lifetime inside its app (the ASGI lifespan that app/main.py gives it).
 
-At start: refuse a server that does not run our HTTP protocol (app/launch.py), load the models in the
+At start (a server that does not run our HTTP protocol was refused before: app/launch.py), load the models in the
 background while /healthz answers, join the worker group when several processes serve the port
 (app/processes: a worker listens once loaded), and reload every model on SIGHUP. While serving: the HTTP
 protocol reads its limits and the head check from the lifespan state (app/http_server.py). At SIGTERM:
@@ -18,11 +18,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import launch, processes
+from app import processes
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
 from app.http_server import HttpLimits, lifespan_state
-from app.inference import ImageWork
+from app.core import Core
 from app.processes.siblings import Siblings, reload_here
 from app.registry import Registry
 from app.settings import Settings
@@ -32,14 +32,13 @@ log = logging.getLogger(__name__)
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[dict]]
 
 
-def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings | None, images: ImageWork,
+def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings | None, core: Core,
                      inference_routes: InferenceRoutes) -> Lifespan:
     """The lifespan of an app serving `registry`: `siblings` are the other workers of its group (None: alone);
-    `images` its image threads; `inference_routes` the table the head check reads."""
+    `core` its request path (with its image threads); `inference_routes` the table the head check reads."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict]:
-        launch.check_server(app)  # started by another server: refuses unless it runs our protocol
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
         if siblings is not None:
             await siblings.start()  # the others see it loading, and ask it for reloads, from now on
@@ -50,7 +49,7 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
         hangup = reload_on_hangup(registry)
         try:
             # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
-            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(registry, inference_routes))
+            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(core, inference_routes))
         finally:
             if hangup:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
@@ -63,7 +62,7 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
             # a load still under way drops what it loads once draining; wait for it, bounded
             await asyncio.wait({loading}, timeout=settings.drain_timeout_s)
             await asyncio.to_thread(registry.close)
-            images.close()
+            core.images.close()
 
     return lifespan
 

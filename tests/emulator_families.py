@@ -347,13 +347,14 @@ def segmenter() -> bytes:
 
     size = SEGMENTER_SIZE
     image = keras.Input((size, size, 3), batch_size=1)
-    x = layers.Conv2D(8, 3, 2, "same", activation="relu6")(image)  # 17
+    x = layers.Conv2D(8, 3, 2, "same", activation="relu6")(image)
     x = layers.DepthwiseConv2D(3, 1, "same", activation="relu6")(x)
     x = layers.Conv2D(16, 1, activation="relu6")(x)
-    x = layers.Conv2D(16, 3, 2, "same", activation="relu6")(x)  # 9
+    x = layers.Conv2D(16, 3, 2, "same", activation="relu6")(x)  # a quarter of the input's side
     x = layers.Add()([x, layers.Conv2D(16, 1)(x)])
     pooled = layers.Conv2D(8, 1, activation="relu")(layers.AveragePooling2D(x.shape[1])(x))  # image pooling
-    pooled = layers.Lambda(lambda t: tf.image.resize(t, (9, 9), method="bilinear"))(pooled)
+    cells = x.shape[1]
+    pooled = layers.Lambda(lambda t: tf.image.resize(t, (cells, cells), method="bilinear"))(pooled)
     features = layers.Concatenate()([pooled, layers.Conv2D(8, 1, activation="relu")(x)])
     logits = layers.Conv2D(SEGMENTER_CLASSES, 1)(features)
     logits = layers.Lambda(lambda t: tf.compat.v1.image.resize_bilinear(t, (size, size), align_corners=True))(logits)

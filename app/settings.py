@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     # The model of /v1/detect and DeepStack's /v1/vision/detection. Unset: ssdlite_mobilenet_v2_person when it
     # is served, else the only detection model served; settled like DEFAULT_MODEL, among detection models.
     default_detection_model: str | None = None
+    # The models of /v1/segment and /v1/pose. Unset: the only model of that task served (none is committed);
+    # settled like DEFAULT_MODEL, among that task's models.
+    default_segmentation_model: str | None = None
+    default_pose_model: str | None = None
     # Backends each model is loaded on; the first is the default for requests.
     backends: Annotated[list[str], NoDecode] = ["cpu"]
 
@@ -270,7 +274,7 @@ class DefaultOf:
 
     setting: str          # the Settings field (its variable: EDGETPU_SERVE_ + upper case)
     task: str             # model.json's task
-    committed: str
+    committed: str        # "" where none is committed
     routes: str           # what answers with it, for the messages
     named_route: str      # where each model of the task is also served
 
@@ -284,7 +288,10 @@ CLASSIFICATION_DEFAULT = DefaultOf("default_model", "classification", COMMITTED_
 DETECTION_DEFAULT = DefaultOf("default_detection_model", "detection", COMMITTED_DEFAULT_DETECTION_MODEL,
                               "/v1/detect and /v1/vision/detection",
                               "/v1/models/NAME/detect and /v1/vision/custom/NAME")
-DEFAULTS = (CLASSIFICATION_DEFAULT, DETECTION_DEFAULT)
+SEGMENTATION_DEFAULT = DefaultOf("default_segmentation_model", "segmentation", "", "/v1/segment",
+                                 "/v1/models/NAME/segment")
+POSE_DEFAULT = DefaultOf("default_pose_model", "pose", "", "/v1/pose", "/v1/models/NAME/pose")
+DEFAULTS = (CLASSIFICATION_DEFAULT, DETECTION_DEFAULT, SEGMENTATION_DEFAULT, POSE_DEFAULT)
 
 
 def default_model_for(chosen: str | None, served: list[str], of_task: list[str],

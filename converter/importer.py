@@ -25,6 +25,7 @@ Example usage:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections import Counter
@@ -37,7 +38,6 @@ from app.detection_postprocess import (
     OUTPUT_ROLES,
     POSTPROCESS_OP,
     PostProcessError,
-    PostProcessOptions,
     outputs_by_role,
     postprocess_ops,
     read_options,
@@ -59,7 +59,11 @@ from app.model_dir.schema import (
 )
 from app.model_dir.schema import Imported as ImportedRecord
 from app.tflite_file import Subgraph, Tensor, TfliteFileError, TfliteModel, read_tflite
+from converter.detector_families import DetectorOptions, DetectorRefused, Family, postprocess_family
+from converter.detector_families import recognise as recognise_detector
 from converter.model_dir import write_model_dir
+from converter.task_recognition import KEYPOINT_NAMES, TaskRefused, integer_parts
+from converter.task_recognition import recognise as recognise_task
 from converter.tflite_metadata import Metadata, MetadataError, read_metadata
 from converter.writing import LABELS_FILE, tool_versions
 
@@ -133,43 +137,27 @@ def read_source(path: Path) -> SourceFile:
 # ---- what the graph is ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Detector:
-    """A model ending in TFLite_Detection_PostProcess: its outputs by role, read from the op itself."""
-
-    outputs: dict[str, str]        # role -> tensor name, in the op's order
-    options: PostProcessOptions    # as the op's kernel reads them
-
-    @property
-    def num_classes(self) -> int:
-        return self.options.num_classes
-
-
-@dataclass(frozen=True)
 class GraphFacts:
     input: Tensor
-    task: str                 # classification | detection
-    classes: int              # classification: outputs; detection: the op's num_classes
-    output: Tensor | None     # a classifier's one output
-    detector: Detector | None
+    task: str                 # classification | detection | segmentation | pose
+    classes: int              # classification: outputs; detection: the model's classes; segmentation: classes;
+                              # pose: keypoints
+    output: Tensor | None     # a classifier's, segmenter's or pose model's one output
+    detector: Family | None   # a detector: its family, outputs by role and decoding (converter/detector_families.py)
+    outputs: dict[str, str] = field(default_factory=dict)  # segmentation, pose: role -> tensor name
+    why: str = ""             # how the task was read from the graph
+    raw_input: bool = False   # an 8-bit input without quantization, cast to float by the model (MoveNet)
+    notes: tuple[str, ...] = ()
 
 
 def _producer(graph: Subgraph, tensor: int):
     return next((op for op in graph.operators if tensor in op.outputs), None)
 
 
-def _is_float_model(graph: Subgraph) -> Tensor | None:
-    """A float tensor inside the graph (not at a QUANTIZE/DEQUANTIZE edge, nor the post-process op's), or None."""
-    for op in graph.operators:
-        if op.opcode in (*EDGE_OPS, POSTPROCESS_OP, EDGETPU_CUSTOM_OP):
-            continue
-        for index in (*op.inputs, *op.outputs):
-            if index >= 0 and graph.tensors[index].type in ("FLOAT32", "FLOAT16"):
-                return graph.tensors[index]
-    return None
-
-
-def graph_facts(source: SourceFile) -> GraphFacts:
-    """What the graph is, or ImportRefused saying why the service cannot serve it."""
+def graph_facts(source: SourceFile, detector: DetectorOptions | None = None, task: str | None = None) -> GraphFacts:
+    """What the graph is (the task `--task` names, when the graph alone cannot tell), or ImportRefused saying why
+    the service cannot serve it."""
+    detector = detector or DetectorOptions()
     graph, name = source.graph, source.path.name
     if len(source.model.subgraphs) != 1 and not source.compiled:
         raise ImportRefused(f"{name} has {len(source.model.subgraphs)} subgraphs (control flow): the Edge TPU and "
@@ -190,34 +178,60 @@ def graph_facts(source: SourceFile) -> GraphFacts:
     if tensor.is_dynamic:
         raise ImportRefused(f"{name}'s input {tensor.name!r} has a dynamic shape {list(tensor.shape_signature)}: "
                             "the Edge TPU needs a fixed size; export the model with batch 1 and a fixed image size")
-    floating = _is_float_model(graph)
-    if floating is not None:
-        raise ImportRefused(
-            f"{name} is a float model (tensor {floating.name!r} is {floating.type}), not full-integer: the Edge TPU "
-            "and the int8 backends run only full-integer models. Quantize it from the model it was converted from "
-            "(Keras, SavedModel, PyTorch or ONNX) with `python -m converter quantize MODEL --calibration photos/ ...`; "
-            "a float .tflite itself cannot be calibrated")
-    if tensor.type in EIGHT_BIT and tensor.quantization is None:
+    try:  # converter/task_recognition.py: float parts around 8-bit layers, segmentation and pose
+        parts = integer_parts(graph, name)
+        recognised = recognise_task(graph, tensor, name, task)
+    except TaskRefused as e:
+        raise ImportRefused(str(e)) from None
+    if tensor.type in EIGHT_BIT and tensor.quantization is None and not parts.raw_input:
         raise ImportRefused(f"{name}'s input {tensor.name!r} is {tensor.type} without quantization parameters: "
                             "not a quantized model")
+    notes = tuple(note for note in [parts.note()] if note)
     detectors = postprocess_ops(graph)
     if detectors:
-        return GraphFacts(tensor, "detection", 0, None, _detector(name, graph, detectors))
+        _given(name, task, "detection", f"it ends in {POSTPROCESS_OP}")
+        family = _detector(name, graph, detectors, detector)
+        return GraphFacts(tensor, "detection", family.classes, None, family, why=f"it ends in {POSTPROCESS_OP}",
+                          raw_input=parts.raw_input, notes=notes)
+    if recognised is not None:
+        return GraphFacts(tensor, recognised.task, recognised.classes, recognised.output, None, recognised.outputs,
+                          recognised.why, parts.raw_input, notes)
+    try:
+        family = recognise_detector(graph, shape[2], shape[1], source.metadata, detector, name, source.compiled)
+    except DetectorRefused as e:
+        raise ImportRefused(str(e)) from None
+    if family is not None:
+        _given(name, task, "detection", f"its outputs are a {family.name} head")
+        return GraphFacts(tensor, "detection", family.classes, None, family, why=family.origin,
+                          raw_input=parts.raw_input, notes=notes)
+    _given(name, task, "classification", "one output of class scores")
     if len(graph.outputs) != 1:
         names = ", ".join(repr(graph.tensors[i].name) for i in graph.outputs)
         raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS_OP} op: the "
-                            "service serves classifiers (one output of class scores) and SSD-style detectors "
-                            f"ending in {POSTPROCESS_OP}")
+                            "service serves classifiers (one output of class scores), SSD-style detectors "
+                            f"ending in {POSTPROCESS_OP}, YOLO heads (Ultralytics' one tensor [1, 4 + C, N], or "
+                            "class logits [1, N, C] with DFL boxes [1, N, 64]), segmenters (one class map or "
+                            "per-pixel scores) and MoveNet SinglePose (one output of 17 keypoints)")
     output = graph.tensors[graph.outputs[0]]
     if len(output.shape) < 2 or int(np.prod(output.shape[:-1])) != 1 or output.shape[-1] < 2:
         raise ImportRefused(f"{name}'s output {output.name!r} has shape {list(output.shape)}: a classifier's output "
                             "is one score per class, [1, classes]")
     if output.type not in (*EIGHT_BIT, "FLOAT32"):
         raise ImportRefused(f"{name}'s output {output.name!r} is {output.type}: expected uint8, int8 or float32 scores")
-    return GraphFacts(tensor, "classification", int(output.shape[-1]), output, None)
+    return GraphFacts(tensor, "classification", int(output.shape[-1]), output, None,
+                      why=f"its one output {output.name!r} {list(output.shape)} holds a score per class",
+                      raw_input=parts.raw_input, notes=notes)
 
 
-def _detector(name: str, graph: Subgraph, ops) -> Detector:
+def _given(name: str, given: str | None, task: str, why: str) -> None:
+    """ImportRefused when --task names another task than the graph is."""
+    if given is not None and given != task:
+        from converter.task_recognition import NEEDS
+
+        raise ImportRefused(f"{name} is a {task} model ({why}); --task {given} needs {NEEDS[given]}")
+
+
+def _detector(name: str, graph: Subgraph, ops, detector: DetectorOptions) -> Family:
     if len(ops) != 1:
         raise ImportRefused(f"{name} has {len(ops)} {POSTPROCESS_OP} ops: a detector has one")
     op = ops[0]
@@ -237,7 +251,7 @@ def _detector(name: str, graph: Subgraph, ops) -> Detector:
                             "classes") from None
     if options.num_classes < 1:
         raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has no num_classes in its options: cannot map its classes")
-    return Detector(outputs, options)
+    return postprocess_family(outputs, options.num_classes, detector)
 
 
 # ---- two files, one model -------------------------------------------------------------------------
@@ -316,13 +330,22 @@ class Labels:
 def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
     """Line i names class i of `count`, or ImportRefused saying why the labels do not fit."""
     by_id, notes = dict(found.by_id), []
-    what = "classes" if task == "detection" else "outputs"
+    what = "outputs" if task == "classification" else "keypoints" if task == "pose" else "classes"
     if found.form == "one per line":
         entries = len(by_id)
-        if entries == count + 1 and task == "detection" and BACKGROUND.match(by_id.get(0, "")):
+        if entries > count and not by_id.get(count, "").strip():
+            # the labels, a blank line, then prose (Coral's pascal_voc_segmentation_labels.txt ends with a note
+            # on the ignore label 255)
+            rest = [line for i, line in sorted(by_id.items()) if i > count and line.strip()]
+            by_id = {i: label for i, label in by_id.items() if i < count}
+            entries = count
+            notes.append(f"{where}: {count} labels, then a blank line and {len(rest)} line(s) of text after them "
+                         f"({rest[0][:60]!r}...), taken as a note, not labels")
+        if entries == count + 1 and task in ("detection", "segmentation") and BACKGROUND.match(by_id.get(0, "")):
             by_id = {i - 1: label for i, label in by_id.items() if i > 0}
+            maker = POSTPROCESS_OP if task == "detection" else f"the model ({count} classes)"
             notes.append(f"{where}: its first line {found.by_id[0]!r} is the background class, which "
-                         f"{POSTPROCESS_OP} does not output: dropped, so that line i names class id i")
+                         f"{maker} does not output: dropped, so that line i names class id i")
         elif entries == count - 1 and task == "classification":
             by_id = {0: "background", **{i + 1: label for i, label in by_id.items()}}
             notes.append(f"{where}: {entries} labels for {count} outputs: output 0 is taken as the background class "
@@ -347,8 +370,11 @@ def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
 
 
 def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) -> Labels:
-    """--labels if given, else the file's own (metadata, or the one text file packed in it), fitted to the outputs."""
-    count = facts.classes if facts.task == "classification" else facts.detector.num_classes
+    """--labels if given, else the file's own (metadata, or the one text file packed in it), fitted to the outputs;
+    a pose model's keypoints are COCO's 17 unless --labels renames them."""
+    count = facts.classes
+    if given is None and facts.task == "pose":
+        return Labels(list(KEYPOINT_NAMES), f"COCO's {count} keypoint names, in MoveNet's order (the file names none)")
     if given is not None:
         try:
             text = given.read_text(encoding="utf-8")
@@ -360,10 +386,14 @@ def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) ->
         if own:
             labels.notes.append(f"the file's own labels ({own}) were not used: --labels wins")
         return labels
+    if facts.detector is not None and facts.detector.labels:
+        return Labels(list(facts.detector.labels), facts.detector.labels_origin)
     metadata = source.metadata
     name = _packed_label_name(source)
     if name is None:
-        return Labels([], "none: the file carries no labels and --labels was not given; classes are named by number",
+        # a segmenter's class map does not say how many classes it has: blank lines keep the count
+        lines = [""] * count if facts.task == "segmentation" else []
+        return Labels(lines, "none: the file carries no labels and --labels was not given; classes are named by number",
                       [f"{source.path.name} carries no labels: give --labels FILE to name the classes"])
     raw = metadata.packed.get(name)
     if raw is None:
@@ -521,8 +551,11 @@ class ImportOptions:
     resize: str | None = None
     crop_fraction: float = 0.875
     scores: str | None = None
+    task: str | None = None    # where the graph cannot tell: classification, detection, segmentation or pose
     replace: bool = False
     command: str = ""
+    # a detector's decoding, where the file cannot tell it (--classes, --box-scale, ...: converter/detector_families.py)
+    detector: DetectorOptions = field(default_factory=DetectorOptions)
 
 
 @dataclass(frozen=True)
@@ -554,22 +587,32 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     notes: list[str] = []
     if plain is not None and compiled is not None:
         notes += check_pair(plain, compiled)
-    facts = graph_facts(main)
+    facts = graph_facts(main, dataclasses.replace(options.detector, scores=options.detector.scores or options.scores),
+                        options.task)
+    notes += facts.notes
     if compiled is not None and plain is None:
         notes.append(f"{compiled.path.name} is compiled for the Edge TPU and came without its plain .tflite: it "
                      "serves on the edgetpu backend only (cpu and emulated need the plain file: import both)")
     labels = resolve_labels(options.labels, plain or compiled, facts)
     notes += labels.notes
     metadata_source = main.metadata if main.metadata.present else (compiled.metadata if compiled else main.metadata)
-    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes)
+    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes,
+                                                    facts.detector, facts.raw_input)
     if facts.task == "classification":
         scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
+    elif facts.task in ("segmentation", "pose"):
+        scores, scores_origin = "probabilities", (
+            "a segmenter: the class of a pixel is its highest score, whatever their scale" if facts.task ==
+            "segmentation" else "a pose model: keypoint scores as the model gives them (0-1)")
     else:
-        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS_OP}"
+        family = facts.detector
+        scores, scores_origin = "probabilities", f"a detector, {family.name}: {family.origin}"
         order = [main.graph.tensors[t].name for t in main.graph.outputs]
-        notes.append(f"detector: outputs by role from {POSTPROCESS_OP} "
-                     f"({', '.join(f'{r} {n!r}' for r, n in facts.detector.outputs.items())}); "
+        made_by = POSTPROCESS_OP if family.spec.decoder == "postprocess" else "their shapes"
+        notes.append(f"detector: outputs by role from {made_by} "
+                     f"({', '.join(f'{r} {n!r}' for r, n in family.outputs.items())}); "
                      f"the file lists them as {order}")
+        notes += family.notes
     analysed = analysis(compiled if plain is None else plain)
     estimate = _estimate(plain, notes)
     metadata = metadata_source.summary()
@@ -580,13 +623,14 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     record = ImportedRecord(
         files=[ImportedFile(name=s.path.name, sha256=s.sha256, bytes=len(s.data), kind=kind) for s, kind, _ in given],
         labels=labels.origin, input=f"{input_origin}; resize: {resize_origin}", scores=scores_origin, metadata=metadata,
-        compiler=_compiler_record(compiled), notes=notes)
+        compiler=_compiler_record(compiled), task=facts.why, notes=notes)
     manifest = Manifest(
         name=options.name, task=facts.task,
         description=options.description or metadata.get("description") or f"imported from {main.path.name}",
         source=options.source or _source_of([s for s, _, _ in given], metadata),
         licence=options.licence or UNKNOWN_LICENCE, input=spec, output=OutputSpec(scores=scores),
-        outputs=facts.detector.outputs if facts.detector is not None else {},
+        outputs=facts.detector.outputs if facts.detector is not None else facts.outputs,
+        detection=facts.detector.spec if facts.detector is not None else None,
         quantization=quantization_record(plain) if plain is not None else None,
         edgetpu_analysis=analysed.summary(),
         build=Build(command=options.command or f"python -m converter import ... --name {options.name}",
@@ -596,11 +640,16 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     if labels.lines:
         written[LABELS] = (LABELS_FILE, ("\n".join(labels.lines) + "\n").encode())
     path = write_model_dir(options.out, manifest, written, replace=True)
-    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} classes)" if labels.lines else ""))
+    counted = "keypoints" if facts.task == "pose" else "classes"
+    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} {counted})" if labels.lines else ""))
     say(f"input: {spec.width}x{spec.height}x{spec.channels} {facts.input.type.lower()}; {input_origin}; "
         f"resize {spec.resize}")
     if facts.task == "classification":
         say(f"output: {facts.classes} classes, {scores_origin}")
+    elif facts.task == "detection":
+        say(f"detector: {facts.detector.name}, {facts.classes} classes; {facts.detector.origin}")
+    else:
+        say(f"task: {facts.task}, {facts.why}")
     for note in notes:
         say(f"note: {note}")
     return Imported(path, analysed, notes)
@@ -619,19 +668,36 @@ def _check_target(options: ImportOptions) -> None:
             raise ImportRefused(f"{target} exists: pass --replace to replace it whole, or choose another --name")
 
 
-def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str,
-                notes: list[str]) -> tuple[InputSpec, str, str]:
+def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str, notes: list[str],
+                family: Family | None = None, raw_input: bool = False) -> tuple[InputSpec, str, str]:
     """The service's input spec for the model's input, where its normalization came from, and where its resize came
     from (a note added where the metadata contradicts the input)."""
-    choice = choose_input(tensor, metadata, options.mean, options.std, name)
+    if raw_input and options.mean is None and options.std is None:
+        choice = InputChoice([0.0], [1.0], f"the {tensor.type.lower()} input has no quantization and the model casts "
+                                           "it to float itself (its normalization is inside, as MoveNet's): the "
+                                           "pixels go in as they are")
+    else:
+        try:
+            choice = choose_input(tensor, metadata, options.mean, options.std, name)
+        except ImportRefused:
+            if family is None or family.input_hint is None or options.mean is not None or options.std is not None:
+                raise
+            choice = InputChoice(*family.input_hint)
     height, width, channels = tensor.shape[1:4]
     info = metadata.inputs[0] if metadata.inputs else None
     if info is not None and info.color_space == "GRAYSCALE" and channels == 3:
         notes.append("the metadata says GRAYSCALE but the input has 3 channels: fed as RGB")
-    resize = options.resize or "stretch"
-    resize_origin = (f"--resize {options.resize}" if options.resize else
-                     "stretch: the whole image scaled to the input size, as Coral's examples and TFLite's Task Library "
-                     "do (TFLite metadata has no crop field); --resize center_crop to crop")
+    default = family.resize if family is not None else "stretch"
+    resize = options.resize or default
+    if options.resize:
+        resize_origin = f"--resize {options.resize}"
+    elif default == "letterbox":
+        resize_origin = ("letterbox: YOLO heads are trained on letterboxed images, aspect ratio kept (Ultralytics pads "
+                         "around the centre with grey 114; the service pads right and bottom with black, as pycoral "
+                         "does); --resize stretch to stretch")
+    else:
+        resize_origin = ("stretch: the whole image scaled to the input size, as Coral's examples and TFLite's Task "
+                         "Library do (TFLite metadata has no crop field); --resize center_crop to crop")
     try:
         spec = InputSpec(width=width, height=height, channels=channels, resize=resize,
                          crop_fraction=options.crop_fraction, mean=choice.mean, std=choice.std)

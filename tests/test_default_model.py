@@ -81,7 +81,8 @@ def test_detection_has_its_own_default_settled_the_same_way():
 def test_a_default_of_another_task_is_refused_saying_which_setting_is_its():
     with pytest.raises(ValueError, match=r"EDGETPU_SERVE_DEFAULT_DETECTION_MODEL=flowers is not a detection model.*"
                                          r"set EDGETPU_SERVE_DEFAULT_DETECTION_MODEL to one of \['coco'\].*"
-                                         r"\(EDGETPU_SERVE_DEFAULT_MODEL\)"):
+                                         r"\(EDGETPU_SERVE_DEFAULT_MODEL, EDGETPU_SERVE_DEFAULT_SEGMENTATION_MODEL, "
+                                         r"EDGETPU_SERVE_DEFAULT_POSE_MODEL\)"):
         default_model_for("flowers", ["flowers", "coco"], ["coco"], DETECTION_DEFAULT, others=["flowers"])
     with pytest.raises(ValueError, match=r"EDGETPU_SERVE_DEFAULT_MODEL=coco is not a classification model"):
         default_model_for("coco", ["flowers", "coco"], ["flowers"], others=["coco"])

@@ -207,17 +207,19 @@ def layouts(plugin: Backend, model_dir: ModelDir) -> list[Layout]:
 
 
 def image_input(model_dir: ModelDir, inputs: Sequence[TensorSpec]) -> TensorSpec:
-    """The model's one input, which an image fills: exactly one, of the shape model.json describes, float32 or
-    an integer tensor with a quantization scale (the pixels are quantized into it: app/imaging/quantization.py InputQuantizer)."""
+    """The model's one input, which an image fills: exactly one, of the shape model.json describes, float32,
+    an integer tensor with a quantization scale (the pixels are quantized into it: app/imaging/quantization.py
+    InputQuantizer), or an 8-bit one without quantization that takes the values themselves (MoveNet's)."""
     if len(inputs) != 1:
         raise ModelDirError(f"model {model_dir.name!r} has {len(inputs)} input tensors {[s.name for s in inputs]}; "
                             "the service feeds one image, so a model must have exactly one input")
     check_input_shape(model_dir, inputs[0].shape)
     image = inputs[0]
-    if image.dtype != np.float32 and not (np.issubdtype(image.dtype, np.integer) and image.scale > 0):
+    integer = np.issubdtype(image.dtype, np.integer)
+    if image.dtype != np.float32 and not (integer and (image.scale > 0 or image.dtype.itemsize == 1)):
         raise ModelDirError(f"model {model_dir.name!r}: its input tensor {image.name!r} is {image.dtype.name} with "
-                            f"scale {image.scale}; an image goes in as float32, or quantized into an integer tensor "
-                            "with a positive scale")
+                            f"scale {image.scale}; an image goes in as float32, quantized into an integer tensor "
+                            "with a positive scale, or as the values themselves into an 8-bit one")
     return image
 
 

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from app import processes
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
+from app.frontdoors import open_doors
 from app.http_server import HttpLimits, lifespan_state
 from app.core import Core
 from app.processes.siblings import Siblings, reload_here
@@ -47,6 +48,8 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
             await asyncio.shield(loading)
             processes.slots.mark_loaded()
         hangup = reload_on_hangup(registry)
+        # the doors that are not HTTP (Frigate's ZMQ protocol: app/frontdoors), open while the models load
+        doors = app.state.frontdoors = await open_doors(settings, core, siblings is None or siblings.slot.index == 0)
         try:
             # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
             yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(core, inference_routes))
@@ -55,6 +58,7 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             if siblings is not None:
                 await siblings.stop()
+            await doors.stop()
             # Shutdown: admitted requests finish (bounded), then every interpreter is closed.
             if not await registry.drain(settings.drain_timeout_s):
                 log.warning("drain: %d request(s) still in flight after %.1f s; closing anyway",

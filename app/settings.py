@@ -11,6 +11,7 @@ back here. A different value is a different Settings (`model_copy(update=...)`, 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,7 +208,30 @@ class Settings(BaseSettings):
     image_buffer_blocks: int = Field(default=16, ge=0, le=1024)
     image_buffer_block_bytes: int = Field(default=4 * 1024 * 1024, ge=4096, le=1024 * 1024 * 1024, multiple_of=4096)
 
+    # Frigate's ZMQ detector protocol (app/frontdoors, docs/frigate.md): the endpoint this service binds, e.g.
+    # tcp://127.0.0.1:5555 or ipc:///tmp/cache/zmq_detector; unset: no ZMQ door. The API keys do not cover it:
+    # anyone who reaches it can run models (and, with ZMQ_ACCEPT_MODELS, upload them).
+    zmq_endpoint: str | None = Field(default=None, max_length=512)
+    # A tcp endpoint on an address other than loopback (tcp://0.0.0.0:5555, a LAN address) only with this set:
+    # anyone who reaches that port can run and upload models.
+    zmq_allow_remote: bool = False
+    # Frigate's model transfer (model_data): a .tflite checked as `converter import` checks one, written into
+    # MODEL_DIR as a model directory, loaded and warmed up before the reply. Off: refused, saying so.
+    zmq_accept_models: bool = False
+    # The largest model file a client may send; the socket reads no frame beyond it and a bit (a larger one closes
+    # the connection unanswered: it is never read).
+    zmq_max_model_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=1024 * 1024 * 1024)
+    # Requests being answered at once, over every connection; one beyond gets zero rows at once ("busy").
+    zmq_max_in_flight: int = Field(default=64, ge=1, le=4096)
+
     _plugin_settings: dict[type, PluginSettings | None] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _zmq_endpoint_binds_safely(self):
+        problem = zmq_bind_problem(self.zmq_endpoint, self.zmq_allow_remote)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     def plugin_settings(self, plugin: type) -> PluginSettings | None:
         """A backend plug-in's own settings: its settings class from the environment, with what
@@ -260,6 +284,31 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one backend is needed")
         return value
+
+
+def zmq_bind_problem(endpoint: str | None, allow_remote: bool) -> str | None:
+    """Why ZMQ_ENDPOINT cannot be bound as set (None: it can): tcp://HOST:PORT or ipc://PATH only, and a tcp HOST
+    other than loopback only with ZMQ_ALLOW_REMOTE."""
+    if endpoint is None:
+        return None
+    scheme, sep, rest = endpoint.partition("://")
+    if scheme == "ipc" and sep and rest:
+        return None
+    if scheme != "tcp" or not sep:
+        return (f"ZMQ_ENDPOINT={endpoint!r}: tcp://HOST:PORT or ipc://PATH (Frigate's default: "
+                "ipc:///tmp/cache/zmq_detector)")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        return f"ZMQ_ENDPOINT={endpoint!r}: a tcp endpoint is tcp://HOST:PORT, e.g. tcp://127.0.0.1:5555"
+    try:
+        loopback = ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:  # "*", an interface name, a host name
+        loopback = host == "localhost"
+    if loopback or allow_remote:
+        return None
+    return (f"ZMQ_ENDPOINT={endpoint!r} binds beyond this host, and the ZMQ door has no API key: anyone who reaches "
+            f"this port can run and upload models. Fix: bind tcp://127.0.0.1:{port} or an ipc:// path, or set "
+            f"{ENV_PREFIX}ZMQ_ALLOW_REMOTE=true on a network you trust")
 
 
 # The default model when DEFAULT_MODEL is unset and it is served: the committed ImageNet classifier.

@@ -404,8 +404,8 @@ def run_import(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def detector_options(args: argparse.Namespace):
-    """The import's detector flags (converter/detector_families.py DetectorOptions); ImportRefused for a bad --output."""
-    from converter.detector_families import DetectorOptions
+    """The import's detector flags (app/importing/detectors.py DetectorOptions); ImportRefused for a bad --output."""
+    from app.importing.detectors import DetectorOptions
     from converter.importer import ImportRefused
 
     outputs = {}

@@ -6,7 +6,8 @@ DeepStack's routes and OIP v2 on `cpu` and `emulated`.
 - emulated byte for byte with TFLite's reference kernels up to the decode: OIP v2's rows from the emulator equal
   the decode of BUILTIN_REF's tensors for the same input tensor;
 - thresholds from model.json, and the request's overrides (min_score, max_detections, DeepStack's min_confidence);
-- a TF2 object-detection export with PACK on every backend.
+- a TF2 object-detection export with PACK on every backend;
+- Frigate's ZMQ door answering `yolo-generic` with a YOLO head's rows (the uint8-input Frigate-like export).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from PIL import Image
 
 from app.model_dir.reading import read_model_dir
 from app.tasks import yolo
-from converter.detector_families import DetectorOptions
+from app.importing.detectors import DetectorOptions
 from converter.importer import ImportOptions, import_model
 from tests import yolo_models
+from bench.frigate_client import FrigateClient
+from bench.service import free_port
 from tests.conftest import Service
 from tests.doubles.libedgetpu import libedgetpu_double  # noqa: F401 (a fixture)
 
@@ -36,6 +39,7 @@ FAMILIES = {
     "ultralytics": ("ultralytics_like", {}, {"min_score": 0.5}),
     "ultralytics_t": ("ultralytics_like", {"transposed": True, "box_scale": "pixels"}, {}),
 }
+FRIGATE_U8 = "coral_dfl_u8"  # what Frigate's yolo-generic sends to: a uint8 input (input_dtype int)
 SSD = "ssd_tf2"
 BACKENDS = ("cpu", "emulated")
 # the squares' boxes in input pixels, best first (equal scores: candidate order, the finer grids first)
@@ -62,16 +66,21 @@ def served(tmp_path_factory):
         source = root / f"{name}.tflite"
         source.write_bytes(getattr(yolo_models, builder)(**arguments))
         import_model([source], ImportOptions(name=name, out=models, labels=labels, detector=DetectorOptions(**flags)))
+    frigate = root / f"{FRIGATE_U8}.tflite"
+    frigate.write_bytes(yolo_models.frigate_like("uint8"))
+    import_model([frigate], ImportOptions(name=FRIGATE_U8, out=models, labels=labels))
     ssd = root / f"{SSD}.tflite"
     ssd.write_bytes(yolo_models.tf2_ssd())
     (root / "labelmap.txt").write_text("???\nred\ngreen")  # TF's labelmap: background first, no final newline
     import_model([ssd], ImportOptions(name=SSD, out=models, labels=root / "labelmap.txt"))
     env = {"EDGETPU_SERVE_MODEL_DIR": str(models), "EDGETPU_SERVE_BACKENDS": ",".join(BACKENDS),
            "EDGETPU_SERVE_DEFAULT_DETECTION_MODEL": "coral_dfl",
+           "EDGETPU_SERVE_ZMQ_ENDPOINT": f"tcp://127.0.0.1:{free_port()}",
            "EDGETPU_SERVE_WORKERS": "1"}
     with Service(env, inherit_settings=False) as service, httpx.Client(base_url=service.url, timeout=60) as client:
         ready = client.get("/readyz")
         assert ready.status_code == 200, (ready.text, service.output()[-3000:])
+        client.zmq_endpoint = env["EDGETPU_SERVE_ZMQ_ENDPOINT"]
         yield models, client
 
 
@@ -222,3 +231,34 @@ def test_a_yolo_model_and_its_compiled_twin_serve_on_edgetpu_through_the_libedge
                         "data": [base64.b64encode(data).decode()]}], "parameters": {"backend": "edgetpu"}})
         assert v2.status_code == 200 and [o["name"] for o in v2.json()["outputs"]] == ["boxes", "classes", "scores",
                                                                                         "count"]
+
+
+def test_frigates_yolo_generic_over_zmq_gives_the_heads_rows_by_frigates_rule(served):
+    """Frigate's zmq detector with model_type yolo-generic (sent as its enum's name, "yologeneric") and the tensor of
+    the scene: the [20, 6] rows are the model's decoded rows (OIP v2's, from the same tensor on the same backend)
+    by Frigate's rule (best first, stopping at the first below 0.4, at most 20), and they place the squares."""
+    _, client = served
+    tensor = yolo_models.squares()[None]  # uint8 [1, 64, 64, 3], the pixels as Frigate sends them
+    frigate = FrigateClient(client.zmq_endpoint, f"{FRIGATE_U8}.tflite", model_type="yologeneric", timeout_ms=60_000)
+    try:
+        assert frigate.start(), frigate.answers
+        rows = frigate.detect(tensor)
+    finally:
+        frigate.socket.close(linger=0)
+    r = client.post(f"/v2/models/{FRIGATE_U8}/infer", json={
+        "inputs": [{"name": "image", "shape": list(tensor.shape), "datatype": "UINT8", "data": tensor.ravel().tolist()}],
+        "parameters": {"backend": "cpu"}})
+    assert r.status_code == 200, r.text
+    out = {o["name"]: np.asarray(o["data"], np.float32).reshape(o["shape"][1:]) for o in r.json()["outputs"]}
+    kept = [i for i in range(int(out["count"][0]))][:20]
+    first_low = next((n for n, i in enumerate(kept) if out["scores"][i] < 0.4), len(kept))
+    expected = np.zeros((20, 6), np.float32)
+    for n, i in enumerate(kept[:first_low]):
+        expected[n] = (out["classes"][i], out["scores"][i], *out["boxes"][i])
+    assert (rows[:, 0] == expected[:, 0]).all(), (rows, expected)
+    np.testing.assert_allclose(rows[:, 1:], expected[:, 1:], atol=0.02)
+    found = rows[rows[:, 1] > 0]
+    assert sorted(found[:, 0].astype(int).tolist()) == sorted(s.colour for s in SCENE)
+    for square in SCENE:
+        row = found[found[:, 0] == square.colour][0]
+        np.testing.assert_allclose(row[2:], square.box, atol=0.5 / yolo_models.SIZE)

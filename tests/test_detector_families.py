@@ -1,4 +1,4 @@
-"""converter/detector_families.py through `python -m converter import`: each detector family recognised from the file
+"""app/importing/detectors.py through `python -m converter import`: each detector family recognised from the file
 itself, its roles and decoding written to model.json, and a flag with the reason where the file cannot tell.
 
 Fast: graph stubs with the outputs' shapes, types and quantization (tests/yolo_models.py yolo_stub). Slow: real
@@ -205,7 +205,7 @@ def test_the_command_line_flags(tmp_path, capsys):
 
 
 def _options(**given):
-    from converter.detector_families import DetectorOptions
+    from app.importing.detectors import DetectorOptions
 
     return DetectorOptions(**given)
 

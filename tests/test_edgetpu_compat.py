@@ -5,11 +5,15 @@ import json
 import numpy as np
 import pytest
 
-from app.detection_postprocess import POSTPROCESS_OP
 from app.edgetpu.compat import MAX_SOFTMAX_ELEMENTS, analyze, analyze_file
 from app.tflite_file import read_tflite
 from tests.conftest import DEFAULT_MODEL, MODELS
-from tests.doubles.compiled_model_double import compiled_model_bytes, custom_options, package_bytes
+from tests.doubles.compiled_model_double import (
+    compiled_detector_bytes,
+    compiled_model_bytes,
+    custom_options,
+    package_bytes,
+)
 from tests.tflite_builder import GraphBuilder, conv_chain
 
 CONV = dict(padding=0, strideW=1, strideH=1, dilationWFactor=1, dilationHFactor=1)
@@ -323,20 +327,7 @@ def test_a_detectors_post_processing_runs_on_the_cpu_as_intended(feed):
 
 def test_a_compiled_detector_is_its_custom_op_then_the_post_processing():
     """edgetpu_compiler's SSD output: edgetpu-custom-op, then TFLite_Detection_PostProcess on the CPU."""
-    from tests.detection_models import postprocess_options
-
-    g = GraphBuilder()
-    image = g.activation("image", [1, 16, 16, 3], "UINT8")
-    boxes = g.activation("box_encodings", [1, 16, 4], "UINT8")
-    classes = g.activation("class_predictions", [1, 16, 3], "UINT8")
-    g.op("CUSTOM", [image], [boxes, classes], custom_code="edgetpu-custom-op")
-    g.operators[-1].customOptions = list(custom_options(package_bytes(14)))
-    anchors = g.tensor("anchors", [16, 4], "FLOAT32", data=np.zeros((16, 4)))
-    outs = [g.activation(f"out{i}", shape, "FLOAT32", quantized=False)
-            for i, shape in enumerate(([1, 10, 4], [1, 10], [1, 10], [1]))]
-    g.op("CUSTOM", [boxes, classes, anchors], outs, custom_code=POSTPROCESS_OP)
-    g.operators[-1].customOptions = list(postprocess_options())
-    report = analyze(read_tflite(g.build([image], outs)))
+    report = analyze(read_tflite(compiled_detector_bytes()))
     assert report.compiled and (report.mapped, report.tail, report.total) == (1, 1, 2)
     assert report.as_intended
     assert report.summary() == ("already compiled for the Edge TPU: 1 Edge TPU custom op(s); 1 of 2 ops run on the "

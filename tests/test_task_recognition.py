@@ -1,4 +1,4 @@
-"""converter/task_recognition.py through `python -m converter import`: segmentation and pose read from the graph,
+"""app/importing/tasks.py through `python -m converter import`: segmentation and pose read from the graph,
 float parts around 8-bit layers taken (MoveNet's), what only --task can tell asked for, and PoseNet's decoder, float
 and dynamic-range models refused with the reason.
 

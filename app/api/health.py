@@ -38,9 +38,11 @@ async def readyz(request: Request, registry: RegistryDep):
             status = registry.status(name)
             models[name] = ModelStateOut(state=status.state, error=status.error, since=iso_time(status.since))
         ready = registry.ready()
-    if ready:
+    doors = getattr(request.app.state, "frontdoors", None)  # the doors that are not HTTP (app/frontdoors)
+    closed = doors.problems() if doors is not None else {}
+    if ready and not closed:
         return ReadyOut(ready=True, models=models, workers=workers)
     waiting = sorted(name for name, m in models.items() if m.state not in ("ready", "degraded"))
-    body = ReadyOut(ready=False, models=models, error=f"not ready: {', '.join(waiting) or 'no models'}",
-                    workers=workers)
+    error = f"not ready: {', '.join(waiting + list(closed.values())) or 'no models'}"
+    body = ReadyOut(ready=False, models=models, error=error, workers=workers)
     return JSONResponse(body.model_dump(), status_code=503)

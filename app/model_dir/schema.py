@@ -1,7 +1,7 @@
 """model.json's format: `Manifest`, the records the service reads, and the names of the files it lists.
 
 One validated format: the service reads every model.json through `Manifest` (app/model_dir/reading.py), the
-converter writes none that `Manifest` would refuse (converter/model_dir.py). The converter's own records
+writers write none that `Manifest` would refuse (app/model_dir/writing.py). The converter's own records
 (quality, quantization, the compile report) are app/model_dir/records.py.
 """
 

@@ -36,9 +36,12 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+from app import metrics
 from app.engines import BACKENDS, Backend, MemberView
-from app.errors import ModelNotFound, NotReady, ServeError, ShuttingDown
+from app.errors import ModelDirError, ModelNotFound, NotReady, ServeError, ShuttingDown
+from app.model_dir.reading import read_model_dir
 from app.pool import EnginePool
 from app.registry.devices import DeviceFollower, DeviceMoves
 from app.registry.fallbacks import Fallbacks
@@ -98,6 +101,49 @@ class Registry:
         self.models.load_each(self.settings.warmup_at_start)
         for key in self.settings.backends:
             self.plugins[key].follow(self.moves.listener(key))
+
+    def add(self, path: Path) -> ModelVersion:
+        """A model directory written while serving (a client's upload: app/frontdoors/uploads.py), loaded and
+        warmed up on the configured backends, then served under its name. Blocking: run off the event loop.
+
+        Never replaces: a model of that name already here is a ModelDirError. A model that no configured backend
+        can run here (a compiled-only file without an Edge TPU in service) is not added: the first backend's error,
+        or a ModelDirError with each backend's reason. A failed load leaves the registry as it was (the caller
+        removes the directory)."""
+        model_dir = read_model_dir(path)
+        name, models = model_dir.name, self.models
+        # each configured backend's word on this one model, as when its devices change (Backend.recheck never raises)
+        decided = {key: fallback for key in self.settings.backends
+                   if (fallback := self.plugins[key].recheck(model_dir)) is not None}
+        with models.lock:
+            if models.draining:
+                raise ShuttingDown("the service is shutting down: no model is added")
+            if name in models.paths:
+                raise ModelDirError(f"a model named {name!r} is served already: it is not replaced")
+            models.add({name: (Path(path), model_dir)})
+        try:
+            for key, fallback in decided.items():
+                self.fallbacks.record(name, key, fallback)
+            with models.reload_locks[name]:
+                version = self.loader.load_version(model_dir, 1, True, self.fallbacks.of(name))
+            if not version.pools:
+                version.close()
+                reasons = "; ".join(f"{key}: {f.reason}" for key, f in version.fallbacks.items())
+                raise ModelDirError(f"model {name!r}: no backend here runs it ({reasons})")
+        except BaseException:
+            with models.lock:
+                for table in (models.paths, models.dirs, models.states, models.reload_locks):
+                    table.pop(name, None)
+            self.fallbacks.keep(name, {})
+            metrics.model_loaded(name, ok=False)
+            raise
+        with models.lock:
+            models.versions[name] = version
+            models.states[name] = ModelStatus("ready", since=time.time())
+        self.fallbacks.keep(name, version.fallbacks)
+        metrics.model_loaded(name, ok=True)
+        log.info("model %s: added from %s and serving", name, path)
+        return version
 
     def wait_loaded(self, timeout_s: float) -> bool:
         """Block until load_all has finished, at most timeout_s."""

@@ -46,7 +46,7 @@ from app.model_dir.schema import (
     grid_cells,
 )
 from app.tflite_file import Subgraph, Tensor
-from converter.tflite_metadata import Metadata
+from app.importing.metadata import Metadata
 
 EIGHT_BIT = ("INT8", "UINT8")
 # The strides YOLO heads use: P3-P5, and P3-P6 for the P6 models ("yolov8n-p6").

@@ -68,8 +68,8 @@ def _convert(converter, size: int, low: float = -1.0, high: float = 1.0, float_o
     if not float_ops:
         return bytes(converter.convert())
     options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(float_ops))
-    debugger = tf.lite.experimental.QuantizationDebugger(converter=converter, debug_dataset=_as_lists(_calibration(size, low, high)),
-                                                         debug_options=options)
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter, debug_dataset=_as_lists(_calibration(size, low, high)), debug_options=options)
     return bytes(debugger.get_nondebug_quantized_model())
 
 
@@ -347,13 +347,14 @@ def segmenter() -> bytes:
 
     size = SEGMENTER_SIZE
     image = keras.Input((size, size, 3), batch_size=1)
-    x = layers.Conv2D(8, 3, 2, "same", activation="relu6")(image)  # 17
+    x = layers.Conv2D(8, 3, 2, "same", activation="relu6")(image)
     x = layers.DepthwiseConv2D(3, 1, "same", activation="relu6")(x)
     x = layers.Conv2D(16, 1, activation="relu6")(x)
-    x = layers.Conv2D(16, 3, 2, "same", activation="relu6")(x)  # 9
+    x = layers.Conv2D(16, 3, 2, "same", activation="relu6")(x)  # a quarter of the input's side
     x = layers.Add()([x, layers.Conv2D(16, 1)(x)])
     pooled = layers.Conv2D(8, 1, activation="relu")(layers.AveragePooling2D(x.shape[1])(x))  # image pooling
-    pooled = layers.Lambda(lambda t: tf.image.resize(t, (9, 9), method="bilinear"))(pooled)
+    cells = x.shape[1]
+    pooled = layers.Lambda(lambda t: tf.image.resize(t, (cells, cells), method="bilinear"))(pooled)
     features = layers.Concatenate()([pooled, layers.Conv2D(8, 1, activation="relu")(x)])
     logits = layers.Conv2D(SEGMENTER_CLASSES, 1)(features)
     logits = layers.Lambda(lambda t: tf.compat.v1.image.resize_bilinear(t, (size, size), align_corners=True))(logits)
@@ -369,9 +370,10 @@ POSE_FLOAT_OPS = ("LOGISTIC", "MUL", "ADD", "SUB", "DIV", "SQRT", "RESHAPE", "TR
                   "UNPACK", "GATHER_ND", "ARG_MAX", "FLOOR_DIV", "CAST", "CONCATENATION")
 
 
-def pose() -> bytes:
+def pose(float_ops=POSE_FLOAT_OPS) -> bytes:
     """MoveNet single pose in small: heatmaps, centre, regression and offsets from an int8 body, then MoveNet's
-    decoding in float32 to [1, 1, K, 3] (y, x, score), normalized."""
+    decoding in float32 to [1, 1, K, 3] (y, x, score), normalized. float_ops=() quantizes what TF can (DIV,
+    SQRT, MUL ... in int8): what a user's own conversion with TF 2.21 gives."""
     tf, keras = _tf()
     from keras import layers
 
@@ -409,4 +411,4 @@ def pose() -> bytes:
         return tf.reshape(tf.stack([y, x, score], -1), [1, 1, k, 3])
 
     keypoints = layers.Lambda(decode)([heatmaps, center, regression, offsets])
-    return _from_keras(keras.Model(image, keypoints), POSE_SIZE, integer_only=False, float_ops=POSE_FLOAT_OPS)
+    return _from_keras(keras.Model(image, keypoints), POSE_SIZE, integer_only=False, float_ops=float_ops)

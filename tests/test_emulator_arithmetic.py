@@ -1,5 +1,6 @@
-"""ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, FLOOR_DIV, FLOOR_MOD, SQRT, RSQRT on float32 and integer tensors against
-BUILTIN_REF: broadcasting, fused activations, constant operands, NaN, infinities, -0.0, ties and the integer extremes."""
+"""ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, FLOOR_DIV, FLOOR_MOD, SQRT, RSQRT on float32 and integer tensors, and 8-bit
+DIV and SQRT, against BUILTIN_REF: broadcasting, fused activations, constant operands, NaN, infinities, -0.0, ties
+and the integer extremes."""
 
 from __future__ import annotations
 
@@ -180,9 +181,47 @@ def test_a_negative_int8_sqrt_fails_the_invoke(reference):
         run_emulator(model, [np.array([-1, 100], np.int8)])
 
 
-def test_quantized_div_is_refused_by_name():
+@st.composite
+def quantized_div_models(draw):
+    """8-bit DIV (TF 2.21 quantizes a pose model's distance weighting to it): every byte pair, divisors at their
+    zero point excluded: a divisor of 0 fails the invoke (its own test)."""
+    type_name = draw(st.sampled_from(["INT8", "UINT8"]))
+    q1, q2, q_out = (draw(quantization(type_name)) for _ in range(3))
+    shape1, shape2, output = draw(broadcast_pair())
+    seed = draw(seeds)
+    x1, x2 = values_of(seed, shape1, type_name), values_of(seed + 1, shape2, type_name)
+    low = np.iinfo(x2.dtype).min
+    x2 = np.where(x2.astype(np.int64) == q2[1], np.full_like(x2, q2[1] - 1 if q2[1] > low else q2[1] + 1), x2)
+    activation = draw(st.sampled_from(["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]))
     g = GraphBuilder()
-    a, b, y = (g.tensor(name, (3,), "UINT8", scale=0.1, zero_point=0) for name in "aby")
+    a = g.tensor("a", shape1, type_name, scale=q1[0], zero_point=q1[1])
+    b = g.tensor("b", shape2, type_name, scale=q2[0], zero_point=q2[1])
+    y = g.tensor("y", output, type_name, scale=q_out[0], zero_point=q_out[1])
+    g.op("DIV", [a, b], [y], fusedActivationFunction=activation)
+    return case(g.build([a, b], [y]), [x1, x2], type=type_name, qs=(q1, q2, q_out), shapes=(shape1, shape2),
+                activation=activation, seed=seed)
+
+
+@OP_SETTINGS
+@given(quantized_div_models())
+def test_div_on_8_bits(reference, example):
+    assert_matches_reference(reference, example)
+
+
+def test_an_8_bit_div_is_exact_on_every_pair_and_fails_on_a_zero_divisor(reference):
+    zero_point = 10
+    pairs = [(a, b) for a in range(256) for b in range(256) if b != zero_point]
+    g = GraphBuilder()  # all 65280 pairs whose divisor is not 0 (not at its zero point)
+    a, b, y = (g.tensor(name, (len(pairs),), "UINT8", scale=0.1, zero_point=zero_point) for name in "aby")
     g.op("DIV", [a, b], [y])
-    with pytest.raises(UnsupportedOperators, match=r"DIV \(operator 0\): output 'y' is UINT8; expected FLOAT32"):
-        Interpreter(model_content=g.build([a, b], [y]))
+    assert_matches_reference(reference, g.build([a, b], [y]), [np.array(column, np.uint8) for column in zip(*pairs)])
+    g = GraphBuilder()
+    a, b, y = (g.tensor(name, (4,), "UINT8", scale=0.1, zero_point=zero_point) for name in "aby")
+    g.op("DIV", [a, b], [y])
+    model = g.build([a, b], [y])
+    inputs = [np.array([1, 2, 3, 4], np.uint8), np.array([0, 1, 2, zero_point], np.uint8)]
+    assert "Refused" in type(reference.run(model, inputs)).__name__  # CheckNonZero: a byte at the zero point
+    with pytest.raises(InvokeFailed, match="Division by 0"):
+        run_emulator(model, inputs)
+    inputs[1][3] = 0  # a stored 0 is a real -1: fine
+    assert_matches_reference(reference, model, inputs)

@@ -35,8 +35,8 @@ def resize_models(draw, opcode: str, options: str, types=("INT8", "UINT8", "FLOA
     g.op(opcode, [x, s], [y], options, version=3, alignCorners=mode == "align_corners",
          halfPixelCenters=mode == "half_pixel_centers")
     special = draw(st.booleans())  # NaN, infinities and -0.0 among float inputs, or ordinary values only
-    return case(g.build([x], [y]), [values_of(seed, shape, type_name, special=special)], type=type_name, shape=shape, size=size,
-                mode=mode, seed=seed)
+    return case(g.build([x], [y]), [values_of(seed, shape, type_name, special=special)], type=type_name, shape=shape,
+                size=size, mode=mode, seed=seed)
 
 
 @OP_SETTINGS

@@ -5,7 +5,8 @@ Example usage:
     python -m app.emulator                       # the operators it runs, one a line
     python -m app.emulator model_int8.tflite     # prepares the model: "runs all 62 operators" or why not
 
-The check exits 0 when the emulator runs every operator of every model given, 1 when it refuses some (listed on one line).
+The check exits 0 when the emulator runs every operator of every model given, 1 when it refuses some
+(listed on one line).
 """
 
 from __future__ import annotations

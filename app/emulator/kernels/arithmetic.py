@@ -17,7 +17,7 @@ so the bytes agree; what needs care is spelled out where it happens:
   float) moved to the divisor's sign, with the same check.
 - Integer DIV truncates toward zero (C's /) and fails on a zero divisor; float DIV does not check.
 
-8-bit quantized ADD, SUB, MUL, MAXIMUM and MINIMUM are elementwise.py's table kernels; kernels/__init__.py
+8-bit quantized ADD, SUB, MUL, DIV, MAXIMUM and MINIMUM are elementwise.py's table kernels; kernels/__init__.py
 picks by the output's type. SQRT on int8 is the quantized kernel of elementwise.cc (in float, per byte).
 """
 
@@ -253,12 +253,12 @@ FLOAT_AND_INTEGER_PREPARE = {
     "ADD": prepare_add,
     "SUB": prepare_sub,
     "MUL": prepare_mul,
+    "DIV": prepare_div,
     "MAXIMUM": prepare_maximum,
     "MINIMUM": prepare_minimum,
 }
 
 PREPARE = {
-    "DIV": prepare_div,
     "FLOOR_DIV": prepare_floor_div,
     "FLOOR_MOD": prepare_floor_mod,
     "SQRT": prepare_sqrt,

@@ -34,23 +34,28 @@ def interpolation_values_integer(size_out: int, size_in: int, align_corners: boo
 
 def resize_bilinear_integer(input_data: np.ndarray, output_height: int, output_width: int, align_corners: bool,
                             half_pixel_centers: bool) -> np.ndarray:
-    """reference_ops::ResizeBilinearInteger: 10-bit fixed-point weights, a 20-bit product, one rounding."""
+    """reference_ops::ResizeBilinearInteger: 10-bit fixed-point weights, a 20-bit product, one rounding.
+
+    The four terms x * wy * wx summed are (x[y0] * (1024 - dy) + x[y1] * dy) weighted by column: integer
+    arithmetic, so the rows are blended first, at the input's width, then the columns (exact; every sum
+    stays below 2^28 in int32)."""
     _, in_h, in_w, _ = input_data.shape
     input_y, y0, y1 = interpolation_values_integer(output_height, in_h, align_corners, half_pixel_centers)
     input_x, x0, x1 = interpolation_values_integer(output_width, in_w, align_corners, half_pixel_centers)
-    dy = (input_y - (1 << 10) * y0)[None, :, None, None]
-    dx = (input_x - (1 << 10) * x0)[None, None, :, None]
-    x = input_data.astype(np.int64)
-    rows0, rows1 = x[:, y0], x[:, y1]
-    output_20 = (rows0[:, :, x0] * ((1 << 10) - dy) * ((1 << 10) - dx)
-                 + rows1[:, :, x0] * dy * ((1 << 10) - dx)
-                 + rows0[:, :, x1] * ((1 << 10) - dy) * dx
-                 + rows1[:, :, x1] * dy * dx)
+    dy = (input_y - (1 << 10) * y0).astype(np.int32)[None, :, None, None]
+    dx = (input_x - (1 << 10) * x0).astype(np.int32)[None, None, :, None]
+    x = input_data.astype(np.int32)
+    rows = x[:, y0] * ((1 << 10) - dy) + x[:, y1] * dy  # [N, out_h, in_w, C], 10 fractional bits
+    output_20 = np.take(rows, x0, axis=2)
+    output_20 *= (1 << 10) - dx
+    right = np.take(rows, x1, axis=2)
+    right *= dx
+    output_20 += right
     if RESIZE_BILINEAR_ROUNDING is Rounding.SINGLE_ROUNDING:
         interpolation = (output_20 + (1 << 19)) >> 20
-    else:
-        rounded = output_20 + np.where(output_20 > 0, 1 << 19, -(1 << 19))
-        interpolation = c_divide(rounded, 1 << 20)
+    else:  # + or - 2^19, then a division by 2^20 truncating toward zero
+        magnitude = (np.abs(output_20) + (1 << 19)) >> 20
+        interpolation = np.where(output_20 > 0, magnitude, -magnitude)
     return interpolation.astype(input_data.dtype)
 
 
@@ -73,22 +78,32 @@ def resize_bilinear_float(input_data: np.ndarray, output_height: int, output_wid
                           half_pixel_centers: bool) -> np.ndarray:
     """reference_ops::ResizeBilinear<T> (uint8 and float32): float32 weights, the four terms summed left to
     right, + rounding_offset (0.5f for an integer T, 0.0f for float: it turns -0.0 into +0.0) and a cast
-    (truncating for an integer T)."""
+    (truncating for an integer T).
+
+    Each term is (x * wy) * wx in float32, in that order; x * wy does not depend on the output column, so it
+    is computed once per output row at the input's width and gathered by column (the same floats)."""
     _, in_h, in_w, _ = input_data.shape
     input_y, y0, y1 = interpolation_values(output_height, in_h, align_corners, half_pixel_centers)
     input_x, x0, x1 = interpolation_values(output_width, in_w, align_corners, half_pixel_centers)
     dy = (input_y - y0.astype(f32)).astype(f32)[None, :, None, None]
     dx = (input_x - x0.astype(f32)).astype(f32)[None, None, :, None]
-    x = input_data.astype(f32)
-    rows0, rows1 = x[:, y0], x[:, y1]
     one = f32(1)
+    x = input_data.astype(f32)
     with np.errstate(over="ignore", invalid="ignore"):  # IEEE results, infinities and NaN included, as in C++
-        total = (rows0[:, :, x0] * (one - dy)).astype(f32) * (one - dx)
-        total = total + (rows1[:, :, x0] * dy).astype(f32) * (one - dx)
-        total = total + (rows0[:, :, x1] * (one - dy)).astype(f32) * dx
-        total = total + (rows1[:, :, x1] * dy).astype(f32) * dx
-    rounding_offset = f32(0.0) if input_data.dtype == np.float32 else f32(0.5)
-    return (total + rounding_offset).astype(f32).astype(input_data.dtype)
+        top, bottom = x[:, y0] * (one - dy), x[:, y1] * dy  # x * wy for rows y0 and y1: [N, out_h, in_w, C]
+        total = np.take(top, x0, axis=2)
+        total *= one - dx
+        term = np.take(bottom, x0, axis=2)
+        term *= one - dx
+        total += term
+        np.take(top, x1, axis=2, out=term)
+        term *= dx
+        total += term
+        np.take(bottom, x1, axis=2, out=term)
+        term *= dx
+        total += term
+    total += f32(0.0) if input_data.dtype == np.float32 else f32(0.5)
+    return total.astype(input_data.dtype)
 
 
 def _geometry(view: OpView):

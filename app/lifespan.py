@@ -1,6 +1,6 @@
 """The service's lifetime inside its app (the ASGI lifespan that app/main.py gives it).
 
-At start: refuse a server that does not run our HTTP protocol (app/launch.py), load the models in the
+At start (a server that does not run our HTTP protocol was refused before: app/launch.py), load the models in the
 background while /healthz answers, join the worker group when several processes serve the port
 (app/processes: a worker listens once loaded), and reload every model on SIGHUP. While serving: the HTTP
 protocol reads its limits and the head check from the lifespan state (app/http_server.py). At SIGTERM:
@@ -18,9 +18,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import launch, processes
+from app import processes
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
+from app.frontdoors import open_doors
 from app.http_server import HttpLimits, lifespan_state
 from app.core import Core
 from app.processes.siblings import Siblings, reload_here
@@ -39,7 +40,6 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict]:
-        launch.check_server(app)  # started by another server: refuses unless it runs our protocol
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
         if siblings is not None:
             await siblings.start()  # the others see it loading, and ask it for reloads, from now on
@@ -48,6 +48,8 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
             await asyncio.shield(loading)
             processes.slots.mark_loaded()
         hangup = reload_on_hangup(registry)
+        # the doors that are not HTTP (Frigate's ZMQ protocol: app/frontdoors), open while the models load
+        doors = app.state.frontdoors = await open_doors(settings, core, siblings is None or siblings.slot.index == 0)
         try:
             # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
             yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(core, inference_routes))
@@ -56,6 +58,7 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             if siblings is not None:
                 await siblings.stop()
+            await doors.stop()
             # Shutdown: admitted requests finish (bounded), then every interpreter is closed.
             if not await registry.drain(settings.drain_timeout_s):
                 log.warning("drain: %d request(s) still in flight after %.1f s; closing anyway",

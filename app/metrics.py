@@ -59,6 +59,11 @@ COLD_STARTS = Counter(f"{PREFIX}_cold_starts", "Inputs that paid their interpret
                       ("model", "backend"))
 MODEL_LOADS = Counter(f"{PREFIX}_model_loads", "Model loads and reloads, by result (ok or failed)",
                       ("model", "result"))
+# Frigate's ZMQ door (app/frontdoors/zmq_door.py): each request it answers without running a model, by why (its
+# requests are counted with the others, protocol="zmq", under the status an HTTP door would give the same fault)
+ZMQ_REFUSALS = Counter(f"{PREFIX}_zmq_refusals", "Frigate ZMQ requests answered with zero rows or a refusal, by reason "
+                       "(header, frames, size, shape, dtype, model_type, model, busy, not_ready, upload, ...)",
+                       ("reason",))
 SEGMENT_SECONDS = Histogram(f"{PREFIX}_segment_seconds",
                             "Pipelined (segmented) models: the invoke of one segment, by segment index",
                             ("model", "backend", "segment"), buckets=LATENCY_BUCKETS)
@@ -108,6 +113,11 @@ def answered(protocol: str, model: str, backend: str, status: int) -> None:
     if counter is None:
         counter = _answers[key] = REQUESTS.labels(protocol, _tasks.get(model, ""), model, backend, str(status))
     counter.inc()
+
+
+def zmq_refused(reason: str) -> None:
+    """A ZMQ request refused: `reason` is one of the door's short labels (a bounded set)."""
+    ZMQ_REFUSALS.labels(reason).inc()
 
 
 def model_loaded(model: str, ok: bool) -> None:

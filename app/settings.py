@@ -3,10 +3,15 @@
 The core's own settings are here; each backend plug-in declares its own (a PluginSettings
 class, read from EDGETPU_SERVE_<KEY>_*), which `plugin_settings()` composes. The registry makes
 each plug-in's when it starts, so a wrong value stops the service at start either way.
+
+Settings are frozen once made: what the service decides from them at start (the default model of each task,
+which backend serves a model instead of another) is kept where it is decided (app/registry/), never written
+back here. A different value is a different Settings (`model_copy(update=...)`, as a worker's share does).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +38,14 @@ class PluginSettings(BaseSettings):
     """A backend plug-in's own settings (Frigate's way: each detector declares its config class).
 
     A subclass sets `model_config = plugin_config(KEY)`, so its fields read EDGETPU_SERVE_<KEY>_<FIELD>;
-    values given in code (`Settings(plugins={KEY: {...}})`) take precedence over the environment."""
+    values given in code (`Settings(plugins={KEY: {...}})`) take precedence over the environment. Frozen, like
+    the core's."""
 
-    model_config = SettingsConfigDict(extra="forbid")
+    model_config = SettingsConfigDict(extra="forbid", frozen=True)
 
 
 def plugin_config(key: str, **extra) -> SettingsConfigDict:
-    return SettingsConfigDict(env_prefix=f"{ENV_PREFIX}{key.upper()}_", extra="forbid", **extra)
+    return SettingsConfigDict(env_prefix=f"{ENV_PREFIX}{key.upper()}_", extra="forbid", frozen=True, **extra)
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ class DeviceShare:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -86,11 +92,16 @@ class Settings(BaseSettings):
     # Models to serve (names of sub-directories of model_dir); empty = every one found.
     models: Annotated[list[str], NoDecode] = []
     # The model of /v1/classify. Unset: efficientnet_lite0 when it is served, else the only classifier
-    # served; Registry.configure() settles it (default_model_for) and refuses to start when it cannot.
+    # served; Registry.configure() settles it (default_model_for; Registry.default_model answers it from then on)
+    # and refuses to start when it cannot.
     default_model: str | None = None
     # The model of /v1/detect and DeepStack's /v1/vision/detection. Unset: ssdlite_mobilenet_v2_person when it
     # is served, else the only detection model served; settled like DEFAULT_MODEL, among detection models.
     default_detection_model: str | None = None
+    # The models of /v1/segment and /v1/pose. Unset: the only model of that task served (none is committed);
+    # settled like DEFAULT_MODEL, among that task's models.
+    default_segmentation_model: str | None = None
+    default_pose_model: str | None = None
     # Backends each model is loaded on; the first is the default for requests.
     backends: Annotated[list[str], NoDecode] = ["cpu"]
 
@@ -197,7 +208,30 @@ class Settings(BaseSettings):
     image_buffer_blocks: int = Field(default=16, ge=0, le=1024)
     image_buffer_block_bytes: int = Field(default=4 * 1024 * 1024, ge=4096, le=1024 * 1024 * 1024, multiple_of=4096)
 
+    # Frigate's ZMQ detector protocol (app/frontdoors, docs/frigate.md): the endpoint this service binds, e.g.
+    # tcp://127.0.0.1:5555 or ipc:///tmp/cache/zmq_detector; unset: no ZMQ door. The API keys do not cover it:
+    # anyone who reaches it can run models (and, with ZMQ_ACCEPT_MODELS, upload them).
+    zmq_endpoint: str | None = Field(default=None, max_length=512)
+    # A tcp endpoint on an address other than loopback (tcp://0.0.0.0:5555, a LAN address) only with this set:
+    # anyone who reaches that port can run and upload models.
+    zmq_allow_remote: bool = False
+    # Frigate's model transfer (model_data): a .tflite checked as `converter import` checks one, written into
+    # MODEL_DIR as a model directory, loaded and warmed up before the reply. Off: refused, saying so.
+    zmq_accept_models: bool = False
+    # The largest model file a client may send; the socket reads no frame beyond it and a bit (a larger one closes
+    # the connection unanswered: it is never read).
+    zmq_max_model_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=1024 * 1024 * 1024)
+    # Requests being answered at once, over every connection; one beyond gets zero rows at once ("busy").
+    zmq_max_in_flight: int = Field(default=64, ge=1, le=4096)
+
     _plugin_settings: dict[type, PluginSettings | None] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _zmq_endpoint_binds_safely(self):
+        problem = zmq_bind_problem(self.zmq_endpoint, self.zmq_allow_remote)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     def plugin_settings(self, plugin: type) -> PluginSettings | None:
         """A backend plug-in's own settings: its settings class from the environment, with what
@@ -252,6 +286,31 @@ class Settings(BaseSettings):
         return value
 
 
+def zmq_bind_problem(endpoint: str | None, allow_remote: bool) -> str | None:
+    """Why ZMQ_ENDPOINT cannot be bound as set (None: it can): tcp://HOST:PORT or ipc://PATH only, and a tcp HOST
+    other than loopback only with ZMQ_ALLOW_REMOTE."""
+    if endpoint is None:
+        return None
+    scheme, sep, rest = endpoint.partition("://")
+    if scheme == "ipc" and sep and rest:
+        return None
+    if scheme != "tcp" or not sep:
+        return (f"ZMQ_ENDPOINT={endpoint!r}: tcp://HOST:PORT or ipc://PATH (Frigate's default: "
+                "ipc:///tmp/cache/zmq_detector)")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        return f"ZMQ_ENDPOINT={endpoint!r}: a tcp endpoint is tcp://HOST:PORT, e.g. tcp://127.0.0.1:5555"
+    try:
+        loopback = ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:  # "*", an interface name, a host name
+        loopback = host == "localhost"
+    if loopback or allow_remote:
+        return None
+    return (f"ZMQ_ENDPOINT={endpoint!r} binds beyond this host, and the ZMQ door has no API key: anyone who reaches "
+            f"this port can run and upload models. Fix: bind tcp://127.0.0.1:{port} or an ipc:// path, or set "
+            f"{ENV_PREFIX}ZMQ_ALLOW_REMOTE=true on a network you trust")
+
+
 # The default model when DEFAULT_MODEL is unset and it is served: the committed ImageNet classifier.
 COMMITTED_DEFAULT_MODEL = "efficientnet_lite0"
 # The default detector when DEFAULT_DETECTION_MODEL is unset and it is served: the committed person detector.
@@ -264,7 +323,7 @@ class DefaultOf:
 
     setting: str          # the Settings field (its variable: EDGETPU_SERVE_ + upper case)
     task: str             # model.json's task
-    committed: str
+    committed: str        # "" where none is committed
     routes: str           # what answers with it, for the messages
     named_route: str      # where each model of the task is also served
 
@@ -278,7 +337,10 @@ CLASSIFICATION_DEFAULT = DefaultOf("default_model", "classification", COMMITTED_
 DETECTION_DEFAULT = DefaultOf("default_detection_model", "detection", COMMITTED_DEFAULT_DETECTION_MODEL,
                               "/v1/detect and /v1/vision/detection",
                               "/v1/models/NAME/detect and /v1/vision/custom/NAME")
-DEFAULTS = (CLASSIFICATION_DEFAULT, DETECTION_DEFAULT)
+SEGMENTATION_DEFAULT = DefaultOf("default_segmentation_model", "segmentation", "", "/v1/segment",
+                                 "/v1/models/NAME/segment")
+POSE_DEFAULT = DefaultOf("default_pose_model", "pose", "", "/v1/pose", "/v1/models/NAME/pose")
+DEFAULTS = (CLASSIFICATION_DEFAULT, DETECTION_DEFAULT, SEGMENTATION_DEFAULT, POSE_DEFAULT)
 
 
 def default_model_for(chosen: str | None, served: list[str], of_task: list[str],
@@ -291,13 +353,19 @@ def default_model_for(chosen: str | None, served: list[str], of_task: list[str],
     variable, task = default.variable, default.task
     if chosen is not None:
         if chosen not in served:
-            raise ValueError(f"{variable}={chosen} is not served (serving {', '.join(served)}). Fix: set {variable} "
-                             f"to one of them, or serve {chosen} too ({ENV_PREFIX}MODELS)")
+            fix = f"set {variable} to one of {', '.join(of_task)}" if of_task else \
+                f"unset {variable} (no {task} model is served)"
+            raise ValueError(f"{variable}={chosen} is not served (serving {', '.join(served)}). Fix: {fix}, or serve "
+                             f"{chosen} too ({ENV_PREFIX}MODELS)")
+        if chosen in others and not of_task:  # nothing it could name: say so, and what is served
+            raise ValueError(f"{variable}={chosen} is not a {task} model, and no {task} model is served (serving "
+                             f"{', '.join(served)}), so {variable}, the model of {default.routes}, cannot apply. Fix: "
+                             f"unset {variable}, or serve a {task} model too ({ENV_PREFIX}MODELS)")
         if chosen in others:
             settings = ", ".join(d.variable for d in DEFAULTS if d is not default)
             raise ValueError(f"{variable}={chosen} is not a {task} model, and {variable} names the model of "
-                             f"{default.routes}. Fix: set {variable} to one of {of_task or 'none served'}; the "
-                             f"default of another task has its own setting ({settings})")
+                             f"{default.routes}. Fix: set {variable} to one of {of_task}; the default of another "
+                             f"task has its own setting ({settings})")
         return chosen
     if default.committed in of_task:
         return default.committed

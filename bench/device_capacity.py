@@ -39,6 +39,7 @@ Example usage:
     python bench/device_capacity.py --peer --concurrency 1,4 --inputs 224      # cpu: ours vs a naive peer
     python bench/device_capacity.py --url http://board:8000 --device-ms 2.6     # a running service
     python bench/device_capacity.py --model ssdlite_mobilenet_v2_person --device-ms 7 --devices 1  # detection
+    python bench/device_capacity.py --zmq --device-ms 7 --devices 4 --concurrency 1,2,4,8   # Frigate's ZMQ door
 
 Beside the tables, a PNG chart: device busy against concurrency, one line per input and one panel
 per table, the bound without HTTP dashed (--chart PATH; default beside --json's file, else
@@ -735,6 +736,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chart", type=Path, default=None,
                         help="write the device-busy chart (PNG) here (default: beside --json as .png, else "
                              "build/bench/device_capacity.png); '' for none")
+    parser.add_argument("--zmq", action="store_true",
+                        help="instead: Frigate's ZMQ door (bench/zmq_capacity.py): Frigate-like clients sending 320x320 "
+                             "uint8 tensors, beside HTTP /v2 binary and a naive REP peer; --device-ms, --devices, "
+                             "--concurrency (clients), --duration and --json apply")
     parser.add_argument("--redraw", type=Path, default=None, metavar="JSON",
                         help="measure nothing: draw the chart of a report saved with --json")
     return parser.parse_args(argv)
@@ -920,6 +925,10 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk", file=sys.stderr)
         return 2
+    if args.zmq:
+        from bench import zmq_capacity
+
+        return zmq_capacity.main(argv if argv is not None else sys.argv[1:])
     MODEL = args.model
     plan = Plan.of(args)
     start_load = load_average()

@@ -1,4 +1,4 @@
-"""The numpy emulator against TFLite's own kernels, on the default model and a real photo, 1 thread.
+"""The numpy emulator against TFLite's own kernels, on the default model (or any --model) and a real photo, 1 thread.
 
 In one process and one run, interleaved (each round runs every engine once, so drift on a noisy
 machine hits all alike): the emulator (app/emulator) with its numba kernels when installed and on
@@ -17,6 +17,10 @@ the emulator's own setting and the interpreters' num_threads=1.
 Example usage:
     python bench/emulator_bench.py -n 30
     python bench/emulator_bench.py --photo my.jpg --json
+    python bench/emulator_bench.py --model detector_int8.tflite -n 20   # any model: the photo resized to its input
+
+With --model, the photo is resized to each input's size (bilinear, no normalisation: the bytes are the
+pixels, shifted by 128 for an int8 input) and every output is compared with BUILTIN_REF's.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def rss_bytes() -> int:
 class Engine:
     """One way to run the model: name, run(x) -> output, and how much memory it took to set up."""
 
-    def __init__(self, name: str, create, x: np.ndarray):
+    def __init__(self, name: str, create, x: np.ndarray, roles: dict[str, int] | None = None):
         before = rss_bytes()
         start = time.perf_counter()
         self.interpreter = create()
@@ -62,7 +66,8 @@ class Engine:
         self.input_index = self.interpreter.get_input_details()[0]["index"]
         self.output_index = self.interpreter.get_output_details()[0]["index"]
         self.load_ms = (time.perf_counter() - start) * 1000
-        self.first_output = self.run(x)
+        self.run(x)
+        self.first_output = compared_bytes(self.interpreter, roles or {})
         self.rss_growth = rss_bytes() - before
         self.name = name
         self.times_ms: list[float] = []
@@ -78,6 +83,40 @@ class Engine:
         self.times_ms.append((time.perf_counter() - start) * 1000)
 
 
+def detector_outputs(path: Path) -> dict[str, int]:
+    """Role -> tensor index of a detector's post-process outputs; {} for other models."""
+    from app.detection_postprocess import PostProcessError, outputs_by_role
+    from app.tflite_file import read_tflite
+
+    try:
+        return {role: tensor.index for role, tensor in outputs_by_role(read_tflite(path).graph).items()}
+    except PostProcessError:
+        return {}
+
+
+def compared_bytes(interpreter, roles: dict[str, int]) -> bytes:
+    """Every output's bytes; for a detector only the rows its count says were written (TFLite leaves the others
+    as its memory was, the emulator writes zeros: docs/emulator.md)."""
+    if not roles:
+        return b"".join(interpreter.get_tensor(d["index"]).tobytes() for d in interpreter.get_output_details())
+    count = int(interpreter.get_tensor(roles["count"]).reshape(-1)[0])
+    return b"".join([interpreter.get_tensor(roles["count"]).tobytes()]
+                    + [interpreter.get_tensor(roles[r])[0, :count].tobytes() for r in ("boxes", "classes", "scores")])
+
+
+def resized_photo_tensor(photo: Path, model: Path) -> np.ndarray:
+    """The photo at the model's input size, as its input type holds pixels (int8: shifted by 128)."""
+    from PIL import Image
+
+    from app.tflite_file import read_tflite
+
+    graph = read_tflite(model).graph
+    tensor = graph.tensors[graph.inputs[0]]
+    _, height, width, _ = tensor.shape
+    pixels = np.asarray(Image.open(photo).convert("RGB").resize((width, height), Image.BILINEAR), np.int16)
+    return (pixels - (128 if tensor.type == "INT8" else 0)).reshape(tensor.shape).astype(tensor.dtype)
+
+
 def photo_tensor(photo: Path) -> np.ndarray:
     from app.imaging import prepare
     from app.imaging.quantization import InputQuantizer
@@ -88,12 +127,12 @@ def photo_tensor(photo: Path) -> np.ndarray:
     return InputQuantizer(spec, np.dtype(np.uint8), 1 / 128, 127)(prepare(photo.read_bytes(), spec, MAX_PIXELS))
 
 
-def emulator_peak_bytes(engine: Engine, x: np.ndarray) -> tuple[int, int]:
+def emulator_peak_bytes(engine: Engine, x: np.ndarray, path: Path) -> tuple[int, int]:
     """(prepared model, peak during one invoke above it): numpy memory seen by tracemalloc."""
     from app.emulator import Interpreter
 
     tracemalloc.start()
-    interpreter = Interpreter(model_path=repo_root() / "models" / MODEL / f"{MODEL}_int8.tflite")
+    interpreter = Interpreter(model_path=path)
     interpreter.allocate_tensors()
     prepared, _ = tracemalloc.get_traced_memory()
     tracemalloc.reset_peak()
@@ -110,6 +149,9 @@ def main() -> int:
     parser.add_argument("-n", "--rounds", type=int, default=30, help="measured rounds (one invoke per engine each)")
     parser.add_argument("--warmup", type=int, default=3, help="uncounted rounds first")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--model", type=Path, default=None,
+                        help=f"a .tflite to run instead of the default model ({MODEL}); the photo is resized to "
+                             "its input")
     args = parser.parse_args()
 
     from ai_edge_litert.interpreter import Interpreter as LiteRt
@@ -117,9 +159,11 @@ def main() -> int:
 
     from app.emulator import Interpreter as Emulator
 
-    path = repo_root() / "models" / MODEL / f"{MODEL}_int8.tflite"
+    path = args.model or repo_root() / "models" / MODEL / f"{MODEL}_int8.tflite"
+    name = path.stem if args.model else MODEL
     photo = args.photo or default_photo()
-    x = photo_tensor(photo)
+    x = resized_photo_tensor(photo, path) if args.model else photo_tensor(photo)
+    roles = detector_outputs(path)
 
     def litert(resolver):
         return lambda: LiteRt(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver)
@@ -128,19 +172,19 @@ def main() -> int:
 
     engines = [
         Engine("emulator" + (" (numba kernels)" if accel.available() else " (numpy)"),
-               lambda: Emulator(model_path=path, num_threads=1), x),
-        Engine("reference (BUILTIN_REF)", litert(OpResolverType.BUILTIN_REF), x),
+               lambda: Emulator(model_path=path, num_threads=1), x, roles),
+        Engine("reference (BUILTIN_REF)", litert(OpResolverType.BUILTIN_REF), x, roles),
         Engine("optimized (BUILTIN_WITHOUT_DEFAULT_DELEGATES)", litert(OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES),
-               x),
-        Engine("XNNPACK (AUTO)", litert(OpResolverType.AUTO), x),
+               x, roles),
+        Engine("XNNPACK (AUTO)", litert(OpResolverType.AUTO), x, roles),
     ]
     if accel.available():
         engines.append(Engine("emulator (numpy only)", lambda: Emulator(model_path=path, num_threads=1,
-                                                                        accelerate=False), x))
+                                                                        accelerate=False), x, roles))
     emulator, reference, optimized, xnnpack = engines[:4]
-    identical = all(e.first_output.tobytes() == reference.first_output.tobytes() for e in engines
+    identical = all(e.first_output == reference.first_output for e in engines
                     if e.name.startswith("emulator"))
-    prepared, invoke_peak = emulator_peak_bytes(emulator, x)
+    prepared, invoke_peak = emulator_peak_bytes(emulator, x, path)
 
     for _ in range(args.warmup):
         for engine in engines:
@@ -152,7 +196,8 @@ def main() -> int:
     medians = {e.name: median(e.times_ms) for e in engines}
     emulator_ms = medians[emulator.name]
     figures = {
-        "photo": photo.name, "rounds": args.rounds, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "model": name, "photo": photo.name, "rounds": args.rounds,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "byte_identical_to_builtin_ref": identical,
         "engines": {e.name: {"p50_ms": medians[e.name], "p90_ms": percentile(e.times_ms, 90), "load_ms": e.load_ms,
                              "rss_growth_mib": e.rss_growth / MIB} for e in engines},
@@ -166,7 +211,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0 if identical else 1
-    print(f"{MODEL}, photo {photo.name}, {args.rounds} interleaved rounds, 1 thread, {figures['machine']}")
+    print(f"{name}, photo {photo.name}, {args.rounds} interleaved rounds, 1 thread, {figures['machine']}")
     print(f"{'engine':<48} {'p50 ms':>8} {'p90 ms':>8} {'load ms':>8} {'RSS +MiB':>9}")
     print("(load: create + allocate; the emulator reads, checks and prepares the whole graph there)")
     for e in engines:

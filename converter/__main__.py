@@ -144,8 +144,9 @@ def _add_quantize(sub) -> None:
 
 def _add_import(sub) -> None:
     """`import FILE [FILE]`: a .tflite the user already has, served as it is."""
-    imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier "
-                              "or a detector ending in TFLite_Detection_PostProcess) -> a model directory, served as it is",
+    imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier, "
+                              "a detector ending in TFLite_Detection_PostProcess, a segmenter or MoveNet SinglePose) -> "
+                              "a model directory, served as it is",
                "python -m converter import mobilenet_v1_1.0_224_quant.tflite --name mobilenet_v1 --labels labels.txt")
     imp.add_argument("files", type=Path, nargs="+", metavar="FILE",
                      help="the plain full-integer .tflite, its _edgetpu.tflite, or both (checked to be the same model)")
@@ -167,8 +168,36 @@ def _add_import(sub) -> None:
     imp.add_argument("--crop-fraction", type=float, default=0.875,
                      help="center_crop: fraction of the shorter side kept (default 0.875)")
     imp.add_argument("--scores", choices=("logits", "probabilities"), default=None,
-                     help="a classifier's output (default: read from the graph; asked for where a compiled file hides it)")
+                     help="a classifier's output, or a YOLO head's class scores (default: read from the graph and the "
+                          "tensor's quantization; asked for where a compiled file hides it)")
+    imp.add_argument("--task", choices=("classification", "detection", "segmentation", "pose"), default=None,
+                     help="what the model does, where its outputs cannot tell (default: read from the graph: one score "
+                          "per class, TFLite_Detection_PostProcess or a YOLO head, a class map or per-pixel scores at "
+                          "the input's size, MoveNet's 17 keypoints)")
     imp.add_argument("--replace", action="store_true", help="replace <out>/<name>/ whole if it exists")
+    det = imp.add_argument_group("detectors", "what a detector's file cannot tell (default: read from the file; "
+                                              "the import stops and names the flag where it cannot)")
+    det.add_argument("--classes", type=int, default=None,
+                     help="YOLO: the class count, where the output's shape leaves it open (YOLOv5's objectness or not)")
+    det.add_argument("--box-scale", choices=("normalized", "pixels"), default=None,
+                     help="YOLO one tensor: boxes as fractions of the input (Ultralytics' TFLite exports) or its pixels "
+                          "(default: from the output's quantization range, or Ultralytics' metadata)")
+    det.add_argument("--box-format", choices=("xywh", "xyxy"), default=None,
+                     help="YOLO one tensor: centre and size (default, Ultralytics) or corners")
+    det.add_argument("--strides", type=int, nargs="+", default=None,
+                     help="YOLO: the grid strides, in input pixels (default: 8 16 32, or 8 16 32 64, whichever fits "
+                          "the candidate count)")
+    det.add_argument("--reg-max", type=int, default=None, help="YOLO DFL: bins per box side (default 16)")
+    det.add_argument("--output", action="append", default=[], metavar="ROLE=TENSOR",
+                     help="name a role's output tensor where shapes cannot tell (roles: predictions, class_logits, "
+                          "box_distributions); repeatable")
+    det.add_argument("--min-score", type=float, default=None,
+                     help="the model's default score threshold (requests may override; default 0.25 for YOLO)")
+    det.add_argument("--nms-iou", type=float, default=None,
+                     help="YOLO: suppress a box overlapping a better one by more than this IoU (default 0.45)")
+    det.add_argument("--max-detections", type=int, default=None, help="at most this many objects (default 100)")
+    det.add_argument("--class-agnostic", action="store_true", default=None,
+                     help="YOLO: suppress overlapping boxes across classes (default: within each class)")
 
 
 def _add_inspect(sub) -> None:
@@ -362,8 +391,8 @@ def run_import(args: argparse.Namespace, argv: list[str]) -> int:
     options = ImportOptions(
         name=args.name, out=args.out, labels=args.labels, licence=args.licence, source=args.source,
         description=args.description, mean=args.mean, std=args.std, resize=args.resize,
-        crop_fraction=args.crop_fraction, scores=args.scores, replace=args.replace,
-        command=shlex.join(["python", "-m", "converter", *argv]))
+        crop_fraction=args.crop_fraction, scores=args.scores, task=args.task, replace=args.replace,
+        command=shlex.join(["python", "-m", "converter", *argv]), detector=detector_options(args))
     result = import_model(args.files, options, say=_say)
     report = result.report
     _say(f"Edge TPU analysis: {report.summary()}")
@@ -372,6 +401,23 @@ def run_import(args: argparse.Namespace, argv: list[str]) -> int:
         return EXIT_OK
     print(render(report, result.path))
     return EXIT_CPU_OPS
+
+
+def detector_options(args: argparse.Namespace):
+    """The import's detector flags (app/importing/detectors.py DetectorOptions); ImportRefused for a bad --output."""
+    from app.importing.detectors import DetectorOptions
+    from converter.importer import ImportRefused
+
+    outputs = {}
+    for given in args.output:
+        role, sep, tensor = given.partition("=")
+        if not sep or not role or not tensor:
+            raise ImportRefused(f"--output {given!r}: give ROLE=TENSOR, e.g. --output class_logits=Identity_1")
+        outputs[role.strip()] = tensor.strip()
+    return DetectorOptions(classes=args.classes, box_scale=args.box_scale, box_format=args.box_format,
+                           strides=args.strides, reg_max=args.reg_max, outputs=outputs, min_score=args.min_score,
+                           nms_iou=args.nms_iou, max_detections=args.max_detections,
+                           class_agnostic=args.class_agnostic)
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 Coral's model zoo, Model Maker and Teachable Machine hand out full-integer files (TF1-style uint8
 everywhere, or TF2 int8 with uint8, int8 or float edges) and often their `_edgetpu.tflite`, with the
-labels packed inside (TFLite metadata: converter/tflite_metadata.py). This module reads what such a
+labels packed inside (TFLite metadata: app/importing/metadata.py). This module reads what such a
 file says about itself and writes the same model directory a build writes (app/model_dir/):
 
     FILE.tflite [FILE_edgetpu.tflite] --> checks: one image input, full-integer, a classifier or a
@@ -25,7 +25,7 @@ Example usage:
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,17 +33,22 @@ from pathlib import Path
 
 import numpy as np
 
-from app.detection_postprocess import (
-    OUTPUT_ROLES,
-    POSTPROCESS_OP,
-    PostProcessError,
-    PostProcessOptions,
-    outputs_by_role,
-    postprocess_ops,
-    read_options,
-)
+from app.detection_postprocess import POSTPROCESS_OP
 from app.edgetpu.compat import EIGHT_BIT, CompatReport, analyze
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP, read_compiled_model
+from app.importing import (
+    EDGE_OPS,
+    GraphFacts,
+    ImportRefused,
+    TfliteSource,
+    graph_facts,
+    identity_normalization,
+    producer,
+    read_tflite_source,
+)
+from app.importing.detectors import DetectorOptions, Family
+from app.importing.metadata import Metadata
+from app.importing.tasks import KEYPOINT_NAMES
 from app.model_dir.schema import (
     EDGETPU,
     INT8,
@@ -58,15 +63,13 @@ from app.model_dir.schema import (
     int8_filename,
 )
 from app.model_dir.schema import Imported as ImportedRecord
-from app.tflite_file import Subgraph, Tensor, TfliteFileError, TfliteModel, read_tflite
+from app.tflite_file import Subgraph, Tensor
 from converter.model_dir import write_model_dir
-from converter.tflite_metadata import Metadata, MetadataError, read_metadata
 from converter.writing import LABELS_FILE, tool_versions
 
 UNKNOWN_LICENCE = "unknown, given by the user"
-# The edges of a float-I/O model; and what the importer looks through to find what made an output
-# (TF1 classifiers may end in a RESHAPE after their SOFTMAX).
-EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
+# What the importer looks through to find what made an output (TF1 classifiers may end in a RESHAPE after
+# their SOFTMAX), beside a float-I/O model's edges (EDGE_OPS).
 SHAPE_OPS = ("RESHAPE", "SQUEEZE")
 # A label file's placeholder for an id without a class (TF's label maps write "???").
 PLACEHOLDER = "???"
@@ -76,30 +79,9 @@ BACKGROUND = re.compile(r"^(background|__background__|\?\?\?|unlabeled|none)$", 
 ID_LABEL = re.compile(r"^\s*(\d+)[:\s]\s*(.*?)\s*$")
 
 
-class ImportRefused(Exception):
-    """The file cannot be imported as it is; the message says why and what would work."""
-
-
 @dataclass(frozen=True)
-class SourceFile:
-    """One file given to the importer, read and checked once."""
-
-    path: Path
-    data: bytes
-    model: TfliteModel
-    metadata: Metadata
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
-
-    @property
-    def compiled(self) -> bool:
-        return any(op.opcode == EDGETPU_CUSTOM_OP for op in self.model.graph.operators)
-
-    @property
-    def graph(self) -> Subgraph:
-        return self.model.graph
+class SourceFile(TfliteSource):
+    """One file given to the importer, read and checked once (app/importing: its graph, its metadata)."""
 
 
 def read_source(path: Path) -> SourceFile:
@@ -109,135 +91,12 @@ def read_source(path: Path) -> SourceFile:
         data = path.read_bytes()
     except OSError as e:
         raise ImportRefused(f"cannot read {path}: {e.strerror or e}") from None
-    if len(data) < 8 or data[4:8] != b"TFL3":
-        kind = "an empty file" if not data else "not a TFLite model (no TFL3 identifier at byte 4)"
-        raise ImportRefused(f"{path} is {kind}: give the .tflite file itself (a model zoo download, Model "
-                            "Maker's export, or what TFLiteConverter wrote)")
-    try:
-        model = read_tflite(data)
-        if not model.subgraphs:
-            raise TfliteFileError("it has no subgraph")
-    except TfliteFileError as e:
-        raise ImportRefused(f"{path} is not a readable TFLite model ({e}); if it was downloaded, the download "
-                            "may be truncated: download it again") from None
-    try:
-        metadata = read_metadata(data)
-    except MetadataError as e:
-        raise ImportRefused(f"{path}: {e}") from None
-    except Exception as e:  # the model's own table, read lazily for its metadata list
-        raise ImportRefused(f"{path} is not a readable TFLite model ({type(e).__name__}: {e}); it may be "
-                            "truncated: download it again") from None
-    return SourceFile(path, data, model, metadata)
+    source = read_tflite_source(path, data)
+    return SourceFile(source.path, source.data, source.model, source.metadata)
 
 
-# ---- what the graph is ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Detector:
-    """A model ending in TFLite_Detection_PostProcess: its outputs by role, read from the op itself."""
-
-    outputs: dict[str, str]        # role -> tensor name, in the op's order
-    options: PostProcessOptions    # as the op's kernel reads them
-
-    @property
-    def num_classes(self) -> int:
-        return self.options.num_classes
-
-
-@dataclass(frozen=True)
-class GraphFacts:
-    input: Tensor
-    task: str                 # classification | detection
-    classes: int              # classification: outputs; detection: the op's num_classes
-    output: Tensor | None     # a classifier's one output
-    detector: Detector | None
-
-
-def _producer(graph: Subgraph, tensor: int):
-    return next((op for op in graph.operators if tensor in op.outputs), None)
-
-
-def _is_float_model(graph: Subgraph) -> Tensor | None:
-    """A float tensor inside the graph (not at a QUANTIZE/DEQUANTIZE edge, nor the post-process op's), or None."""
-    for op in graph.operators:
-        if op.opcode in (*EDGE_OPS, POSTPROCESS_OP, EDGETPU_CUSTOM_OP):
-            continue
-        for index in (*op.inputs, *op.outputs):
-            if index >= 0 and graph.tensors[index].type in ("FLOAT32", "FLOAT16"):
-                return graph.tensors[index]
-    return None
-
-
-def graph_facts(source: SourceFile) -> GraphFacts:
-    """What the graph is, or ImportRefused saying why the service cannot serve it."""
-    graph, name = source.graph, source.path.name
-    if len(source.model.subgraphs) != 1 and not source.compiled:
-        raise ImportRefused(f"{name} has {len(source.model.subgraphs)} subgraphs (control flow): the Edge TPU and "
-                            "the service run single-graph models")
-    if len(graph.inputs) != 1:
-        names = ", ".join(f"{graph.tensors[i].name!r} {list(graph.tensors[i].shape)}" for i in graph.inputs)
-        raise ImportRefused(f"{name} has {len(graph.inputs)} inputs ({names}): the service feeds a model one "
-                            "image; import a model with a single image input")
-    tensor = graph.tensors[graph.inputs[0]]
-    shape = list(tensor.shape)
-    if len(shape) != 4 or shape[0] != 1 or shape[3] not in (1, 3) or min(shape[1:3]) < 1:
-        raise ImportRefused(f"{name}'s input {tensor.name!r} has shape {shape}, type {tensor.type}: not an image "
-                            "input. The service feeds images as [1, height, width, 3] (RGB) or [1, height, width, 1] "
-                            "(grey)")
-    if tensor.type not in (*EIGHT_BIT, "FLOAT32"):
-        raise ImportRefused(f"{name}'s input {tensor.name!r} is {tensor.type}: the service feeds uint8, int8 or "
-                            "float32 images")
-    if tensor.is_dynamic:
-        raise ImportRefused(f"{name}'s input {tensor.name!r} has a dynamic shape {list(tensor.shape_signature)}: "
-                            "the Edge TPU needs a fixed size; export the model with batch 1 and a fixed image size")
-    floating = _is_float_model(graph)
-    if floating is not None:
-        raise ImportRefused(
-            f"{name} is a float model (tensor {floating.name!r} is {floating.type}), not full-integer: the Edge TPU "
-            "and the int8 backends run only full-integer models. Quantize it from the model it was converted from "
-            "(Keras, SavedModel, PyTorch or ONNX) with `python -m converter quantize MODEL --calibration photos/ ...`; "
-            "a float .tflite itself cannot be calibrated")
-    if tensor.type in EIGHT_BIT and tensor.quantization is None:
-        raise ImportRefused(f"{name}'s input {tensor.name!r} is {tensor.type} without quantization parameters: "
-                            "not a quantized model")
-    detectors = postprocess_ops(graph)
-    if detectors:
-        return GraphFacts(tensor, "detection", 0, None, _detector(name, graph, detectors))
-    if len(graph.outputs) != 1:
-        names = ", ".join(repr(graph.tensors[i].name) for i in graph.outputs)
-        raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS_OP} op: the "
-                            "service serves classifiers (one output of class scores) and SSD-style detectors "
-                            f"ending in {POSTPROCESS_OP}")
-    output = graph.tensors[graph.outputs[0]]
-    if len(output.shape) < 2 or int(np.prod(output.shape[:-1])) != 1 or output.shape[-1] < 2:
-        raise ImportRefused(f"{name}'s output {output.name!r} has shape {list(output.shape)}: a classifier's output "
-                            "is one score per class, [1, classes]")
-    if output.type not in (*EIGHT_BIT, "FLOAT32"):
-        raise ImportRefused(f"{name}'s output {output.name!r} is {output.type}: expected uint8, int8 or float32 scores")
-    return GraphFacts(tensor, "classification", int(output.shape[-1]), output, None)
-
-
-def _detector(name: str, graph: Subgraph, ops) -> Detector:
-    if len(ops) != 1:
-        raise ImportRefused(f"{name} has {len(ops)} {POSTPROCESS_OP} ops: a detector has one")
-    op = ops[0]
-    try:
-        outputs = {role: tensor.name for role, tensor in outputs_by_role(graph, op).items()}
-    except PostProcessError:
-        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} has {len(op.outputs)} outputs, not the 4 of the op "
-                            f"({', '.join(OUTPUT_ROLES)})") from None
-    if sorted(op.outputs) != sorted(graph.outputs):
-        listed = [graph.tensors[t].name for t in graph.outputs]
-        raise ImportRefused(f"{name}'s outputs {listed} are not the 4 outputs of its {POSTPROCESS_OP} op "
-                            f"({list(outputs.values())}): the service reads boxes, classes, scores and count from it")
-    try:
-        options = read_options(op)
-    except TfliteFileError as e:
-        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has options its kernel cannot read ({e}): cannot map its "
-                            "classes") from None
-    if options.num_classes < 1:
-        raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has no num_classes in its options: cannot map its classes")
-    return Detector(outputs, options)
+# What the graph is (graph_facts: one image input, integer inside, the task it answers) is app/importing's, which
+# the service's uploads check files with too.
 
 
 # ---- two files, one model -------------------------------------------------------------------------
@@ -316,13 +175,22 @@ class Labels:
 def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
     """Line i names class i of `count`, or ImportRefused saying why the labels do not fit."""
     by_id, notes = dict(found.by_id), []
-    what = "classes" if task == "detection" else "outputs"
+    what = "outputs" if task == "classification" else "keypoints" if task == "pose" else "classes"
     if found.form == "one per line":
         entries = len(by_id)
-        if entries == count + 1 and task == "detection" and BACKGROUND.match(by_id.get(0, "")):
+        if entries > count and not by_id.get(count, "").strip():
+            # the labels, a blank line, then prose (Coral's pascal_voc_segmentation_labels.txt ends with a note
+            # on the ignore label 255)
+            rest = [line for i, line in sorted(by_id.items()) if i > count and line.strip()]
+            by_id = {i: label for i, label in by_id.items() if i < count}
+            entries = count
+            notes.append(f"{where}: {count} labels, then a blank line and {len(rest)} line(s) of text after them "
+                         f"({rest[0][:60]!r}...), taken as a note, not labels")
+        if entries == count + 1 and task in ("detection", "segmentation") and BACKGROUND.match(by_id.get(0, "")):
             by_id = {i - 1: label for i, label in by_id.items() if i > 0}
+            maker = POSTPROCESS_OP if task == "detection" else f"the model ({count} classes)"
             notes.append(f"{where}: its first line {found.by_id[0]!r} is the background class, which "
-                         f"{POSTPROCESS_OP} does not output: dropped, so that line i names class id i")
+                         f"{maker} does not output: dropped, so that line i names class id i")
         elif entries == count - 1 and task == "classification":
             by_id = {0: "background", **{i + 1: label for i, label in by_id.items()}}
             notes.append(f"{where}: {entries} labels for {count} outputs: output 0 is taken as the background class "
@@ -347,8 +215,11 @@ def _fit(found: LabelFile, count: int, task: str, where: str) -> Labels:
 
 
 def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) -> Labels:
-    """--labels if given, else the file's own (metadata, or the one text file packed in it), fitted to the outputs."""
-    count = facts.classes if facts.task == "classification" else facts.detector.num_classes
+    """--labels if given, else the file's own (metadata, or the one text file packed in it), fitted to the outputs;
+    a pose model's keypoints are COCO's 17 unless --labels renames them."""
+    count = facts.classes
+    if given is None and facts.task == "pose":
+        return Labels(list(KEYPOINT_NAMES), f"COCO's {count} keypoint names, in MoveNet's order (the file names none)")
     if given is not None:
         try:
             text = given.read_text(encoding="utf-8")
@@ -360,10 +231,14 @@ def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) ->
         if own:
             labels.notes.append(f"the file's own labels ({own}) were not used: --labels wins")
         return labels
+    if facts.detector is not None and facts.detector.labels:
+        return Labels(list(facts.detector.labels), facts.detector.labels_origin)
     metadata = source.metadata
     name = _packed_label_name(source)
     if name is None:
-        return Labels([], "none: the file carries no labels and --labels was not given; classes are named by number",
+        # a segmenter's class map does not say how many classes it has: blank lines keep the count
+        lines = [""] * count if facts.task == "segmentation" else []
+        return Labels(lines, "none: the file carries no labels and --labels was not given; classes are named by number",
                       [f"{source.path.name} carries no labels: give --labels FILE to name the classes"])
     raw = metadata.packed.get(name)
     if raw is None:
@@ -394,24 +269,10 @@ class InputChoice:
     origin: str
 
 
-def _identity(tensor: Tensor) -> tuple[float, float]:
-    """mean/std under which the pixels themselves are the quantized input: q = pixel (uint8) or pixel - 128 (int8).
-
-    The service computes q = round((pixel - mean) / std / scale) + zero_point; with std = 1/scale and
-    mean = zero_point (+128 for int8) that is the pixel, shifted into the type's range."""
-    scale, zero_point = float(tensor.quantization.scale[0]), int(tensor.quantization.zero_point[0])
-    std = 1.0 / scale
-    rounded = float(f"{std:.6g}")  # 255, not 254.99998 (the float32 scale of 1/255)
-    pixel = np.arange(256, dtype=np.float64)
-    if np.array_equal(np.floor(pixel / rounded / scale + 0.5), pixel):
-        std = rounded
-    return zero_point + (128 if tensor.type == "INT8" else 0), std
-
-
 def _steps_apart(tensor: Tensor, mean: list[float], std: list[float]) -> float:
     """The largest difference, in input steps, between the metadata's normalization and the identity, over 0..255."""
     scale = float(tensor.quantization.scale[0])
-    identity_mean, _ = _identity(tensor)
+    identity_mean, _ = identity_normalization(tensor)
     pixel = np.arange(256, dtype=np.float64)[:, None]
     real = (pixel - np.asarray(mean)) / np.asarray(std)
     return float(np.max(np.abs(real / scale - (pixel - identity_mean))))
@@ -431,7 +292,7 @@ def choose_input(tensor: Tensor, metadata: Metadata, mean: list[float] | None, s
                                 "give --mean and --std")
         meta = (list(info.mean), list(info.std))
     if tensor.type in EIGHT_BIT:
-        identity = _identity(tensor)
+        identity = identity_normalization(tensor)
         if meta is None:
             return InputChoice([identity[0]], [identity[1]],
                                f"the input's quantization (no normalization in the file): the {tensor.type.lower()} "
@@ -460,9 +321,9 @@ def _fmt(values: list[float]) -> str:
 # ---- the output's meaning ---------------------------------------------------------------------------
 
 def _through_edges(graph: Subgraph, tensor: int):
-    op = _producer(graph, tensor)
+    op = producer(graph, tensor)
     while op is not None and op.opcode in (*EDGE_OPS, *SHAPE_OPS):
-        op = _producer(graph, op.inputs[0])
+        op = producer(graph, op.inputs[0])
     return op
 
 
@@ -521,8 +382,11 @@ class ImportOptions:
     resize: str | None = None
     crop_fraction: float = 0.875
     scores: str | None = None
+    task: str | None = None    # where the graph cannot tell: classification, detection, segmentation or pose
     replace: bool = False
     command: str = ""
+    # a detector's decoding, where the file cannot tell it (--classes, --box-scale, ...: app/importing/detectors.py)
+    detector: DetectorOptions = field(default_factory=DetectorOptions)
 
 
 @dataclass(frozen=True)
@@ -554,22 +418,32 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     notes: list[str] = []
     if plain is not None and compiled is not None:
         notes += check_pair(plain, compiled)
-    facts = graph_facts(main)
+    facts = graph_facts(main, dataclasses.replace(options.detector, scores=options.detector.scores or options.scores),
+                        options.task)
+    notes += facts.notes
     if compiled is not None and plain is None:
         notes.append(f"{compiled.path.name} is compiled for the Edge TPU and came without its plain .tflite: it "
                      "serves on the edgetpu backend only (cpu and emulated need the plain file: import both)")
     labels = resolve_labels(options.labels, plain or compiled, facts)
     notes += labels.notes
     metadata_source = main.metadata if main.metadata.present else (compiled.metadata if compiled else main.metadata)
-    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes)
+    spec, input_origin, resize_origin = _input_spec(facts.input, metadata_source, options, main.path.name, notes,
+                                                    facts.detector, facts.raw_input)
     if facts.task == "classification":
         scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
+    elif facts.task in ("segmentation", "pose"):
+        scores, scores_origin = "probabilities", (
+            "a segmenter: the class of a pixel is its highest score, whatever their scale" if facts.task ==
+            "segmentation" else "a pose model: keypoint scores as the model gives them (0-1)")
     else:
-        scores, scores_origin = "probabilities", f"a detector: scores come from {POSTPROCESS_OP}"
+        family = facts.detector
+        scores, scores_origin = "probabilities", f"a detector, {family.name}: {family.origin}"
         order = [main.graph.tensors[t].name for t in main.graph.outputs]
-        notes.append(f"detector: outputs by role from {POSTPROCESS_OP} "
-                     f"({', '.join(f'{r} {n!r}' for r, n in facts.detector.outputs.items())}); "
+        made_by = POSTPROCESS_OP if family.spec.decoder == "postprocess" else "their shapes"
+        notes.append(f"detector: outputs by role from {made_by} "
+                     f"({', '.join(f'{r} {n!r}' for r, n in family.outputs.items())}); "
                      f"the file lists them as {order}")
+        notes += family.notes
     analysed = analysis(compiled if plain is None else plain)
     estimate = _estimate(plain, notes)
     metadata = metadata_source.summary()
@@ -580,13 +454,14 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     record = ImportedRecord(
         files=[ImportedFile(name=s.path.name, sha256=s.sha256, bytes=len(s.data), kind=kind) for s, kind, _ in given],
         labels=labels.origin, input=f"{input_origin}; resize: {resize_origin}", scores=scores_origin, metadata=metadata,
-        compiler=_compiler_record(compiled), notes=notes)
+        compiler=_compiler_record(compiled), task=facts.why, notes=notes)
     manifest = Manifest(
         name=options.name, task=facts.task,
         description=options.description or metadata.get("description") or f"imported from {main.path.name}",
         source=options.source or _source_of([s for s, _, _ in given], metadata),
         licence=options.licence or UNKNOWN_LICENCE, input=spec, output=OutputSpec(scores=scores),
-        outputs=facts.detector.outputs if facts.detector is not None else {},
+        outputs=facts.detector.outputs if facts.detector is not None else facts.outputs,
+        detection=facts.detector.spec if facts.detector is not None else None,
         quantization=quantization_record(plain) if plain is not None else None,
         edgetpu_analysis=analysed.summary(),
         build=Build(command=options.command or f"python -m converter import ... --name {options.name}",
@@ -596,11 +471,16 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     if labels.lines:
         written[LABELS] = (LABELS_FILE, ("\n".join(labels.lines) + "\n").encode())
     path = write_model_dir(options.out, manifest, written, replace=True)
-    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} classes)" if labels.lines else ""))
+    counted = "keypoints" if facts.task == "pose" else "classes"
+    say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} {counted})" if labels.lines else ""))
     say(f"input: {spec.width}x{spec.height}x{spec.channels} {facts.input.type.lower()}; {input_origin}; "
         f"resize {spec.resize}")
     if facts.task == "classification":
         say(f"output: {facts.classes} classes, {scores_origin}")
+    elif facts.task == "detection":
+        say(f"detector: {facts.detector.name}, {facts.classes} classes; {facts.detector.origin}")
+    else:
+        say(f"task: {facts.task}, {facts.why}")
     for note in notes:
         say(f"note: {note}")
     return Imported(path, analysed, notes)
@@ -619,19 +499,36 @@ def _check_target(options: ImportOptions) -> None:
             raise ImportRefused(f"{target} exists: pass --replace to replace it whole, or choose another --name")
 
 
-def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str,
-                notes: list[str]) -> tuple[InputSpec, str, str]:
+def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str, notes: list[str],
+                family: Family | None = None, raw_input: bool = False) -> tuple[InputSpec, str, str]:
     """The service's input spec for the model's input, where its normalization came from, and where its resize came
     from (a note added where the metadata contradicts the input)."""
-    choice = choose_input(tensor, metadata, options.mean, options.std, name)
+    if raw_input and options.mean is None and options.std is None:
+        choice = InputChoice([0.0], [1.0], f"the {tensor.type.lower()} input has no quantization and the model casts "
+                                           "it to float itself (its normalization is inside, as MoveNet's): the "
+                                           "pixels go in as they are")
+    else:
+        try:
+            choice = choose_input(tensor, metadata, options.mean, options.std, name)
+        except ImportRefused:
+            if family is None or family.input_hint is None or options.mean is not None or options.std is not None:
+                raise
+            choice = InputChoice(*family.input_hint)
     height, width, channels = tensor.shape[1:4]
     info = metadata.inputs[0] if metadata.inputs else None
     if info is not None and info.color_space == "GRAYSCALE" and channels == 3:
         notes.append("the metadata says GRAYSCALE but the input has 3 channels: fed as RGB")
-    resize = options.resize or "stretch"
-    resize_origin = (f"--resize {options.resize}" if options.resize else
-                     "stretch: the whole image scaled to the input size, as Coral's examples and TFLite's Task Library "
-                     "do (TFLite metadata has no crop field); --resize center_crop to crop")
+    default = family.resize if family is not None else "stretch"
+    resize = options.resize or default
+    if options.resize:
+        resize_origin = f"--resize {options.resize}"
+    elif default == "letterbox":
+        resize_origin = ("letterbox: YOLO heads are trained on letterboxed images, aspect ratio kept (Ultralytics pads "
+                         "around the centre with grey 114; the service pads right and bottom with black, as pycoral "
+                         "does); --resize stretch to stretch")
+    else:
+        resize_origin = ("stretch: the whole image scaled to the input size, as Coral's examples and TFLite's Task "
+                         "Library do (TFLite metadata has no crop field); --resize center_crop to crop")
     try:
         spec = InputSpec(width=width, height=height, channels=channels, resize=resize,
                          crop_fraction=options.crop_fraction, mean=choice.mean, std=choice.std)

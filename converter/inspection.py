@@ -20,7 +20,13 @@ def table(report: CompatReport) -> str:
 
 def render(report: CompatReport, path: Path) -> str:
     state = "compiled for the Edge TPU" if report.compiled else "not compiled"
-    return f"{path}: {report.total} operators, {state}\n{table(report)}\n{report.summary()}"
+    return f"{path}: {report.total} operators, {state}\n{table(report)}\n{advice(report)}{report.summary()}"
+
+
+def advice(report: CompatReport) -> str:
+    """What to change for more of the model to map, a paragraph per trap found, before the summary ("" for none)."""
+    parts = [f"{a.topic}: {a.finding}.\n  change: {a.change}.\n  source: {a.source}\n" for a in report.advice]
+    return ("\nwhat to change:\n" + "".join(parts) + "\n") if parts else ""
 
 
 def to_json_dict(report: CompatReport, path: Path) -> dict:

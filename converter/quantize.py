@@ -101,21 +101,50 @@ def quantize(
     saved_model: Path,
     representative: Callable[[], Iterable[np.ndarray]],
     io_type: str = "uint8",
+    output_type: str | None = None,
+    float_tail: bool = False,
+    float_ops: tuple[str, ...] = (),
 ) -> bytes:
-    """Convert with calibration; representative() yields float32 (1, H, W, C) inputs."""
+    """Convert with calibration; representative() yields float32 (1, H, W, C) inputs (or what the model's own
+    input takes, with float_tail).
+
+    output_type (default: io_type) "float32" keeps float outputs: a detector ending in TFLite_Detection_PostProcess,
+    whose outputs are float by definition, as the TF object-detection API's TFLite exports have them.
+
+    float_tail: every operator with an int8 kernel is still quantized, and those without one (SQRT, DIV, the
+    int32 index arithmetic of a keypoint decoder) keep TFLite's float kernels, between QUANTIZE/DEQUANTIZE;
+    the input and output keep the model's own types (a uint8 input it casts itself, a float32 output). This
+    is how MoveNet's post-training-quantized files were converted: an integer network for the Edge TPU with
+    its decoding after it, on the CPU. Without it, a float op fails the conversion. float_ops (TFLite operator
+    names; with float_tail) stay float even where an int8 kernel exists: the converter MoveNet's files came
+    from had none for SQRT and DIV, TensorFlow 2.21's has."""
     if io_type not in INTEGER_DTYPES:
         raise QuantizeError(f"input/output type must be one of {sorted(INTEGER_DTYPES)}, got {io_type!r}")
+    output_type = io_type if output_type is None else output_type
+    if output_type not in (*INTEGER_DTYPES, "float32"):
+        raise QuantizeError(f"output type must be one of {sorted(INTEGER_DTYPES)} or float32, got {output_type!r}")
     tf = import_tensorflow()
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = lambda: ([sample] for sample in representative())
-    # Integer kernels only: a float op left in the graph fails conversion instead of
-    # silently producing a hybrid model the Edge TPU cannot take.
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    converter.inference_input_type = getattr(tf, io_type)
-    converter.inference_output_type = getattr(tf, io_type)
+    if float_tail:
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS]
+    else:
+        # Integer kernels only: a float op left in the graph fails conversion instead of
+        # silently producing a hybrid model the Edge TPU cannot take.
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = getattr(tf, io_type)
+        converter.inference_output_type = getattr(tf, output_type)
+    if float_ops and not float_tail:
+        raise QuantizeError("float_ops leaves operators in float: it needs float_tail")
     try:
-        return converter.convert()
+        if not float_ops:
+            return converter.convert()
+        from tensorflow.lite.python.convert import mlir_quantize
+
+        # calibrate, then quantize every operator but those named, as TFLite's quantization debugger does
+        converter._experimental_calibrate_only = True
+        return mlir_quantize(converter.convert(), denylisted_ops=list(float_ops))
     except Exception as e:  # the converter raises ConverterError, ValueError, RuntimeError...
         raise QuantizeError(f"TFLite conversion failed: {e}") from e
 

@@ -1,5 +1,5 @@
 """A new int8 model's directory, from what a route hands over: the file, its labels and what the route knows
-about it, measured and recorded here (converter/model_dir.py writes it whole; `import` and `segment` call that
+about it, measured and recorded here (app/model_dir/writing.py writes it whole; `import` and `segment` call that
 directly with their own records).
 
 The recipes (converter/builds.py) and `python -m converter quantize` (every route: Keras,

@@ -110,6 +110,39 @@ def every_byte(seed: int, shape, type_name: str) -> np.ndarray:
     return np.random.default_rng(seed + 1).permutation(values).reshape(shape)
 
 
+NUMPY = {"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+         "FLOAT32": np.float32, "BOOL": np.bool_}
+SPECIAL_FLOATS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4028235e38, -3.4028235e38, 0.5, -0.5,
+                           1.5, -2.5], np.float32)
+
+
+def values_of(seed: int, shape, type_name: str, special: bool = True, low: float = -100.0,
+              high: float = 100.0) -> np.ndarray:
+    """Random values of any tensor type: every byte for 8-bit types, the extremes among integers, and for
+    float32 a mix of uniform values in [low, high), small integers (ties) and, with special, signed zeros,
+    infinities, NaN and subnormals."""
+    if type_name in DTYPES:
+        return every_byte(seed, shape, type_name)
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape))
+    if type_name == "BOOL":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if type_name != "FLOAT32":
+        info = np.iinfo(NUMPY[type_name])
+        values = rng.integers(-1000, 1001, size=size).astype(NUMPY[type_name])
+        extremes = np.array([info.min, info.max, 0, -1, 1], NUMPY[type_name])
+        count = min(size // 4, extremes.size)
+        values[rng.permutation(size)[:count]] = extremes[:count]
+        return values.reshape(shape)
+    values = rng.uniform(low, high, size).astype(np.float32)
+    ties = rng.random(size) < 0.25
+    values[ties] = np.round(values[ties] / 8)
+    if special and size:
+        count = min(size // 4, SPECIAL_FLOATS.size)
+        values[rng.permutation(size)[:count]] = rng.permutation(SPECIAL_FLOATS)[:count]
+    return values.reshape(shape)
+
+
 @st.composite
 def shapes(draw, min_rank: int = 1, max_rank: int = 4, max_side: int = 9) -> tuple[int, ...]:
     rank = draw(st.integers(min_rank, max_rank))

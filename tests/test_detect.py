@@ -501,3 +501,84 @@ def test_geometry_of_a_draft_decoded_jpeg_uses_the_true_size():
     x, y = geometry.to_original(np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.5, 1.0]))
     assert x.tolist() == [0.0, 321.0, 642.0] and y.tolist() == [0.0, 240.0, 480.0]
     assert (geometry.width, geometry.height) == (641, 480)  # boxes are clipped to this
+
+
+# ---- the YOLO decoders through the task (app/tasks/yolo.py; served: tests/test_detection_families_serving.py) ------
+
+def _yolo_model_dir(detection: dict, outputs: dict):
+    from app.model_dir.reading import ModelDir
+    from app.model_dir.schema import Manifest
+
+    manifest = Manifest.model_validate({"name": "head", "task": "detection", "source": "test", "licence": "MIT",
+                                        "outputs": outputs, "detection": detection,
+                                        "input": {"width": 64, "height": 64, "resize": "letterbox", "mean": [0],
+                                                  "std": [255]}})
+    return ModelDir(Path("head"), manifest, ("red", "green", "blue"))
+
+
+DFL = {"decoder": "yolo_dfl", "classes": 3}
+DFL_OUTPUTS = {"class_logits": "logits", "box_distributions": "bins"}
+
+
+def _dfl_specs(n: int = 84, classes: int = 3, bins: int = 64):
+    from app.engines import TensorSpec
+
+    int8 = np.dtype(np.int8)
+    return (TensorSpec("bins", (1, n, bins), int8, 0.5, 0), TensorSpec("logits", (1, n, classes), int8, 0.1, 0))
+
+
+def test_a_yolo_models_roles_are_its_decoders_bound_by_name_with_decoded_named_outputs():
+    from app.tasks.detect import TASK
+
+    roles = TASK.bind(_yolo_model_dir(DFL, DFL_OUTPUTS), _dfl_specs())
+    assert dict(roles.index) == {"class_logits": 1, "box_distributions": 0}
+    assert [(o.name, o.shape, o.dtype.name) for o in roles.named] == [
+        ("boxes", (100, 4), "float32"), ("classes", (100,), "float32"), ("scores", (100,), "float32"),
+        ("count", (1,), "float32")]
+
+
+def test_a_yolo_model_whose_tensors_do_not_fit_is_refused_at_load_saying_what_fits():
+    from app.errors import ModelDirError
+    from app.tasks.detect import TASK
+
+    with pytest.raises(ModelDirError) as refused:
+        TASK.bind(_yolo_model_dir(DFL, DFL_OUTPUTS), _dfl_specs(n=80))
+    assert "decoder 'yolo_dfl'" in str(refused.value) and "class_logits must be [1, 84, 3]" in str(refused.value)
+    one = {"decoder": "yolo", "classes": 3, "layout": "attributes_first", "box_scale": "normalized"}
+    from app.engines import TensorSpec
+
+    with pytest.raises(ModelDirError, match=r"predictions must be \[1, A, N\] with A = 7"):
+        TASK.bind(_yolo_model_dir(one, {"predictions": "out"}),
+                  (TensorSpec("out", (1, 84, 7), np.dtype(np.int8), 1 / 255, -128),))
+    with pytest.raises(ModelDirError, match="must name its 'class_logits' output in `outputs`"):
+        TASK.bind(_yolo_model_dir(DFL, {}), _dfl_specs())  # no names: by position never
+
+
+def test_the_task_reads_a_yolo_head_with_the_models_thresholds_unless_the_request_gives_its_own():
+    """Peaked DFL bins put three boxes where they were put (tests/test_yolo.py's known boxes); min_score None is
+    model.json's, a class filter comes after NMS, max_detections caps."""
+    from app.tasks import Outputs
+    from app.tasks.detect import TASK, DetectOptions
+
+    n = 84
+    logits = np.full((1, n, 3), -100, np.int8)  # scale 0.1: -10
+    bins = np.zeros((1, n, 4, 16), np.int8)
+    for anchor, label, logit, side in ((9, 0, 20, 1), (64 + 5, 1, 3, 1), (80 + 3, 2, 30, 1)):
+        logits[0, anchor, label] = logit      # 2.0 (0.88), 0.3 (0.57), 3.0 (0.95)
+        bins[0, anchor, :, side] = 120        # scale 0.5: 60
+    model_dir = _yolo_model_dir({**DFL, "min_score": 0.6}, DFL_OUTPUTS)
+    specs = _dfl_specs()
+    roles = TASK.bind(model_dir, specs)
+    outputs = Outputs([bins.reshape(1, n, 64), logits], roles, model_dir, Geometry.identity(64, 64))
+    found = TASK.read(outputs, DetectOptions()).detections
+    assert [o.label for o in found] == ["blue", "red"]  # green's 0.57 is under the model's 0.6
+    assert [round(o.score, 3) for o in found] == [0.953, 0.881]
+    assert (found[1].box.x_min, found[1].box.y_min, found[1].box.x_max, found[1].box.y_max) == pytest.approx(
+        (4, 4, 20, 20), abs=1e-6)
+    assert [o.label for o in TASK.read(outputs, DetectOptions(min_score=0.5)).detections] == ["blue", "red", "green"]
+    assert len(TASK.read(outputs, DetectOptions(min_score=0.5, max_detections=2)).detections) == 2
+    only = TASK.read(outputs, DetectOptions(0.5, 1, class_ids=frozenset({1}))).detections
+    assert [o.label for o in only] == ["green"]
+    named = TASK.named_values(outputs)  # OIP v2: the rows at the model's thresholds, zeros after them
+    assert named["count"].tolist() == [2.0] and named["classes"][:3].tolist() == [2.0, 0.0, 0.0]
+    assert named["boxes"].shape == (100, 4) and not named["boxes"][2:].any()

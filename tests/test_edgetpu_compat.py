@@ -5,11 +5,15 @@ import json
 import numpy as np
 import pytest
 
-from app.detection_postprocess import POSTPROCESS_OP
 from app.edgetpu.compat import MAX_SOFTMAX_ELEMENTS, analyze, analyze_file
 from app.tflite_file import read_tflite
 from tests.conftest import DEFAULT_MODEL, MODELS
-from tests.doubles.compiled_model_double import compiled_model_bytes, custom_options, package_bytes
+from tests.doubles.compiled_model_double import (
+    compiled_detector_bytes,
+    compiled_model_bytes,
+    custom_options,
+    package_bytes,
+)
 from tests.tflite_builder import GraphBuilder, conv_chain
 
 CONV = dict(padding=0, strideW=1, strideH=1, dilationWFactor=1, dilationHFactor=1)
@@ -323,20 +327,7 @@ def test_a_detectors_post_processing_runs_on_the_cpu_as_intended(feed):
 
 def test_a_compiled_detector_is_its_custom_op_then_the_post_processing():
     """edgetpu_compiler's SSD output: edgetpu-custom-op, then TFLite_Detection_PostProcess on the CPU."""
-    from tests.detection_models import postprocess_options
-
-    g = GraphBuilder()
-    image = g.activation("image", [1, 16, 16, 3], "UINT8")
-    boxes = g.activation("box_encodings", [1, 16, 4], "UINT8")
-    classes = g.activation("class_predictions", [1, 16, 3], "UINT8")
-    g.op("CUSTOM", [image], [boxes, classes], custom_code="edgetpu-custom-op")
-    g.operators[-1].customOptions = list(custom_options(package_bytes(14)))
-    anchors = g.tensor("anchors", [16, 4], "FLOAT32", data=np.zeros((16, 4)))
-    outs = [g.activation(f"out{i}", shape, "FLOAT32", quantized=False)
-            for i, shape in enumerate(([1, 10, 4], [1, 10], [1, 10], [1]))]
-    g.op("CUSTOM", [boxes, classes, anchors], outs, custom_code=POSTPROCESS_OP)
-    g.operators[-1].customOptions = list(postprocess_options())
-    report = analyze(read_tflite(g.build([image], outs)))
+    report = analyze(read_tflite(compiled_detector_bytes()))
     assert report.compiled and (report.mapped, report.tail, report.total) == (1, 1, 2)
     assert report.as_intended
     assert report.summary() == ("already compiled for the Edge TPU: 1 Edge TPU custom op(s); 1 of 2 ops run on the "
@@ -362,3 +353,91 @@ def test_a_supported_op_stranded_after_the_post_processing_is_not_as_intended():
     g.op("QUANTIZE", [f], [y])
     report = analyze(read_tflite(g.build([x], [y])))
     assert not report.as_intended and report.mapped == 0 and report.tail == 0
+
+
+# ---- advice: what to change where a YOLO export falls off ----------------------------------------------------------
+
+def advice_of(model_bytes: bytes) -> dict:
+    return {a.topic: a for a in analyze(read_tflite(model_bytes)).advice}
+
+
+def test_silu_activations_are_named_with_relu6_as_the_change():
+    g = GraphBuilder()
+    x = g.activation("x", [1, 8, 8, 4])
+    s = g.activation("sigmoid", [1, 8, 8, 4])
+    y = g.activation("silu", [1, 8, 8, 4])
+    g.op("LOGISTIC", [x], [s])
+    g.op("MUL", [s, x], [y])
+    advice = advice_of(g.build([x], [y]))
+    assert list(advice) == ["SiLU"] and advice["SiLU"].ops == (0, 1)
+    assert "ReLU6" in advice["SiLU"].change and "ultralytics/ultralytics#4719" in advice["SiLU"].source
+    lone = unary("LOGISTIC", [1, 8], [1, 8])  # a sigmoid alone (class scores) is no SiLU
+    assert advice_of(lone) == {}
+
+
+def test_hard_swish_says_relu6_with_its_cost():
+    advice = advice_of(unary("HARD_SWISH", [1, 8, 8, 4], [1, 8, 8, 4]))["HARD_SWISH"]
+    assert "ReLU6" in advice.change and "edgetpu#272" in advice.source
+    assert "370 ms" in verdict_of(unary("HARD_SWISH", [1, 8, 8, 4], [1, 8, 8, 4])).reason
+
+
+def test_a_dfl_decode_inside_the_graph_and_a_large_transpose():
+    g = GraphBuilder()
+    bins = g.activation("bins", [1, 2100, 4, 16])
+    probabilities = g.activation("probabilities", [1, 2100, 4, 16])
+    g.op("SOFTMAX", [bins], [probabilities], beta=1.0)
+    rows = g.activation("rows", [1, 2100, 84])
+    out = g.activation("out", [1, 84, 2100])
+    g.op("TRANSPOSE", [rows, g.constant("perm", [0, 2, 1])], [out])
+    advice = advice_of(g.build([bins, rows], [probabilities, out]))
+    assert {"DFL decode", "TRANSPOSE"} <= set(advice)
+    assert "[1, 2100, 4, 16]" in advice["DFL decode"].finding and "yolo_dfl" in advice["DFL decode"].change
+    assert "[1, 2100, 84] (176,400 values)" in advice["TRANSPOSE"].finding
+    assert "edgetpu#868" in advice["TRANSPOSE"].source
+
+
+def _yolo_shaped(side: int, values: int = 84) -> bytes:
+    """An image input of side x side and a head-shaped output [1, values, N] for strides 8, 16, 32."""
+    g = GraphBuilder()
+    image = g.activation("image", [1, side, side, 3])
+    n = sum((side // s) ** 2 for s in (8, 16, 32))
+    out = g.activation("out", [1, values, n])
+    g.op("RESHAPE", [image, g.constant("shape", [1, values, n])], [out])
+    return g.build([image], [out])
+
+
+def test_the_input_size_of_a_yolo_head():
+    assert "input size" not in advice_of(_yolo_shaped(320))
+    large = advice_of(_yolo_shaped(640))["input size"]
+    assert "4x those at 320x320" in large.finding and "export at 320x320" in large.change
+    odd = advice_of(_yolo_shaped(300))["input size"]
+    assert "300x300, not a multiple of 32" in odd.finding
+    assert "input size" not in advice_of(conv_chain())  # not a YOLO head: no opinion on its size
+
+
+def test_the_object_detection_apis_pack_upsampling_and_several_subgraphs():
+    from ai_edge_litert import schema_py_generated as schema
+    import flatbuffers
+
+    g = GraphBuilder()
+    x = g.activation("x", [1, 4, 4, 8])
+    stacked = g.activation("stacked", [1, 4, 4, 2, 8])
+    g.op("PACK", [x, x], [stacked], valuesCount=2, axis=3)
+    data = g.build([x], [stacked])
+    advice = advice_of(data)["PACK upsampling"]
+    assert advice.ops == (0,) and "use_native_resize_op" in advice.change
+    model = schema.ModelT.InitFromPackedBuf(data, 0)
+    model.subgraphs.append(model.subgraphs[0])
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    two = advice_of(bytes(builder.Output()))["subgraphs"]
+    assert "2 subgraphs" in two.finding and "nms=False" in two.change
+
+
+def test_clean_models_get_no_advice_and_the_advice_is_in_the_json():
+    assert analyze_file(MODELS / DEFAULT_MODEL / f"{DEFAULT_MODEL}_int8.tflite").advice == ()
+    report = analyze(read_tflite(unary("HARD_SWISH", [1, 8, 8, 4], [1, 8, 8, 4])))
+    assert json.loads(report.to_json())["advice"][0]["topic"] == "HARD_SWISH"
+    from app.edgetpu.compiler_view import compiler_view
+
+    assert compiler_view(report)["advice"][0]["change"].startswith("use ReLU6")

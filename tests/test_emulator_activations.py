@@ -1,4 +1,4 @@
-"""RELU family, LEAKY_RELU (8-bit and float), PRELU, LOGISTIC, TANH, HARD_SWISH, SOFTMAX, L2_NORMALIZATION
+"""RELU family, LEAKY_RELU (8-bit and float), PRELU, LOGISTIC (8-bit and float), TANH, HARD_SWISH, SOFTMAX, L2_NORMALIZATION
 against BUILTIN_REF.
 
 Element-wise inputs hold every one of the 256 byte values, so a table entry cannot hide.
@@ -20,6 +20,7 @@ from tests.emulator_cases import (
     seeds,
     shapes,
     unary_model,
+    values_of,
 )
 from tests.tflite_builder import GraphBuilder
 
@@ -185,4 +186,23 @@ def l2_normalization_examples(draw):
 @OP_SETTINGS
 @given(l2_normalization_examples())
 def test_l2_normalization(reference, example):
+    assert_matches_reference(reference, example)
+
+
+@st.composite
+def float_logistic_models(draw):
+    """Float32 LOGISTIC around its cutoffs (-9 and 16.619047), beyond them, and at NaN, infinities and -0.0."""
+    shape = draw(shapes(min_rank=0, max_side=8))
+    seed = draw(seeds)
+    low, high = draw(st.sampled_from([(-12.0, 20.0), (-100.0, 100.0), (-9.5, -8.5), (16.0, 17.0)]))
+    values = values_of(seed, shape, "FLOAT32", special=draw(st.booleans()), low=low, high=high)
+    g = GraphBuilder()
+    x, y = g.tensor("input", shape, "FLOAT32"), g.tensor("output", shape, "FLOAT32")
+    g.op("LOGISTIC", [x], [y])
+    return case(g.build([x], [y]), [values], shape=shape, seed=seed, range=(low, high))
+
+
+@OP_SETTINGS
+@given(float_logistic_models())
+def test_logistic_on_float(reference, example):
     assert_matches_reference(reference, example)

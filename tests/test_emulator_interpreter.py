@@ -137,7 +137,56 @@ def test_unsupported_operators_fail_at_load_with_every_position():
         Interpreter(model_content=g.build([x], [5]))
     assert [(op.index, op.opcode) for op in raised.value.operators] == [(0, "REVERSE_V2"), (3, "FLOOR")]
     message = str(raised.value)
-    assert "#0 REVERSE_V2" in message and "#3 FLOOR" in message and "2 operator(s)" in message
+    assert "cannot run 2 operators" in message
+    assert "REVERSE_V2 (operator 0), FLOOR (operator 3) not emulated" in message
+
+
+def test_the_refusal_names_each_operator_once_on_one_line():
+    """Issue 35: a TF2 detector with 4 PACKs was refused with the emulator's whole operator list 4 times (6 KB)."""
+    g = GraphBuilder()
+    x = g.tensor("x", (1, 2, 2, 4), "INT8", scale=0.1, zero_point=0)
+    previous = x
+    for i in range(4):
+        packed = g.tensor(f"packed{i}", (1, 2, 2, 2, 4), "INT8", scale=0.1, zero_point=0)
+        g.op("PACK", [previous, previous], [packed], "PackOptions", valuesCount=2, axis=3)
+        previous = g.tensor(f"reshaped{i}", (1, 2, 2, 4), "INT8", scale=0.1, zero_point=0)
+        g.op("REVERSE_V2", [packed, g.constant(f"axis{i}", [3])], [previous])
+    with pytest.raises(UnsupportedOperators) as raised:
+        Interpreter(model_content=g.build([x], [previous]))
+    message = str(raised.value)
+    missing = {op.opcode for op in raised.value.operators}
+    assert "\n" not in message and len(message) < 400, message
+    assert "REVERSE_V2 (operators 1, 3, 5, 7) not emulated" in message
+    for opcode in missing:
+        assert message.count(opcode) == 1
+    assert "docs/emulator.md" in message and "python -m app.emulator" in message
+    for opcode in set(supported_opcodes()) - missing:  # the supported list is pointed at, never repeated
+        assert f" {opcode}," not in message
+
+
+def test_refused_configurations_are_grouped_and_counted():
+    from app.emulator.errors import REASONS_SHOWN, UnsupportedOperator
+
+    problems = [UnsupportedOperator(i, "CONV_2D", "input is FLOAT32") for i in range(3)]
+    problems += [UnsupportedOperator(10 + i, "MEAN", f"reason {i}") for i in range(REASONS_SHOWN + 2)]
+    message = str(UnsupportedOperators(problems))
+    assert "CONV_2D (operators 0, 1, 2): input is FLOAT32" in message
+    assert "... and 3 more" in message and "MEAN (operator 10): reason 0" in message
+
+
+def test_python_m_app_emulator_lists_the_operators_and_checks_models(tmp_path, capsys):
+    from app.emulator.__main__ import main
+
+    assert main([]) == 0
+    assert capsys.readouterr().out.split() == supported_opcodes()
+    assert main([str(MODEL)]) == 0
+    assert "runs all 62 operators" in capsys.readouterr().out
+    g = GraphBuilder()
+    x = g.tensor("x", (1, 4), "INT8", scale=0.1, zero_point=0)
+    g.op("REVERSE_V2", [x, g.constant("axis", [1])], [g.tensor("y", (1, 4), "INT8", scale=0.1, zero_point=0)])
+    (tmp_path / "reverse.tflite").write_bytes(g.build([x], [2]))
+    assert main([str(tmp_path / "reverse.tflite")]) == 1
+    assert "REVERSE_V2 (operator 0) not emulated" in capsys.readouterr().out
 
 
 def test_a_supported_op_with_an_unsupported_configuration_is_listed_too():
@@ -145,7 +194,8 @@ def test_a_supported_op_with_an_unsupported_configuration_is_listed_too():
     x = g.tensor("x", (1, 8), "FLOAT32")
     w = g.tensor("w", (4, 8), "FLOAT32", data=np.zeros((4, 8), np.float32))
     g.op("FULLY_CONNECTED", [x, w, -1], [g.tensor("y", (1, 4), "FLOAT32")], "FullyConnectedOptions")
-    with pytest.raises(UnsupportedOperators, match=r"#0 FULLY_CONNECTED: input 'x' is FLOAT32; expected INT8 or UINT8"):
+    with pytest.raises(UnsupportedOperators,
+                       match=r"FULLY_CONNECTED \(operator 0\): input 'x' is FLOAT32; expected INT8 or UINT8"):
         Interpreter(model_content=g.build([x], [2]))
 
 
@@ -154,7 +204,8 @@ def test_a_zero_scale_fails_the_load_as_unsupported(opcode):
     """A degenerate quantization (scale 0) would give infinite multipliers: a load error that says so."""
     from tests.emulator_cases import unary_model
 
-    with pytest.raises(UnsupportedOperators, match=rf"#0 {opcode}: output 'output' has scale 0.0; expected a positive"):
+    with pytest.raises(UnsupportedOperators,
+                       match=rf"{opcode} \(operator 0\): output 'output' has scale 0.0; expected a positive"):
         Interpreter(model_content=unary_model(opcode, (1, 8), "INT8", (0.1, 0), (0.0, 0)))
 
 
@@ -165,7 +216,10 @@ def test_the_issue_op_list_is_covered():
               "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "STRIDED_SLICE", "SLICE", "SPACE_TO_DEPTH",
               "L2_NORMALIZATION", "LEAKY_RELU", "PRELU",
               # issue 14: the CPU-side ops of partially mapped models
-              "PADV2", "TRANSPOSE", "GATHER", "GATHER_ND", "TRANSPOSE_CONV"}
+              "PADV2", "TRANSPOSE", "GATHER", "GATHER_ND", "TRANSPOSE_CONV",
+              # issues 37, 38: TF2 detectors, YOLO heads, DeepLab and MoveNet's float tail
+              "PACK", "UNPACK", "SPLIT", "SPLIT_V", "TILE", "ARG_MAX", "ARG_MIN", "CAST", "DIV", "FLOOR_DIV",
+              "FLOOR_MOD", "SQRT", "RSQRT"}
     assert wanted <= set(supported_opcodes())
 
 

@@ -24,7 +24,7 @@ def pool_models(draw, opcode: str):
     type_name = draw(st.sampled_from(["INT8", "UINT8"]))
     batch, height, width, depth = (draw(st.integers(1, 2)), draw(st.integers(1, 14)), draw(st.integers(1, 14)),
                                    draw(st.integers(1, 6)))
-    fh, fw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    fh, fw = draw(st.integers(1, 14)), draw(st.integers(1, 14))  # up to a global pool (DeepLab's image pooling)
     sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     padding = draw(st.sampled_from(["SAME", "VALID"]))
     if padding == "VALID":

@@ -1,4 +1,5 @@
-"""QUANTIZE (requantize, int8 <-> uint8, from float), DEQUANTIZE, and the two in a row, against BUILTIN_REF."""
+"""QUANTIZE (requantize, int8 <-> uint8, from float), DEQUANTIZE, the two in a row, and CAST between every pair of
+types, against BUILTIN_REF."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.emulator_cases import (
     seeds,
     shapes,
     unary_model,
+    values_of,
 )
 from tests.tflite_builder import GraphBuilder
 
@@ -100,4 +102,28 @@ def test_quantize_from_float(reference, example):
 @OP_SETTINGS
 @given(dequantize_models())
 def test_dequantize(reference, example):
+    assert_matches_reference(reference, example)
+
+
+CAST_TYPES = ["INT8", "UINT8", "INT16", "INT32", "INT64", "FLOAT32", "BOOL"]
+
+
+@st.composite
+def cast_models(draw):
+    """Every pair of types; floats past the integer ranges, NaN and infinities (TFLite saturates them)."""
+    source, target = draw(st.sampled_from(CAST_TYPES)), draw(st.sampled_from(CAST_TYPES))
+    shape = draw(shapes(min_rank=0, max_side=6))
+    seed = draw(seeds)
+    wide = draw(st.sampled_from([1e2, 1e4, 1e10, 1e20]))
+    values = values_of(seed, shape, source, special=draw(st.booleans()), low=-wide, high=wide)
+    g = GraphBuilder()
+    x = g.tensor("input", shape, source)
+    y = g.tensor("output", shape, target)
+    g.op("CAST", [x], [y])
+    return case(g.build([x], [y]), [values], source=source, target=target, shape=shape, seed=seed)
+
+
+@OP_SETTINGS
+@given(cast_models())
+def test_cast(reference, example):
     assert_matches_reference(reference, example)

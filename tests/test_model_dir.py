@@ -146,3 +146,34 @@ def test_a_task_and_its_outputs_by_role_round_trip(tmp_path):
     assert read_model_dir(write_model_dir(tmp_path / "c", MANIFEST, {})).manifest.task == "classification"
     with pytest.raises(Exception, match="task"):
         write_model_dir(tmp_path / "bad", dict(MANIFEST, task="Detection!"), {})
+
+
+def test_a_detectors_decoding_round_trips_with_its_defaults_written_out(tmp_path):
+    """model.json `detection`: the decoder and its parameters, the defaults filled in and written, so that the
+    file says what the service does; a detector without it is the post-process op's, as before."""
+    detection = {"decoder": "yolo_dfl", "classes": 80, "min_score": 0.4, "max_detections": 20}
+    manifest = dict(MANIFEST, task="detection", detection=detection,
+                    outputs={"class_logits": "Identity", "box_distributions": "Identity_1"})
+    target = write_model_dir(tmp_path, manifest, {"int8": ("tiny_int8.tflite", b"model")})
+    written = json.loads((target / "model.json").read_text())["detection"]
+    assert written == {"decoder": "yolo_dfl", "classes": 80, "strides": [8, 16, 32], "reg_max": 16,
+                       "score_activation": "sigmoid", "nms_iou": 0.45, "class_agnostic": False, "min_score": 0.4,
+                       "max_detections": 20}
+    spec = read_model_dir(target).manifest.detection_spec()
+    assert (spec.decoder, spec.roles) == ("yolo_dfl", ("class_logits", "box_distributions"))
+    old = read_model_dir(write_model_dir(tmp_path / "ssd", dict(MANIFEST, task="detection"), {}))
+    assert old.manifest.detection is None and old.manifest.detection_spec().decoder == "postprocess"
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (dict(detection={"decoder": "yolo", "classes": 80}), "needs layout, box_scale"),
+    (dict(detection={"decoder": "postprocess", "strides": [8]}), "takes no strides"),
+    (dict(detection={"decoder": "yolo_dfl", "classes": 3, "box_scale": "pixels"}), "takes no box_scale"),
+    (dict(detection={"decoder": "yolo_dfl", "classes": 3}, outputs={"boxes": "x"}), "roles the 'yolo_dfl' decoder"),
+    (dict(task="classification", detection={"decoder": "postprocess"}), "model of task 'classification'"),
+    (dict(detection={"decoder": "yolo", "classes": 3, "layout": "attributes_first", "box_scale": "pixels",
+                     "nms_iou": 0}), "nms_iou"),
+])
+def test_a_detection_section_that_does_not_fit_is_refused(tmp_path, change, expected):
+    with pytest.raises(Exception, match=expected):
+        write_model_dir(tmp_path, {**MANIFEST, "task": "detection", **change}, {})

@@ -1,6 +1,8 @@
 """The try-it page in a real headless Chromium: upload a real photo, see the class, compare backends,
 and see where each request's time went as stacked bars on one scale; with a detection model, the boxes
-and their labels drawn on the photo where the API puts them.
+and their labels drawn on the photo where the API puts them; with a segmentation model, the mask over the
+photo covering what the API says, with its legend; with a pose model, the skeleton's joints where the API
+puts the keypoints.
 
 Needs Debian's `chromium` and `chromium-driver`. The screenshot goes to the test's tmp dir; with
 TRY_IT_SCREENSHOT=PATH set it is also copied there (the docs' docs/img/try-it.png is made so:
@@ -207,3 +209,97 @@ def test_a_detector_draws_its_boxes_and_labels_on_the_photo(detector_service, br
     assert (0xD5, 0x5E, 0x00) in colours  # the boxes and their label tags are on the screen
     if target := os.environ.get("TRY_IT_DETECT_SCREENSHOT"):
         shutil.copyfile(screenshot, ROOT / target)
+
+
+@pytest.fixture(scope="module")
+def segpose_service(tmp_path_factory):
+    """The service with a segmenter and a pose model (tests/segmentation_models.py tiny_segmenter, tests/pose_models.py
+    tiny_pose: flatbuffers, no TensorFlow), imported as Coral's files are."""
+    from converter.importer import ImportOptions, import_model
+    from tests.pose_models import tiny_pose
+    from tests.segmentation_models import LABELS, tiny_segmenter
+
+    work = tmp_path_factory.mktemp("segpose")
+    (work / "segmenter.tflite").write_bytes(tiny_segmenter())
+    (work / "labels.txt").write_text("\n".join(LABELS) + "\n")
+    import_model([work / "segmenter.tflite"], ImportOptions(name="shapes", out=work / "models",
+                                                            labels=work / "labels.txt"))
+    (work / "pose.tflite").write_bytes(tiny_pose())
+    import_model([work / "pose.tflite"], ImportOptions(name="figure", out=work / "models"))
+    svc = Service({"EDGETPU_SERVE_MODEL_DIR": str(work / "models"), "EDGETPU_SERVE_BACKENDS": "cpu,emulated",
+                   "EDGETPU_SERVE_WORKERS": "1"}, inherit_settings=False)
+    svc.wait_ready()
+    yield svc
+    svc.stop()
+
+
+def drawn_overlay(driver) -> dict | None:
+    """backend cpu's canvas: its size and scale, the mask's canvas pixels per class id, the legend, the joints drawn
+    (one script: the page may redraw between calls)."""
+    return driver.execute_script("""
+        const canvas = document.querySelector('#results .card[data-backend="cpu"] canvas.boxes');
+        if (!canvas) return null;
+        return {width: canvas.width, height: canvas.height, scale: parseFloat(canvas.dataset.scale),
+                classes: canvas.dataset.classes ? JSON.parse(canvas.dataset.classes) : null,
+                joints: canvas.dataset.drawn ? JSON.parse(canvas.dataset.drawn) : null,
+                legend: [...document.querySelectorAll('#results .card[data-backend="cpu"] .mask-legend li')]
+                    .map((e) => [parseInt(e.dataset.classId, 10), e.textContent])};""")
+
+
+def choose(driver, wait, model: str) -> None:
+    wait.until(lambda d: model in [o.get_attribute("value") for o in Select(d.find_element(By.ID, "model")).options])
+    Select(driver.find_element(By.ID, "model")).select_by_value(model)
+
+
+def test_a_segmenter_overlays_its_mask_with_a_legend(segpose_service, browser, tmp_path):
+    from tests.segmentation_models import shapes_image
+
+    photo = tmp_path / "shapes.png"
+    Image.fromarray(shapes_image(640, 400, {1: (40, 40, 360, 300), 2: (420, 100, 600, 380)})).save(photo)
+    wait = WebDriverWait(browser, WAIT_S)
+    browser.get(segpose_service.url + "/")
+    choose(browser, wait, "shapes")
+    assert browser.find_element(By.ID, "classify").text == "Segment"
+    browser.find_element(By.ID, "file").send_keys(str(photo))
+    wait.until(ec.element_to_be_clickable((By.ID, "classify"))).click()
+    wait.until(lambda d: (drawn_overlay(d) or {}).get("classes"))
+    shown = drawn_overlay(browser)
+    api = httpx.post(f"{segpose_service.url}/v1/models/shapes/segment?backend=cpu", content=photo.read_bytes(),
+                     timeout=60).json()
+    assert (shown["width"], shown["height"]) == (480, 300) and shown["scale"] == pytest.approx(480 / 640)
+    assert [c[0] for c in shown["legend"]] == [c["class_id"] for c in api["classes"]] == [0, 1, 2]
+    assert [c[1].split(" ")[0] for c in shown["legend"]] == ["background", "red", "green"]
+    total = shown["width"] * shown["height"]
+    for c in api["classes"]:  # the mask drawn over the photo covers what the API says, class by class
+        assert shown["classes"][str(c["class_id"])] / total == pytest.approx(c["fraction"], abs=0.02)
+    screenshot = tmp_path / "try-it-segment.png"
+    browser.save_screenshot(str(screenshot))
+    if target := os.environ.get("TRY_IT_SEGMENT_SCREENSHOT"):
+        shutil.copyfile(screenshot, ROOT / target)
+
+
+def test_a_pose_model_draws_its_skeleton_where_the_api_puts_the_keypoints(segpose_service, browser, cat_png, tmp_path):
+    wait = WebDriverWait(browser, WAIT_S)
+    browser.get(segpose_service.url + "/")
+    choose(browser, wait, "figure")
+    assert browser.find_element(By.ID, "classify").text == "Pose"
+    minscore = browser.find_element(By.ID, "minscore")
+    minscore.clear()
+    minscore.send_keys("0.5")
+    browser.find_element(By.ID, "file").send_keys(str(cat_png))
+    wait.until(ec.element_to_be_clickable((By.ID, "classify"))).click()
+    wait.until(lambda d: (drawn_overlay(d) or {}).get("joints"))
+    shown = drawn_overlay(browser)
+    api = httpx.post(f"{segpose_service.url}/v1/models/figure/pose?backend=cpu", content=cat_png.read_bytes(),
+                     timeout=60).json()
+    (joints,) = shown["joints"]
+    expected = [k for k in api["poses"][0]["keypoints"] if k["score"] >= 0.5]
+    assert 0 < len(joints) == len(expected) < 17  # only the keypoints at or above the minimum score
+    for joint, keypoint in zip(joints, expected):
+        assert joint["name"] == keypoint["name"]
+        assert (joint["x"], joint["y"]) == (pytest.approx(keypoint["x"] * shown["scale"]),
+                                            pytest.approx(keypoint["y"] * shown["scale"]))
+    screenshot = tmp_path / "try-it-pose.png"
+    browser.save_screenshot(str(screenshot))
+    colours = {tuple(c) for c in np.asarray(Image.open(screenshot).convert("RGB")).reshape(-1, 3)}
+    assert (0xF0, 0xE4, 0x42) in colours and (0xD5, 0x5E, 0x00) in colours  # the bones and the joints drawn

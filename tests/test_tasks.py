@@ -212,7 +212,7 @@ def test_without_its_module_a_task_is_refused_at_load_naming_the_known_ones(tmp_
         status = registry.status("embed")
         assert status.state == "failed"
         assert status.error == ("model 'embed': model.json says task 'embedding', which this service has no task "
-                                "module for; known tasks: ['classification', 'detection']")
+                                "module for; known tasks: ['classification', 'detection', 'pose', 'segmentation']")
     finally:
         registry.close()
 
@@ -308,27 +308,29 @@ def test_a_model_must_fit_the_image_front_door_one_input(tmp_path):
 
 
 def test_an_image_input_is_float32_or_an_integer_tensor_with_a_positive_scale():
-    """An image is quantized into the input with its scale: a uint8 input of scale 0 cannot take one, refused at
-    load with a model-directory error (a failed model, never a crash of the start or a reload)."""
+    """An image is quantized into the input with its scale: an int32 input of scale 0 cannot take one, refused at
+    load with a model-directory error (a failed model, never a crash of the start or a reload); an 8-bit input of
+    scale 0 takes the values themselves (MoveNet's uint8 input, cast to float inside the model)."""
     from app.registry.loading import image_input
 
     model_dir = _model_dir({})
     channels = model_dir.manifest.input.channels
-    for spec in (TensorSpec("image", (1, 2, 2, channels), np.dtype(np.uint8), 0.0, 0),
+    for spec in (TensorSpec("image", (1, 2, 2, channels), np.dtype(np.int32), 0.0, 0),
                  TensorSpec("image", (1, 2, 2, channels), np.dtype(np.bool_), 1.0, 0)):
         with pytest.raises(ModelDirError, match=f"its input tensor 'image' is {spec.dtype.name} with scale "
-                                                f"{spec.scale}; an image goes in as float32, or quantized"):
+                                                f"{spec.scale}; an image goes in as float32, quantized"):
             image_input(model_dir, [spec])
     for spec in (TensorSpec("image", (1, 2, 2, channels), np.dtype(np.int8), 0.02, -1),
+                 TensorSpec("image", (1, 2, 2, channels), np.dtype(np.uint8), 0.0, 0),
                  TensorSpec("image", (1, 2, 2, channels), np.dtype(np.float32), 0.0, 0)):
         assert image_input(model_dir, [spec]) is spec
 
 
 def test_the_tasks_on_main_and_their_doors():
-    assert set(tasks.TASKS) == {"classification", "detection"}
+    assert set(tasks.TASKS) == {"classification", "detection", "segmentation", "pose"}
     paths = {route.path for router in doors.inference_routers() for route in router.routes}
     assert {"/v1/models/{name}/detect", "/v1/vision/custom/{name}", "/v1/models/{name}/classify",
-            "/v2/models/{name}/infer"} <= paths
+            "/v2/models/{name}/infer", "/v1/models/{name}/segment", "/v1/models/{name}/pose"} <= paths
     models = Path(__file__).parents[1] / "models"
     assert read_model_dir(models / "efficientnet_lite0").manifest.task == "classification"
     assert read_model_dir(models / "ssdlite_mobilenet_v2_person").manifest.task == "detection"

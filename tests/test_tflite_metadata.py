@@ -1,4 +1,4 @@
-"""converter/tflite_metadata.py against files TFLite's own metadata writers wrote (tests/data/metadata/,
+"""app/importing/metadata.py against files TFLite's own metadata writers wrote (tests/data/metadata/,
 rebuilt by its make.py with tflite-support 0.4.4), and against files without metadata."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from converter.tflite_metadata import read_metadata
+from app.importing.metadata import read_metadata
 from tests.classifier_models import tiny_classifier
 
 FIXTURES = Path(__file__).parent / "data" / "metadata"

@@ -26,7 +26,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 _TYPES = {name: value for name, value in vars(schema.TensorType).items() if not name.startswith("_")}
-_NUMPY = {"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+_NUMPY = {"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_,
           "FLOAT32": np.float32}
 _ENUMS = {
     "padding": schema.Padding,
@@ -45,7 +45,13 @@ OPTIONS = {
     "MEAN": "ReducerOptions", "SUM": "ReducerOptions", "PAD": "PadOptions", "PACK": "PackOptions",
     "SPLIT": "SplitOptions", "SQUEEZE": "SqueezeOptions", "RESHAPE": "ReshapeOptions",
     "TRANSPOSE": "TransposeOptions", "ADD": "AddOptions", "QUANTIZE": "QuantizeOptions",
-    "DEQUANTIZE": "DequantizeOptions", "FLOOR_MOD": "FloorModOptions",
+    "DEQUANTIZE": "DequantizeOptions", "FLOOR_MOD": "FloorModOptions", "UNPACK": "UnpackOptions",
+    "SPLIT_V": "SplitVOptions", "ARG_MAX": "ArgMaxOptions", "ARG_MIN": "ArgMinOptions", "CAST": "CastOptions",
+    "GATHER": "GatherOptions", "GATHER_ND": "GatherNdOptions", "SUB": "SubOptions", "MUL": "MulOptions",
+    "DIV": "DivOptions", "FLOOR_DIV": "FloorDivOptions", "MAXIMUM": "MaximumMinimumOptions",
+    "MINIMUM": "MaximumMinimumOptions", "RESIZE_BILINEAR": "ResizeBilinearOptions",
+    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "EXPAND_DIMS": "ExpandDimsOptions",
+    "SLICE": "SliceOptions", "PADV2": "PadV2Options",
 }
 
 

@@ -1,8 +1,9 @@
 """DeepStack's detection API, as Home Assistant, Blue Iris, Agent DVR, Frigate and CodeProject.AI's clients call it:
 POST /v1/vision/detection (the default detector) and /v1/vision/custom/{name} (any detector served).
 
-Request: multipart field `image` (a raw image body is taken too), optional form fields `min_confidence` (default
-0.45; DeepStack's 400s for a value that is no number or above 1) and `api_key`. The key: the service's API keys
+Request: multipart field `image` (a raw image body is taken too), optional form fields `min_confidence` (default:
+the model's threshold, model.json detection.min_score, else DeepStack's 0.45; DeepStack's 400s for a value that is
+no number or above 1) and `api_key`. The key: the service's API keys
 (docs/security.md), sent as DeepStack's clients do, as the form field `api_key`, or in a header as on every other
 route; a wrong one is DeepStack's 401 "Incorrect api key".
 Answer: {"success": true, "predictions": [{"label", "confidence", "x_min", "y_min", "x_max", "y_max"}], "duration"}
@@ -100,10 +101,11 @@ OPENAPI_BODY = {
 }
 
 
-def min_confidence(value: str | None) -> float:
-    """The form field as DeepStack reads it: unset or empty, the default; no number or above 1, a 400."""
+def min_confidence(value: str | None) -> float | None:
+    """The form field as DeepStack reads it: unset or empty, None (the model's threshold, else DeepStack's default);
+    no number or above 1, a 400."""
     if not value:
-        return DEFAULT_MIN_CONFIDENCE
+        return None
     try:
         number = float(value)
     except ValueError:
@@ -125,7 +127,8 @@ async def _vision(request: Request, name: str | None, backend: str | None, comma
         if not keyed:
             check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "
                                       "API keys as the form field 'api_key' or as 'Authorization: Bearer <key>'")
-        answer = await hold.answer(ImageInput(data), DetectOptions(min_confidence(fields.get(CONFIDENCE_FIELD))))
+        options = DetectOptions(min_confidence(fields.get(CONFIDENCE_FIELD)), default_min_score=DEFAULT_MIN_CONFIDENCE)
+        answer = await hold.answer(ImageInput(data), options)
     provider = state.registry.plugins[answer.backend].execution_provider
     return Response(response_body(answer, command, provider, (time.perf_counter() - arrived) * 1000),
                     media_type="application/json")

@@ -43,10 +43,12 @@ router = APIRouter(prefix="/v1", tags=["detect"], route_class=DetectRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
-MinScore = Annotated[float, Query(ge=0.0, le=1.0, description="drop objects scoring below this")]
+MinScore = Annotated[float | None, Query(ge=0.0, le=1.0, description="drop objects scoring below this (default: the "
+                                         "model's, model.json detection.min_score, else 0.5)")]
 MaxDetections = Annotated[int | None, Query(ge=1, le=MAX_DETECTIONS,
-                                            description="at most this many objects, best first (default: all the "
-                                                        "model gives)")]
+                                            description="at most this many objects, best first (default: the "
+                                                        "model's, model.json detection.max_detections, else all "
+                                                        "the model gives)")]
 Labels = Annotated[str | None, Query(max_length=MAX_LABELS_CHARS, description="keep only these classes: labels (or "
                                      "class ids) separated by commas, e.g. person,car")]
 
@@ -57,7 +59,7 @@ def wanted_labels(labels: str | None) -> frozenset[str] | None:
     return frozenset(name.strip() for name in labels.split(",") if name.strip()) or None
 
 
-async def _detect(request: Request, name: str | None, min_score: float, max_detections: int | None,
+async def _detect(request: Request, name: str | None, min_score: float | None, max_detections: int | None,
                   labels: str | None, backend: str | None) -> Response:
     settings = request.app.state.settings
     options = DetectOptions(min_score, max_detections, wanted_labels(labels))
@@ -75,13 +77,13 @@ def response_body(answer: Answer) -> bytes:
 
 @router.post("/detect", response_model=DetectResponse, responses=ERRORS, openapi_extra=OPENAPI_REQUEST_BODY,
              summary="Detect objects with the default detection model")
-async def detect_default(request: Request, min_score: MinScore = 0.5, max_detections: MaxDetections = None,
+async def detect_default(request: Request, min_score: MinScore = None, max_detections: MaxDetections = None,
                          labels: Labels = None, backend: BackendQuery = None) -> Response:
     return await _detect(request, None, min_score, max_detections, labels, backend)
 
 
 @router.post("/models/{name}/detect", response_model=DetectResponse, responses=ERRORS,
              openapi_extra=OPENAPI_REQUEST_BODY, summary="Detect objects with a named detection model")
-async def detect_named(name: str, request: Request, min_score: MinScore = 0.5, max_detections: MaxDetections = None,
+async def detect_named(name: str, request: Request, min_score: MinScore = None, max_detections: MaxDetections = None,
                        labels: Labels = None, backend: BackendQuery = None) -> Response:
     return await _detect(request, name, min_score, max_detections, labels, backend)

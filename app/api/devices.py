@@ -33,6 +33,9 @@ class WorkerDevicesOut(BaseModel):
 class DevicesOut(BaseModel):
     backends: dict[str, dict[str, Any]] = Field(
         description="backend key -> its plug-in's report (for an accelerator: its devices, their health, its runtime)")
+    frontdoors: dict[str, dict[str, Any]] | None = Field(
+        default=None, description="the doors that are not HTTP (Frigate's ZMQ protocol: endpoint, serving, clients, "
+                                  "answered and refused by reason)")
     workers: list[WorkerDevicesOut] | None = Field(
         default=None, description="several worker processes (EDGETPU_SERVE_PROCESSES): the devices each one holds")
 
@@ -41,8 +44,10 @@ class DevicesOut(BaseModel):
             summary="Each backend's devices, their health, and its runtime")
 async def list_devices(request: Request, registry: RegistryDep):
     siblings = request.app.state.siblings
+    doors = getattr(request.app.state, "frontdoors", None)
+    frontdoors = (doors.reports() or None) if doors is not None else None
     if siblings is not None:
         backends, workers = views.devices(await siblings.everyone("devices"))
-        return DevicesOut(backends=backends, workers=[WorkerDevicesOut(**w) for w in workers])
+        return DevicesOut(backends=backends, frontdoors=frontdoors, workers=[WorkerDevicesOut(**w) for w in workers])
     # a plug-in may enumerate devices (libusb can take a moment): off the event loop
-    return DevicesOut(backends=await asyncio.to_thread(registry.reports))
+    return DevicesOut(backends=await asyncio.to_thread(registry.reports), frontdoors=frontdoors)

@@ -3,17 +3,14 @@
 
 Logging: a 503 (a full line, a full body budget, a model not ready, devices out) is a refusal the
 client is told to retry, and under overload there is one per request: RefusalLog writes the first
-in full and then one line per window summing up the rest (every one is still counted in
+in full and then one line per window summing up the rest (app/refusal_log.py) (every one is still counted in
 Prometheus, app/metrics.py). Other 5xx (an invoke past its deadline, a bug) are logged one by one
 at ERROR; 4xx are the client's business and not logged (a hostile client would fill the log).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import Counter
-from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,50 +18,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import Busy, ServeError
-from app.settings import default
+from app.refusal_log import REFUSAL_LOG_WINDOW_S, REFUSED, RefusalLog
 
 log = logging.getLogger(__name__)
-
-REFUSED = 503
-REFUSAL_LOG_WINDOW_S = default("refusal_log_window_s")  # until install() sets the app's setting
-
-
-class RefusalLog:
-    """Refusals logged without a line per request: the first after a quiet window in full (WARNING),
-    then, while they go on, one line per window: how many, of which kind. The summary is written
-    by a timer on the event loop when the window closes, so the last one of a burst is not lost.
-    `event_loop` gives the loop whose timers close the windows (the running one; a test passes a
-    double whose time it moves itself)."""
-
-    def __init__(self, logger: logging.Logger, window_s: float = REFUSAL_LOG_WINDOW_S, *,
-                 event_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.get_running_loop):
-        self.log = logger
-        self.window_s = window_s
-        self.counts: Counter[str] = Counter()
-        self._event_loop = event_loop
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def refused(self, method: str, path: str, error: Exception) -> None:
-        """Call on the event loop, once per refused request."""
-        loop = self._event_loop()
-        if self._timer is not None and self._loop is loop:
-            self.counts[type(error).__name__] += 1  # a bounded set of keys, whatever the paths
-            return
-        self.log.warning("%s %s: %d %s (further refusals are summed up every %g s)", method, path, REFUSED, error,
-                         self.window_s)
-        self.counts.clear()
-        self._loop, self._timer = loop, loop.call_later(self.window_s, self._close_window)
-
-    def _close_window(self) -> None:
-        if not self.counts:  # quiet: the next refusal is logged in full
-            self._timer = None
-            return
-        self.log.warning("refused %d more requests (%d) in the last %g s: %s", sum(self.counts.values()), REFUSED,
-                         self.window_s, ", ".join(f"{n} x {what}" for what, n in self.counts.most_common()))
-        self.counts.clear()
-        self._timer = self._loop.call_later(self.window_s, self._close_window)
-
 
 refusals = RefusalLog(log)  # one per process, as the log it writes to (its window: the last app installed)
 

@@ -1,5 +1,8 @@
 """GET /healthz (the process answers) and GET /readyz (every model serving: ready or degraded).
 
+Ready means every model serves somewhere: a model a backend cannot run is "degraded", with one line per backend
+saying why, and the answer is still 200; 503 while a model loads, or where one is failed (no backend serves it).
+
 Under several worker processes, /readyz answers for all of them (app/processes/views.py), with each one's
 own view under `workers`; /healthz answers for the worker that took the connection."""
 
@@ -35,9 +38,11 @@ async def readyz(request: Request, registry: RegistryDep):
             status = registry.status(name)
             models[name] = ModelStateOut(state=status.state, error=status.error, since=iso_time(status.since))
         ready = registry.ready()
-    if ready:
+    doors = getattr(request.app.state, "frontdoors", None)  # the doors that are not HTTP (app/frontdoors)
+    closed = doors.problems() if doors is not None else {}
+    if ready and not closed:
         return ReadyOut(ready=True, models=models, workers=workers)
     waiting = sorted(name for name, m in models.items() if m.state not in ("ready", "degraded"))
-    body = ReadyOut(ready=False, models=models, error=f"not ready: {', '.join(waiting) or 'no models'}",
-                    workers=workers)
+    error = f"not ready: {', '.join(waiting + list(closed.values())) or 'no models'}"
+    body = ReadyOut(ready=False, models=models, error=error, workers=workers)
     return JSONResponse(body.model_dump(), status_code=503)

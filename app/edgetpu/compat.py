@@ -79,21 +79,37 @@ UNSUPPORTED_HINTS: dict[str, str] = {
     "TRANSPOSE": "keep activations NHWC end to end (transpose weights when porting, not activations)",
     "FLOOR_MOD": "compute it outside the model or on the CPU after the Edge TPU part",
     "SHAPE": "a dynamic shape computation; build the Keras model with Input(..., batch_size=1)",
-    "HARD_SWISH": "use ReLU6 (as EfficientNet-Lite does)",
+    "HARD_SWISH": "use ReLU6 (as EfficientNet-Lite does; google-coral/edgetpu#272: a YOLOv5s at 320 took 370 ms "
+                  "on the Edge TPU with HardSwish, 100 ms without)",
     "BATCH_MATMUL": "use a Dense/FullyConnected layer with constant weights",
     "GATHER": "compute it outside the model",
 }
 
 
+# (edgetpu_compiler's log says "More than one subgraph is not supported" for these: a second partition)
 AFTER_PARTITION = "after the first unsupported op: runs on the CPU"
 COMPILED_ELSEWHERE = "not part of the compiled Edge TPU op: runs on the CPU"
 
 # Operators that run on the host after the Edge TPU's part by design: a detector's box decoding and
-# non-maximum suppression, and the DEQUANTIZE that feeds it or makes a float output. When everything
+# non-maximum suppression, the DEQUANTIZE that feeds it or makes a float output, and a segmenter's
+# ARG_MAX to its class map (no Edge TPU operation: Coral's DeepLab files end in it). When everything
 # after the partition is such an operator, the partition ends where the model means it to.
-HOST_TAIL_OPS = frozenset({POSTPROCESS_OP, "DEQUANTIZE"})
-HOST_HEAD = "float input quantized on the CPU before the Edge TPU's part (edgetpu_compiler leaves it there), as intended"
+HOST_TAIL_OPS = frozenset({POSTPROCESS_OP, "DEQUANTIZE", "ARG_MAX"})
+HOST_HEAD = ("input cast or quantized on the CPU before the Edge TPU's part (edgetpu_compiler leaves it there), as "
+             "intended")
 HOST_TAIL = "runs on the CPU after the Edge TPU's part ({opcode}: host post-processing), as intended"
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A trap a model falls into that the per-operator verdicts do not name on their own: what was found (with the
+    operators concerned), what to change, and where the fact comes from."""
+
+    topic: str                 # "SiLU", "HARD_SWISH", "TRANSPOSE", "DFL decode", "subgraphs", "input size"
+    ops: tuple[int, ...]       # the operators concerned (indices in subgraph 0), if any
+    finding: str
+    change: str
+    source: str
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,8 @@ class CompatReport:
     # partition (a detector's post-processing, a DEQUANTIZE to a float output).
     head: int = 0
     tail: int = 0
+    # what to change in the model so that more of it maps (advise(): YOLO exports' known traps)
+    advice: tuple[Advice, ...] = ()
 
     @property
     def all_mapped(self) -> bool:
@@ -200,6 +218,7 @@ class CompatReport:
             "first_unsupported": None if first is None else self.op_dict(first.index),
             "summary": self.summary(),
             "ops": [self.op_dict(v.index) for v in self.ops],
+            "advice": [dict(asdict(a), ops=list(a.ops)) for a in self.advice],
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -217,6 +236,7 @@ def analyze(model: TfliteModel) -> CompatReport:
     head = 0
     while head < len(verdicts) and _quantizes_float_input(graph.operators[head], graph):
         head += 1
+    head = 0 if head and graph.operators[head - 1].opcode == "CAST" else head  # a CAST alone is no head
     first = next((v for v in verdicts[head:] if not v.supported), None)
     if compiled:
         mapped = sum(v.opcode == EDGETPU_CUSTOM_OP for v in verdicts)
@@ -229,14 +249,24 @@ def analyze(model: TfliteModel) -> CompatReport:
         after = verdicts[end:]
         tail = len(after) if after and all(v.opcode in HOST_TAIL_OPS for v in after) else 0
     return CompatReport(ops=verdicts, compiled=compiled, first_unsupported=first, mapped=mapped,
-                        total=len(verdicts), head=head, tail=tail)
+                        total=len(verdicts), head=head, tail=tail, advice=tuple(advise(model)))
 
 
 def _quantizes_float_input(op: Operator, graph: Subgraph) -> bool:
-    """A QUANTIZE of a float model input into 8 bits: the host's part of a float-I/O model's edge."""
-    if op.opcode != "QUANTIZE" or len(op.inputs) != 1 or op.inputs[0] not in graph.inputs:
+    """The host's part of a float-I/O model's edge: a QUANTIZE of a float model input into 8 bits, or of the CAST
+    to float of an unquantized 8-bit input (MoveNet: CAST uint8 -> float32, QUANTIZE -> int8), or that CAST."""
+    if len(op.inputs) != 1 or len(op.outputs) != 1:
         return False
-    return graph.tensors[op.inputs[0]].type not in EIGHT_BIT and graph.tensors[op.outputs[0]].type in EIGHT_BIT
+    source, result = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    if op.opcode == "CAST":
+        return op.inputs[0] in graph.inputs and source.type in EIGHT_BIT and source.quantization is None \
+            and result.type not in EIGHT_BIT
+    if op.opcode != "QUANTIZE" or source.type in EIGHT_BIT or result.type not in EIGHT_BIT:
+        return False
+    if op.inputs[0] in graph.inputs:
+        return True
+    cast = next((other for other in graph.operators if op.inputs[0] in other.outputs), None)
+    return cast is not None and cast.opcode == "CAST" and _quantizes_float_input(cast, graph)
 
 
 def analyze_file(source) -> CompatReport:
@@ -566,3 +596,151 @@ OP_LIMITS: dict[str, tuple[Rule, ...]] = {
     "PRELU": (_prelu_alpha,),
     "SQUEEZE": (_squeeze_leading,),
 }
+
+
+# ---- advice: the traps YOLO exports fall into ------------------------------------------------------------------
+
+# The strides of YOLO heads (P3-P5): an input side not a multiple of the largest leaves grids that do not tile it.
+YOLO_STRIDES = (8, 16, 32)
+# The input side Frigate's YOLOv9 for the Coral and Ultralytics' Coral guide use; larger heads map worse.
+YOLO_CORAL_SIDE = 320
+DFL_BINS = 16
+
+
+def advise(model: TfliteModel) -> list[Advice]:
+    """What to change for more of the model to map, where it shows a known trap (none for a clean model)."""
+    graph = model.graph
+    found = []
+    for rule in (_silu_advice, _hard_swish_advice, _dfl_advice, _transpose_advice, _pack_upsampling_advice,
+                 _input_advice):
+        advice = rule(graph)
+        if advice is not None:
+            found.append(advice)
+    if len(model.subgraphs) > 1:
+        found.append(Advice(
+            "subgraphs", (), f"the file holds {len(model.subgraphs)} subgraphs (control flow: WHILE or IF, e.g. an "
+            "NMS exported inside the model); the Edge TPU and this analysis take the first",
+            "export without control flow (Ultralytics: nms=False); this service runs NMS on the CPU after the model",
+            "ultralytics/ultralytics#4719 (\"More than one subgraph is not supported\")"))
+    return found
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
+
+
+def _silu_advice(graph: Subgraph) -> Advice | None:
+    """SiLU: a LOGISTIC whose output a MUL multiplies by the LOGISTIC's own input (x * sigmoid(x))."""
+    pairs = []
+    for op in graph.operators:
+        if op.opcode != "LOGISTIC":
+            continue
+        x, s = op.inputs[0], op.outputs[0]
+        partner = next((m for m in graph.operators if m.opcode == "MUL" and set(m.inputs[:2]) == {x, s}), None)
+        if partner is not None:
+            pairs += [op.index, partner.index]
+    if not pairs:
+        return None
+    return Advice(
+        "SiLU", tuple(pairs), f"{_count(len(pairs) // 2, 'SiLU activation')} (LOGISTIC then MUL by its input): each maps, at "
+        "twice an activation's work, and in YOLO exports edgetpu_compiler stops at one of them (\"Operation is "
+        "otherwise supported, but not mapped due to some unspecified limitation\"), leaving the rest to the CPU",
+        "train or fine-tune with ReLU6 (or ReLU) instead of SiLU, as Frigate's YOLOv9 for the Coral does (mAP50 "
+        "40.6% at 10 ms, 320x320 int8)",
+        "ultralytics/ultralytics#4719 (yolov8s: 13 ops on the Edge TPU, 244 on the CPU); ultralytics#18615 (yolo11n "
+        "at 320: 53 ms on a USB Coral); blakeblackshear/frigate#21124")
+
+
+def _hard_swish_advice(graph: Subgraph) -> Advice | None:
+    ops = tuple(op.index for op in graph.operators if op.opcode == "HARD_SWISH")
+    if not ops:
+        return None
+    return Advice("HARD_SWISH", ops, f"{_count(len(ops), 'HARD_SWISH op')}: not an Edge TPU operation, the first "
+                  "ends the partition", "use ReLU6 where HARD_SWISH is (its int8 range maps), then re-export",
+                  "google-coral/edgetpu#272 (YOLOv5s at 320: 370 ms with HardSwish, 100 ms without)")
+
+
+def _dfl_advice(graph: Subgraph) -> Advice | None:
+    """A YOLO head decoded inside the graph: a SOFTMAX over 16 DFL bins (then the expected bin, the anchors)."""
+    ops = tuple(op.index for op in graph.operators if op.opcode == "SOFTMAX"
+                and graph.tensors[op.inputs[0]].shape[-1:] == (DFL_BINS,)
+                and not _innermost_only(graph.tensors[op.inputs[0]].shape))
+    if not ops:
+        return None
+    shape = list(graph.tensors[graph.operators[ops[0]].inputs[0]].shape)
+    return Advice(
+        "DFL decode", ops, f"the boxes are decoded inside the model: a SOFTMAX over {DFL_BINS} bins of {shape} (not "
+        "one-dimensional, so not on the Edge TPU), then the anchors' arithmetic, all on the CPU after it",
+        "export the head undecoded: class logits [1, N, C] and DFL distributions [1, N, 64] (the Coral layout "
+        "Frigate's yolo-generic reads); this service decodes them on the CPU (model.json detection.decoder yolo_dfl)",
+        "blakeblackshear/frigate#21124; ultralytics/ultralytics#4719")
+
+
+def _transpose_advice(graph: Subgraph) -> Advice | None:
+    ops = [op for op in graph.operators if op.opcode == "TRANSPOSE"]
+    if not ops:
+        return None
+    sizes = {op.index: int(np.prod(graph.tensors[op.inputs[0]].shape)) for op in ops}
+    largest = max(ops, key=lambda op: sizes[op.index])
+    shape = list(graph.tensors[largest.inputs[0]].shape)
+    return Advice(
+        "TRANSPOSE", tuple(sizes), f"{_count(len(ops), 'TRANSPOSE op')}, the largest of {shape} ({sizes[largest.index]:,} "
+        "values): not in Coral's table; edgetpu_compiler 16 maps small ones and leaves large ones (\"not mapped due "
+        "to some unspecified limitation\")",
+        "keep the layout the convolutions make (NHWC) to the end: a YOLO head's [1, N, 4 + C] needs no transpose "
+        "(this service reads it: detection.layout anchors_first); or export at a smaller input",
+        "google-coral/edgetpu#868 (a YOLOv8n maps whole at 192 and not at 640, the transpose breaking it); "
+        "ultralytics/ultralytics#4089 (1 TRANSPOSE mapped, 4 not)")
+
+
+def _pack_upsampling_advice(graph: Subgraph) -> Advice | None:
+    """The TF object-detection API's nearest-neighbour upsampling: PACK of one tensor repeated, into rank 5 or 6."""
+    ops = tuple(op.index for op in graph.operators if op.opcode == "PACK" and len(set(op.inputs)) == 1
+                and len(op.inputs) > 1 and len(graph.tensors[op.outputs[0]].shape) > MAX_EFFECTIVE_RANK + 1)
+    if not ops:
+        return None
+    return Advice(
+        "PACK upsampling", ops, f"{_count(len(ops), 'PACK op')} stacking a tensor on itself into rank "
+        f"{max(len(graph.tensors[graph.operators[i].outputs[0]].shape) for i in ops)}: the TF object-detection API's "
+        "nearest-neighbour upsampling (tf.stack, then a reshape) in an FPN; beyond the Edge TPU's 3 dimensions",
+        "export with the FPN feature extractor's use_native_resize_op: true, so the upsampling is a "
+        "RESIZE_NEAREST_NEIGHBOR, which maps; this service runs the file as it is on cpu and emulated",
+        "TF object-detection API, object_detection/utils/ops.py nearest_neighbor_upsampling; TF2 \"SSD MobileNetV2 "
+        "FPNLite 320\" exports map 66 of 160 ops, the first to fall off a PACK")
+
+
+def _yolo_head(graph: Subgraph, width: int, height: int) -> bool:
+    """Outputs shaped like a YOLO head's at this input: [1, A, N] or [1, N, A] with N the anchor count (one or
+    three a cell) of strides 8, 16, 32."""
+    cells = sum((height // s) * (width // s) for s in YOLO_STRIDES)
+    for index in graph.outputs:
+        shape = graph.tensors[index].shape
+        if len(shape) == 3 and ({cells, 3 * cells} & set(shape[1:])):
+            return True
+    return False
+
+
+def _input_advice(graph: Subgraph) -> Advice | None:
+    if len(graph.inputs) != 1:
+        return None
+    shape = graph.tensors[graph.inputs[0]].shape
+    if len(shape) != 4:
+        return None
+    height, width = shape[1], shape[2]
+    largest = YOLO_STRIDES[-1]
+    if height % largest or width % largest:
+        if not _yolo_head(graph, width, height) and not any(op.opcode == "SOFTMAX" for op in graph.operators):
+            return None
+        return Advice("input size", (), f"the input is {width}x{height}, not a multiple of {largest}: a YOLO head's "
+                      f"grids (strides {', '.join(map(str, YOLO_STRIDES))}) do not tile it",
+                      f"export at a multiple of {largest}, e.g. {YOLO_CORAL_SIDE}x{YOLO_CORAL_SIDE}",
+                      "ultralytics/ultralytics#18615")
+    if max(width, height) > YOLO_CORAL_SIDE and _yolo_head(graph, width, height):
+        factor = width * height / YOLO_CORAL_SIDE**2
+        return Advice("input size", (), f"a YOLO head at {width}x{height}: its tensors are {factor:g}x those at "
+                      f"{YOLO_CORAL_SIDE}x{YOLO_CORAL_SIDE}, where large RESHAPE and TRANSPOSE ops stop mapping "
+                      "(Coral's table: \"certain reshapes might not be mapped for large tensor sizes\")",
+                      f"export at {YOLO_CORAL_SIDE}x{YOLO_CORAL_SIDE}, as Frigate's YOLO for the Coral and "
+                      "Ultralytics' Coral benchmarks do",
+                      "google-coral/edgetpu#868; ultralytics/ultralytics#18615; blakeblackshear/frigate#21124")
+    return None

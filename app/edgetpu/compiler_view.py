@@ -18,6 +18,14 @@ class OpViewOut(BaseModel):
     reason: str | None = Field(description="the constraint it breaks, when it does not")
 
 
+class AdviceOut(BaseModel):
+    topic: str
+    ops: list[int] = Field(description="the operators concerned")
+    finding: str
+    change: str = Field(description="what to change in the model for more of it to map")
+    source: str
+
+
 class EdgeTpuViewOut(BaseModel):
     summary: str
     mapped: int = Field(description="operators the Edge TPU would run: all before the first unsupported one")
@@ -26,6 +34,8 @@ class EdgeTpuViewOut(BaseModel):
                                           "(a float input's QUANTIZE, a detector's post-processing) run on the CPU")
     first_unsupported: OpViewOut | None
     ops: list[OpViewOut]
+    advice: list[AdviceOut] = Field(default=[], description="known traps the model falls into (SiLU, a large "
+                                                            "TRANSPOSE, a DFL decode in the graph, ...)")
 
 
 def compiler_view(report: CompatReport) -> dict:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.emulator.errors import Unsupported, UnsupportedModel, UnsupportedOperator, UnsupportedOperators
+from app.emulator.errors import (NOT_EMULATED, Unsupported, UnsupportedModel, UnsupportedOperator,
+                                 UnsupportedOperators)
 from app.emulator.kernels import PREPARE
 from app.emulator.kernels.common import OpView, Step
 from app.emulator.scratch import Scratch
@@ -43,9 +44,7 @@ def prepare(model: TfliteModel, accelerate: bool = False) -> Plan:
     for operator in graph.operators:
         preparer = PREPARE.get(operator.opcode)
         if preparer is None:
-            kind = "custom operator" if operator.custom else "operator"
-            problems.append(UnsupportedOperator(operator.index, operator.opcode,
-                                                f"{kind} not emulated; emulated: {', '.join(supported_opcodes())}"))
+            problems.append(UnsupportedOperator(operator.index, operator.opcode, NOT_EMULATED))
             continue
         try:
             steps.append(preparer(OpView(operator, graph, accelerate, scratch)))

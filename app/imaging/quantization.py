@@ -11,7 +11,9 @@ class InputQuantizer:
     """uint8 pixels -> input tensor (1, H, W, C) of the engine's dtype.
 
     real = (pixel - mean) / std is what the network expects; a quantized input holds
-    q = round(real / scale) + zero_point, clamped to its dtype. Pixels are 8-bit, so the
+    q = round(real / scale) + zero_point, clamped to its dtype; an 8-bit input without quantization
+    (scale 0: MoveNet's uint8 input, which the model casts to float itself) holds real, rounded and
+    clamped. Pixels are 8-bit, so the
     whole map is a 256-entry table per channel, computed once. When that table is the
     identity (uint8 input with scale = 1/std and zero_point = mean), pixels go in as they are.
     """
@@ -26,8 +28,10 @@ class InputQuantizer:
         if self.dtype == np.float32:
             self.table = real.astype(np.float32)
         else:
-            if scale <= 0:
+            if scale <= 0 and self.dtype.itemsize != 1:
                 raise ValueError(f"quantized input needs a positive scale, got {scale}")
+            if scale <= 0:  # not quantized: the tensor holds the values themselves
+                scale, zero_point = 1.0, 0
             info = np.iinfo(self.dtype)
             # round half away from zero, as TFLite's Quantize kernel does.
             scaled = real / scale

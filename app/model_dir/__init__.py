@@ -16,6 +16,7 @@ model.json is one validated format, read by the service and written by the conve
   records.py  what the converter measured and recorded (quality, quantization, the compile report): the
               service reads none of it, but validates it with the rest, so a model.json is refused whole
               or read whole, and serves the quality as it is;
-  reading.py  a directory read and checked: `read_model_dir()`, `discover()`, the files' sha256.
-Writing is the converter's (converter/model_dir.py: whole, atomically, validated by `Manifest` first).
+  reading.py  a directory read and checked: `read_model_dir()`, `discover()`, the files' sha256;
+  writing.py  a directory written whole, atomically, validated by `Manifest` first: the converter's builds and
+              imports, and the models clients upload to the service (Frigate's ZMQ model transfer).
 """

@@ -1,7 +1,7 @@
 """model.json's format: `Manifest`, the records the service reads, and the names of the files it lists.
 
 One validated format: the service reads every model.json through `Manifest` (app/model_dir/reading.py), the
-converter writes none that `Manifest` would refuse (converter/model_dir.py). The converter's own records
+writers write none that `Manifest` would refuse (app/model_dir/writing.py). The converter's own records
 (quality, quantization, the compile report) are app/model_dir/records.py.
 """
 
@@ -61,6 +61,104 @@ class OutputSpec(BaseModel):
 
     # logits: scores are softmax(dequantized output); probabilities: used as they are.
     scores: Literal["logits", "probabilities"] = "logits"
+
+
+# ---- a detector's decoding (model.json `detection`) ----------------------------------------------------
+
+POSTPROCESS, YOLO, YOLO_DFL = "postprocess", "yolo", "yolo_dfl"
+# Each decoder's roles in model.json `outputs` (role -> the output tensor's name in the model file):
+#   postprocess  TFLite_Detection_PostProcess's four outputs (SSD, EfficientDet-Lite): the op decodes and suppresses;
+#   yolo         Ultralytics' one tensor: [1, 4 + C, N] or [1, N, 4 + C] (box, then class scores; YOLOv5: box,
+#                objectness, class scores), no NMS in the graph;
+#   yolo_dfl     the Coral layout Frigate serves: class logits [1, N, C] and DFL box distributions
+#                [1, N, 4 * reg_max] (left, top, right, bottom; reg_max bins each), anchors at the grid cells.
+DECODER_ROLES: dict[str, tuple[str, ...]] = {
+    POSTPROCESS: ("boxes", "classes", "scores", "count"),
+    YOLO: ("predictions",),
+    YOLO_DFL: ("class_logits", "box_distributions"),
+}
+# What the decoders fall back on when model.json does not say (the values Ultralytics' and YOLOv5's predict use
+# for conf and iou; at most 100 objects, as the SSD exports' post-process op usually keeps).
+DEFAULT_MIN_SCORE = 0.25
+DEFAULT_NMS_IOU = 0.45
+DEFAULT_MAX_DETECTIONS = 100
+DEFAULT_STRIDES = (8, 16, 32)
+DEFAULT_REG_MAX = 16
+
+
+def grid_cells(width: int, height: int, strides) -> int:
+    """The cells of a YOLO head's grids over a width x height input, one grid per stride (height // stride rows,
+    width // stride columns): its anchor count, one anchor a cell."""
+    return sum((height // s) * (width // s) for s in strides)
+
+
+class DetectionSpec(BaseModel):
+    """How a detector's output tensors become objects: which decoder, and its parameters. Absent from model.json:
+    the `postprocess` decoder (the op in the file decodes and suppresses), as every detector before YOLO.
+
+    The YOLO decoders run on the CPU in numpy after the model (app/tasks/yolo.py), the same on every backend, and
+    give the rows the post-process op gives: boxes (ymin, xmin, ymax, xmax) normalized to the model's input,
+    class ids and scores, best first. Their thresholds here are the model's defaults; a request may override
+    min_score and max_detections (/v1/detect, DeepStack's min_confidence).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    decoder: Literal["postprocess", "yolo", "yolo_dfl"] = POSTPROCESS
+    classes: int | None = Field(default=None, ge=1)  # C: class scores per candidate
+    # yolo: where the box is in the tensor ([1, 4 + C, N]: attributes first, Ultralytics' export; [1, N, 4 + C]:
+    # anchors first, a transposed export and YOLOv5), its format (xywh: centre and size; xyxy: corners) and scale
+    # (normalized: fractions of the input, as Ultralytics' TFLite exports write them; pixels: of the input)
+    layout: Literal["attributes_first", "anchors_first"] | None = None
+    box_format: Literal["xywh", "xyxy"] | None = None
+    box_scale: Literal["normalized", "pixels"] | None = None
+    objectness: bool | None = None  # yolo: YOLOv5's objectness after the box (score = objectness * class score)
+    # yolo_dfl: the grid strides, in input pixels, in the order the anchors are listed; bins per box side
+    strides: list[int] | None = Field(default=None, min_length=1)
+    reg_max: int | None = Field(default=None, ge=1, le=64)
+    # class scores as the tensor holds them: sigmoid (logits, the decoder applies a sigmoid) or none (probabilities)
+    score_activation: Literal["sigmoid", "none"] | None = None
+    nms_iou: float | None = Field(default=None, gt=0.0, le=1.0)  # suppress a box overlapping a better one by more
+    class_agnostic: bool | None = None  # NMS across classes (true) or within each class (false)
+    min_score: float | None = Field(default=None, ge=0.0, le=1.0)  # the default threshold
+    max_detections: int | None = Field(default=None, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _fits_its_decoder(self):
+        """Each decoder's parameters filled with their defaults; a parameter of another decoder refused."""
+        foreign = {
+            POSTPROCESS: ("layout", "box_format", "box_scale", "objectness", "strides", "reg_max", "score_activation",
+                          "nms_iou", "class_agnostic"),
+            YOLO: ("strides", "reg_max"),
+            YOLO_DFL: ("layout", "box_format", "box_scale", "objectness"),
+        }[self.decoder]
+        given = [name for name in foreign if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"detection.decoder {self.decoder!r} takes no {', '.join(given)} (its parameters: "
+                             f"{', '.join(sorted(set(DetectionSpec.model_fields) - set(foreign) - {'decoder'}))})")
+        if self.decoder == YOLO:
+            missing = [name for name in ("classes", "layout", "box_scale") if getattr(self, name) is None]
+            if missing:
+                raise ValueError(f"detection.decoder 'yolo' needs {', '.join(missing)} (python -m converter import "
+                                 "writes them, or asks for a flag where the file cannot tell)")
+            self._fill(box_format="xywh", objectness=False, score_activation="none")
+        elif self.decoder == YOLO_DFL:
+            if self.classes is None:
+                raise ValueError("detection.decoder 'yolo_dfl' needs classes")
+            self._fill(strides=list(DEFAULT_STRIDES), reg_max=DEFAULT_REG_MAX, score_activation="sigmoid")
+        if self.decoder != POSTPROCESS:
+            self._fill(nms_iou=DEFAULT_NMS_IOU, class_agnostic=False, min_score=DEFAULT_MIN_SCORE,
+                       max_detections=DEFAULT_MAX_DETECTIONS)
+        return self
+
+    def _fill(self, **defaults) -> None:
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return DECODER_ROLES[self.decoder]
 
 
 class FileEntry(BaseModel):
@@ -139,6 +237,7 @@ class Imported(BaseModel):
     scores: str                # how the output's meaning was decided (logits or probabilities)
     metadata: dict = Field(default_factory=dict)  # the file's own TFLite metadata: name, author, license, ...
     compiler: dict | None = None  # an imported Edge TPU file: what its edgetpu-custom-op records
+    task: str | None = None    # how the task was read from the graph (or --task)
     notes: list[str] = Field(default_factory=list)
 
 
@@ -168,11 +267,14 @@ class Manifest(BaseModel):
     licence: str
     input: InputSpec
     output: OutputSpec = OutputSpec()
-    # The output tensors by role, as the task names them (classification: scores; detection: boxes,
-    # classes, scores, count), each the tensor's name in the model file: the roles are read from
-    # the graph (a detector's TFLite_Detection_PostProcess outputs), never from output positions.
+    # The output tensors by role, as the task names them (classification: scores; detection: its decoder's,
+    # DECODER_ROLES: boxes, classes, scores, count for the post-process op), each the tensor's name in the model
+    # file: the roles are read from the graph (a detector's TFLite_Detection_PostProcess outputs, a YOLO head's
+    # tensors told apart by shape), never from output positions.
     # Empty: a classifier's one output.
     outputs: dict[str, str] = Field(default_factory=dict)
+    # a detector's decoder and its parameters (DetectionSpec); absent: TFLite_Detection_PostProcess's rows
+    detection: DetectionSpec | None = None
     quantization: Quantization | None = None
     edgetpu_analysis: str | None = None
     quality: Quality | None = None
@@ -201,6 +303,23 @@ class Manifest(BaseModel):
         if quality:
             data["quality"] = quality
         return data
+
+    @model_validator(mode="after")
+    def _detection_fits(self):
+        """`detection` belongs to a detector, and `outputs` names only its decoder's roles."""
+        if self.detection is None:
+            return self
+        if self.task != "detection":
+            raise ValueError(f"`detection` (a detector's decoding) in a model of task {self.task!r}")
+        unknown = sorted(set(self.outputs) - set(self.detection.roles))
+        if unknown:
+            raise ValueError(f"`outputs` names {unknown}, roles the {self.detection.decoder!r} decoder does not read "
+                             f"(its roles: {list(self.detection.roles)})")
+        return self
+
+    def detection_spec(self) -> DetectionSpec:
+        """The detector's decoding: model.json `detection`, or the post-process op's when absent."""
+        return self.detection if self.detection is not None else DetectionSpec()
 
     def to_json(self) -> str:
         """The one serialisation of model.json (files last, absent facts left out)."""

@@ -1,5 +1,6 @@
 // The try-it page: pick an image, classify it (or, with a detection model, detect objects and draw their boxes on
-// it) with the native API, compare backends side by side.
+// it; with a segmentation model, overlay its mask with a legend; with a pose model, draw the skeleton) with the
+// native API, compare backends side by side.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -10,6 +11,23 @@ const STAGES = ["decode", "preprocess", "queue", "inference", "postprocess"];
 // Detection boxes on the image: the width the picture is drawn at, and the box colour (Okabe-Ito vermillion).
 const DRAWN_WIDTH = 480;
 const BOX_COLOUR = "#D55E00";
+// A segmentation mask over the photo: how opaque its colours are, and the value of a pixel the model did not see
+// (outside a center crop), left clear as the background class is (app/tasks/segment.py UNSEEN).
+const MASK_ALPHA = 0.55;
+const UNSEEN = 255;
+// The skeleton: COCO's keypoints joined as app/tasks/pose.py SKELETON joins them, and the colours of its
+// bones and joints (Okabe-Ito yellow and vermillion: colours the stage bars do not use).
+const SKELETON = [[0, 1], [0, 2], [1, 3], [2, 4], [5, 6], [5, 7], [7, 9], [6, 8], [8, 10], [5, 11], [6, 12],
+  [11, 12], [11, 13], [13, 15], [12, 14], [14, 16]];
+const BONE_COLOUR = "#F0E442";
+const JOINT_COLOUR = "#D55E00";
+// What each task's button says and does: the route under /v1/models/{name}/, the threshold it takes.
+const TASKS = {
+  classification: { verb: "Classify", route: "classify", doing: "classifying" },
+  detection: { verb: "Detect", route: "detect", doing: "detecting", threshold: "min_score" },
+  segmentation: { verb: "Segment", route: "segment", doing: "segmenting" },
+  pose: { verb: "Pose", route: "pose", doing: "estimating poses", threshold: "min_score" },
+};
 
 function show(message, isError = false) {
   $("message").textContent = message;
@@ -37,17 +55,17 @@ function selectedModel() {
   return state.models.find((m) => m.name === $("model").value);
 }
 
-function isDetector(model) {
-  return model !== undefined && model.task === "detection";
+function taskOf(model) {
+  return TASKS[model && model.task] || TASKS.classification;
 }
 
 function fillBackends() {
   const model = selectedModel();
   $("about").textContent = describeModel(model);
-  const detector = isDetector(model);  // what the buttons do, and which threshold they take
-  $("classify").textContent = detector ? "Detect" : "Classify";
-  $("topk-label").hidden = detector;
-  $("minscore-label").hidden = !detector;
+  const task = taskOf(model);  // what the buttons do, and which threshold they take
+  $("classify").textContent = task.verb;
+  $("topk-label").hidden = task !== TASKS.classification;
+  $("minscore-label").hidden = !task.threshold;
   const backends = model ? Object.keys(model.backends) : [];
   $("backend").replaceChildren(...backends.map((b) => new Option(b, b)));
   $("compare").title = `Run the same image on: ${backends.join(", ") || "no backend loaded"}`;
@@ -112,15 +130,134 @@ async function detectOn(model, backend, minScore) {
     `&min_score=${minScore}`);
 }
 
-async function post(url) {
-  const response = await fetch(url, {
+async function segmentOn(model, backend) {
+  // the answer (classes, timings), then the mask itself as the PNG of class ids at the photo's size
+  const url = `/v1/models/${encodeURIComponent(model)}/segment?backend=${encodeURIComponent(backend)}`;
+  const result = await post(url);
+  result.mask = await loadImage(await postForBlob(`${url}&format=png`));
+  return result;
+}
+
+async function poseOn(model, backend) {
+  return post(`/v1/models/${encodeURIComponent(model)}/pose?backend=${encodeURIComponent(backend)}`);
+}
+
+async function send(url) {
+  return fetch(url, {
     method: "POST",
     headers: { "Content-Type": state.file.type || "application/octet-stream" },
     body: state.file,
   });
+}
+
+async function post(url) {
+  const response = await send(url);
   const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
   if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
   return body;
+}
+
+async function postForBlob(url) {
+  const response = await send(url);
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({}));
+    throw new Error(body.error || `HTTP ${response.status}`);
+  }
+  return response.blob();
+}
+
+function vocColour(id) {
+  // PASCAL VOC's colour map, as the mask PNG's palette (app/tasks/segment.py palette): class id -> [r, g, b]
+  let r = 0, g = 0, b = 0;
+  for (let j = 0, c = id; j < 8; j++, c >>= 3) {
+    r |= ((c >> 0) & 1) << (7 - j);
+    g |= ((c >> 1) & 1) << (7 - j);
+    b |= ((c >> 2) & 1) << (7 - j);
+  }
+  return [r, g, b];
+}
+
+function photoCanvas(result, image) {
+  // The picture as a viewer shows it (browsers apply EXIF orientation, as the service does), DRAWN_WIDTH at most.
+  const scale = Math.min(1, DRAWN_WIDTH / result.image.width);
+  const canvas = document.createElement("canvas");
+  canvas.className = "boxes";
+  canvas.width = Math.round(result.image.width * scale);
+  canvas.height = Math.round(result.image.height * scale);
+  canvas.getContext("2d").drawImage(image, 0, 0, canvas.width, canvas.height);
+  canvas.dataset.scale = scale;
+  return canvas;
+}
+
+function maskCanvas(result, image) {
+  // The photo with the mask over it: each class in its VOC colour, the background class and unseen pixels clear.
+  const canvas = photoCanvas(result, image);
+  canvas.className = "boxes mask";
+  const clear = new Set(result.classes.filter((c) => c.label === "background").map((c) => c.class_id));
+  clear.add(UNSEEN);
+  const byColour = new Map();
+  for (let id = 0; id < 256; id++) byColour.set(vocColour(id).join(","), id);
+  const layer = document.createElement("canvas");  // the mask at the canvas's size: nearest, as the ids are
+  layer.width = canvas.width;
+  layer.height = canvas.height;
+  const lctx = layer.getContext("2d");
+  lctx.imageSmoothingEnabled = false;
+  lctx.drawImage(result.mask, 0, 0, layer.width, layer.height);
+  const pixels = lctx.getImageData(0, 0, layer.width, layer.height);
+  const counts = {};
+  for (let i = 0; i < pixels.data.length; i += 4) {
+    const id = byColour.get(`${pixels.data[i]},${pixels.data[i + 1]},${pixels.data[i + 2]}`);
+    counts[id] = (counts[id] || 0) + 1;
+    pixels.data[i + 3] = id === undefined || clear.has(id) ? 0 : Math.round(255 * MASK_ALPHA);
+  }
+  lctx.putImageData(pixels, 0, 0);
+  canvas.getContext("2d").drawImage(layer, 0, 0);
+  canvas.dataset.classes = JSON.stringify(counts);  // canvas pixels per class id (the page's test reads it)
+  return canvas;
+}
+
+function legend(result) {
+  const list = document.createElement("ul");
+  list.className = "legend mask-legend";
+  for (const c of result.classes) {
+    const item = document.createElement("li");
+    item.dataset.classId = c.class_id;
+    const swatch = document.createElement("span");
+    swatch.className = "swatch";
+    swatch.style.background = `rgb(${vocColour(c.class_id).join(",")})`;
+    item.append(swatch, `${c.label} ${(c.fraction * 100).toFixed(1)}%`);
+    list.append(item);
+  }
+  return list;
+}
+
+function skeletonCanvas(result, image, minScore) {
+  // The photo with each pose's bones between keypoints scoring at least minScore, and its joints.
+  const canvas = photoCanvas(result, image);
+  const scale = parseFloat(canvas.dataset.scale);
+  const ctx = canvas.getContext("2d");
+  const drawn = [];
+  for (const pose of result.poses) {
+    const points = pose.keypoints.map((k) => ({ name: k.name, x: k.x * scale, y: k.y * scale, score: k.score }));
+    ctx.strokeStyle = BONE_COLOUR;
+    ctx.lineWidth = 3;
+    for (const [a, b] of SKELETON) {
+      if (points[a].score < minScore || points[b].score < minScore) continue;
+      ctx.beginPath();
+      ctx.moveTo(points[a].x, points[a].y);
+      ctx.lineTo(points[b].x, points[b].y);
+      ctx.stroke();
+    }
+    ctx.fillStyle = JOINT_COLOUR;
+    for (const p of points.filter((p) => p.score >= minScore)) {
+      ctx.beginPath();
+      ctx.arc(p.x, p.y, 4, 0, 2 * Math.PI);
+      ctx.fill();
+    }
+    drawn.push(points.filter((p) => p.score >= minScore));
+  }
+  canvas.dataset.drawn = JSON.stringify(drawn);  // the joints drawn, in canvas pixels (the page's test reads it)
+  return canvas;
 }
 
 function loadImage(file) {
@@ -133,14 +270,10 @@ function loadImage(file) {
 }
 
 function boxesCanvas(result, image) {
-  // The picture as a viewer shows it (browsers apply EXIF orientation, as the service does), the boxes on it.
-  const scale = Math.min(1, DRAWN_WIDTH / result.image.width);
-  const canvas = document.createElement("canvas");
-  canvas.className = "boxes";
-  canvas.width = Math.round(result.image.width * scale);
-  canvas.height = Math.round(result.image.height * scale);
+  // The picture as a viewer shows it, the boxes on it.
+  const canvas = photoCanvas(result, image);
+  const scale = parseFloat(canvas.dataset.scale);
   const ctx = canvas.getContext("2d");
-  ctx.drawImage(image, 0, 0, canvas.width, canvas.height);
   ctx.lineWidth = 2;
   ctx.font = "13px system-ui, sans-serif";
   ctx.textBaseline = "top";
@@ -160,7 +293,6 @@ function boxesCanvas(result, image) {
     ctx.fillText(text, x + 3, top + 2);
     drawn.push({ label: d.label, x, y, w, h });
   }
-  canvas.dataset.scale = scale;
   canvas.dataset.drawn = JSON.stringify(drawn);  // what was drawn, in canvas pixels (the page's test reads it)
   return canvas;
 }
@@ -194,6 +326,21 @@ function card(result, image) {
   small.textContent = `${result.model}${result.cold ? " · cold" : ""} · ${result.timing_ms.total.toFixed(1)} ms`;
   title.append(small);
   el.append(title);
+  if (result.classes) {
+    el.append(maskCanvas(result, image), legend(result));
+    const seen = result.seen < 1 ? ` · ${(result.seen * 100).toFixed(0)}% of it seen (center crop)` : "";
+    const count = document.createElement("p");
+    count.className = "count";
+    count.textContent = `${result.classes.length} class${result.classes.length === 1 ? "" : "es"} in ` +
+      `${result.image.width} × ${result.image.height} px${seen}`;
+    el.append(count);
+  }
+  if (result.poses) {
+    el.append(skeletonCanvas(result, image, state.minScore));
+    for (const pose of result.poses) {
+      el.append(predictionRow("pose", `mean of its ${pose.keypoints.length} keypoints' scores`, pose.score));
+    }
+  }
   if (result.detections) {
     el.append(boxesCanvas(result, image));
     const count = document.createElement("p");
@@ -319,15 +466,16 @@ function errorCard(backend, message) {
 
 async function run(backends) {
   const model = $("model").value;
-  const detector = isDetector(selectedModel());
+  const task = taskOf(selectedModel());
   const topK = Math.min(20, Math.max(1, parseInt($("topk").value, 10) || 5));
   const minScore = Math.min(1, Math.max(0, parseFloat($("minscore").value) || 0));
+  state.minScore = minScore;
   $("classify").disabled = $("compare").disabled = true;
-  show(`${detector ? "detecting" : "classifying"} on ${backends.join(", ")} …`);
+  show(`${task.doing} on ${backends.join(", ")} …`);
   const cards = [];
   const answered = [];
   let image = null;
-  if (detector) {
+  if (task !== TASKS.classification) {
     try {
       image = await loadImage(state.file);
     } catch (e) {
@@ -338,7 +486,9 @@ async function run(backends) {
   }
   for (const backend of backends) {  // one after another: each backend's timings undisturbed
     try {
-      const result = detector ? await detectOn(model, backend, minScore) : await classifyOn(model, backend, topK);
+      const result = task === TASKS.detection ? await detectOn(model, backend, minScore)
+        : task === TASKS.segmentation ? await segmentOn(model, backend)
+          : task === TASKS.pose ? await poseOn(model, backend) : await classifyOn(model, backend, topK);
       answered.push(result);
       cards.push(card(result, image));
     } catch (e) {

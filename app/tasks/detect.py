@@ -1,18 +1,26 @@
-"""Detection: a detector's post-processed outputs -> objects with labels, scores and boxes in the original
-image's pixels.
+"""Detection: a detector's outputs -> objects with labels, scores and boxes in the original image's pixels.
 
-Four roles, the outputs of TFLite_Detection_PostProcess (SSD, EfficientDet-Lite): `boxes` [1, N, 4] (ymin,
-xmin, ymax, xmax, normalized to the model's input), `classes` [1, N] (class ids, 0-based without background:
-line i of labels.txt names id i), `scores` [1, N], `count` [1] (how many of the N rows are detections). model.json
-`outputs` names each role's tensor, so a model whose graph lists them in another order (TF2 and Model Maker
-exports: scores, boxes, count, classes) reads the same. A box goes back to the original image through the
-geometry preprocessing used (app/imaging/geometry.py Geometry: stretch, center crop or letterbox, a JPEG decoded at
-reduced scale, EXIF orientation), is clipped to the image, and a box with nothing left inside it is dropped.
+model.json `detection.decoder` says how the outputs become rows (boxes as ymin, xmin, ymax, xmax normalized to
+the model's input, class ids from 0 without background: line i of labels.txt names id i, scores), and `outputs`
+names, by role, the tensors it reads (app/model_dir/schema.py DetectionSpec):
+- `postprocess` (no `detection` in model.json: SSD, EfficientDet-Lite): TFLite_Detection_PostProcess's outputs,
+  `boxes` [1, N, 4], `classes` [1, N], `scores` [1, N], `count` [1], named by role so that a graph listing them
+  in another order (TF2 and Model Maker exports: scores, boxes, count, classes) reads the same;
+- `yolo` (Ultralytics' one tensor `predictions`) and `yolo_dfl` (the Coral layout's `class_logits` and
+  `box_distributions`): decoded here on the CPU in numpy, the same on every backend (app/tasks/yolo.py, with NMS
+  from app/tasks/nms.py).
+The roles are bound at load from the model's decoder (DetectionTask.bind). A box goes back to the original image
+through the geometry preprocessing used (app/imaging/geometry.py Geometry: stretch, center crop or letterbox, a
+JPEG decoded at reduced scale, EXIF orientation), is clipped to the image, and a box with nothing left inside it
+is dropped.
 
-Options: `min_score`, `max_detections`, `labels` (only these classes; a label the model lacks is a 400 before any
-work). Its native answer (`DetectResponse`): the model, the backend, the original image's size, `detections` best
-first, the timings; front doors shape it for their protocols (DeepStack's, DOODS', Frigate's rows from
-`box_normalized`). As named tensors (OIP v2): each role's tensor as the model gave it (boxes, classes, scores, count).
+Options: `min_score`, `max_detections` (None: the model's, model.json `detection`; without them all the rows the
+op gives, scoring at least the front door's default), `labels` (only these classes; a label the model lacks is a
+400 before any work). Its native answer (`DetectResponse`): the model, the backend, the original image's size,
+`detections` best first, the timings; front doors shape it for their protocols (DeepStack's, DOODS', Frigate's
+rows from `box_normalized`). As named tensors (OIP v2): the post-process op's four tensors as the model gave them;
+a YOLO head's decoded into the same four, `boxes` [K, 4], `classes` [K], `scores` [K] and `count` [1], FP32, K
+its max_detections, at its model.json thresholds, rows past `count` zero.
 """
 
 from __future__ import annotations
@@ -26,12 +34,19 @@ from pydantic import BaseModel, Field
 
 from app.errors import ModelDirError, RequestError
 from app.imaging.geometry import Geometry
-from app.tasks.base import OutputRoles, Outputs, Task, Timing, Warmup
+from app.model_dir.schema import POSTPROCESS, YOLO, DetectionSpec
+from app.tasks import yolo
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup, resolve_roles
+from app.tasks.yolo import Raw, Rows
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
 
 BOXES, CLASSES, SCORES, COUNT = "boxes", "classes", "scores", "count"
+# the front doors' default threshold for a model whose model.json sets none (/v1/detect's; DeepStack's is its own)
+DEFAULT_MIN_SCORE = 0.5
+EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
+EVERY_KEPT = 1 << 62  # a YOLO decode's limit when a class filter comes after it: every box NMS keeps
 
 
 @dataclass(frozen=True)
@@ -67,10 +82,12 @@ class Detection:
 
 @dataclass(frozen=True)
 class DetectOptions:
-    min_score: float = 0.5               # objects scoring below it are left out
-    max_detections: int | None = None    # at most this many, best first (None: all the model gives)
+    min_score: float | None = None       # objects scoring below it are left out (None: the model's, model.json
+                                         # detection.min_score, else default_min_score)
+    max_detections: int | None = None    # at most this many, best first (None: the model's, else all it gives)
     labels: frozenset[str] | None = None  # only these classes (labels, or class ids' numbers)
     class_ids: frozenset[int] | None = None  # `labels` as the model's class ids (Task.ready)
+    default_min_score: float = DEFAULT_MIN_SCORE  # the front door's threshold for a model that sets none
 
 
 class BoxOut(BaseModel):
@@ -103,11 +120,28 @@ class DetectResponse(BaseModel):
     cold: bool = Field(description="true when this request paid its interpreter's first inference")
 
 
+@dataclass(frozen=True)
+class _DecoderRoles:
+    """The roles a model's decoder reads, where app.tasks.base.resolve_roles looks for a task's."""
+
+    name: str
+    roles: tuple[str, ...]
+
+
 class DetectionTask(Task):
     name = "detection"
-    roles = (BOXES, CLASSES, SCORES, COUNT)
+    roles = (BOXES, CLASSES, SCORES, COUNT)  # the post-process op's; a YOLO decoder's are bound per model (bind)
     options = DetectOptions
     schema = DetectResponse
+
+    def bind(self, model_dir: ModelDir, outputs) -> OutputRoles:
+        """At load: the roles of the model's decoder (model.json `detection`), resolved by name and checked."""
+        spec = model_dir.manifest.detection_spec()
+        roles = resolve_roles(_DecoderRoles(self.name, spec.roles), model_dir, outputs)
+        self.check(model_dir, roles)
+        if spec.decoder == POSTPROCESS:
+            return dataclasses.replace(roles, named=tuple(self.named_outputs(roles)))
+        return dataclasses.replace(roles, named=tuple(decoded_outputs(spec)))
 
     def ready(self, options: DetectOptions, model_dir: ModelDir) -> DetectOptions:
         """The labels asked for as the model's class ids: a 400 for one it lacks, before any work."""
@@ -117,26 +151,76 @@ class DetectionTask(Task):
 
     def read(self, outputs: Outputs, options: DetectOptions) -> Detection:
         geometry = outputs.geometry
-        found = objects(outputs.roles, outputs.tensors, geometry, outputs.model_dir.labels, options.min_score,
-                        options.max_detections, options.class_ids)
+        spec = outputs.model_dir.manifest.detection_spec()
+        min_score = options.min_score
+        if min_score is None:
+            min_score = spec.min_score if spec.min_score is not None else options.default_min_score
+        limit = options.max_detections or spec.max_detections
+        if spec.decoder == POSTPROCESS:
+            rows = postprocess_rows(outputs.roles, outputs.tensors)
+        else:  # with a class filter, NMS keeps what it keeps and the filter and the limit come after, as for the op
+            rows = decode(outputs, spec, min_score, None if options.class_ids is not None else limit)
+        found = objects_of(rows, geometry, outputs.model_dir.labels, min_score, limit, options.class_ids)
         return Detection(ImageSize(geometry.width, geometry.height), found)
 
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
-        """The shapes TFLite_Detection_PostProcess gives, float32, N rows alike across boxes, classes and scores."""
-        specs = roles.specs
-        found = {role: f"{spec.name!r} {spec.dtype.name} {list(spec.shape)}" for role, spec in specs.items()}
-        rows = specs[BOXES].shape[1] if len(specs[BOXES].shape) == 3 else None
-        expected = {BOXES: (1, rows, 4), CLASSES: (1, rows), SCORES: (1, rows)}
-        wrong = [role for role, shape in expected.items() if tuple(specs[role].shape) != shape or rows is None]
-        if int(np.prod(specs[COUNT].shape)) != 1:
-            wrong.append(COUNT)
-        wrong += [role for role in self.roles if specs[role].dtype != np.float32 and role not in wrong]
-        if wrong:
-            raise ModelDirError(
-                f"model {model_dir.name!r} (detection): a detector's outputs are TFLite_Detection_PostProcess's, "
-                "float32 boxes [1, N, 4], classes [1, N], scores [1, N] and count [1]; model.json `outputs` names "
-                + ", ".join(f"{role} {found[role]}" for role in self.roles)
-                + f" (wrong: {', '.join(dict.fromkeys(wrong))})")
+        """The tensors the model's decoder reads have the shapes and types it needs: ModelDirError naming them."""
+        spec = model_dir.manifest.detection_spec()
+        if spec.decoder == POSTPROCESS:
+            _check_postprocess(model_dir, roles)
+        else:
+            _check_yolo(model_dir, roles, spec)
+
+    def named_values(self, outputs: Outputs) -> dict[str, np.ndarray]:
+        spec = outputs.model_dir.manifest.detection_spec()
+        if spec.decoder == POSTPROCESS:
+            return super().named_values(outputs)
+        return decoded_values(decode(outputs, spec, spec.min_score, spec.max_detections), spec.max_detections)
+
+
+def _check_postprocess(model_dir: ModelDir, roles: OutputRoles) -> None:
+    """The shapes TFLite_Detection_PostProcess gives, float32, N rows alike across boxes, classes and scores."""
+    specs = roles.specs
+    found = {role: f"{spec.name!r} {spec.dtype.name} {list(spec.shape)}" for role, spec in specs.items()}
+    rows = specs[BOXES].shape[1] if len(specs[BOXES].shape) == 3 else None
+    expected = {BOXES: (1, rows, 4), CLASSES: (1, rows), SCORES: (1, rows)}
+    wrong = [role for role, shape in expected.items() if tuple(specs[role].shape) != shape or rows is None]
+    if int(np.prod(specs[COUNT].shape)) != 1:
+        wrong.append(COUNT)
+    wrong += [role for role in TASK.roles if specs[role].dtype != np.float32 and role not in wrong]
+    if wrong:
+        raise ModelDirError(
+            f"model {model_dir.name!r} (detection): a detector's outputs are TFLite_Detection_PostProcess's, "
+            "float32 boxes [1, N, 4], classes [1, N], scores [1, N] and count [1]; model.json `outputs` names "
+            + ", ".join(f"{role} {found[role]}" for role in TASK.roles)
+            + f" (wrong: {', '.join(dict.fromkeys(wrong))})")
+
+
+def _check_yolo(model_dir: ModelDir, roles: OutputRoles, spec: DetectionSpec) -> None:
+    """A YOLO head's tensors: 8-bit (quantized) or float32, shaped as model.json `detection` says at its input."""
+    specs = roles.specs
+    size = model_dir.manifest.input
+    found = ", ".join(f"{role} {s.name!r} {s.dtype.name} {list(s.shape)}" for role, s in specs.items())
+    problems = [f"{role} is {s.dtype.name}" for role, s in specs.items()
+                if s.dtype not in (*EIGHT_BIT, np.dtype(np.float32)) or (s.dtype in EIGHT_BIT and not s.scale > 0)]
+    if spec.decoder == YOLO:
+        shape = tuple(specs[yolo.PREDICTIONS].shape)
+        attributes = yolo.yolo_attributes(spec)
+        at = 1 if spec.layout == "attributes_first" else 2
+        if len(shape) != 3 or shape[0] != 1 or shape[at] != attributes:
+            layout = "[1, A, N]" if at == 1 else "[1, N, A]"
+            problems.append(f"predictions must be {layout} with A = {attributes} (4 box values"
+                            f"{', an objectness' if spec.objectness else ''} and {spec.classes} classes)")
+    else:
+        n = yolo.anchor_count(size.width, size.height, spec.strides)
+        logits, bins = tuple(specs[yolo.CLASS_LOGITS].shape), tuple(specs[yolo.BOX_DISTRIBUTIONS].shape)
+        if logits != (1, n, spec.classes) or bins != (1, n, 4 * spec.reg_max):
+            problems.append(f"at {size.width}x{size.height} with strides {spec.strides} there are {n} anchors: "
+                            f"class_logits must be [1, {n}, {spec.classes}] and box_distributions "
+                            f"[1, {n}, {4 * spec.reg_max}]")
+    if problems:
+        raise ModelDirError(f"model {model_dir.name!r} (detection, decoder {spec.decoder!r}): model.json `outputs` "
+                            f"names {found}: {'; '.join(problems)}")
 
 
 TASK = DetectionTask()
@@ -168,25 +252,60 @@ def class_ids(model_dir: ModelDir, wanted: frozenset[str]) -> frozenset[int]:
     return frozenset(ids)
 
 
-def objects(roles: OutputRoles, outputs: list[np.ndarray], geometry: Geometry, labels: tuple[str, ...],
-            min_score: float, max_detections: int | None = None,
-            wanted: frozenset[int] | None = None) -> list[DetectedObject]:
-    """The op's rows -> objects, best first: the first `count` rows scoring at least min_score, their boxes in
-    the original image's pixels (clipped; a box with no area left is dropped), in `wanted` classes only."""
+def decode(outputs: Outputs, spec: DetectionSpec, min_score: float, max_detections: int | None) -> Rows:
+    """A YOLO head's tensors -> rows, at the model's input size; max_detections None: every box NMS keeps."""
+    raw = {role: Raw(outputs.of(role), spec_.scale if spec_.dtype in EIGHT_BIT else None, spec_.zero_point)
+           for role, spec_ in outputs.roles.specs.items()}
+    size = outputs.model_dir.manifest.input
+    return yolo.decode(spec, raw, size.width, size.height, min_score,
+                       EVERY_KEPT if max_detections is None else max_detections)
+
+
+def decoded_outputs(spec: DetectionSpec) -> list[NamedOutput]:
+    """A YOLO head's named outputs (OIP v2): its rows as the post-process op gives its own, K = max_detections."""
+    rows, f32 = spec.max_detections, np.dtype(np.float32)
+    return [NamedOutput(BOXES, f32, (rows, 4)), NamedOutput(CLASSES, f32, (rows,)), NamedOutput(SCORES, f32, (rows,)),
+            NamedOutput(COUNT, f32, (1,))]
+
+
+def decoded_values(rows: Rows, size: int) -> dict[str, np.ndarray]:
+    """Rows padded with zeros to `size`, as decoded_outputs() names them."""
+    count = min(len(rows), size)
+    boxes, classes, scores = np.zeros((size, 4), np.float32), np.zeros(size, np.float32), np.zeros(size, np.float32)
+    boxes[:count], classes[:count], scores[:count] = rows.boxes[:count], rows.classes[:count], rows.scores[:count]
+    return {BOXES: boxes, CLASSES: classes, SCORES: scores, COUNT: np.array([count], np.float32)}
+
+
+def postprocess_rows(roles: OutputRoles, outputs) -> Rows:
+    """TFLite_Detection_PostProcess's first `count` rows (a class id that is no number becomes -1)."""
     boxes = roles.of(outputs, BOXES).reshape(-1, 4)
     n = boxes.shape[0]
     count = float(roles.of(outputs, COUNT).reshape(-1)[0])
     count = int(min(max(count, 0.0), n)) if np.isfinite(count) else 0
-    scores = roles.of(outputs, SCORES).reshape(-1)[:count].astype(np.float64)
     classes = roles.of(outputs, CLASSES).reshape(-1)[:count]
+    ids = np.where(np.isfinite(classes), classes, -1).astype(np.int64)
+    return Rows(boxes[:count], ids, roles.of(outputs, SCORES).reshape(-1)[:count])
+
+
+def objects(roles: OutputRoles, outputs: list[np.ndarray], geometry: Geometry, labels: tuple[str, ...],
+            min_score: float, max_detections: int | None = None,
+            wanted: frozenset[int] | None = None) -> list[DetectedObject]:
+    """The post-process op's rows -> objects (objects_of)."""
+    return objects_of(postprocess_rows(roles, outputs), geometry, labels, min_score, max_detections, wanted)
+
+
+def objects_of(rows: Rows, geometry: Geometry, labels: tuple[str, ...], min_score: float,
+               max_detections: int | None = None, wanted: frozenset[int] | None = None) -> list[DetectedObject]:
+    """Rows -> objects, best first: those scoring at least min_score, their boxes in the original image's pixels
+    (clipped; a box with no area left is dropped), in `wanted` classes only, at most max_detections."""
+    scores = np.asarray(rows.scores, np.float64)
     keep = np.flatnonzero(scores >= min_score)  # NaN never passes
     if wanted is not None:
-        ids = np.where(np.isfinite(classes[keep]), classes[keep], -1).astype(np.int64)
-        keep = keep[np.isin(ids, list(wanted))]
+        keep = keep[np.isin(rows.classes[keep], list(wanted))]
     if keep.size == 0:
         return []
     keep = keep[np.argsort(-scores[keep], kind="stable")]
-    ymin, xmin, ymax, xmax = boxes[keep].astype(np.float64).T
+    ymin, xmin, ymax, xmax = np.asarray(rows.boxes, np.float64)[keep].T
     (left, right), (top, bottom) = geometry.to_original(np.stack([xmin, xmax]), np.stack([ymin, ymax]))
     width, height = geometry.width, geometry.height
     left, right = np.clip(left, 0, width), np.clip(right, 0, width)
@@ -194,8 +313,7 @@ def objects(roles: OutputRoles, outputs: list[np.ndarray], geometry: Geometry, l
     inside = (right > left) & (bottom > top)  # NaN coordinates fail this too
     found = []
     for i in np.flatnonzero(inside).tolist()[:max_detections]:
-        cls = classes[keep[i]]
-        class_id = int(cls) if np.isfinite(cls) else -1
+        class_id = int(rows.classes[keep[i]])
         x0, y0, x1, y1 = float(left[i]), float(top[i]), float(right[i]), float(bottom[i])
         found.append(DetectedObject(label_of(class_id, labels), class_id, float(scores[keep[i]]), Box(x0, y0, x1, y1),
                                     Box(x0 / width, y0 / height, x1 / width, y1 / height)))

@@ -96,3 +96,26 @@ def compiled_model_bytes(min_runtime_version: int = 14, compiler_version: str = 
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+def compiled_detector_bytes(size: int = 16) -> bytes:
+    """What edgetpu_compiler makes of an SSD: edgetpu-custom-op from the uint8 image to the head's box encodings and
+    class scores, then TFLite_Detection_PostProcess on the CPU (its four float32 outputs)."""
+    import numpy as np
+
+    from app.detection_postprocess import POSTPROCESS_OP
+    from tests.detection_models import postprocess_options
+    from tests.tflite_builder import GraphBuilder
+
+    g = GraphBuilder()
+    image = g.activation("image", [1, size, size, 3], "UINT8")
+    boxes = g.activation("box_encodings", [1, 16, 4], "UINT8")
+    classes = g.activation("class_predictions", [1, 16, 3], "UINT8")
+    g.op("CUSTOM", [image], [boxes, classes], custom_code=CUSTOM_OP)
+    g.operators[-1].customOptions = list(custom_options(package_bytes(14)))
+    anchors = g.tensor("anchors", [16, 4], "FLOAT32", data=np.zeros((16, 4)))
+    outs = [g.activation(f"out{i}", shape, "FLOAT32", quantized=False)
+            for i, shape in enumerate(([1, 10, 4], [1, 10], [1, 10], [1]))]
+    g.op("CUSTOM", [boxes, classes, anchors], outs, custom_code=POSTPROCESS_OP)
+    g.operators[-1].customOptions = list(postprocess_options())
+    return g.build([image], outs)

@@ -1,6 +1,6 @@
 """Activations on int8/uint8: RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, PRELU, LOGISTIC, TANH, HARD_SWISH,
-SOFTMAX, L2_NORMALIZATION; and LEAKY_RELU on float32, which ai-edge-quantizer does not quantize
-(its int8 graphs keep it float between a DEQUANTIZE and a QUANTIZE).
+SOFTMAX, L2_NORMALIZATION; LEAKY_RELU on float32, which ai-edge-quantizer does not quantize (its int8
+graphs keep it float between a DEQUANTIZE and a QUANTIZE), and LOGISTIC on float32 (float tails).
 
 Element-wise ones are functions of one byte (two for PRELU) and run as tables built at load from
 the kernels below (kernels/activations.cc with reference/*.h). LOGISTIC and TANH are tables in
@@ -184,7 +184,26 @@ def _prepare_table_activation(view: OpView, transform, check_output: bool) -> St
     return view.step(table, 0)
 
 
+LOGISTIC_CUTOFF_UPPER = f32(16.619047164916992188)  # reference_ops::Logistic's constants
+LOGISTIC_CUTOFF_LOWER = f32(-9.0)
+
+
+def logistic(input_data: np.ndarray) -> np.ndarray:
+    """reference_ops::Logistic<float>: 1.0f above 16.619047f, expf(x) below -9, else 1.f / (1.f + expf(-x));
+    NaN takes the last branch (both comparisons fail)."""
+    x = np.asarray(input_data, f32)
+    above, below = x > LOGISTIC_CUTOFF_UPPER, x < LOGISTIC_CUTOFF_LOWER
+    with np.errstate(all="ignore"):
+        result = f32(1) / (f32(1) + expf(-x))
+        result = np.where(below, expf(x), result)
+    return np.where(above, f32(1), result).astype(f32)
+
+
 def prepare_logistic(view: OpView) -> Step:
+    if view.input(0).type == "FLOAT32":  # a float tail's sigmoid (BUILTIN_REF runs the reference kernel)
+        if view.output().type != "FLOAT32":
+            raise Unsupported(f"input FLOAT32, output {view.output().type}; expected the same type")
+        return view.step_binding(logistic, 0)
     return _prepare_table_activation(view, _logistic, check_output=True)
 
 
@@ -312,6 +331,38 @@ def softmax(input_data: np.ndarray, input_beta_multiplier: int, input_beta_left_
     return np.where(used, shifted_output, low).astype(output_dtype)
 
 
+class SoftmaxTables:
+    """softmax() with its per-element fixed point read from tables: for 8-bit inputs the difference to the row's
+    maximum takes one of 256 values, so exp_on_negative_values of it and its term in the sum are computed once
+    per difference at load (exact: the same function of the same integer). Per element the run is then two
+    look-ups, the row sums, GetReciprocal per row and one SRDHM with a rounding shift, where the direct kernel
+    evaluates the exponential's polynomial on every element (the DFL softmax of a YOLO head runs it on
+    2100 x 4 rows of 16 at 320x320)."""
+
+    def __init__(self, input_beta_multiplier: int, input_beta_left_shift: int, diff_min: int,
+                 output_dtype: np.dtype):
+        diffs = np.arange(-255, 1, dtype=np.int64)  # x - max(row) for 8-bit values
+        rescaled = multiply_by_quantized_multiplier_greater_than_one(diffs, input_beta_multiplier,
+                                                                     input_beta_left_shift, SOFTMAX_ROUNDING)
+        self.exp_in_0 = exp_on_negative_values(rescaled, SOFTMAX_SCALED_DIFF_INTEGER_BITS)
+        self.used = diffs >= diff_min
+        self.terms = np.where(self.used, rescale(self.exp_in_0, 0, SOFTMAX_ACCUMULATION_INTEGER_BITS), 0)
+        self.output_dtype = output_dtype
+
+    def __call__(self, input_data: np.ndarray) -> np.ndarray:
+        values = np.asarray(input_data, np.int16)
+        index = values - values.max(axis=-1, keepdims=True) + 255  # into the tables: diff + 255
+        exp_in_0, used = self.exp_in_0.take(index), self.used.take(index)
+        sum_of_exps = self.terms.take(index).sum(axis=-1, keepdims=True)
+        shifted_scale, num_bits_over_unit = get_reciprocal(sum_of_exps, SOFTMAX_ACCUMULATION_INTEGER_BITS)
+        bits = 8
+        unsat_output = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted_scale, exp_in_0),
+                                              num_bits_over_unit + 31 - bits)
+        low, high = type_range(self.output_dtype)
+        shifted_output = np.clip(unsat_output + low, low, high)
+        return np.where(used, shifted_output, low).astype(self.output_dtype)
+
+
 def prepare_softmax(view: OpView) -> Step:
     input_dtype, input_scale, _ = per_tensor(view.input(0), "input")
     output_dtype, _, _ = per_tensor(view.output(), "output")
@@ -321,11 +372,7 @@ def prepare_softmax(view: OpView) -> Step:
     multiplier, left_shift = preprocess_softmax_scaling(beta, float(f32(input_scale)),
                                                         SOFTMAX_SCALED_DIFF_INTEGER_BITS)
     diff_min = -calculate_input_radius(SOFTMAX_SCALED_DIFF_INTEGER_BITS, left_shift)
-
-    def run(x: np.ndarray) -> np.ndarray:
-        return softmax(x, multiplier, left_shift, diff_min, output_dtype)
-
-    return view.step(run, 0)
+    return view.step(SoftmaxTables(multiplier, left_shift, diff_min, output_dtype), 0)
 
 
 # ---- L2_NORMALIZATION: Newton-Raphson inverse square root in gemmlowp fixed point ----

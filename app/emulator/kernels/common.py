@@ -15,6 +15,10 @@ from app.emulator.scratch import Scratch
 from app.tflite_file import Operator, Subgraph, Tensor
 
 QUANTIZED_TYPES = {"INT8": np.int8, "UINT8": np.uint8}
+# Every tensor type a kernel here reads or writes: the 8-bit quantized ones, and the float32, integer and
+# boolean tensors of float tails (MoveNet's keypoint decoding) and index arithmetic.
+NUMPY_TYPES = {"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+               "FLOAT32": np.float32, "BOOL": np.bool_}
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,67 @@ class OpView:
             raise Unsupported(f"{what} (input {position}) must be a constant tensor")
         return tensor.data
 
+    def step_binding(self, run: Callable[..., np.ndarray], *positions: int, **details) -> Step:
+        """A step whose run takes the values of `positions` in order: constant inputs are bound here,
+        the others fed at run time."""
+        constants = {p: self.input(p).data for p in positions if self.input(p).data is not None}
+        if not constants:
+            return self.step(run, *positions, **details)
+        runtime = [p for p in positions if p not in constants]
+
+        def bound(*arrays):
+            values = dict(zip(runtime, arrays, strict=True)) | constants
+            return run(*[values[p] for p in positions])
+
+        return self.step(bound, *runtime, **details)
+
     def step(self, run: Callable[..., np.ndarray], *positions: int, resized: dict | None = None, **details) -> Step:
         """resized: output position -> the shape the kernel gives that output (see Step.resized)."""
         inputs = tuple(self.operator.inputs[p] for p in positions)
         shapes = {self.operator.outputs[p]: tuple(shape) for p, shape in (resized or {}).items()}
         return Step(self.operator, run, inputs, tuple(self.operator.outputs), details, shapes)
+
+
+def tensor_type(tensor: Tensor, what: str, allowed=tuple(NUMPY_TYPES)) -> np.dtype:
+    """The tensor's numpy type, when it is one of `allowed` (TensorType names)."""
+    if tensor.type not in allowed:
+        raise Unsupported(f"{what} {tensor.name!r} is {tensor.type}; expected {' or '.join(allowed)}")
+    return np.dtype(NUMPY_TYPES[tensor.type])
+
+
+def same_type(view: OpView, positions, allowed=tuple(NUMPY_TYPES)) -> np.dtype:
+    """The type every input at `positions` and every output share (TFLite's TF_LITE_ENSURE_TYPES_EQ)."""
+    dtype = tensor_type(view.output(), "output", allowed)
+    for position in positions:
+        if view.input(position).type != view.output().type:
+            raise Unsupported(f"input {position} is {view.input(position).type}, output {view.output().type}; "
+                              "expected the same type")
+    for position in range(1, len(view.operator.outputs)):
+        if view.output(position).type != view.output().type:
+            raise Unsupported(f"output {position} is {view.output(position).type}, output 0 {view.output().type}")
+    return dtype
+
+
+def same_quantization(view: OpView, tensors, what: str) -> None:
+    """TF_LITE_ENSURE_EQ on params.scale and params.zero_point (PACK, UNPACK): equal, or both unquantized."""
+    def params(tensor):
+        q = tensor.quantization
+        return (0.0, 0) if q is None else (float(np.float32(q.scale[0])), int(q.zero_point[0]))
+
+    reference = params(view.output())
+    for tensor in tensors:
+        if params(tensor) != reference:
+            raise Unsupported(f"{what}: tensor {tensor.name!r} is quantized {params(tensor)}, the output "
+                              f"{reference}; TFLite requires them equal")
+
+
+def by_output_type(quantized: Callable[[OpView], Step], plain: Callable[[OpView], Step]) -> Callable[[OpView], Step]:
+    """One prepare for an opcode with two kernels: `quantized` for an 8-bit output, `plain` for the others."""
+    def prepare(view: OpView) -> Step:
+        return quantized(view) if view.output().type in QUANTIZED_TYPES else plain(view)
+
+    prepare.__doc__ = f"{quantized.__name__} for 8-bit outputs, {plain.__module__}.{plain.__name__} for the others"
+    return prepare
 
 
 def quantized_type(tensor: Tensor, what: str) -> np.dtype:

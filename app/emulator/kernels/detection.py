@@ -47,6 +47,7 @@ from app.detection_postprocess import POSTPROCESS_OP, PostProcessOptions, read_o
 from app.emulator import libm
 from app.emulator.errors import InvokeFailed, Unsupported
 from app.emulator.kernels.common import OpView, Step
+from app.emulator.kernels.reduce import arg_min_max_vector
 from app.tflite_file import Tensor, TfliteFileError
 
 f32 = np.float32
@@ -154,37 +155,10 @@ class QuantizedClassScores(ClassScores):
 
 # ---- sorting, as the kernel's C++ library sorts ----
 
-def _nan_aware_update(value, index, candidate, candidate_index):
-    """ArgMaxVector's update: take a non-NaN candidate when the current maximum is NaN or smaller."""
-    take = ~np.isnan(candidate) & (np.isnan(value) | (candidate > value))
-    return np.where(take, candidate, value), np.where(take, candidate_index, index)
-
-
 def arg_max_vector(values: np.ndarray) -> np.ndarray:
-    """optimized_ops::ArgMaxVector<float> per row of [R, size]: the lowest index of the maximum, NaN ignored.
-
-    Without NaN that is np.argmax. With NaN, the NEON path (4 lanes, a pairwise horizontal maximum
-    as the SSE emulation computes it, the lowest lane index holding it, then a scalar leftover loop;
-    0 when every value is NaN) is followed step by step."""
-    rows, size = values.shape
-    if not np.isnan(values).any():
-        return np.argmax(values, axis=1)
-    if size >= 4:
-        lanes, lane_index = values[:, :4].copy(), np.broadcast_to(np.arange(4), (rows, 4)).copy()
-        end = 4 * (size // 4)
-        for i in range(4, end, 4):
-            lanes, lane_index = _nan_aware_update(lanes, lane_index, values[:, i:i + 4], np.arange(i, i + 4))
-        # vpmax_f32 through NEON_2_SSE: (v0 < v1 ? v1 : v0), (v2 < v3 ? v3 : v2), then maxss (b > a ? b : a)
-        a = np.where(lanes[:, 0] < lanes[:, 1], lanes[:, 1], lanes[:, 0])
-        b = np.where(lanes[:, 2] < lanes[:, 3], lanes[:, 3], lanes[:, 2])
-        value = np.where(b > a, b, a)
-        index = np.where(lanes == value[:, None], lane_index, INT32_MAX).min(axis=1)
-        start = end
-    else:
-        value, index, start = values[:, 0].copy(), np.zeros(rows, np.int64), 1
-    for i in range(start, size):
-        value, index = _nan_aware_update(value, index, values[:, i], i)
-    return np.where(np.isnan(value), 0, index)
+    """optimized_ops::ArgMaxVector<float> per row of [R, size]: the lowest index of the maximum, NaN ignored
+    as the kernel's NEON-on-SSE code ignores it (reduce.arg_min_max_vector, which ARG_MAX runs too)."""
+    return arg_min_max_vector(values, is_arg_max=True)
 
 
 class _Heap:

@@ -1,7 +1,7 @@
-"""ADD, SUB, MUL, MAXIMUM, MINIMUM on int8/uint8 tensors, with numpy (= TFLite) broadcasting.
+"""ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM on int8/uint8 tensors, with numpy (= TFLite) broadcasting.
 
 The arithmetic kernels below are TFLite's, vectorised in int64 (reference/integer_ops/add.h,
-mul.h, reference/sub.h). An 8-bit binary op is a function of two bytes, so at load each one is
+mul.h, reference/sub.h, div.h). An 8-bit binary op is a function of two bytes, so at load each one is
 evaluated once on all 65536 pairs and run as a table look-up: exact by construction, and one
 gather per element instead of three requantizations.
 """
@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.emulator.errors import Unsupported
+from app.emulator.errors import InvokeFailed, Unsupported
 from app.emulator.fixedpoint import (
     Rounding,
+    count_leading_zeros_32,
+    get_reciprocal,
     multiply_by_quantized_multiplier,
+    multiply_by_quantized_multiplier_greater_than_one,
     multiply_by_quantized_multiplier_smaller_than_one_exp,
     quantize_multiplier,
+    saturating_rounding_doubling_high_mul,
+    wrap_int32,
 )
 from app.emulator.kernels.common import OpView, Step, activation_range, per_tensor
 
@@ -24,6 +29,7 @@ ADD_LEFT_SHIFT = 20  # 8-bit ADD/SUB: inputs go to Q(31-20) before rescaling
 # same result on every input tried (a tie needs odds of ~2^-21), so gemmlowp's is kept, like MUL.
 ADD_ROUNDING = Rounding.DOUBLE_ROUNDING
 MUL_ROUNDING = Rounding.DOUBLE_ROUNDING
+DIV_ROUNDING = Rounding.DOUBLE_ROUNDING
 
 
 def add(input1_data, input2_data, input1_offset: int, input2_offset: int, left_shift: int,
@@ -52,6 +58,49 @@ def mul(input1_data, input2_data, input1_offset: int, input2_offset: int, output
     unclamped = multiply_by_quantized_multiplier(input1_val * input2_val, output_multiplier, output_shift,
                                                  rounding)
     return np.clip(unclamped + output_offset, quantized_activation_min, quantized_activation_max)
+
+
+def count_leading_sign_bits(x) -> np.ndarray:
+    """CountLeadingSignBits<int32>: leading bits equal to the sign bit, the sign bit excluded."""
+    x = np.asarray(x, np.int64)
+    positive = count_leading_zeros_32(np.maximum(x, 0)) - 1
+    negative = count_leading_zeros_32(2 * np.abs(x) - 1)
+    return np.where(x >= 0, positive, np.where(x == -(2**31), 0, negative))
+
+
+def rounding_divide_by_pot_int32(x, exponent) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT<int32> for any exponent, as x86-64 runs it. DIV's exponent reaches past 31
+    (a dividend of 0 or 1 has 30-31 bits of headroom): the mask `(1ll << exponent) - 1` is cut to 32 bits (all
+    ones from 32 to 63) and the shift count of `x >> exponent` is taken mod 32, so 0 / x gives 1 before the
+    output offset (measured on the pinned runtime)."""
+    x = np.asarray(x, np.int64)
+    exponent = np.asarray(exponent, np.int64)
+    mask = wrap_int32(((np.int64(1) << (exponent & 63)) - 1) & 0xFFFFFFFF)
+    remainder = wrap_int32(x & mask)
+    threshold = (mask >> 1) + (x < 0)
+    return wrap_int32((x >> (exponent & 31)) + (remainder > threshold))
+
+
+def div(input1_data, input2_data, input1_offset: int, input2_offset: int, output_multiplier: int, output_shift: int,
+        output_offset: int, quantized_activation_min: int, quantized_activation_max: int,
+        rounding: Rounding) -> np.ndarray:
+    """reference_ops::DivElementwise (8-bit): the divisor's reciprocal by GetReciprocal, the dividend scaled up
+    to its headroom, one MultiplyByQuantizedMultiplierGreaterThanOne, then the output rescale by the shift
+    left over. A divisor below its zero point flips both signs first."""
+    input1_val = np.asarray(input1_data, np.int64) + input1_offset
+    input2_val = np.asarray(input2_data, np.int64) + input2_offset
+    flip = input2_val < 0
+    input1_val = np.where(flip, -input1_val, input1_val)
+    input2_val = np.where(flip, -input2_val, input2_val)
+    input2_inv, recip_shift = get_reciprocal(input2_val, 31)
+    headroom = count_leading_sign_bits(input1_val)
+    unscaled_quotient = wrap_int32(multiply_by_quantized_multiplier_greater_than_one(input1_val, input2_inv,
+                                                                                     headroom, rounding))
+    total_shift = output_shift - recip_shift - headroom
+    # MultiplyByQuantizedMultiplierSmallerThanOneExp, its RoundingDivideByPOT taken as compiled
+    unclamped_result = output_offset + rounding_divide_by_pot_int32(
+        saturating_rounding_doubling_high_mul(unscaled_quotient, output_multiplier), -total_shift)
+    return np.clip(unclamped_result, quantized_activation_min, quantized_activation_max)
 
 
 def maximum(input1_data: np.ndarray, input2_data: np.ndarray) -> np.ndarray:
@@ -159,6 +208,37 @@ def prepare_mul(view: OpView) -> Step:
     return binary_step(view, kernel, dtype)
 
 
+def prepare_div(view: OpView) -> Step:
+    """8-bit DIV. Its Eval first fails on a divisor value of 0, a byte equal to the divisor's zero point
+    (CheckNonZero): at load for a constant divisor, at invoke otherwise."""
+    dtype = _same_types(view)
+    (_, s1, z1), (_, s2, z2) = per_tensor(view.input(0), "input1"), per_tensor(view.input(1), "input2")
+    _, s_out, z_out = per_tensor(view.output(), "output")
+    # input1_scale / (input2_scale * output_scale): float arithmetic in C++, then widened to double
+    real_multiplier = float(np.float32(s1) / np.float32(np.float32(s2) * np.float32(s_out)))
+    multiplier, shift = quantize_multiplier(real_multiplier)
+    act_min, act_max = activation_range(view.options.get("fusedActivationFunction", 0), view.output())
+    divisor = view.input(1).data
+    if divisor is not None and (divisor.astype(np.int64) == z2).any():
+        raise Unsupported("the constant divisor holds a 0 (its zero point): TFLite's DIV fails every invoke")
+
+    def kernel(x1, x2):
+        return div(x1, x2, -z1, -z2, multiplier, shift, z_out, act_min, act_max, DIV_ROUNDING)
+
+    step = binary_step(view, kernel, dtype)
+    if divisor is not None:
+        return step
+    zero = np.asarray(z2).astype(dtype)
+
+    def run(*arrays):
+        if (np.asarray(arrays[-1]) == zero).any():
+            raise InvokeFailed("DIV: Division by 0 (a divisor byte at its zero point, as TFLite's CheckNonZero "
+                               "reads it)")
+        return step.run(*arrays)
+
+    return Step(step.operator, run, step.inputs, step.outputs, step.details, step.resized)
+
+
 def _prepare_extremum(view: OpView, kernel) -> Step:
     """TFLite compares the raw quantized values: scales are not reconciled, so neither are they here."""
     dtype = _same_types(view)
@@ -177,6 +257,7 @@ PREPARE = {
     "ADD": prepare_add,
     "SUB": prepare_sub,
     "MUL": prepare_mul,
+    "DIV": prepare_div,
     "MAXIMUM": prepare_maximum,
     "MINIMUM": prepare_minimum,
 }

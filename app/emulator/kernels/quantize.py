@@ -1,4 +1,5 @@
-"""QUANTIZE (float -> 8-bit, and 8-bit -> 8-bit requantization, int8 <-> uint8) and DEQUANTIZE.
+"""QUANTIZE (float -> 8-bit, and 8-bit -> 8-bit requantization, int8 <-> uint8), DEQUANTIZE, and CAST
+(static_cast between float32, integer and bool tensors, with TFLite's saturation from float).
 
 An op on one 8-bit input is a function of one byte: kernels are evaluated once on the 256
 values at load and run as a table look-up (ByteTable), exact by construction.
@@ -10,7 +11,7 @@ import numpy as np
 
 from app.emulator.errors import Unsupported
 from app.emulator.fixedpoint import Rounding, multiply_by_quantized_multiplier, quantize_multiplier, round_half_away
-from app.emulator.kernels.common import QUANTIZED_TYPES, OpView, Step, per_tensor, type_range
+from app.emulator.kernels.common import QUANTIZED_TYPES, OpView, Step, per_tensor, tensor_type, type_range
 
 # Measured on the pinned runtime (tests/test_emulator_quantize.py).
 REQUANTIZE_ROUNDING = Rounding.DOUBLE_ROUNDING
@@ -74,4 +75,42 @@ def prepare_dequantize(view: OpView) -> Step:
     return view.step(table, 0)
 
 
-PREPARE = {"QUANTIZE": prepare_quantize, "DEQUANTIZE": prepare_dequantize}
+def saturating_cast_floating_to_integer(input_data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """cast.cc SaturatingCastFloatingToInteger (SafeCast): NaN to the type's max, below its min to the min,
+    at or above 2^digits to the max, else truncated toward zero (measured on the pinned runtime)."""
+    info = np.iinfo(dtype)
+    x = np.asarray(input_data, np.float64)  # float32 -> double is exact; the bounds are powers of two
+    inside = (x >= float(info.min)) & (x < float(info.max // 2 + 1) * 2.0)
+    truncated = np.trunc(np.where(inside, x, 0.0)).astype(dtype)
+    low = np.full_like(truncated, info.min)
+    high = np.full_like(truncated, info.max)
+    return np.where(inside, truncated, np.where(x < float(info.min), low, high))
+
+
+def cast(input_data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """reference cast.cc copyCast: CastValue<ToT>(value) per element. Float to integer saturates; integer to
+    integer keeps the low bits (two's complement); to bool is `!= 0` (NaN is true); to float rounds to nearest."""
+    if dtype == np.bool_:
+        return input_data != 0
+    if input_data.dtype.kind == "f" and dtype.kind in "iu":
+        return saturating_cast_floating_to_integer(input_data, dtype)
+    return input_data.astype(dtype)
+
+
+CAST_TYPES = ("INT8", "UINT8", "INT16", "INT32", "INT64", "FLOAT32", "BOOL")
+
+
+def prepare_cast(view: OpView) -> Step:
+    """CAST: the values, not the quantization (an 8-bit tensor's raw bytes are cast as integers)."""
+    tensor_type(view.input(0), "input", CAST_TYPES)
+    dtype = tensor_type(view.output(), "output", CAST_TYPES)
+    if view.input(0).shape != view.output().shape:
+        raise Unsupported(f"input {view.input(0).shape}, output {view.output().shape}; CAST keeps the shape")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return np.asarray(cast(np.asarray(x), dtype))
+
+    return view.step_binding(run, 0)
+
+
+PREPARE = {"QUANTIZE": prepare_quantize, "DEQUANTIZE": prepare_dequantize, "CAST": prepare_cast}

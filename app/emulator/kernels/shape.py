@@ -1,29 +1,28 @@
 """Ops that move values without arithmetic, or nearly: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD,
-SLICE, STRIDED_SLICE, SPACE_TO_DEPTH, TRANSPOSE, GATHER, GATHER_ND.
+SLICE, STRIDED_SLICE, SPACE_TO_DEPTH, TRANSPOSE, TILE, GATHER, GATHER_ND.
 
-The only arithmetic is CONCATENATION's rescaling of a uint8 input whose quantization differs
-from the output's (reference_ops::ConcatenationWithScaling, in float): a table per input.
+Each runs on 8-bit quantized tensors and on the float32, integer and boolean tensors of float tails
+(bytes copied whatever the type). The only arithmetic is CONCATENATION's rescaling of a uint8 input
+whose quantization differs from the output's (reference_ops::ConcatenationWithScaling, in float): a
+table per input. GATHER and GATHER_ND take their indices from the model or from another operator
+(MoveNet gathers offsets at its heatmaps' maxima); an index outside the input fails the invoke, as
+in TFLite.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from app.emulator.errors import Unsupported
-from app.emulator.kernels.common import QUANTIZED_TYPES, OpView, Step, per_tensor
+from app.emulator.errors import InvokeFailed, Unsupported
+from app.emulator.kernels.common import QUANTIZED_TYPES, OpView, Step, per_tensor, same_type
 from app.emulator.kernels.quantize import ByteTable
 
 f32 = np.float32
 
 
 def _check_types(view: OpView, positions=(0,)) -> np.dtype:
-    output = view.output()
-    if output.type not in QUANTIZED_TYPES:
-        raise Unsupported(f"output is {output.type}; expected INT8 or UINT8")
-    for position in positions:
-        if view.input(position).type != output.type:
-            raise Unsupported(f"input {position} is {view.input(position).type}, output {output.type}")
-    return np.dtype(QUANTIZED_TYPES[output.type])
+    """The type the op's inputs at `positions` and its output share: any type a kernel here reads."""
+    return same_type(view, positions)
 
 
 def prepare_reshape(view: OpView) -> Step:
@@ -36,7 +35,7 @@ def prepare_reshape(view: OpView) -> Step:
     def run(x: np.ndarray) -> np.ndarray:
         return x.reshape(shape)
 
-    return view.step(run, 0)
+    return view.step_binding(run, 0)
 
 
 def concatenation_with_scaling_table(input_scale: float, input_zero_point: int, output_scale: float,
@@ -58,10 +57,18 @@ def prepare_concatenation(view: OpView) -> Step:
     positions = tuple(range(len(view.operator.inputs)))
     dtype = _check_types(view, positions)
     if view.options.get("fusedActivationFunction", 0) not in (0, "NONE"):
-        raise Unsupported("a fused activation on a quantized CONCATENATION is not supported by TFLite")
-    rank = len(view.output().shape)
+        raise Unsupported("a fused activation on CONCATENATION is not supported by TFLite")
+    rank = len(view.input(0).shape)
     axis = view.options.get("axis", 0)
     axis = axis + rank if axis < 0 else axis
+    if rank == 0:  # scalars (index arithmetic): concatenated into a vector, as TFLite's Prepare does
+        if axis != 0 or any(view.input(p).shape != () for p in positions):
+            raise Unsupported("scalars concatenate along axis 0 only, with scalars")
+        return view.step_binding(lambda *values: np.stack(values), *positions)
+    if not 0 <= axis < rank:
+        raise Unsupported(f"axis {view.options.get('axis', 0)} for inputs of rank {rank}")
+    if view.output().type not in QUANTIZED_TYPES:
+        return view.step_binding(lambda *values: np.concatenate(values, axis=axis), *positions)
     _, output_scale, output_zero_point = per_tensor(view.output(), "output")
     rescale = {}
     for position in positions:
@@ -82,24 +89,31 @@ def prepare_concatenation(view: OpView) -> Step:
 
 
 def prepare_pad(view: OpView) -> Step:
-    """PAD (and PADV2 with a constant value): the padding value is the output zero point by default."""
+    """PAD (and PADV2 with a constant value): the padding value is the output zero point by default
+    (0 for unquantized types)."""
     dtype = _check_types(view)
     paddings = np.asarray(view.constant(1, "paddings"), np.int64).reshape(-1, 2)
     if (paddings < 0).any():
         raise Unsupported("negative paddings")
-    _, input_scale, input_zero_point = per_tensor(view.input(0), "input")
-    _, output_scale, output_zero_point = per_tensor(view.output(), "output")
-    if (input_scale, input_zero_point) != (output_scale, output_zero_point):
-        raise Unsupported("input and output quantization must be equal (TFLite's check)")
-    value = output_zero_point
+    if paddings.shape[0] != len(view.input(0).shape):
+        raise Unsupported(f"paddings {paddings.tolist()} for a rank-{len(view.input(0).shape)} input")
+    value = np.zeros((), dtype)
+    if view.output().type in QUANTIZED_TYPES:
+        _, input_scale, input_zero_point = per_tensor(view.input(0), "input")
+        _, output_scale, output_zero_point = per_tensor(view.output(), "output")
+        if (input_scale, input_zero_point) != (output_scale, output_zero_point):
+            raise Unsupported("input and output quantization must be equal (TFLite's check)")
+        value = np.asarray(output_zero_point, dtype)
     if view.input(2) is not None:
-        value = int(np.asarray(view.constant(2, "constant value")).reshape(-1)[0])
+        if view.input(2).type != view.output().type:
+            raise Unsupported(f"constant value is {view.input(2).type}, output {view.output().type}")
+        value = np.asarray(view.constant(2, "constant value")).reshape(-1)[0]
     pad_width = [tuple(p) for p in paddings.tolist()]
 
     def run(x: np.ndarray) -> np.ndarray:
-        return np.pad(x, pad_width, constant_values=np.asarray(value, dtype))
+        return np.pad(x, pad_width, constant_values=value)
 
-    return view.step(run, 0)
+    return view.step_binding(run, 0)
 
 
 def prepare_slice(view: OpView) -> Step:
@@ -120,7 +134,7 @@ def prepare_slice(view: OpView) -> Step:
     def run(x: np.ndarray) -> np.ndarray:
         return x[index].copy()
 
-    return view.step(run, 0)
+    return view.step_binding(run, 0)
 
 
 def strided_slice_indices(shape, begin, end, strides, begin_mask: int, end_mask: int, shrink_axis_mask: int,
@@ -173,7 +187,7 @@ def prepare_strided_slice(view: OpView) -> Step:
     def run(x: np.ndarray) -> np.ndarray:
         return x[grid].reshape(output_shape)
 
-    return view.step(run, 0)
+    return view.step_binding(run, 0)
 
 
 def prepare_space_to_depth(view: OpView) -> Step:
@@ -188,7 +202,7 @@ def prepare_space_to_depth(view: OpView) -> Step:
         blocks = x.reshape(n, h // block, block, w // block, block, c)
         return blocks.transpose(0, 1, 3, 2, 4, 5).reshape(n, h // block, w // block, block * block * c)
 
-    return view.step(run, 0)
+    return view.step_binding(run, 0)
 
 
 def transpose(input_data: np.ndarray, perm: tuple[int, ...]) -> np.ndarray:
@@ -209,7 +223,31 @@ def prepare_transpose(view: OpView) -> Step:
     def run(x: np.ndarray) -> np.ndarray:
         return transpose(x, perm)
 
-    return view.step(run, 0)
+    return view.step_binding(run, 0)
+
+
+def tile(input_data: np.ndarray, multiples: tuple[int, ...]) -> np.ndarray:
+    """reference Tile (kernels/tile.cc TileOneDimension): each dimension repeated whole, `multiples[i]` times."""
+    return np.tile(input_data, multiples)
+
+
+def prepare_tile(view: OpView) -> Step:
+    """TILE with constant multiples (Keras' UpSampling2D writes nearest-neighbour upsampling as TILE + RESHAPE)."""
+    _check_types(view)
+    shape = view.input(0).shape
+    if view.input(1).type not in ("INT32", "INT64"):
+        raise Unsupported(f"multiples are {view.input(1).type}; expected INT32 or INT64")
+    multiples = tuple(int(m) for m in np.asarray(view.constant(1, "multiples")).reshape(-1))
+    if len(multiples) != len(shape) or min(multiples, default=1) < 0:
+        raise Unsupported(f"multiples {list(multiples)} for an input of rank {len(shape)}")
+    output_shape = tuple(d * m for d, m in zip(shape, multiples, strict=True))
+    if output_shape != view.output().shape:
+        raise Unsupported(f"tiling gives {output_shape}; output {view.output().shape}")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return tile(x, multiples)
+
+    return view.step_binding(run, 0)
 
 
 def gather(input_data: np.ndarray, coords: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
@@ -227,41 +265,55 @@ def gather(input_data: np.ndarray, coords: np.ndarray, axis: int, batch_dims: in
     return np.stack([blocks[b].take(coords[b], axis=1) for b in range(batch_size)])
 
 
-def _constant_indices(view: OpView) -> np.ndarray:
-    """GATHER's and GATHER_ND's second input: integer indices, constant in the model, as int64."""
+def _indices(view: OpView) -> np.ndarray | None:
+    """GATHER's and GATHER_ND's second input: integer indices as int64 when the model holds them, else None."""
     positions = view.input(1)
     if positions.type not in ("INT16", "INT32", "INT64"):
         raise Unsupported(f"indices are {positions.type}; expected INT16, INT32 or INT64")
-    return np.asarray(view.constant(1, "indices"), np.int64)
+    return None if positions.data is None else np.asarray(positions.data, np.int64)
+
+
+def check_gather_indices(coords: np.ndarray, size: int, axis: int) -> None:
+    """Gather's checks at Eval: no negative index (TF_LITE_ENSURE), none past the axis ("gather index out of
+    bounds"); InvokeFailed, as TFLite's invoke fails."""
+    if coords.size and (coords.min() < 0 or coords.max() >= size):
+        raise InvokeFailed(f"GATHER: indices {coords.min()}..{coords.max()} are outside dimension {axis} of size "
+                           f"{size} (gather index out of bounds)")
 
 
 def prepare_gather(view: OpView) -> Step:
-    """GATHER of 8-bit values with constant indices (the models here gather channels or rows, never by data)."""
+    """GATHER with indices from the model (channels, rows) or computed (an argmax)."""
     _check_types(view)
     source, output = view.input(0), view.output()
-    coords = _constant_indices(view)
+    constant = _indices(view)
+    coords_shape = view.input(1).shape
     rank = len(source.shape)
     axis = view.options.get("axis", 0)
     axis = axis + rank if axis < 0 else axis
     batch_dims = view.options.get("batchDims", 0)
-    batch_dims = batch_dims + coords.ndim if batch_dims < 0 else batch_dims
-    if not 0 <= axis < rank or not 0 <= batch_dims <= axis or batch_dims > coords.ndim:
+    batch_dims = batch_dims + len(coords_shape) if batch_dims < 0 else batch_dims
+    if not 0 <= axis < rank or not 0 <= batch_dims <= axis or batch_dims > len(coords_shape):
         raise Unsupported(f"axis {axis} and batch_dims {batch_dims} for an input of rank {rank} and indices of "
-                          f"rank {coords.ndim} (TFLite requires 0 <= batch_dims <= axis < rank)")
-    if source.shape[:batch_dims] != coords.shape[:batch_dims]:
-        raise Unsupported(f"the first {batch_dims} dimensions of input {source.shape} and indices {coords.shape} "
+                          f"rank {len(coords_shape)} (TFLite requires 0 <= batch_dims <= axis < rank)")
+    if source.shape[:batch_dims] != coords_shape[:batch_dims]:
+        raise Unsupported(f"the first {batch_dims} dimensions of input {source.shape} and indices {coords_shape} "
                           "differ")
-    if coords.size and (coords.min() < 0 or coords.max() >= source.shape[axis]):
-        raise Unsupported(f"indices {coords.min()}..{coords.max()} are outside dimension {axis} of size "
-                          f"{source.shape[axis]} (TFLite fails such a gather)")
-    output_shape = source.shape[:axis] + coords.shape[batch_dims:] + source.shape[axis + 1:]
+    if constant is not None:
+        try:
+            check_gather_indices(constant, source.shape[axis], axis)
+        except InvokeFailed as e:
+            raise Unsupported(f"{e} (TFLite fails such a gather)") from None
+    output_shape = source.shape[:axis] + coords_shape[batch_dims:] + source.shape[axis + 1:]
     if output_shape != output.shape:
         raise Unsupported(f"gathering gives {output_shape}; output {output.shape}")
 
-    def run(x: np.ndarray) -> np.ndarray:
+    def run(x: np.ndarray, coords: np.ndarray) -> np.ndarray:
+        coords = np.asarray(coords, np.int64)
+        if constant is None:
+            check_gather_indices(coords, source.shape[axis], axis)
         return gather(x, coords, axis, batch_dims).reshape(output_shape)
 
-    return view.step(run, 0)
+    return view.step_binding(run, 0, 1)
 
 
 def gather_nd(params_data: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -269,26 +321,41 @@ def gather_nd(params_data: np.ndarray, indices: np.ndarray) -> np.ndarray:
     return params_data[tuple(np.moveaxis(indices, -1, 0))]
 
 
+def check_gather_nd_indices(indices: np.ndarray, bounds: tuple[int, ...]) -> None:
+    """GatherNd's checks at Eval: no negative index, none at or past its dimension ("gather_nd index out of
+    bounds"); InvokeFailed, as TFLite's invoke fails."""
+    if indices.size and ((indices < 0).any() or (indices >= np.asarray(bounds, np.int64)).any()):
+        raise InvokeFailed(f"GATHER_ND: indices outside the input's {bounds} (gather_nd index out of bounds)")
+
+
 def prepare_gather_nd(view: OpView) -> Step:
-    """GATHER_ND of 8-bit values with constant indices (litert-torch writes index_select as one)."""
+    """GATHER_ND with indices from the model (litert-torch writes index_select as one) or computed (MoveNet
+    reads its offsets at the heatmaps' argmax)."""
     _check_types(view)
     source, output = view.input(0), view.output()
-    indices = _constant_indices(view)
-    depth = indices.shape[-1] if indices.ndim else 0
-    if indices.ndim < 1 or not 1 <= depth <= len(source.shape):
-        raise Unsupported(f"indices {indices.shape} for an input of rank {len(source.shape)}: the last dimension "
+    constant = _indices(view)
+    indices_shape = view.input(1).shape
+    depth = indices_shape[-1] if indices_shape else 0
+    if not indices_shape or not 1 <= depth <= len(source.shape):
+        raise Unsupported(f"indices {indices_shape} for an input of rank {len(source.shape)}: the last dimension "
                           "must be between 1 and the input's rank")
-    bounds = np.asarray(source.shape[:depth], np.int64)
-    if indices.size and ((indices < 0).any() or (indices >= bounds).any()):
-        raise Unsupported(f"indices outside the input's {source.shape[:depth]} (TFLite fails such a gather)")
-    output_shape = indices.shape[:-1] + source.shape[depth:]
+    bounds = source.shape[:depth]
+    if constant is not None:
+        try:
+            check_gather_nd_indices(constant, bounds)
+        except InvokeFailed as e:
+            raise Unsupported(f"{e} (TFLite fails such a gather)") from None
+    output_shape = indices_shape[:-1] + source.shape[depth:]
     if output_shape != output.shape:
         raise Unsupported(f"gathering gives {output_shape}; output {output.shape}")
 
-    def run(x: np.ndarray) -> np.ndarray:
-        return gather_nd(x, indices)
+    def run(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        indices = np.asarray(indices, np.int64)
+        if constant is None:
+            check_gather_nd_indices(indices, bounds)
+        return np.array(gather_nd(x, indices))
 
-    return view.step(run, 0)
+    return view.step_binding(run, 0, 1)
 
 
 PREPARE = {
@@ -302,6 +369,7 @@ PREPARE = {
     "STRIDED_SLICE": prepare_strided_slice,
     "SPACE_TO_DEPTH": prepare_space_to_depth,
     "TRANSPOSE": prepare_transpose,
+    "TILE": prepare_tile,
     "GATHER": prepare_gather,
     "GATHER_ND": prepare_gather_nd,
 }

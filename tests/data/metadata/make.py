@@ -1,6 +1,6 @@
 """Rebuild the metadata fixtures with TFLite's own metadata writers (tflite-support 0.4.4).
 
-The importer reads TFLite metadata with a small reader of its own (converter/tflite_metadata.py);
+The importer reads TFLite metadata with a small reader of its own (app/importing/metadata.py);
 these files are what it is checked against: tiny models from tests/, with metadata and packed label
 files written by the real writers, exactly as Model Maker and Coral's model zoo write them.
 

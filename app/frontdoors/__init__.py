@@ -1,0 +1,55 @@
+"""Front doors that are not HTTP: Frigate's ZMQ detector protocol (zmq_door.py, its messages in frigate.py, its model
+transfer in uploads.py, the models it answers with in serving.py). Nothing here imports an HTTP framework.
+
+The app's lifespan opens them once the registry is made (`open_doors`) and closes them before it drains; /readyz,
+/v1/devices and /metrics cover them through `FrontDoors` (`problems`, `reports`) and app/metrics.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from app.core import Core
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class FrontDoors:
+    """The doors open in this process, by name."""
+
+    def __init__(self, doors: dict | None = None):
+        self.doors = dict(doors or {})
+
+    def problems(self) -> dict[str, str]:
+        """Each door that does not serve, and why (for /readyz)."""
+        return {name: problem for name, door in self.doors.items() if (problem := door.ready()) is not None}
+
+    def reports(self) -> dict[str, dict]:
+        """What each door says of itself (for /v1/devices)."""
+        return {name: door.report() for name, door in self.doors.items()}
+
+    async def stop(self) -> None:
+        for door in self.doors.values():
+            await door.stop()
+
+
+async def open_doors(settings: Settings, core: Core, first_worker: bool = True) -> FrontDoors:
+    """The doors the settings ask for, serving, on the service's core (app/core). Under several worker processes only the first one binds the ZMQ
+    endpoint (one endpoint, one socket): it feeds that worker's share of the TPUs (docs/frigate.md)."""
+    if settings.zmq_endpoint is None:
+        return FrontDoors()
+    if not first_worker:
+        log.info("ZMQ door: bound by the first worker process, not this one")
+        return FrontDoors()
+    from app.frontdoors.serving import CoreDetectors
+    from app.frontdoors.uploads import ModelUploads
+    from app.frontdoors.zmq_door import ZmqDoor
+
+    uploads = ModelUploads(core.registry.add, settings.model_dir, settings.zmq_max_model_bytes,
+                           settings.zmq_accept_models)
+    door = ZmqDoor(settings.zmq_endpoint, CoreDetectors(core), uploads,
+                   max_in_flight=settings.zmq_max_in_flight, max_model_bytes=settings.zmq_max_model_bytes,
+                   refusal_log_window_s=settings.refusal_log_window_s)
+    await door.start()
+    return FrontDoors({"zmq": door})

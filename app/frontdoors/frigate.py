@@ -1,0 +1,198 @@
+"""Frigate's ZMQ detector protocol, as messages: what a request says, and the replies (no socket here: the door
+that speaks it over ZeroMQ is app/frontdoors/zmq_door.py). Read from Frigate's own client,
+frigate/detectors/plugins/zmq_ipc.py (a REQ socket), and its reference server frigate-nvr/apple-silicon-detector.
+
+Requests (each one multipart, the first frame a JSON object):
+
+    [{"model_request": true, "model_name": NAME}]            -> [{"model_available": bool, "model_loaded": bool, ...}]
+    [{"model_data": true, "model_name": NAME}, FILE_BYTES]    -> [{"model_saved": bool, "model_loaded": bool, ...}]
+    [{"shape": [1, H, W, 3], "dtype": "uint8", "model_type": "ssd"}, TENSOR_BYTES]
+                                                              -> [480 bytes]
+
+NAME is the base name of Frigate's `model.path`. A tensor is C-order NHWC at the model's size. A reply's rows are
+[class_id, score, ymin, xmin, ymax, xmax], normalized to the input, float32 [20, 6], unused rows zero, as one
+480-byte frame; Frigate reads the multipart form [{"shape": [20, 6], "dtype": "float32"}, 480 bytes] the same way,
+and reads any error, timeout or reply it cannot parse as "no objects" (after a timeout it re-creates its socket and
+asks for its model again).
+
+A request this door refuses still gets a reply, never silence: zero rows in the multipart form with the reason in
+the header's "error" (what the reference server sends), or 480 zero bytes alone where the request had no JSON
+header; a model message gets its JSON answer with the reason in "message". `Refused` carries the reason as a short
+label for /metrics and the log, and the status the HTTP doors would give for the same fault.
+
+`model_type`: Frigate sends its ModelTypeEnum's *name* (so `yolo-generic` arrives as "yologeneric"; before Frigate
+0.16.1 no model_type at all). The rows are the same whatever the family, so the type is checked against the
+model's family (MODEL_TYPES): what this door cannot run is refused with the reason, never decoded as something else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+ROWS, COLUMNS = 20, 6
+REPLY_BYTES = ROWS * COLUMNS * 4
+ZERO_ROWS = bytes(REPLY_BYTES)
+# Frigate's SSD rule (frigate/detectors/detector_utils.py tflite_detect_raw): rows in the model's order, up to the
+# first score below this, at most ROWS of them
+SSD_MIN_SCORE = 0.4
+# A JSON header bigger than this is not a header Frigate wrote (its own are under 100 bytes)
+MAX_HEADER_BYTES = 4096
+
+# Frigate's model_type (as its header spells it) -> the family of model this door answers it with; None: refused
+MODEL_TYPES: dict[str, str | None] = {
+    "ssd": "ssd",
+    "yolo-generic": "yolo",
+    "yologeneric": "yolo",
+    "yolox": None,
+    "yolonas": None,
+    "dfine": None,
+    "rfdetr": None,
+}
+NOT_RUN_HERE = ("{model_type} models are ONNX graphs with float heads that the Edge TPU does not run; give Frigate a "
+                "full-integer .tflite SSD detector (model_type: ssd), such as its own /edgetpu_model.tflite")
+
+
+class Refused(Exception):
+    """A request answered without running a model: `reason` a short label (metrics, log), `message` what the
+    client is told, `status` the HTTP status the other doors give the same fault."""
+
+    def __init__(self, reason: str, message: str, status: int = 400):
+        super().__init__(message)
+        self.reason, self.message, self.status = reason, message, status
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    name: str
+
+
+@dataclass(frozen=True)
+class ModelUpload:
+    name: str
+    data: memoryview
+
+
+@dataclass(frozen=True)
+class TensorRequest:
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    model_type: str | None
+    data: memoryview
+
+    def tensor(self) -> np.ndarray:
+        """The bytes as the tensor they are (no copy); the caller has checked the size against the model's."""
+        return np.frombuffer(self.data, dtype=self.dtype).reshape(self.shape)
+
+
+def header_of(frames: list[memoryview]) -> dict | None:
+    """The first frame as Frigate's JSON header, or None when it is not one (the reply is then 480 zero bytes)."""
+    if not frames or len(frames[0]) > MAX_HEADER_BYTES:
+        return None
+    try:
+        header = json.loads(bytes(frames[0]))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
+def parse(frames: list[memoryview], header: dict | None) -> ModelCheck | ModelUpload | TensorRequest:
+    """What the request asks, or Refused with the reason. `header`: header_of(frames)."""
+    if header is None:
+        raise Refused("header", "the first frame is not a JSON object: Frigate's requests start with a JSON header")
+    if header.get("model_request"):
+        _frames(frames, 1, "a model_request")
+        return ModelCheck(_model_name(header))
+    if header.get("model_data"):
+        _frames(frames, 2, "a model_data message (the header, then the model file)")
+        return ModelUpload(_model_name(header), frames[1])
+    _frames(frames, 2, "a tensor request (the header, then the tensor's bytes)")
+    shape, dtype = header.get("shape"), header.get("dtype")
+    if not (isinstance(shape, list) and 1 <= len(shape) <= 8
+            and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 1 << 16 for d in shape)):
+        raise Refused("header", f"the header's shape {str(shape)[:80]} is not a list of sizes, e.g. [1, 320, 320, 3]")
+    try:
+        dtype = np.dtype(dtype) if isinstance(dtype, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "uif":
+        raise Refused("dtype", f"the header's dtype {str(header.get('dtype'))[:40]!r} is not a numeric dtype, "
+                               "e.g. uint8")
+    model_type = header.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise Refused("model_type", f"model_type {str(model_type)[:40]} is not a name")
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if len(frames[1]) != expected:
+        raise Refused("size", f"the tensor frame has {len(frames[1])} bytes; {dtype.name} {shape} is {expected}")
+    return TensorRequest(tuple(shape), dtype, model_type, frames[1])
+
+
+def _frames(frames: list, wanted: int, what: str) -> None:
+    if len(frames) != wanted:
+        raise Refused("frames", f"{what} has {wanted} frame(s), this one {len(frames)}")
+
+
+def _model_name(header: dict) -> str:
+    name = header.get("model_name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise Refused("header", "the header has no model_name (the base name of Frigate's model.path)")
+    return name.strip()
+
+
+def family_for(model_type: str | None, family: str) -> None:
+    """Refused unless a model of `family` answers Frigate's `model_type` (None: an older Frigate that sends none)."""
+    if model_type is None:
+        return
+    if model_type not in MODEL_TYPES:
+        raise Refused("model_type", f"unknown model_type {model_type[:40]!r}: Frigate's are "
+                                    f"{', '.join(t for t in MODEL_TYPES if t != 'yologeneric')}")
+    wanted = MODEL_TYPES[model_type]
+    if wanted is None:
+        raise Refused("model_type", NOT_RUN_HERE.format(model_type=model_type))
+    if wanted != family:
+        raise Refused("model_type", f"model_type {model_type} asks for a model of the {wanted} family, and this one "
+                                    f"is of the {family} family: set Frigate's model_type to {_type_of(family)}")
+
+
+def _type_of(family: str) -> str:
+    return next((t for t, f in MODEL_TYPES.items() if f == family), family)
+
+
+# ---- replies ------------------------------------------------------------------------------------------------
+
+def rows_reply(rows: np.ndarray) -> list[bytes]:
+    """Rows in the single-frame form Frigate reads as readily as the multipart one: a frame less to send (about 10 us
+    of CPU a reply on each side, measured with pyzmq 27 here)."""
+    return [np.ascontiguousarray(rows, np.float32).tobytes()]
+
+
+def zero_reply(error: Refused | None, header: dict | None) -> list[bytes]:
+    """Zero rows: with a header naming the reason where the request had a JSON header, else 480 bytes alone."""
+    if header is None:
+        return [ZERO_ROWS]
+    body = {"shape": [ROWS, COLUMNS], "dtype": "float32"}
+    if error is not None:
+        body["error"] = error.message
+    return [json.dumps(body).encode(), ZERO_ROWS]
+
+
+def model_reply(**fields) -> list[bytes]:
+    return [json.dumps(fields).encode()]
+
+
+def ssd_rows(boxes: np.ndarray, classes: np.ndarray, scores: np.ndarray, count) -> np.ndarray:
+    """Frigate's SSD rule on TFLite_Detection_PostProcess's outputs: the first `count` rows in the model's order,
+    stopping at the first score below SSD_MIN_SCORE, at most ROWS; each [class, score, ymin, xmin, ymax, xmax]."""
+    boxes, classes, scores = (np.asarray(a).reshape(-1, *tail) for a, tail in ((boxes, (4,)), (classes, ()),
+                                                                                (scores, ())))
+    count = float(np.asarray(count).reshape(-1)[0])
+    n = int(min(max(count, 0.0), ROWS, len(scores))) if np.isfinite(count) else 0
+    low = np.flatnonzero(scores[:n] < SSD_MIN_SCORE)
+    n = int(low[0]) if low.size else n
+    rows = np.zeros((ROWS, COLUMNS), np.float32)
+    rows[:n, 0] = classes[:n]
+    rows[:n, 1] = scores[:n]
+    rows[:n, 2:] = boxes[:n]
+    return rows

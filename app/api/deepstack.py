@@ -60,11 +60,9 @@ def failure(status: int, message: str, headers: dict | None = None) -> Response:
 
 
 class DeepStackRoute(AnsweringRoute):
-    """Every failure in DeepStack's shape and statuses, without leaving the route; inference routes of protocol
-    "deepstack", their refusals from the head in DeepStack's shape too. No key check first: the key may come
-    in the body (the handler checks it)."""
-
-    inference = Inference("deepstack", v1_head(TASK), error_fields=FAILED)
+    """Every failure in DeepStack's shape and statuses, without leaving the route (CodeProject.AI's routes beside
+    these answer so too: app/api/codeproject.py). No key check first: the key may come in the body (the handler
+    checks it)."""
 
     @staticmethod
     def failure(request: Request, error: Exception) -> Response:
@@ -81,7 +79,14 @@ class DeepStackRoute(AnsweringRoute):
         return failure(500, f"internal error: {type(error).__name__}")
 
 
-router = APIRouter(prefix="/v1/vision", tags=["DeepStack (detection)"], route_class=DeepStackRoute)
+class DeepStackDetectionRoute(DeepStackRoute):
+    """DeepStack's detection routes: inference routes of protocol "deepstack", their refusals from the head in
+    DeepStack's shape too."""
+
+    inference = Inference("deepstack", v1_head(TASK), error_fields=FAILED)
+
+
+router = APIRouter(prefix="/v1/vision", tags=["DeepStack (detection)"], route_class=DeepStackDetectionRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 ERRORS = {status: {"model": DeepStackError} for status in (400, 401, 404, 413, 503, 504)}

@@ -3,7 +3,9 @@
 A route is an inference route when its router's route class declares `inference = Inference(protocol, head)`:
 its protocol (the `protocol` label of the request counter) and how its request head names a task, a model and
 a backend (`Head`). Each door declares its route class where its router is (app/api/classify.py
-`ClassifyRoute`, app/api/deepstack.py `DeepStackRoute`, app/api/v2/router.py `V2InferenceRoute`, ...).
+`ClassifyRoute`, app/api/deepstack.py `DeepStackDetectionRoute`, app/api/v2/router.py `V2InferenceRoute`, ...);
+a subclass inherits the declaration, so a protocol's routes that run no model have a class of their own without
+it (`DeepStackRoute`, `V2Route`).
 `InferenceRoutes.of(...)`, over the routes of the inference routers (app/api/doors.py), is then the table, and
 it is read by
   - load shedding from the head (app/api/shedding.py HeadAdmission): which requests to place, and where;

@@ -19,7 +19,7 @@ import app.pool.dispatch
 from app.engines import Backend, TensorSpec, register, unregister
 from app.errors import Busy, DeviceHung
 from app.main import create_app
-from app.pool import EnginePool, Interpreter, Stage, Watchdog
+from app.pool import EnginePool, InterpreterMember, Stage, Watchdog
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -101,7 +101,7 @@ def pool_of(n: int, recreate_gate: threading.Event | None = None, timers: FakeTi
             recreate_gate.wait(EVENTUALLY_S)
         return Stage(HangingEngineDouble.load(None, None), 1.0, device=old.device)
 
-    members = [Interpreter(Stage(HangingEngineDouble(), 1.0, device=f"tpu{i}")) for i in range(n)]
+    members = [InterpreterMember(Stage(HangingEngineDouble(), 1.0, device=f"tpu{i}")) for i in range(n)]
     watchdog = Watchdog(WATCHDOG_S, reload, RETRY_S)
     on_fake_time = {} if timers is None else {"clock": timers.clock, "timers": lambda: timers}
     return EnginePool("m/hanging", members, max_waiting=4, wait_timeout_s=5, retry_after_s=1, watchdog=watchdog,

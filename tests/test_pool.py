@@ -9,7 +9,7 @@ from app.engines import EngineOptions, TensorSpec
 from app.engines.cpu import CpuEngine
 from app.errors import Busy, InvokeTimeout
 from app.model_dir.reading import read_model_dir
-from app.pool import OVERLOAD_HOLD_S, EnginePool, Interpreter, Stage
+from app.pool import OVERLOAD_HOLD_S, EnginePool, InterpreterMember, Stage
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.clock import FakeClock
 from tests.waiting import turns_until
@@ -34,7 +34,7 @@ class GatedEngineDouble:
 
 
 def pool_of(engine, max_waiting=0, timeout=5.0, invoke_timeout=30.0, max_queue_ms=0.0, clock=None) -> EnginePool:
-    return EnginePool("t", [Interpreter(Stage(engine, 1.0))], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
+    return EnginePool("t", [InterpreterMember(Stage(engine, 1.0))], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
                       invoke_timeout_s=invoke_timeout, max_queue_ms=max_queue_ms,
                       **({"clock": clock} if clock else {}))
 

@@ -4,8 +4,8 @@ re-creates it."""
 
 from app.pool.admission import OVERLOAD_HOLD_S, Admission
 from app.pool.dispatch import EnginePool, Place, departed_problem
-from app.pool.member import Interpreter, Member, RunResult, Stage
+from app.pool.member import InterpreterMember, Member, RunResult, Stage
 from app.pool.watchdog import Watchdog
 
-__all__ = ["OVERLOAD_HOLD_S", "Admission", "EnginePool", "Interpreter", "Member", "Place", "RunResult", "Stage",
+__all__ = ["OVERLOAD_HOLD_S", "Admission", "EnginePool", "InterpreterMember", "Member", "Place", "RunResult", "Stage",
            "Watchdog", "departed_problem"]

@@ -23,7 +23,7 @@ from app.engines import Backend, EngineOptions, Fallback, TensorSpec
 from app.errors import ModelDirError, ServeError
 from app.model_dir.reading import ModelDir
 from app.pipeline import Pipeline, stage_options
-from app.pool import EnginePool, Interpreter, Member, Stage, Watchdog
+from app.pool import EnginePool, InterpreterMember, Member, Stage, Watchdog
 from app.registry.versions import ModelVersion
 from app.settings import Settings
 from app.tasks import OutputRoles, Task
@@ -126,7 +126,7 @@ class Loader:
             for index, (path, options) in enumerate(layout):
                 stages.append(self.load_stage(plugin, path, options, index))
             if len(stages) == 1:
-                return Interpreter(stages[0])
+                return InterpreterMember(stages[0])
             settings = self.settings
             return Pipeline(f"{model_dir.name}/{plugin.key}", stages, metric_labels=(model_dir.name, plugin.key),
                             lanes_per_segment=settings.pipeline_lanes_per_segment,

@@ -5,7 +5,7 @@ runs on K simulated devices (bench/simulated_device.py: a device takes D ms with
 released); segment i takes D_i = D x its share of the model's cost. Ideal throughput is
 1 / max(D_i); one device running the whole model manages 1 / D. Both are driven through the
 service's own machinery without HTTP (app.pool.EnginePool, admission and deadlines included,
-and app.pipeline.Pipeline for the segmented model), by asyncio clients keeping every lane
+and app.pool.pipeline.Pipeline for the segmented model), by asyncio clients keeping every lane
 busy, in alternating rounds; each figure is the median over the rounds. HTTP and image work
 are the device-capacity bench's subject (bench/device_capacity.py), not this one's.
 
@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engines import TensorSpec  # noqa: E402
-from app.pipeline import Pipeline  # noqa: E402
+from app.pool.pipeline import Pipeline  # noqa: E402
 from app.pool import EnginePool, InterpreterMember, Stage  # noqa: E402
 from bench.common import load_average, repo_root  # noqa: E402
 from bench.simulated_device import SimulatedTpuEngine  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 
 from app.engines import TensorSpec
 from app.errors import Busy, DeviceGone
-from app.pipeline import Pipeline
+from app.pool.pipeline import Pipeline
 from app.pool import EnginePool, InterpreterMember, Stage
 from tests.waiting import turns_until
 

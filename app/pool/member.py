@@ -3,7 +3,7 @@ drive every kind of member through.
 
 A member is what the pool hands a request to and what the watchdog watches. Two kinds:
   - `InterpreterMember`: one engine (a whole model), run on the pool's thread of that member;
-  - `Pipeline` (app/pipeline.py): a segmented model, one engine per segment, each on its own thread,
+  - `Pipeline` (app/pool/pipeline.py): a segmented model, one engine per segment, each on its own thread,
     taking `lanes` requests at once.
 Both are made of `Stage`s: a loaded engine with what it takes to load it again on the same device. The
 watchdog re-creates the stages that hung (`stalled`, `lose`, `renew`), whatever the kind; segment

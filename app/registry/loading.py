@@ -22,7 +22,7 @@ import numpy as np
 from app.engines import Backend, EngineOptions, Fallback, TensorSpec
 from app.errors import ModelDirError, ServeError
 from app.model_dir.reading import ModelDir
-from app.pipeline import Pipeline, stage_options
+from app.pool.pipeline import Pipeline, stage_options
 from app.pool import EnginePool, InterpreterMember, Member, Stage, Watchdog
 from app.registry.versions import ModelVersion
 from app.settings import Settings

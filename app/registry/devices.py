@@ -2,7 +2,7 @@
 
 After each look of a plug-in at its devices (Backend.follow: the Edge TPU's probe), the registry brings
 each pool of that backend up to date with what the plug-in offers now (`interpreters()`, one per device),
-through the pool's own membership calls (app/pool/dispatch.py):
+through the pool's own membership calls (app/pool/membership.py):
   - a member on a device no longer offered leaves the pool (`leave`: departed);
   - a departed member whose devices are offered again is re-created on them, warmed up, and put back
     (`replace`); a pipeline has its lost segments re-created in place;

@@ -15,6 +15,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from weakref import WeakKeyDictionary
 
 import numpy as np
@@ -74,24 +75,19 @@ class ImageWork:
         """Decode and preprocess on an image thread, which hands the tensor straight to the lease's
         pool (no hop back through the event loop in between); the result, decode ms, preprocess ms,
         and the geometry preprocessing used (for answers in the original image's pixels)."""
-        prepared: list = []
+        result, (decode_ms, preprocess_ms, geometry) = await lease.run_after(partial(self._prepare, data, lease),
+                                                                             self._executor)
+        return result, decode_ms, preprocess_ms, geometry
 
-        def prepare() -> list[np.ndarray]:
-            tensor, *rest = self._prepare(data, lease)
-            prepared.extend(rest)
-            return [tensor]  # the model's one input: the image
-
-        result = await lease.run_after(prepare, self._executor)
-        return result, *prepared
-
-    def _prepare(self, data: bytes, lease: Lease):
+    def _prepare(self, data: bytes, lease: Lease) -> tuple[list[np.ndarray], tuple[float, float, Geometry]]:
+        """On an image thread: the model's one input (the image), and decode ms, preprocess ms, geometry."""
         spec = lease.model_dir.manifest.input
         start = time.perf_counter()
         image, source = decode_with_source(data, spec, self.max_pixels, **self.decode_options)
         decoded = time.perf_counter()
         tensor = self.quantizer(lease)(to_pixels(image, spec))
         geometry = Geometry.of(source, image.size, spec)
-        return tensor, (decoded - start) * 1000, (time.perf_counter() - decoded) * 1000, geometry
+        return [tensor], ((decoded - start) * 1000, (time.perf_counter() - decoded) * 1000, geometry)
 
     def quantizer(self, lease: Lease) -> InputQuantizer:
         """The quantizer of the leased pool's image input (the registry checked at load that it takes one)."""

@@ -217,7 +217,7 @@ def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch
         asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
         with ThreadPoolExecutor(1) as images:
             request = asyncio.ensure_future(pool.run([x]) if where == "interpreter" else
-                                            pool.line.run_after(lambda: [x], images))
+                                            pool.line.run_after(lambda: ([x], None), images))
             await asyncio.to_thread(refusing.wait, EVENTUALLY_S)
             request.cancel()  # the client leaves
             with pytest.raises(asyncio.CancelledError):

@@ -214,7 +214,7 @@ def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
 
     def prepare():
         threads.append(threading.current_thread().name)
-        return [np.array([[7, 9]], np.uint8)]
+        return [np.array([[7, 9]], np.uint8)], "what the preparing thread gives back"
 
     def bad():
         raise ValueError("not an image")
@@ -222,16 +222,17 @@ def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
     async def scenario():
         place = pool.admit()
         try:
-            result = await place.run_after(prepare, executor)
+            result, extra = await place.run_after(prepare, executor)
         finally:
             place.release()
         with pytest.raises(ValueError, match="not an image"):  # the preparing thread's error reaches the request
             await pool.admit().run_after(bad, executor)
-        return result
+        return result, extra
 
     try:
-        result = asyncio.run(scenario())
+        result, extra = asyncio.run(scenario())
         assert threads[0].startswith("image") and result.outputs[0].tolist() == [[7, 9]]
+        assert extra == "what the preparing thread gives back"  # returned beside the result, not through a callback
     finally:
         executor.shutdown()
         pool.close()
@@ -369,7 +370,7 @@ class BusyImageThread:
 
     def prepare(self):
         self.prepared.append(1)
-        return [np.zeros((1, 2), np.uint8)]
+        return [np.zeros((1, 2), np.uint8)], None
 
     def free(self):
         self.blocker.set()

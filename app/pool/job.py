@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,12 +36,13 @@ class Job:
     its deadline, or when it is cancelled), whichever is first. The future is settled from any thread
     through `answer()`; only the loop touches it directly."""
 
-    __slots__ = ("inputs", "loop", "timers", "done", "line", "member", "created_at", "queued_at",
+    __slots__ = ("inputs", "extra", "loop", "timers", "done", "line", "member", "created_at", "queued_at",
                  "taken_at", "invoking", "finished", "timer", "handed_back", "_token")
 
     def __init__(self, inputs: Inputs | None, loop: asyncio.AbstractEventLoop, timers: Timers, now: float,
                  line: Line):
         self.inputs = inputs
+        self.extra: Any = None  # what the thread that prepared the inputs gives back beside them (Line.run_after)
         self.loop = loop
         self.timers = timers  # its deadline checks run here, on the loop's thread
         self.done = loop.create_future()

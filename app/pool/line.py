@@ -28,7 +28,7 @@ import asyncio
 import queue
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from app.errors import Busy, InvokeTimeout
 from app.pool.admission import Admission
@@ -38,6 +38,8 @@ from app.pool.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from app.pool.membership import Membership
+
+Extra = TypeVar("Extra")  # what a request's input preparation gives back beside the inputs (run_after)
 
 
 class Timers(Protocol):
@@ -60,9 +62,11 @@ class Place:
         """Every input tensor through one member, within the line's deadlines: every output tensor."""
         return await self.line.run(inputs)
 
-    async def run_after(self, prepare: Callable[[], Inputs], executor: Executor) -> RunResult:
-        """`prepare()` on one of `executor`'s threads, which hands the inputs straight to the members'
-        queue: no hop back through the event loop between the two."""
+    async def run_after(self, prepare: Callable[[], tuple[Inputs, Extra]],
+                        executor: Executor) -> tuple[RunResult, Extra]:
+        """`prepare()` on one of `executor`'s threads gives the inputs and an extra value (a decode's timings
+        and geometry, say); that thread hands the inputs straight to the members' queue, with no hop back
+        through the event loop between the two. The run's result, and the extra value."""
         return await self.line.run_after(prepare, executor)
 
     def release(self) -> None:
@@ -149,12 +153,14 @@ class Line:
         self._queue(job)
         return await self._outcome(job)
 
-    async def run_after(self, prepare: Callable[[], Inputs], executor: Executor) -> RunResult:
+    async def run_after(self, prepare: Callable[[], tuple[Inputs, Extra]],
+                        executor: Executor) -> tuple[RunResult, Extra]:
         job = Job(None, asyncio.get_running_loop(), self.timers(), self.clock(), self)
         executor.submit(self._prepare_and_queue, job, prepare)
-        return await self._outcome(job)
+        result = await self._outcome(job)
+        return result, job.extra
 
-    def _prepare_and_queue(self, job: Job, prepare: Callable[[], Inputs]) -> None:
+    def _prepare_and_queue(self, job: Job, prepare: Callable[[], tuple[Inputs, object]]) -> None:
         """On an image thread: the inputs, then straight into the line."""
         if job.abandoned:  # its request gave up while this thread was busy with others
             return
@@ -163,7 +169,7 @@ class Line:
             job.answer(error=late)
             return
         try:
-            job.inputs = prepare()
+            job.inputs, job.extra = prepare()
             if job.abandoned:  # gave up while its input was prepared
                 return
             self._queue(job)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from app.tasks import OutputRoles, Task
 # each run (a pool that handed its line over ran it on another backend): model name, backend. The request
 # counter's (app/api/metrics.py), passed down by the front doors.
 Noted = Callable[[str, str], None]
+Extra = TypeVar("Extra")  # what a run's input preparation gives back beside the tensors (Lease.run_after)
 
 
 @dataclass(eq=False)
@@ -130,11 +132,14 @@ class Lease:
         self.admit()  # a no-op when taken already (a batch takes all its places first)
         return self._ran_on(await self.place.run(inputs))
 
-    async def run_after(self, prepare: Callable[[], Sequence[np.ndarray]], executor: Executor) -> RunResult:
-        """`prepare()` on an `executor` thread, its tensors then straight through a member;
-        the place in line is taken first, before `prepare()` does any work."""
+    async def run_after(self, prepare: Callable[[], tuple[Sequence[np.ndarray], Extra]],
+                        executor: Executor) -> tuple[RunResult, Extra]:
+        """`prepare()` on an `executor` thread gives the tensors and an extra value, its tensors then straight
+        through a member; the place in line is taken first, before `prepare()` does any work. The run's result,
+        and the extra value (Place.run_after)."""
         self.admit()
-        return self._ran_on(await self.place.run_after(prepare, executor))
+        result, extra = await self.place.run_after(prepare, executor)
+        return self._ran_on(result), extra
 
     def _ran_on(self, result: RunResult) -> RunResult:
         """A pool whose every device left hands its line to the version's pool on the backend the model falls

@@ -1,16 +1,15 @@
-"""A pool for one (model, backend), in three parts, each taking as many requests at once as its members have
-lanes (one for an interpreter, 2K for a pipeline of K segments):
+"""A pool for one (model, backend), in three parts:
 
   - the line (app/pool/line.py): admission (`check_room()`, then `admit()` for a `Place`), the bounded
     queue, and each request's deadlines on the injected clock and timers;
-  - the lanes (app/pool/lanes.py): a thread per lane of each member, taking jobs, running them on the
-    member and answering the request's future;
+  - the lanes (app/pool/lanes.py): a thread per lane of each member (one for a whole model's interpreter,
+    2K for a pipeline of K segments), taking jobs, running them on the member, answering the request's future;
   - the membership (app/pool/membership.py): the members, their health (what the watchdog changes), and
-    members joining and leaving (`add`, `leave`, `replace`), the line handed to another pool
-    (`hand_over`) or refused (`refuse_waiting`) when every device left.
+    members joining and leaving (`add`, `leave`, `replace`), the line handed to another pool (`hand_over`)
+    or refused (`refuse_waiting`) once every device left.
 
-`EnginePool` composes them for the registry and the front doors, and describes the model its members
-load (every member loads the same files).
+`EnginePool` composes them for the registry and the front doors, and describes the model its members load
+(every member loads the same files).
 """
 
 from __future__ import annotations
@@ -173,4 +172,4 @@ class EnginePool:
 
     def join(self, timeout_s: float) -> bool:
         """Wait (bounded) until the healthy members are closed; False if some are not yet."""
-        return self.lanes.join(self.members, timeout_s)
+        return self.lanes.join(timeout_s)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app.errors import DeviceGone
@@ -34,11 +34,11 @@ MAX_HAND_BACKS = 3
 class Lanes:
     """The members' threads of one pool: each takes a job from the line, runs it, answers it."""
 
-    def __init__(self, label: str, line: Line, members: Membership, clock: Callable[[], float],
+    def __init__(self, label: str, line: Line, membership: Membership, clock: Callable[[], float],
                  retry_after_s: float, backend: str | None = None, thread_nice: int = 0):
         self.label = label
         self.line = line
-        self.members = members  # a member whose device left mid-invoke leaves through it; its lock counts lanes
+        self.membership = membership  # a member whose device left mid-invoke leaves through it; its lock counts
         self.clock = clock
         self.retry_after_s = retry_after_s
         self.backend = backend  # its backend's key: each run says which backend ran it (RunResult.backend)
@@ -52,7 +52,7 @@ class Lanes:
 
     def start(self, member: Member, tag: object) -> None:
         """A thread for each of the member's lanes, named after its pool and `tag` (its device, or its place
-        among the members). Under the members' lock: closing counts the threads started."""
+        among the members). Under the membership's lock: closing counts the threads started."""
         name = f"pool-{self.label}-{tag}"
         member.threads = [threading.Thread(target=self._serve, args=(member,), daemon=True,
                                            name=name if member.lanes == 1 else f"{name}-{lane}")
@@ -71,8 +71,9 @@ class Lanes:
         for _ in range(lanes):
             self.line.jobs.put(STOP)
 
-    def join(self, members: Sequence[Member], timeout_s: float) -> bool:
+    def join(self, timeout_s: float) -> bool:
         """Wait (bounded) until the lanes of the healthy members ended; False if some have not yet."""
+        members = self.membership.members
         deadline = time.monotonic() + timeout_s
         for member in list(members):
             if member.healthy:
@@ -112,7 +113,7 @@ class Lanes:
             try:
                 result = self._run(member, job.inputs, (job.taken_at - job.queued_at) * 1000)
             except DeviceGone as gone:  # its device left mid-invoke: out of the pool, the request to the others
-                self.members.leave(member, departed_problem([gone.device or member.where]), gone.device)
+                self.membership.leave(member, departed_problem([gone.device or member.where]), gone.device)
                 self._again(job, gone)
                 if self._back_in_pool(member):
                     continue
@@ -129,7 +130,7 @@ class Lanes:
 
     def _run(self, member: Member, inputs: Inputs, queue_ms: float) -> RunResult:
         """timed_run, counted busy while it runs (and no longer before its request hears of the result)."""
-        lock = self.members.lock
+        lock = self.membership.lock
         with lock:
             self._running += 1
         try:
@@ -154,14 +155,14 @@ class Lanes:
         back); end at once otherwise (an interpreter, whose replacement needs its device), or when the pool closes."""
         if not member.repaired_in_place:
             return False
-        members = self.members
-        with members.changed:
-            members.changed.wait_for(lambda: member.healthy or members.closed.is_set())
-            return member.healthy and not members.closed.is_set()
+        membership = self.membership
+        with membership.changed:
+            membership.changed.wait_for(lambda: member.healthy or membership.closed.is_set())
+            return member.healthy and not membership.closed.is_set()
 
     def _lane_ended(self, member: Member) -> None:
         """The last lane of a member to end closes it."""
-        with self.members.lock:
+        with self.membership.lock:
             member.live_lanes -= 1
             last = member.live_lanes == 0
         if last:

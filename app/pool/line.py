@@ -78,7 +78,7 @@ class Place:
 class Line:
     """The bounded line of one pool: who may wait (admission), the queue, and the deadlines of those waiting."""
 
-    def __init__(self, label: str, members: Membership, admission: Admission, lanes: int, wait_timeout_s: float,
+    def __init__(self, label: str, membership: Membership, admission: Admission, lanes: int, wait_timeout_s: float,
                  invoke_timeout_s: float, retry_after_s: float, watchdog: Watchdog | None,
                  clock: Callable[[], float], timers: Callable[[], Timers], backend: str | None = None):
         """`lanes`: every member's lanes, which the queue has room for beside admission's `max_waiting`;
@@ -86,7 +86,7 @@ class Line:
         on (their delays are measured on `clock`)."""
         self.label = label
         self.backend = backend  # its pool's backend: what a line handed over to this one says it went to
-        self.members = members  # how many lanes serve, or why none can (under members.lock); the watchdog's pool
+        self.membership = membership  # how many lanes serve, or why none can (under its lock); the watchdog's
         self.admission = admission
         self.wait_timeout_s = wait_timeout_s
         self.invoke_timeout_s = invoke_timeout_s
@@ -125,8 +125,8 @@ class Line:
         successor = self.successor
         if successor is not None:
             return successor.check_room()
-        with self.members.lock:
-            self.admission.refuse_if_full(self.members.healthy_lanes())
+        with self.membership.lock:
+            self.admission.refuse_if_full(self.membership.healthy_lanes())
 
     def admit(self) -> Place:
         """A place in line, or an error at once: every device unhealthy, closed, or the line full. A line
@@ -134,13 +134,13 @@ class Line:
         successor = self.successor
         if successor is not None:
             return successor.admit()
-        with self.members.lock:
-            self.admission.enter(self.members.healthy_lanes())
+        with self.membership.lock:
+            self.admission.enter(self.membership.healthy_lanes())
         return Place(self)
 
     def leave(self) -> None:
         """A place given back (its request ended)."""
-        with self.members.lock:
+        with self.membership.lock:
             self.admission.leave()
 
     # -- the request's side --------------------------------------------------------------------
@@ -280,7 +280,7 @@ class Line:
             if not stalled:  # a pipeline moving slowly, none of its segments hung: look again soon
                 job.timer = job.timers.call_later(limit / 4, self._check_deadline, job)
                 return
-            settle(job.done, error=self.watchdog.quarantine(self.members, member, stalled))
+            settle(job.done, error=self.watchdog.quarantine(self.membership, member, stalled))
         else:
             job.done.set_exception(InvokeTimeout(f"{self.label}: the invoke did not finish within {limit} s "
                                                  "(EDGETPU_SERVE_INVOKE_TIMEOUT_S)", self.retry_after_s))

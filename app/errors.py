@@ -7,11 +7,15 @@ Inference Protocol has no 409, 415 or 422). A subclass inherits its parent's sta
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ServeError(Exception):
     """Base of every error the service reports to a client or an operator."""
 
     status = 500  # a fault of the service itself; the subclasses say what a client can do about it
+    # the model and backend the failed request was for, once known (app/core: a door counts it under them)
+    target: Any = None
 
 
 class ModelDirError(ServeError):

@@ -36,7 +36,7 @@ import asyncio
 import json
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,8 +81,9 @@ class Refusal:
     fields: dict = field(default_factory=dict)  # the protocol's error body beside "error" (DeepStack's "success")
 
 
-# The application's check of a request head: (method, request target) -> a Refusal, or None to go on.
-HeadCheck = Callable[[bytes, bytes], "Refusal | None"]
+# The application's check of a request head: (method, request target) -> a Refusal; or, to go on, None or
+# entries to add to the request's ASGI scope (what the check found, for the application to read).
+HeadCheck = Callable[[bytes, bytes], "Refusal | Mapping[str, Any] | None"]
 
 
 # Where the app's lifespan state holds them (read by the protocol of each connection).
@@ -196,12 +197,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = True
         self._disarm()
         previous = self.cycle  # a pipelined request's predecessor may still be answering: not ours to cut
+        noted = None
         if self.head_check is not None and (previous is None or previous.response_complete):
-            refusal = self.head_check(self.parser.get_method(), self.url)
-            if refusal is not None:  # no scope, no task, no middleware: a few tens of microseconds
-                self._refuse(refusal.status, refusal.message, refusal.headers, refusal.fields)
+            noted = self.head_check(self.parser.get_method(), self.url)
+            if isinstance(noted, Refusal):  # no scope, no task, no middleware: a few tens of microseconds
+                self._refuse(noted.status, noted.message, noted.headers, noted.fields)
                 raise _Refused
         super().on_headers_complete()
+        if noted:
+            self.scope.update(noted)
         cycle = self.cycle
         if cycle is not None:
             receive = cycle.receive

@@ -22,7 +22,7 @@ from app import launch, processes
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
 from app.http_server import HttpLimits, lifespan_state
-from app.inference import ImageWork
+from app.core import Core
 from app.processes.siblings import Siblings, reload_here
 from app.registry import Registry
 from app.settings import Settings
@@ -32,10 +32,10 @@ log = logging.getLogger(__name__)
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[dict]]
 
 
-def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings | None, images: ImageWork,
+def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings | None, core: Core,
                      inference_routes: InferenceRoutes) -> Lifespan:
     """The lifespan of an app serving `registry`: `siblings` are the other workers of its group (None: alone);
-    `images` its image threads; `inference_routes` the table the head check reads."""
+    `core` its request path (with its image threads); `inference_routes` the table the head check reads."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict]:
@@ -50,7 +50,7 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
         hangup = reload_on_hangup(registry)
         try:
             # the HTTP server's protocol reads its limits and the head check from here (app/http_server.py)
-            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(registry, inference_routes))
+            yield lifespan_state(HttpLimits.from_settings(settings), HeadAdmission(core, inference_routes))
         finally:
             if hangup:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
@@ -63,7 +63,7 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
             # a load still under way drops what it loads once draining; wait for it, bounded
             await asyncio.wait({loading}, timeout=settings.drain_timeout_s)
             await asyncio.to_thread(registry.close)
-            images.close()
+            core.images.close()
 
     return lifespan
 

@@ -13,13 +13,13 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from app import launch, processes, tasks
-from app.api import auth, devices, errors, health, metrics, models, openapi, page
+from app import launch, processes
+from app.api import auth, devices, doors, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
-from app.api.routes import InferenceRoutes, task_routers
+from app.api.routes import InferenceRoutes
 from app.api.v2 import router as v2
+from app.core import Core, ImageWork, image_threads
 from app.imaging.decoding import reuse_image_buffers
-from app.inference import ImageWork, image_threads
 from app.lifespan import service_lifespan
 from app.memory import TRIM_AFTER_BYTES, ByteBudget
 from app.processes.siblings import Siblings
@@ -34,9 +34,9 @@ NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
 
 def inference_routers() -> list[APIRouter]:
     """The routers of the inference routes (app/api/routes.py), included first: every request is matched
-    against the routes in order, and these are the ones under load. Each task's (the task names its
-    router: app/tasks/), then the protocols' (OIP v2). They check the inference key themselves (DirectRoute)."""
-    return [*task_routers(tasks.TASKS.values()), v2.inference]
+    against the routes in order, and these are the ones under load. Every front door's (app/api/doors.py:
+    each task's native routes, DeepStack's, OIP v2's). They check the inference key themselves (DirectRoute)."""
+    return doors.inference_routers()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -54,17 +54,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     images = ImageWork(image_threads(settings.image_threads, registry.host_cpu), settings.max_image_pixels,
                        nice=settings.compute_nice, max_decoded_pixels=settings.max_decoded_pixels,
                        accept_damaged=settings.accept_damaged_images)
+    core = Core(registry, images)
     routers = inference_routers()
     # the table of inference routes (app/api/routes.py): shedding, counting and admission read it
     inference_routes = InferenceRoutes.of(route for router in routers for route in router.routes)
 
     app = FastAPI(title="edgetpu-serve", version="0.1.0", telemetry=NO_OPENTELEMETRY,
-                  lifespan=service_lifespan(settings, registry, siblings, images, inference_routes),
+                  lifespan=service_lifespan(settings, registry, siblings, core, inference_routes),
                   description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
     app.state.settings = settings
     app.state.registry = registry
     app.state.siblings = siblings
     app.state.images = images
+    app.state.core = core
     app.state.api_keys = auth.ApiKeys.from_settings(settings)
     app.state.inference_routes = inference_routes
     errors.install(app, settings.refusal_log_window_s)

@@ -133,9 +133,9 @@ class Settings(BaseSettings):
     retry_after_s: int = Field(default=1, ge=0)
     warmup_at_start: bool = True
     # Threads that decode and resize images: more than the cores the interpreters leave free
-    # only preempt them, and each holds a decoded image (app/inference.py ImageWork).
+    # only preempt them, and each holds a decoded image (app/core/images.py ImageWork).
     # Unset: half the cores when an interpreter computes on them (cpu, emulated), every core
-    # when only devices do (an accelerator's plug-in): app.inference.image_threads.
+    # when only devices do (an accelerator's plug-in): app/core/images.py image_threads.
     image_threads: int | None = Field(default=None, ge=1, le=64)
 
     # Plug-ins' own settings given in code, by backend key: {"<key>": {"<field>": value}}. From the

@@ -771,7 +771,10 @@ class Plan:
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Plan:
-        from app.inference import image_threads as default_image_threads
+        try:
+            from app.core import image_threads as default_image_threads
+        except ImportError:  # a checkout from before the core (app/core/)
+            from app.inference import image_threads as default_image_threads
 
         simulated = args.backend == "simtpu" and args.url is None
         detection = task_of(MODEL) == "detection"

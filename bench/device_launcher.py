@@ -66,8 +66,12 @@ def _timed_async(stage: str, fn):
 
 def instrument() -> None:
     import app.api.classify as classify_api
-    import app.inference as inference
-    from app.api.schemas import ClassifyResponse
+    try:  # the image work in the core since the request path became a library (app/core/)
+        import app.core.images as inference
+        from app.tasks.classify import ClassifyResponse
+    except ImportError:
+        import app.inference as inference
+        from app.api.schemas import ClassifyResponse
 
     try:  # the classification task's post-processing, in its own module since the task seam
         import app.tasks.classify as post

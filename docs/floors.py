@@ -35,7 +35,7 @@ CAPTIONS = {
     "app/lifespan.py": "load, drain, close",
     "app/launch.py": "other servers' launches",
     "app/api/": "HTTP front doors: /v1, /v2, DeepStack",
-    "app/inference.py": "task-neutral core of a request",
+    "app/core/": "the request path as a library",
     "app/processes/": "several workers on one port",
     "app/registry/": "models, versions, leases",
     "app/tasks/": "outputs -> an answer",

@@ -4,6 +4,7 @@ circle fails here until the map is redrawn (`python docs/floors.py`) and the pag
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import shutil
@@ -75,3 +76,44 @@ def test_the_picture_is_drawn(tmp_path):
     floors.draw(floors.read_map(), png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(floors.direct_arrows(floors.read_map())) < len(floors.read_map().arrows)
+
+
+# -- the core and the tasks stay below every front door --------------------------------------------------------
+
+# The web frameworks, and the front doors (the HTTP ones in app/api/; every door added beside them is named here).
+FRAMEWORKS = ("fastapi", "starlette", "uvicorn", "httptools", "h11")
+FRONT_DOORS = ("app.api", "app.main", "app.lifespan")
+BELOW_THE_DOORS = ("app/core", "app/tasks")
+
+
+def door_leaks(root: Path) -> list[str]:
+    """Where a core or task module imports a web framework or a front door, or names one by string (a route's
+    "module:attribute", or a door's dotted name): each as 'file: what'."""
+    found = []
+    for folder in BELOW_THE_DOORS:
+        for path in sorted((root / folder).rglob("*.py")):
+            where = path.relative_to(root).as_posix()
+            for module in floors.imported_modules(path, root):
+                if module.split(".")[0] in FRAMEWORKS or module.startswith(tuple(f"{d}." for d in FRONT_DOORS)) \
+                        or module in FRONT_DOORS:
+                    found.append(f"{where}: imports {module}")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    text = node.value
+                    if any(door in text for door in FRONT_DOORS) and (":" in text or text.startswith(FRONT_DOORS)):
+                        found.append(f"{where}: names {text!r}")
+    return sorted(set(found))
+
+
+def test_no_core_or_task_module_imports_a_framework_or_a_front_door_or_names_a_route():
+    assert door_leaks(ROOT) == []
+
+
+def test_a_task_naming_its_router_or_a_core_module_importing_fastapi_fails_the_check(tmp_path):
+    root = _copy_code(tmp_path)
+    task = root / "app" / "tasks" / "classify.py"
+    task.write_text(task.read_text(encoding="utf-8") + '\nROUTES = ("app.api.classify:router",)\n', encoding="utf-8")
+    core = root / "app" / "core" / "inputs.py"
+    core.write_text(core.read_text(encoding="utf-8") + "\nfrom fastapi import Request\n", encoding="utf-8")
+    assert door_leaks(root) == ["app/core/inputs.py: imports fastapi", "app/core/inputs.py: imports fastapi.Request",
+                                "app/tasks/classify.py: names 'app.api.classify:router'"]

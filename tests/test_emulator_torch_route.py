@@ -4,7 +4,7 @@ The three files in tests/torch_route/ were made by litert-torch + ai-edge-quanti
 (tests/torch_route/make_models.py says how). Every tensor the emulator produces must equal
 BUILTIN_REF's, and the `emulated` engine must describe their int8 input and output exactly as
 the `cpu` engine does. A graph ending in DEQUANTIZE gives a float output, which the service
-reads with scale 0 (app/inference.py: scores).
+reads with scale 0 (app/tasks/classify.py: scores).
 """
 
 from __future__ import annotations

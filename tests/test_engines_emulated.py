@@ -73,7 +73,7 @@ def test_registry_serves_cpu_and_emulated_side_by_side(tmp_path):
     model = registry.get(DEFAULT_MODEL)
     pool = model.pool("emulated")
     assert pool.warm and pool.load_ms > 0 and pool.first_inference_ms > 0
-    assert pool.inputs[0].dtype == np.uint8  # the image goes in quantized to uint8 (app/inference.py ImageWork)
+    assert pool.inputs[0].dtype == np.uint8  # the image goes in quantized to uint8 (app/core/images.py ImageWork)
     registry.close()
 
 

@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.inference import image_threads
+from app.core import image_threads
 from app.tasks.classify import scores, top_order, top_predictions
 from app.model_dir.reading import read_model_dir
 from tests.conftest import DEFAULT_MODEL, MODELS

@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.classify import classify
+from app.core import Core, ImageInput, ImageWork
 from app.errors import Busy, ShuttingDown
-from app.inference import ImageWork
 from app.main import create_app
 from app.model_dir.reading import sha256_file
 from app.registry import Registry
 from app.settings import Settings
+from app.tasks.classify import TASK as CLASSIFY
+from app.tasks.classify import ClassifyOptions
 from tests.conftest import DEFAULT_MODEL, MODELS, ROOT, Service
 from tests.waiting import refuses_connections, turns_until, until
 
@@ -113,46 +114,51 @@ def test_drain_refuses_new_leases_and_waits_for_the_admitted_ones(models_copy):
         registry.close()
 
 
-def test_a_lease_checks_the_line_at_once_and_takes_its_place_only_when_admitted(models_copy):
+def test_a_hold_checks_the_line_at_once_and_takes_its_place_only_when_admitted(models_copy):
     registry = loaded_registry(models_copy, max_waiting=0)  # a line of 1
     pool = registry.get(DEFAULT_MODEL).pool("cpu")
+    core = Core(registry, ImageWork(1, 50_000_000))
 
     async def scenario():
-        async with registry.lease(DEFAULT_MODEL) as reading:  # a request still reading its body
+        async with core.hold(None, DEFAULT_MODEL) as reading:  # a request still reading its body
             assert pool.admitted == 0  # holds no place: a slow body blocks nobody
-            async with registry.lease(DEFAULT_MODEL) as ready:
-                ready.admit()  # its body arrived first: it takes the only place
+            async with core.hold(None, DEFAULT_MODEL) as ready:
+                ready.lease.admit()  # its body arrived first: it takes the only place
                 assert pool.admitted == 1
-                with pytest.raises(Busy):
-                    async with registry.lease(DEFAULT_MODEL):  # the room check refuses at once
+                with pytest.raises(Busy) as refused:
+                    async with core.hold(None, DEFAULT_MODEL):  # the room check refuses at once
                         pass
+                assert refused.value.target == (DEFAULT_MODEL, "cpu")  # the refusal says whose line was full
+                async with core.hold(None, DEFAULT_MODEL, room_checked=True) as checked:
+                    assert checked.model == DEFAULT_MODEL  # its head had the check: not checked again
                 with pytest.raises(Busy):
-                    reading.admit()  # the line filled while it read: refused before any work
-                await ready.run(zeros(registry))
+                    reading.lease.admit()  # the line filled while it read: refused before any work
+                await ready.lease.run(zeros(registry))
             assert pool.admitted == 0
-            reading.admit()
-            return await reading.run(zeros(registry))
+            reading.lease.admit()
+            return await reading.lease.run(zeros(registry))
 
     try:
         assert asyncio.run(scenario()).outputs[0].shape == (1, 1000)
         assert pool.admitted == 0 and registry.active == 0
     finally:
         registry.close()
+        core.images.close()
 
 
 def test_labels_changed_on_disk_reach_new_requests_while_old_leases_keep_theirs(models_copy, cat_png):
     registry = loaded_registry(models_copy)
-    images = ImageWork(1, 50_000_000)
+    core = Core(registry, ImageWork(1, 50_000_000))
     data = cat_png.read_bytes()
     target = models_copy / DEFAULT_MODEL
     manifest = json.loads((target / "model.json").read_text())
     labels_path = target / manifest["files"]["labels"]["path"]
 
-    async def top1(lease):
-        return (await classify(lease, data, 1, 0.0, images)).predictions[0]
+    async def top1(held):
+        return (await held.answer(ImageInput(data), ClassifyOptions(1, 0.0))).result.predictions[0]
 
     async def scenario():
-        async with registry.lease(DEFAULT_MODEL) as old_lease:
+        async with core.hold(CLASSIFY, DEFAULT_MODEL) as old_lease:
             before = await top1(old_lease)
             labels = labels_path.read_text().splitlines()
             labels[before.index] = "renamed class"
@@ -160,7 +166,7 @@ def test_labels_changed_on_disk_reach_new_requests_while_old_leases_keep_theirs(
             manifest["files"]["labels"].update(sha256=sha256_file(labels_path), bytes=labels_path.stat().st_size)
             (target / "model.json").write_text(json.dumps(manifest, indent=2))
             await asyncio.to_thread(registry.reload, DEFAULT_MODEL)
-            async with registry.lease(DEFAULT_MODEL) as new_lease:
+            async with core.hold(CLASSIFY, DEFAULT_MODEL) as new_lease:
                 after = await top1(new_lease)
             still = await top1(old_lease)
         return before, after, still
@@ -171,7 +177,7 @@ def test_labels_changed_on_disk_reach_new_requests_while_old_leases_keep_theirs(
         assert still.label == before.label != "renamed class"  # one version, one set of labels
     finally:
         registry.close()
-        images.close()
+        core.images.close()
 
 
 # -- readiness that tells the truth, without absolute paths -------------------------------------------

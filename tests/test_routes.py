@@ -46,9 +46,10 @@ def answered(status: str, protocol: str = "v1") -> float:
 
 def test_the_table_holds_the_inference_routes_of_both_protocols():
     routes = InferenceRoutes.of(route for router in inference_routers() for route in router.routes)
-    assert routes.paths == ["/v1/classify", "/v1/models/{name}/classify", "/v1/detect", "/v1/models/{name}/detect",
-                            "/v1/vision/detection", "/v1/vision/custom/{name}", "/v2/models/{name}/infer",
-                            "/v2/models/{name}/versions/{version}/infer"]
+    # every front door's (app/api/doors.py: app/api's modules in name order, then app/api/v2's)
+    assert routes.paths == ["/v1/classify", "/v1/models/{name}/classify", "/v1/vision/detection",
+                            "/v1/vision/custom/{name}", "/v1/detect", "/v1/models/{name}/detect",
+                            "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"]
     assert routes.protocol_of("POST", "/v1/models/m/classify") == "v1"
     assert routes.protocol_of("POST", "/v1/models/m/detect") == "v1"
     assert routes.protocol_of("POST", "/v1/vision/custom/m") == "deepstack"
@@ -75,7 +76,7 @@ def test_a_route_declared_once_is_shed_counted_and_admitted(new_route, cat_png):
         place = registry.get(MODEL).pool("cpu").admit()  # the line of 1 is full
         try:
             # shed: the HTTP server's head check refuses it before any body, in the app's words
-            check = HeadAdmission(registry, app.state.inference_routes)
+            check = HeadAdmission(app.state.core, app.state.inference_routes)
             refused = answered("503")
             refusal = check(b"POST", new_route.encode())
             assert refusal is not None and refusal.status == 503 and refusal.headers == {"Retry-After": "2"}

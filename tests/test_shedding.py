@@ -11,6 +11,7 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
+from app.api.held import ROOM_CHECKED
 from app.api.shedding import HeadAdmission
 from app.http_server import _Server, config
 from app.api.routes import InferenceRoutes
@@ -50,7 +51,7 @@ def served():
             return False
     until(ready, 60, "the server ready", poll_s=0.05)
     try:
-        yield settings.port, app.state.registry
+        yield settings.port, app.state.registry, app.state.core
     finally:
         server.should_exit = True
         thread.join(ANSWER_S)
@@ -76,7 +77,7 @@ def refused(protocol: str, backend: str = "cpu") -> float:
     (f"/v2/models/{DEFAULT_MODEL}/versions/1/infer", "v2"),
 ])
 def test_a_full_line_is_answered_from_the_head_without_a_byte_of_body(served, target, protocol):
-    port, registry = served
+    port, registry, _ = served
     place = registry.get(DEFAULT_MODEL).pool("cpu").admit()  # the line of 1 is full
     before = refused(protocol)
     try:
@@ -92,7 +93,7 @@ def test_a_full_line_is_answered_from_the_head_without_a_byte_of_body(served, ta
 
 
 def test_only_the_full_line_is_refused(served, cat_png):
-    port, registry = served
+    port, registry, _ = served
     url = f"http://127.0.0.1:{port}"
     place = registry.get(DEFAULT_MODEL).pool("cpu").admit()
     try:
@@ -110,27 +111,29 @@ def test_only_the_full_line_is_refused(served, cat_png):
 
 
 def test_head_admission_places_a_request_as_the_application_would(served):
-    _, registry = served
-    check = HeadAdmission(registry, InferenceRoutes.of(route for router in inference_routers() for route in router.routes))
+    _, registry, core = served
+    check = HeadAdmission(core, InferenceRoutes.of(route for router in inference_routers() for route in router.routes))
     place = registry.get(DEFAULT_MODEL).pool("cpu").admit()
     try:
         assert check(b"POST", b"/v1/classify").status == 503
         assert check(b"POST", b"/v1/classify?backend=cpu&top_k=2").status == 503
-        assert check(b"POST", b"/v1/classify?top_k=2&backend=emulated") is None  # that line has room
+        # that line has room: the request goes on, its scope saying it was checked (the app does not check again)
+        assert check(b"POST", b"/v1/classify?top_k=2&backend=emulated") == {ROOM_CHECKED: True}
         assert check(b"GET", b"/v1/classify") is None
         assert check(b"POST", b"/v1/classify/extra") is None
         assert check(b"POST", b"/v1/models/eff%69cientnet_lite0/classify") is None  # encoded: the app decodes it
         assert check(b"POST", b"/v1/classify?backend=nope") is None  # the app's 422
-        assert check(b"POST", b"/v1/classify?backend=cpu&backend=emulated") is None  # the last one counts
-        assert check(b"POST", b"/v1/classify?back%65nd=emulated") is None  # a key decoded as the app does
+        # the last one counts; a key decoded as the app does
+        assert check(b"POST", b"/v1/classify?backend=cpu&backend=emulated") == {ROOM_CHECKED: True}
+        assert check(b"POST", b"/v1/classify?back%65nd=emulated") == {ROOM_CHECKED: True}
         assert check(b"POST", f"/v2/models/{DEFAULT_MODEL}/versions/9/infer".encode()) is None  # the app's 404
     finally:
         place.release()
-    assert check(b"POST", b"/v1/classify") is None
+    assert check(b"POST", b"/v1/classify") == {ROOM_CHECKED: True}
 
 
 def test_a_pipelined_request_is_left_to_the_application_which_answers_in_order(served, cat_png):
-    port, registry = served
+    port, registry, _ = served
     data = cat_png.read_bytes()
     place = registry.get(DEFAULT_MODEL).pool("cpu").admit()  # cpu's line full, emulated's free
     try:

@@ -2,9 +2,9 @@
 is its module, its schema and its route.
 
 A throwaway third task, "embedding" (the dequantized output vector), lives in this file only: its
-module (EmbeddingTask and `embed`), its schema (EmbeddingResponse) and its route (`router`, named by
-the task). Registered with app.tasks.register, it is served over a real socket on a tiny model built
-here, with nothing else touched. The roles check is shown on the shared tiny detectors
+module (EmbeddingTask: roles, `read`), its schema (EmbeddingResponse) and its route (`router`, a front door
+calling the core). Registered with app.tasks.register and app.api.doors.add, it is served over a real socket on
+a tiny model built here, with nothing else touched. The roles check is shown on the shared tiny detectors
 (tests/detection_models.py: TF1 and TF2 output orders) with a throwaway four-role task, and on
 classifiers with several outputs.
 """
@@ -15,8 +15,7 @@ import asyncio
 import contextlib
 import io
 import threading
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -28,21 +27,23 @@ from PIL import Image
 from pydantic import BaseModel
 
 from app import tasks
+from app.api import doors
 from app.api.auth import check_inference_key
 from app.api.body import image_bytes
 from app.api.direct import DirectRoute
-from app.api.routes import inference_route, v1_head_target
+from app.api.held import held
+from app.api.routes import inference_route, v1_head
+from app.core import ImageInput
 from app.engines import TensorSpec
 from app.errors import ModelDirError
 from app.http_server import config
-from app.inference import ImageWork, finish, run_image
 from app.main import create_app
 from app.model_dir.reading import ModelDir, read_model_dir
 from app.model_dir.schema import Manifest
 from app.registry import Registry
 from app.settings import Settings
-from app.tasks import Task
-from app.tasks.base import resolve_roles
+from app.tasks import Outputs, Task
+from app.tasks.base import Timing, resolve_roles
 from bench.service import free_port
 from converter.model_dir import write_model_dir
 from tests.detection_models import OUTPUT_ORDERS, output_names, square_image, tiny_detector
@@ -54,62 +55,54 @@ EVENTUALLY_S = 60
 
 # ---- the throwaway third task: its module, its schema, its route -------------------------------------
 
+class EmbeddingResponse(BaseModel):
+    model: str
+    backend: str
+    embedding: list[float]
+    timing_ms: Timing
+
+
+@dataclass(frozen=True)
+class Embedding:
+    embedding: list[float]
+
+
 class EmbeddingTask(Task):
     """The model's output vector, dequantized: an image embedding."""
 
     name = "embedding"
     roles = ("embedding",)
-    routes = (f"{__name__}:router",)
+    schema = EmbeddingResponse
+
+    def read(self, outputs: Outputs, options) -> Embedding:
+        spec = outputs.spec("embedding")
+        values = outputs.of("embedding").reshape(-1).astype(np.float64)
+        if spec.scale > 0:
+            values = (values - spec.zero_point) * spec.scale
+        return Embedding(values.tolist())
 
 
 TASK = EmbeddingTask()
 
-
-@dataclass(frozen=True)
-class Embedding:
-    model: str
-    backend: str
-    embedding: list[float]
-    timing_ms: dict[str, float]
-
-
-async def embed(lease, data: bytes, images: ImageWork) -> Embedding:
-    roles = lease.roles_for(TASK)
-    ran = await run_image(lease, data, images)
-    post_start = time.perf_counter()
-    spec = roles.specs["embedding"]
-    values = roles.of(ran.outputs, "embedding").reshape(-1).astype(np.float64)
-    if spec.scale > 0:
-        values = (values - spec.zero_point) * spec.scale
-    return Embedding(lease.model_dir.name, lease.backend, values.tolist(), finish(lease, ran, post_start))
-
-
-class EmbeddingResponse(BaseModel):
-    model: str
-    backend: str
-    embedding: list[float]
-    timing_ms: dict[str, float]
-
-
 router = APIRouter(prefix="/v1", tags=["embedding"],
-                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head_target))
+                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head(TASK)))
 
 
 @router.post("/models/{name}/embed", response_model=EmbeddingResponse)
 async def embed_named(name: str, request: Request, backend: str | None = None) -> Response:
-    state = request.app.state
-    async with state.registry.lease(name, backend) as lease:
-        data = await image_bytes(request, state.settings.max_body_bytes)
-        result = await embed(lease, data, state.images)
-    return Response(EmbeddingResponse(**asdict(result)).model_dump_json(), media_type="application/json")
+    async with held(request, TASK, name, backend) as hold:
+        answer = await hold.answer(ImageInput(await image_bytes(request, request.app.state.settings.max_body_bytes)))
+    return Response(EmbeddingResponse(**TASK.native(answer)).model_dump_json(), media_type="application/json")
 
 
 @pytest.fixture
 def embedding_task():
     tasks.register(TASK)
+    doors.add(router)
     try:
         yield TASK
     finally:
+        doors.remove(router)
         tasks.unregister(TASK.name)
 
 
@@ -326,9 +319,11 @@ def test_an_image_input_is_float32_or_an_integer_tensor_with_a_positive_scale():
         assert image_input(model_dir, [spec]) is spec
 
 
-def test_the_tasks_on_main_and_their_routes():
+def test_the_tasks_on_main_and_their_doors():
     assert set(tasks.TASKS) == {"classification", "detection"}
-    assert tasks.TASKS["detection"].routes == ("app.api.detect:router", "app.api.deepstack:router")
+    paths = {route.path for router in doors.inference_routers() for route in router.routes}
+    assert {"/v1/models/{name}/detect", "/v1/vision/custom/{name}", "/v1/models/{name}/classify",
+            "/v2/models/{name}/infer"} <= paths
     models = Path(__file__).parents[1] / "models"
     assert read_model_dir(models / "efficientnet_lite0").manifest.task == "classification"
     assert read_model_dir(models / "ssdlite_mobilenet_v2_person").manifest.task == "detection"

@@ -31,17 +31,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import check_inference_key_value, inference_key_in_head
 from app.api.body import IMAGE_FIELD, image_and_fields
-from app.api.classify import Backend
-from app.api.deps import named_or_default
-from app.api.detect import detect, detection_head_target
+from app.api.classify import BackendQuery
 from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, retry_after
-from app.api.metrics import counted
-from app.api.routes import inference_route
+from app.api.held import held
+from app.api.routes import inference_route, v1_head
 from app.api.schemas import DeepStackError, DeepStackResponse
+from app.core import ImageInput
 from app.errors import RequestError, ServeError
-from app.settings import DETECTION_DEFAULT
-from app.tasks.detect import Detection
+from app.tasks import Answer
+from app.tasks.detect import TASK, Detection, DetectOptions
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +77,9 @@ class DeepStackRoute(AnsweringRoute):
 
 
 router = APIRouter(prefix="/v1/vision", tags=["DeepStack (detection)"],
-                   route_class=inference_route(DeepStackRoute, "deepstack", detection_head_target,
+                   route_class=inference_route(DeepStackRoute, "deepstack", v1_head(TASK),
                                                error_fields=FAILED))
+INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 ERRORS = {status: {"model": DeepStackError} for status in (400, 401, 404, 413, 503, 504)}
 OPENAPI_BODY = {
@@ -116,27 +116,27 @@ def min_confidence(value: str | None) -> float:
 async def _vision(request: Request, name: str | None, backend: str | None, command: str) -> Response:
     arrived = time.perf_counter()
     state = request.app.state
-    registry, settings = state.registry, state.settings
+    settings = state.settings
     keyed = inference_key_in_head(request)  # else the key comes as the form field, checked once it is read
-    name = named_or_default(name, registry, settings, DETECTION_DEFAULT, "/v1/vision/detection")
-    async with registry.lease(name, backend, counted(request)) as lease:
+    async with held(request, TASK, name, backend) as hold:
         data, fields = await image_and_fields(request, settings.max_body_bytes, (KEY_FIELD, CONFIDENCE_FIELD))
         if not keyed:
             check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "
                                       "API keys as the form field 'api_key' or as 'Authorization: Bearer <key>'")
-        result = await detect(lease, data, state.images, min_confidence(fields.get(CONFIDENCE_FIELD)))
-    provider = registry.plugins[result.backend].execution_provider
-    return Response(response_body(result, command, provider, (time.perf_counter() - arrived) * 1000),
+        answer = await hold.answer(ImageInput(data), DetectOptions(min_confidence(fields.get(CONFIDENCE_FIELD))))
+    provider = state.registry.plugins[answer.backend].execution_provider
+    return Response(response_body(answer, command, provider, (time.perf_counter() - arrived) * 1000),
                     media_type="application/json")
 
 
-def response_body(result: Detection, command: str, provider: str, round_trip_ms: float) -> bytes:
+def response_body(answer: Answer[Detection], command: str, provider: str, round_trip_ms: float) -> bytes:
     """DeepStack's answer with CodeProject.AI's fields; boxes rounded to whole pixels; `provider` is the
     backend's kind of processor (its plug-in's execution_provider)."""
-    timing = result.timing_ms
+    timing = answer.timing_ms
     predictions = [{"label": o.label, "confidence": o.score,
                     "x_min": int(o.box.x_min + 0.5), "y_min": int(o.box.y_min + 0.5),
-                    "x_max": int(o.box.x_max + 0.5), "y_max": int(o.box.y_max + 0.5)} for o in result.detections]
+                    "x_max": int(o.box.x_max + 0.5), "y_max": int(o.box.y_max + 0.5)}
+                   for o in answer.result.detections]
     labels = [p["label"] for p in predictions]
     return orjson.dumps({
         "success": True,
@@ -148,7 +148,7 @@ def response_body(result: Detection, command: str, provider: str, round_trip_ms:
         "processMs": round(timing["total"] - timing["queue"]),
         "analysisRoundTripMs": round(round_trip_ms),
         "moduleId": MODULE_ID,
-        "moduleName": f"{MODULE_ID}: {result.model} on {result.backend}",
+        "moduleName": f"{MODULE_ID}: {answer.model} on {answer.backend}",
         "command": command,
         "executionProvider": provider,
         "timestampUTC": formatdate(usegmt=True),
@@ -157,11 +157,11 @@ def response_body(result: Detection, command: str, provider: str, round_trip_ms:
 
 @router.post("/detection", response_model=DeepStackResponse, responses=ERRORS, openapi_extra=OPENAPI_BODY,
              summary="DeepStack's object detection, with the default detection model")
-async def vision_detection(request: Request, backend: Backend = None) -> Response:
+async def vision_detection(request: Request, backend: BackendQuery = None) -> Response:
     return await _vision(request, None, backend, "detect")
 
 
 @router.post("/custom/{name}", response_model=DeepStackResponse, responses=ERRORS, openapi_extra=OPENAPI_BODY,
              summary="DeepStack's custom model detection, with a named detection model")
-async def vision_custom(name: str, request: Request, backend: Backend = None) -> Response:
+async def vision_custom(name: str, request: Request, backend: BackendQuery = None) -> Response:
     return await _vision(request, name, backend, "custom")

@@ -6,9 +6,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.errors import ModelNotFound
 from app.registry import Registry
-from app.settings import DefaultOf, Settings
+from app.settings import Settings
 
 
 # async on purpose: FastAPI runs a plain-def dependency on its thread pool, a thread hop per request.
@@ -22,14 +21,3 @@ async def get_registry(request: Request) -> Registry:
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
-
-
-def named_or_default(name: str | None, registry: Registry, settings: Settings, default: DefaultOf, route: str) -> str:
-    """The model a request names, else its task's default (settled at start); ModelNotFound when none is served."""
-    if name is not None:
-        return name
-    chosen = getattr(settings, default.setting)
-    if chosen is None:
-        raise ModelNotFound(f"no {default.task} model is served, so {route} has none to default to; serving "
-                            f"{registry.names()}")
-    return chosen

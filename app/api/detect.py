@@ -1,16 +1,14 @@
 """POST /v1/detect and /v1/models/{name}/detect: an image in, the objects in it out, boxes in the original
-image's pixels. The detection task's native routes (app/tasks/detect.py names this router; app/main.py includes it),
-and `detect()`, one image through the core (app/inference.py) read by the task (app/tasks/detect.py), which
-DeepStack's routes (app/api/deepstack.py) call too.
+image's pixels. The detection task's native front door: parse the query, hold the model through the core
+(app/core), read the body, get the task's answer (app/tasks/detect.py), send it as the task's schema says.
 
-As /v1/classify: the lease (the model version, the room check) before the body is read, the place in line once
+As /v1/classify: the hold (the model version, the room check) before the body is read, the place in line once
 it is here; DirectRoutes, the API key checked first; declared here as inference routes of protocol "v1" (shed,
 counted and admitted by app/api/routes.py's table). The model without a name: DEFAULT_DETECTION_MODEL.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 import orjson
@@ -18,17 +16,14 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
-from app.api.classify import Backend
-from app.api.deps import named_or_default
+from app.api.classify import BackendQuery
 from app.api.direct import DirectRoute
-from app.api.metrics import counted
-from app.api.routes import inference_route, query_value
-from app.api.schemas import DetectResponse, ErrorResponse
-from app.inference import ImageWork, finish, run_image
-from app.registry import Lease
-from app.settings import DETECTION_DEFAULT
-from app.tasks import detect as detection
-from app.tasks.detect import Detection, ImageSize
+from app.api.held import held
+from app.api.routes import inference_route, v1_head
+from app.api.schemas import ErrorResponse
+from app.core import ImageInput
+from app.tasks import Answer
+from app.tasks.detect import TASK, DetectOptions, DetectResponse
 
 # Fixed, part of the API's schema and checked before any work (docs/configuration.md's fixed limits): a detector
 # gives at most its own N rows (100 for the SSD detectors); `labels` URL-encoded is at most 12 bytes a character,
@@ -36,15 +31,9 @@ from app.tasks.detect import Detection, ImageSize
 MAX_DETECTIONS = 1000
 MAX_LABELS_CHARS = 512
 
-
-def detection_head_target(registry, parameters: dict[str, str], query: bytes) -> tuple[str, str | None]:
-    """A detection route's head: the model (the path's `name`, or the default detector) and the `backend` query
-    parameter, as its handler reads them."""
-    return parameters.get("name") or registry.settings.default_detection_model, query_value(query, "backend")
-
-
 router = APIRouter(prefix="/v1", tags=["detect"],
-                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", detection_head_target))
+                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head(TASK)))
+INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
 MinScore = Annotated[float, Query(ge=0.0, le=1.0, description="drop objects scoring below this")]
@@ -63,45 +52,29 @@ def wanted_labels(labels: str | None) -> frozenset[str] | None:
 
 async def _detect(request: Request, name: str | None, min_score: float, max_detections: int | None,
                   labels: str | None, backend: str | None) -> Response:
-    state = request.app.state
-    registry, settings, images = state.registry, state.settings, state.images
-    name = named_or_default(name, registry, settings, DETECTION_DEFAULT, "/v1/detect")
-    async with registry.lease(name, backend, counted(request)) as lease:
-        data = await image_bytes(request, settings.max_body_bytes)
-        result = await detect(lease, data, images, min_score, max_detections, wanted_labels(labels))
-    return Response(response_body(result), media_type="application/json")
+    settings = request.app.state.settings
+    options = DetectOptions(min_score, max_detections, wanted_labels(labels))
+    async with held(request, TASK, name, backend) as hold:
+        given = ImageInput(await image_bytes(request, settings.max_body_bytes))
+        answer = await hold.answer(given, options)
+    return Response(response_body(answer), media_type="application/json")
 
 
-async def detect(lease: Lease, data: bytes, images: ImageWork, min_score: float, max_detections: int | None = None,
-                 labels: frozenset[str] | None = None) -> Detection:
-    """One image through the leased detector: its objects scoring at least min_score, best first, at most
-    max_detections, only those whose label is in `labels` (when given: a label the model lacks is a 400 before
-    any work)."""
-    roles = lease.roles_for(detection.TASK)
-    model_dir = lease.model_dir
-    wanted = None if labels is None else detection.class_ids(model_dir, labels)
-    ran = await run_image(lease, data, images)
-    post_start = time.perf_counter()
-    found = detection.objects(roles, ran.outputs, ran.geometry, model_dir.labels, min_score, max_detections, wanted)
-    return Detection(model=model_dir.name, backend=lease.backend, image=ImageSize(ran.geometry.width,
-                     ran.geometry.height), detections=found, timing_ms=finish(lease, ran, post_start),
-                     warmup=lease.warmup, cold=ran.cold)
-
-
-def response_body(result: Detection) -> bytes:
-    """DetectResponse's JSON, field for field, straight from the dataclasses (orjson)."""
-    return orjson.dumps({name: getattr(result, name) for name in DetectResponse.model_fields})
+def response_body(answer: Answer) -> bytes:
+    """The task's native answer, field for field as its schema says (the schema stays the contract: a field the
+    result gains is not sent until the schema has it), straight from the dataclasses (orjson)."""
+    return orjson.dumps(TASK.native(answer))
 
 
 @router.post("/detect", response_model=DetectResponse, responses=ERRORS, openapi_extra=OPENAPI_REQUEST_BODY,
              summary="Detect objects with the default detection model")
 async def detect_default(request: Request, min_score: MinScore = 0.5, max_detections: MaxDetections = None,
-                         labels: Labels = None, backend: Backend = None) -> Response:
+                         labels: Labels = None, backend: BackendQuery = None) -> Response:
     return await _detect(request, None, min_score, max_detections, labels, backend)
 
 
 @router.post("/models/{name}/detect", response_model=DetectResponse, responses=ERRORS,
              openapi_extra=OPENAPI_REQUEST_BODY, summary="Detect objects with a named detection model")
 async def detect_named(name: str, request: Request, min_score: MinScore = 0.5, max_detections: MaxDetections = None,
-                       labels: Labels = None, backend: Backend = None) -> Response:
+                       labels: Labels = None, backend: BackendQuery = None) -> Response:
     return await _detect(request, name, min_score, max_detections, labels, backend)

@@ -1,10 +1,10 @@
 """GET /metrics: Prometheus exposition of app.metrics, and the middleware that counts requests.
 
 RequestCounter counts every answered request to an inference route (the table, app/api/routes.py) by protocol,
-model, backend and status. Which model and backend serve a request is known only once its lease has resolved
-them: each front door passes `counted(request)` down to `registry.lease()` as its `noted`, which calls it with
-the model and backend before the room check, and again after each run (the backend that ran it). A request
-refused before that (no such model, a bad parameter) counts under model="" and backend="".
+model, backend and status. Which model and backend serve a request is known only once the core has resolved
+them: the door notes them in the request's scope from what the core returns (app/api/held.py: the hold's model
+and the backend that ran the request, or a failed request's `ServeError.target`). A request refused before that
+(no such model, a bad parameter) counts under model="" and backend="".
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ async def scrape(request: Request):
 
 
 class Counted:
-    """The labels of one counted request: the model and backend its lease reports (`note`)."""
+    """The labels of one counted request: the model and backend its door noted (`count_as`)."""
 
     __slots__ = ("model", "backend")
 
@@ -46,15 +46,12 @@ class Counted:
         self.model = ""
         self.backend = ""
 
-    def note(self, model: str, backend: str) -> None:
-        self.model, self.backend = model, backend
 
-
-def counted(request: Request):
-    """What a front door passes to `registry.lease()` as `noted`: this request's labels' `note`, or None where
-    the request is not counted (no RequestCounter around the app)."""
+def count_as(request: Request, model: str, backend: str) -> None:
+    """Count this request under `model` and `backend` (where no RequestCounter is around the app: nothing)."""
     labels = request.scope.get(SCOPE_KEY)
-    return None if labels is None else labels.note
+    if labels is not None:
+        labels.model, labels.backend = model, backend
 
 
 class RequestCounter:
@@ -62,7 +59,7 @@ class RequestCounter:
 
     Plain ASGI: `routes` says which requests are inference requests and of which protocol
     (app/api/routes.py InferenceRoutes.protocol_of); it only reads the status it passes on, and the labels
-    the request's lease noted in its scope (`counted`).
+    the request's door noted in its scope (`count_as`).
     """
 
     def __init__(self, app, routes):

@@ -2,38 +2,36 @@
 
 A route is an inference route when its router's route class comes from `inference_route()`: that class
 says the route's protocol (the `protocol` label of the request counter) and how its request head names a
-model and backend (`HeadTarget`). `InferenceRoutes.of(...)`, over the routes of the inference routers
-(app/main.py inference_routers(): each task's router, which the task names, then OIP v2's), is then
-the table, and it is read by
+task, a model and a backend (`Head`). `InferenceRoutes.of(...)`, over the routes of the inference routers
+(app/api/__init__.py INFERENCE_ROUTERS), is then the table, and it is read by
   - load shedding from the head (app/api/shedding.py HeadAdmission): which requests to place, and where;
   - the request counter (app/api/metrics.py RequestCounter): which requests to count, under which protocol
-    (and under which model and backend: the handler passes `counted(request)` to its lease, or the request
-    counts under model="" and backend="");
-  - admission: the head's (model, backend) goes to the registry's own resolution (Registry.pool_for),
-    the one a request's lease() makes.
+    (and under which model and backend: the door notes what the core returns, app/api/held.py, or the
+    request counts under model="" and backend="");
+  - admission: the head's (task, model, backend) goes to the core's own resolution (Core.check_room), the
+    one a request's hold makes (Core.target).
 So a new inference endpoint is shed, counted and admitted by being declared on an inference router;
-nothing else lists it (tests/test_routes.py adds one). A new task's routers are found through the task
-(`Task.routes`, "module:attribute" each): `task_routers()`.
+nothing else lists it (tests/test_routes.py adds one).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter
 from fastapi.routing import APIRoute
 
-# (path parameters, raw query string) -> (model name, backend or None for the default), or None when
-# the head alone cannot place the request (the application answers it). The registry is passed for
-# protocols whose default backend depends on the model.
-HeadTarget = Callable[[object, dict[str, str], bytes], "tuple[str, str | None] | None"]
+from app.tasks import Task
+
+# (path parameters, raw query string) -> (the task the route answers or None for any, the model or None for the
+# task's default, the backend or None for the default), or None when the head alone cannot place the request
+# (the application answers it).
+Head = Callable[[dict[str, str], bytes], "tuple[Task | None, str | None, str | None] | None"]
 
 
-def inference_route(base: type[APIRoute], protocol: str, head: HeadTarget,
+def inference_route(base: type[APIRoute], protocol: str, head: Head,
                     error_fields: dict | None = None) -> type[APIRoute]:
     """`base` (a route class) marked as an inference route of `protocol`, its head read by `head`; a refusal
     from the head answers {**error_fields, "error": ...} (a protocol whose errors carry more, DeepStack's
@@ -48,7 +46,7 @@ class InferenceRouteEntry:
     protocol: str
     path: str  # as declared, prefixes included
     pattern: re.Pattern[str]  # Starlette's own, with a group per path parameter
-    head: HeadTarget
+    head: Head
     error_fields: dict = field(default_factory=dict)  # what the protocol's error bodies carry beside "error"
 
 
@@ -94,21 +92,14 @@ class InferenceRoutes:
         return [entry.path for entry in self.entries]
 
 
-def v1_head_target(registry, parameters: dict[str, str], query: bytes) -> tuple[str, str | None]:
-    """A /v1 inference route's head: the model (the path's `name`, or the default) and the `backend` query
-    parameter, as its handler reads them."""
-    name = parameters.get("name") or registry.settings.default_model
-    return name, query_value(query, "backend")
+def v1_head(task: Task) -> Head:
+    """The head of a route of `task` that names its model in the path (`name`, else the task's default) and its
+    backend in the query (`backend`), as its handler reads them."""
 
+    def head(parameters: dict[str, str], query: bytes) -> tuple[Task, str | None, str | None]:
+        return task, parameters.get("name"), query_value(query, "backend")
 
-def task_routers(tasks: Iterable) -> list[APIRouter]:
-    """The routers the tasks name (`Task.routes`, "module:attribute" each), in the tasks' order."""
-    routers = []
-    for task in tasks:
-        for name in task.routes:
-            module, _, attribute = name.partition(":")
-            routers.append(getattr(importlib.import_module(module), attribute))
-    return routers
+    return head
 
 
 def query_value(query: bytes, name: str) -> str | None:

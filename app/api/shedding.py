@@ -5,10 +5,10 @@ middleware, routing, the handler, the error handler) cost ~0.55 ms of event-loop
 503 written by the HTTP server as soon as the head is parsed costs ~0.2 ms, a new connection
 included (bench/hostile.py --only overload). `HeadAdmission` is the check the server calls
 (app/http_server.py `head_check`): for a POST to an inference route (the table, app/api/routes.py)
-it asks the registry for the pool `registry.lease()` would check (Registry.pool_for), runs the same
-room check, and refuses with the same message and Retry-After. Everything else, and every request
-it cannot place (an unknown model or backend, an encoded path), goes on to the application, which
-answers it as before.
+it has the core make the request's room check (Core.check_room: the pool its hold would check), and refuses
+with the same message and Retry-After; a request with room goes on with the check noted in its scope
+(app/api/held.py ROOM_CHECKED), so it is checked once. Everything else, and every request it cannot place
+(an unknown model or backend, an encoded path), goes on to the application, which answers it as before.
 
 A refusal here comes before the application's own checks: when the line is full, a request without a
 valid key, or with a bad parameter (a top_k over the limit), gets the 503 too (it says nothing about
@@ -19,21 +19,26 @@ to the application, which answers in order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from app import metrics
+from app.api.held import ROOM_CHECKED
 from app.api.routes import InferenceRoutes
+from app.core import Core
 from app.errors import Busy
 from app.http_server import Refusal
-from app.registry import Registry
+
+CHECKED = {ROOM_CHECKED: True}  # what a request with room carries into the application
 
 
 class HeadAdmission:
     """The room check of the inference routes, from a request's method and target alone."""
 
-    def __init__(self, registry: Registry, routes: InferenceRoutes):
-        self.registry = registry
+    def __init__(self, core: Core, routes: InferenceRoutes):
+        self.core = core
         self.routes = routes
 
-    def __call__(self, method: bytes, target: bytes) -> Refusal | None:
+    def __call__(self, method: bytes, target: bytes) -> Refusal | Mapping[str, bool] | None:
         if method != b"POST":
             return None
         path, _, query = target.partition(b"?")
@@ -43,17 +48,13 @@ class HeadAdmission:
         if found is None:
             return None
         route, parameters = found
-        placed = route.head(self.registry, parameters, query)
+        placed = route.head(parameters, query)
         if placed is None:
             return None
-        name, backend = placed
-        room = self.registry.pool_for(name, backend)
-        if room is None:
-            return None
-        key, pool = room
         try:
-            pool.check_room()
+            checked = self.core.check_room(*placed)
         except Busy as e:  # and DeviceHung
-            metrics.answered(route.protocol, name, key, 503)
+            target = e.target
+            metrics.answered(route.protocol, target.model, target.backend, 503)
             return Refusal(503, str(e), {"Retry-After": str(int(e.retry_after_s))}, route.error_fields)
-        return None
+        return None if checked is None else CHECKED

@@ -9,7 +9,7 @@ functions, so the int8 ranges fit what the service feeds.
   quantization.py  uint8 pixels -> the input tensor, through the normalisation in model.json and the input
                    tensor's own scale and zero point (InputQuantizer).
 `prepare()` is decode + to_pixels, as the converter calibrates with it; the service runs the same steps on its
-image threads (app/inference.py ImageWork).
+image threads (app/core/images.py ImageWork).
 """
 
 from __future__ import annotations

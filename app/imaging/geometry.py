@@ -92,6 +92,11 @@ class Geometry:
         return cls(source.width, source.height, (left * s, top * s, right * s, bottom * s),
                    (w / spec.width, h / spec.height))
 
+    @classmethod
+    def identity(cls, width: int, height: int) -> Geometry:
+        """The model's input was the original (a raw tensor): input coordinates are its pixels."""
+        return cls(width, height, (0.0, 0.0, float(width), float(height)), (1.0, 1.0))
+
     def to_original(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Normalized input coordinates -> the original image's pixels (float64; not clipped)."""
         left, top, right, bottom = self.box

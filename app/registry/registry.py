@@ -13,11 +13,11 @@ replaced version is retired: its interpreters are closed when its last lease end
 of one model are serialized; a reload that fails leaves the old version serving and the
 model "degraded", with the reason and when.
 
-Admission comes first: `lease()` holds the version and checks the pool's bounded line before
-the caller reads a body, so an overloaded pool refuses in microseconds; the request takes its
-place in line (`Lease.admit()`, which `Lease.run` and `run_after` do first) once its input has
-arrived, before any work on it, so a client that sends its body slowly holds no place that
-others could use. `resolve()` is the same resolution of model and backend without a lease, for
+Admission comes first: `lease()` holds the version, and the caller (app/core) checks the pool's
+bounded line (`Lease.check_room()`) before it reads a body, so an overloaded pool refuses in
+microseconds; the request takes its place in line (`Lease.admit()`, which `Lease.run` and
+`run_after` do first) once its input has arrived, before any work on it, so a client that sends
+its body slowly holds no place that others could use. `resolve()` is the same resolution of model and backend without a lease, for
 checks made before the application sees a request. Shutdown: `drain()` refuses new leases and
 waits (bounded) for the admitted ones, then `close()` closes every version.
 
@@ -52,7 +52,7 @@ from app.pool import EnginePool
 from app.registry.devices import DeviceFollower
 from app.registry.loading import Loader
 from app.registry.status import SERVING, ModelStatus, current_status, iso
-from app.registry.versions import Lease, ModelVersion, Noted
+from app.registry.versions import Lease, ModelVersion
 from app.settings import DEFAULTS, Settings, default_model_for
 from app.tasks import TASKS, Task
 
@@ -236,20 +236,15 @@ class Registry:
     # -- leases ------------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def lease(self, name: str, backend: str | None = None, noted: Noted | None = None) -> AsyncIterator[Lease]:
-        """Hold the model's current version until the block ends, for its pool on `backend`
-        (default: the default backend). Refuses at once (NotReady, Busy, ...) when the pool's
-        line is full now; the caller takes its place with `Lease.admit()` once its input is read.
-        `noted(model, backend)` is told the model and backend as soon as they are known, before the
-        room check (a refusal from there on is the model's), and again after each run."""
+    async def lease(self, name: str, backend: str | None = None) -> AsyncIterator[Lease]:
+        """Hold the model's current version until the block ends, for its pool on `backend` (default: the
+        default backend). Refuses at once when the model is not serving or the backend not loaded for it; the
+        caller checks the pool's room (`Lease.check_room()`) before it reads its input, and takes its place
+        (`Lease.admit()`) once the input is here."""
         version = self._hold(name)
         try:
-            key = self._backend_for(version, backend)
-            pool = version.pool(key)
-            if noted is not None:
-                noted(name, key)
-            pool.check_room()
-            lease = Lease(version, key, pool, noted=noted)
+            key = self.backend_for(version, backend)
+            lease = Lease(version, key, version.pool(key))
             try:
                 yield lease
             finally:
@@ -263,17 +258,20 @@ class Registry:
         before the application sees the request (shedding from the request head). Raises what the
         request would get: ModelNotFound, NotReady, BackendNotAvailable."""
         version = self.get(name)
-        return version, self._backend_for(version, backend)
+        return version, self.backend_for(version, backend)
 
-    def _backend_for(self, version: ModelVersion, backend: str | None) -> str:
-        """The backend a request is served on. Named: that one. Not named: the first configured, or the one
-        the version held serves it on instead (a model moves between its fallback and a backend while
-        serving: the version decides, not what the registry has decided since)."""
+    def backend_for(self, version: ModelVersion, backend: str | None) -> str:
+        """The backend a request is served on. Named: that one. Not named: the first configured backend that
+        serves the version, or that the version held serves it on instead (a model moves between its fallback and
+        a backend while serving: the version decides, not what the registry has decided since)."""
         if backend is None:
-            backend = self.settings.backends[0]
-            fallback = version.fallbacks.get(backend)
-            if backend not in version.pools and fallback is not None and fallback.backend in version.pools:
-                backend = fallback.backend
+            backend = self.settings.backends[0]  # serving nowhere: version.pool() below says why
+            for key in self.settings.backends:
+                fallback = version.fallbacks.get(key)
+                instead = fallback.backend if fallback is not None else None
+                if key in version.pools or instead in version.pools:
+                    backend = key if key in version.pools else instead
+                    break
         version.pool(backend)  # BackendNotAvailable, saying why (a fallback, say); "" is a wrong name
         return backend
 
@@ -374,6 +372,13 @@ class Registry:
     def ready(self) -> bool:
         """Every model serving (ready, or degraded but answering)."""
         return bool(self._status) and all(self.status(name).state in SERVING for name in self._status)
+
+    def default_for(self, task: str) -> str | None:
+        """The model a request of `task` that names none goes to (settled at start), None when none is served."""
+        for default in DEFAULTS:
+            if default.task == task:
+                return getattr(self.settings, default.setting)
+        return None
 
     def names(self) -> list[str]:
         return list(self._paths)

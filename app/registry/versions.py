@@ -23,12 +23,7 @@ from app.model_dir.reading import ModelDir
 from app.pool import EnginePool, Place, RunResult
 from app.tasks import OutputRoles, Task
 
-# What a lease tells its caller once it knows the model and the backend serving the request, and again after
-# each run (a pool that handed its line over ran it on another backend): model name, backend. The request
-# counter's (app/api/metrics.py), passed down by the front doors.
-Noted = Callable[[str, str], None]
-Extra = TypeVar("Extra")  # what a run's input preparation gives back beside the tensors (Lease.run_after)
-
+T = TypeVar("T")
 
 @dataclass(eq=False)
 class ModelVersion:
@@ -84,7 +79,6 @@ class Lease:
     backend: str
     pool: EnginePool
     place: Place | None = None
-    noted: Noted | None = None
 
     @property
     def model_dir(self) -> ModelDir:
@@ -117,6 +111,11 @@ class Lease:
         """What loading this pool cost: for answers that report it next to their own timings."""
         return {"load_ms": self.pool.load_ms, "first_inference_ms": self.pool.first_inference_ms}
 
+    def check_room(self) -> None:
+        """Refuse at once (Busy: 503 + Retry-After) when the pool's line is full now, taking nothing: the check
+        before a request's input is read."""
+        self.pool.check_room()
+
     def admit(self) -> None:
         """Take a place in the pool's line, now that the input is here and before any work on it:
         Busy at once if the line filled since the room check. Once per lease; again is a no-op."""
@@ -132,23 +131,21 @@ class Lease:
         self.admit()  # a no-op when taken already (a batch takes all its places first)
         return self._ran_on(await self.place.run(inputs))
 
-    async def run_after(self, prepare: Callable[[], tuple[Sequence[np.ndarray], Extra]],
-                        executor: Executor) -> tuple[RunResult, Extra]:
-        """`prepare()` on an `executor` thread gives the tensors and an extra value, its tensors then straight
-        through a member; the place in line is taken first, before `prepare()` does any work. The run's result,
-        and the extra value (Place.run_after)."""
+    async def run_after(self, prepare: Callable[[], tuple[Sequence[np.ndarray], T]],
+                        executor: Executor) -> tuple[RunResult, T]:
+        """`prepare()` on an `executor` thread gives the input tensors (and what else it made), which go from
+        there straight through a member; the place in line is taken first, before `prepare()` does any work.
+        The run's result, and what else `prepare()` made (Place.run_after)."""
         self.admit()
-        result, extra = await self.place.run_after(prepare, executor)
-        return self._ran_on(result), extra
+        result, made = await self.place.run_after(prepare, executor)
+        return self._ran_on(result), made
 
     def _ran_on(self, result: RunResult) -> RunResult:
         """A pool whose every device left hands its line to the version's pool on the backend the model falls
         back to (EnginePool.hand_over): the answer then says the backend that ran it, and its outputs are read
-        with that pool's roles; the caller is told the backend that ran it (`noted`)."""
+        with that pool's roles."""
         if result.backend is not None and result.backend != self.backend and result.backend in self.version.pools:
             self.backend, self.pool = result.backend, self.version.pools[result.backend]
-        if self.noted is not None:
-            self.noted(self.version.name, self.backend)
         return result
 
     @contextmanager
@@ -157,7 +154,7 @@ class Lease:
         of `backend` (default: this lease's). Refuses at once like admit(); only valid while
         this lease is held, which keeps the version alive."""
         key = self.backend if backend is None else backend
-        lease = Lease(self.version, key, self.version.pool(key), noted=self.noted)
+        lease = Lease(self.version, key, self.version.pool(key))
         lease.admit()
         try:
             yield lease

@@ -1,9 +1,10 @@
 """Tasks by name (model.json's `task`): what a model's outputs mean and how they become an answer.
 
 Every module of this package that holds a `TASK` (an app.tasks.base.Task) is registered at import:
-`classify` for classification. A task is its module (tensors -> answer, roles, named outputs), its
-response schema and its route (named by `Task.routes`); engines, pools, the registry and app/main.py
-name none. `register(task)` adds one from outside before the app is created (a test's throwaway task).
+`classify` for classification, `detect` for detection. A task is its module (tensors -> its result, roles,
+options, named outputs) and its answer's schema; its routes are front doors (app/api/), which import it, never
+the reverse. Engines, pools, the registry and the core name none. `register(task)` adds one from outside before
+the app is created (a test's throwaway task).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from app.tasks.base import NamedOutput, OutputRoles, Task
+from app.tasks.base import Answer, NamedOutput, OutputRoles, Outputs, Task
 
 TASKS: dict[str, Task] = {}
 
@@ -32,4 +33,4 @@ for _module in pkgutil.iter_modules(__path__):
         if _task is not None:
             register(_task)
 
-__all__ = ["TASKS", "NamedOutput", "OutputRoles", "Task", "register", "unregister"]
+__all__ = ["TASKS", "Answer", "NamedOutput", "OutputRoles", "Outputs", "Task", "register", "unregister"]

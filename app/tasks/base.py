@@ -1,14 +1,16 @@
-"""What every task offers: the output roles it reads, checked and resolved at load, and its answer
-as named tensors for protocols that send tensors (OIP v2).
+"""What every task offers: the output roles it reads, checked and resolved at load; its options; its reading of
+one run's outputs (its result, and its answer's schema); and the same outputs as named tensors for protocols that
+send tensors (OIP v2).
 
-A task turns a run's output tensors into an answer, as pycoral's adapters do beside a task-neutral
-run: engines, pools and pipelines move every output tensor and know no task, and a task knows no
-lease, pool or request (it sits below the registry, which binds it at load, as a backend does).
-model.json names the task and, by role, the output tensors it reads (`outputs`: role -> tensor name
-in the model file). At load the registry has the task `bind` a pool's output specs: each role resolved
-to its tensor BY NAME (never by position), once per loaded version, with the task's named outputs for
-tensor protocols; requests then read `roles.of(outputs, role)` and `roles.named` (their lease hands
-them the roles: `Lease.roles_for(task)`, app/registry/versions.py).
+A task turns a run's output tensors into an answer, as pycoral's adapters do beside a task-neutral run: engines,
+pools and pipelines move every output tensor and know no task, and a task knows no lease, pool, request or front
+door (it sits below the registry, which binds it at load, as a backend does; the core, app/core/, calls it).
+model.json names the task and, by role, the output tensors it reads (`outputs`: role -> tensor name in the model
+file). At load the registry has the task `bind` a pool's output specs: each role resolved to its tensor BY NAME
+(never by position), once per loaded version, with the task's named outputs for tensor protocols. A request's run
+then reaches the task as `Outputs` (the tensors, their roles, the model directory, the input's geometry), and
+`Task.read(outputs, options)` gives the task's result; the core wraps it in an `Answer` with the model, the
+backend and the timings. Front doors import tasks, never the reverse: a task names no route.
 """
 
 from __future__ import annotations
@@ -16,27 +18,66 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
+from pydantic import BaseModel, Field, model_serializer
 
 from app.engines import TensorSpec
 from app.errors import ModelDirError
+from app.imaging.geometry import Geometry
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
 
+R = TypeVar("R")
+
 
 @dataclass(frozen=True, kw_only=True)
-class Answer:
-    """What a task's answer to one image carries beside its result: the model and the backend that ran it, the
-    input's stage timings, the pool's warm-up, and whether the input paid its interpreter's first inference."""
+class Answer(Generic[R]):
+    """A task's answer to one input: its result, the model and the backend that ran it, the input's stage
+    timings (ms), the pool's warm-up, and whether the input paid its interpreter's first inference."""
 
     model: str
     backend: str
-    timing_ms: dict[str, float]
+    result: R
+    timing_ms: dict[str, Any]
     warmup: dict[str, float | None]
     cold: bool
+
+    def field(self, name: str) -> Any:
+        """A field of the task's native answer (its schema's): the answer's own, else its result's."""
+        return getattr(self, name) if name != "result" and hasattr(self, name) else getattr(self.result, name)
+
+
+class Timing(BaseModel):
+    """An answer's `timing_ms`, part of every task's schema."""
+
+    decode: float = Field(description="bytes to upright RGB image, ms")
+    preprocess: float = Field(description="crop, resize, quantize to the input tensor, ms")
+    queue: float = Field(description="waiting for a free interpreter (device), hand-off included, ms")
+    inference: float = Field(description="the interpreter's invoke, ms")
+    postprocess: float = Field(description="the task's work on the outputs (classification: dequantize, softmax, "
+                                           "top-k; detection: boxes to the image's pixels, labels), ms")
+    total: float = Field(description="from the first byte decoded to the response built, ms")
+    segments: list[float] | None = Field(
+        default=None, description="a segmented model (a pipeline): each segment's invoke, in order, ms; "
+                                  "absent for a whole model")
+
+    @model_serializer(mode="wrap")
+    def _segments_only_when_pipelined(self, handler):
+        """A whole model's timings stay as they were: no `segments` key rather than a null."""
+        data = handler(self)
+        if data.get("segments") is None:
+            data.pop("segments", None)
+        return data
+
+
+class Warmup(BaseModel):
+    """An answer's `warmup`, part of every task's schema."""
+
+    load_ms: float = Field(description="creating and allocating this backend's interpreters")
+    first_inference_ms: float | None = Field(description="the first inference after (re)load")
 
 
 @dataclass(frozen=True)
@@ -64,18 +105,39 @@ class OutputRoles:
         return outputs[self.index[role]]
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """One input's run as a task reads it: every output tensor of the model, the task's roles on them, the model
+    directory (labels, model.json), and where the model's input came from in the original (`geometry`: normalized
+    input coordinates -> the original's pixels; the identity at the input's size for a raw tensor)."""
+
+    tensors: Sequence[np.ndarray]
+    roles: OutputRoles
+    model_dir: ModelDir
+    geometry: Geometry
+
+    def of(self, role: str) -> np.ndarray:
+        return self.tensors[self.roles.index[role]]
+
+    def spec(self, role: str) -> TensorSpec:
+        return self.roles.specs[role]
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A task, or a tensor protocol, that takes no options."""
+
+
 class Task:
-    """A task: subclasses set `name` (model.json's `task`), `roles` and `routes`, and add the functions
-    that read their roles' tensors into an answer (app/tasks/classify.py `scores`, `top_predictions`),
-    which their routes call on a run's outputs (app/api/classify.py `classify`)."""
+    """A task: subclasses set `name` (model.json's `task`), `roles`, `options` (the dataclass of what a request may
+    ask of it) and `schema` (its native answer's JSON: the model, the backend, the result's fields, the timings),
+    and implement `read`."""
 
     name: ClassVar[str]
     # the output tensors it reads, by role (model.json `outputs` names each one's tensor)
     roles: ClassVar[tuple[str, ...]]
-    # "module:attribute" of each APIRouter holding its inference routes (app/api/routes.py
-    # inference_route), one per front door; the app includes them (app/main.py), so adding a task
-    # touches no list there
-    routes: ClassVar[tuple[str, ...]] = ()
+    options: ClassVar[type] = NoOptions
+    schema: ClassVar[type[BaseModel] | None] = None
 
     def bind(self, model_dir: ModelDir, outputs: Sequence[TensorSpec]) -> OutputRoles:
         """At load: resolve the roles against the model's output tensors and check them (ModelDirError)."""
@@ -86,6 +148,21 @@ class Task:
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
         """What the task needs of its tensors beyond their presence (shapes, types): ModelDirError."""
 
+    def ready(self, options: Any, model_dir: ModelDir) -> Any:
+        """A request's options checked against the model it goes to, before any work on its input (a
+        RequestError for what the model cannot do); what `read` gets. By default as they are."""
+        return options
+
+    def read(self, outputs: Outputs, options: Any) -> Any:
+        """One run's outputs -> the task's result."""
+        raise NotImplementedError
+
+    # -- its native answer, as JSON -------------------------------------------------------------
+
+    def native(self, answer: Answer) -> dict[str, Any]:
+        """The answer's fields in its schema's order (the v1 JSON: what a front door serializes)."""
+        return {name: answer.field(name) for name in self.schema.model_fields}
+
     # -- as named tensors (OIP v2's outputs) ----------------------------------------------------
 
     def named_outputs(self, roles: OutputRoles) -> list[NamedOutput]:
@@ -93,9 +170,10 @@ class Task:
         return [NamedOutput(role, spec.dtype, per_input(spec.shape), spec.scale, spec.zero_point)
                 for role, spec in roles.specs.items()]
 
-    def named_values(self, roles: OutputRoles, outputs: Sequence[np.ndarray], model_dir: ModelDir) -> dict[str, np.ndarray]:
+    def named_values(self, outputs: Outputs) -> dict[str, np.ndarray]:
         """One input's values of named_outputs(), by name."""
-        return {role: outputs[i].reshape(per_input(roles.specs[role].shape)) for role, i in roles.index.items()}
+        specs = outputs.roles.specs
+        return {role: outputs.of(role).reshape(per_input(specs[role].shape)) for role in outputs.roles.index}
 
 
 def per_input(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -2,20 +2,20 @@
 
 One role, `scores`: the output tensor of class scores (model.json `outputs.scores` names it; a model
 with one output needs no name). Dequantized (real = scale * (q - zero_point)), then softmax when
-model.json says the model gives logits. Its routes: app/api/classify.py (which reads a run's outputs
-with `ClassificationTask.predictions`); as named tensors (OIP v2): `scores` (FP32, what /v1 reports)
-and `raw` (the tensor as the model gave it).
+model.json says the model gives logits. Options: `top_k`, `threshold`. Its native answer
+(`ClassifyResponse`): the model, the backend, `predictions`, the timings. As named tensors (OIP v2):
+`scores` (FP32, what /v1 reports) and `raw` (the tensor as the model gave it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import BaseModel, Field
 
-from app.tasks.base import Answer, NamedOutput, OutputRoles, Task
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -31,21 +31,45 @@ class Prediction:
 
 
 @dataclass(frozen=True)
-class Classification(Answer):
+class Classification:
+    """The task's result: the top classes, best first."""
+
     predictions: list[Prediction]
+
+
+@dataclass(frozen=True)
+class ClassifyOptions:
+    top_k: int = 5            # how many classes, at most
+    threshold: float = 0.0    # classes scoring below it are left out
+
+
+class PredictionOut(BaseModel):
+    index: int
+    label: str
+    score: float
+
+
+class ClassifyResponse(BaseModel):
+    model: str
+    backend: str = Field(description="the backend that actually ran")
+    predictions: list[PredictionOut]
+    timing_ms: Timing
+    warmup: Warmup
+    cold: bool = Field(description="true when this request paid its interpreter's first inference")
 
 
 class ClassificationTask(Task):
     name = "classification"
     roles = (SCORES,)
-    routes = ("app.api.classify:router",)
+    options = ClassifyOptions
+    schema = ClassifyResponse
 
-    def predictions(self, roles: OutputRoles, outputs: Sequence[np.ndarray], model_dir: ModelDir, top_k: int,
-                    threshold: float) -> list[Prediction]:
+    def read(self, outputs: Outputs, options: ClassifyOptions) -> Classification:
         """A run's outputs -> the top-k classes scoring at least threshold, labelled."""
-        spec = roles.specs[SCORES]
-        values = scores(roles.of(outputs, SCORES), spec.scale, spec.zero_point, model_dir)
-        return top_predictions(values, model_dir.labels, top_k, threshold)
+        model_dir = outputs.model_dir
+        spec = outputs.spec(SCORES)
+        values = scores(outputs.of(SCORES), spec.scale, spec.zero_point, model_dir)
+        return Classification(top_predictions(values, model_dir.labels, options.top_k, options.threshold))
 
     def named_outputs(self, roles: OutputRoles) -> list[NamedOutput]:
         spec = roles.specs[SCORES]
@@ -53,9 +77,9 @@ class ClassificationTask(Task):
         return [NamedOutput("scores", np.dtype(np.float32), (classes,)),
                 NamedOutput("raw", spec.dtype, (classes,), spec.scale, spec.zero_point)]
 
-    def named_values(self, roles: OutputRoles, outputs: Sequence[np.ndarray], model_dir: ModelDir) -> dict[str, np.ndarray]:
-        output, spec = roles.of(outputs, SCORES), roles.specs[SCORES]
-        return {"scores": scores(output, spec.scale, spec.zero_point, model_dir).astype(np.float32),
+    def named_values(self, outputs: Outputs) -> dict[str, np.ndarray]:
+        output, spec = outputs.of(SCORES), outputs.spec(SCORES)
+        return {"scores": scores(output, spec.scale, spec.zero_point, outputs.model_dir).astype(np.float32),
                 "raw": output.reshape(-1)}
 
 

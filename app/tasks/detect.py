@@ -9,21 +9,24 @@ exports: scores, boxes, count, classes) reads the same. A box goes back to the o
 geometry preprocessing used (app/imaging/geometry.py Geometry: stretch, center crop or letterbox, a JPEG decoded at
 reduced scale, EXIF orientation), is clipped to the image, and a box with nothing left inside it is dropped.
 
-Its routes: app/api/detect.py (/v1/detect, and `detect()`, which reads a run's outputs with `class_ids` and
-`objects`) and app/api/deepstack.py (DeepStack's /v1/vision/detection); as named tensors (OIP v2): each role's
-tensor as the model gave it (boxes, classes, scores, count).
+Options: `min_score`, `max_detections`, `labels` (only these classes; a label the model lacks is a 400 before any
+work). Its native answer (`DetectResponse`): the model, the backend, the original image's size, `detections` best
+first, the timings; front doors shape it for their protocols (DeepStack's, DOODS', Frigate's rows from
+`box_normalized`). As named tensors (OIP v2): each role's tensor as the model gave it (boxes, classes, scores, count).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 from app.errors import ModelDirError, RequestError
 from app.imaging.geometry import Geometry
-from app.tasks.base import Answer, OutputRoles, Task
+from app.tasks.base import OutputRoles, Outputs, Task, Timing, Warmup
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -55,15 +58,68 @@ class ImageSize:
 
 
 @dataclass(frozen=True)
-class Detection(Answer):
+class Detection:
+    """The task's result."""
+
     image: ImageSize  # the original image, as a viewer shows it: what the boxes are in
-    detections: list[DetectedObject]
+    detections: list[DetectedObject]  # best first
+
+
+@dataclass(frozen=True)
+class DetectOptions:
+    min_score: float = 0.5               # objects scoring below it are left out
+    max_detections: int | None = None    # at most this many, best first (None: all the model gives)
+    labels: frozenset[str] | None = None  # only these classes (labels, or class ids' numbers)
+    class_ids: frozenset[int] | None = None  # `labels` as the model's class ids (Task.ready)
+
+
+class BoxOut(BaseModel):
+    x_min: float = Field(description="the box's left edge")
+    y_min: float = Field(description="its top edge (y grows downwards)")
+    x_max: float = Field(description="its right edge")
+    y_max: float = Field(description="its bottom edge")
+
+
+class DetectedObjectOut(BaseModel):
+    label: str = Field(description="the class's line in labels.txt; a class without a label: its id")
+    class_id: int = Field(description="the model's class id (0-based, without background)")
+    score: float
+    box: BoxOut = Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation applied)")
+    box_normalized: BoxOut = Field(description="the same box as fractions of the original image's width and height")
+
+
+class ImageSizeOut(BaseModel):
+    width: int = Field(description="the original image's width, as a viewer shows it")
+    height: int
+
+
+class DetectResponse(BaseModel):
+    model: str
+    backend: str = Field(description="the backend that actually ran")
+    image: ImageSizeOut
+    detections: list[DetectedObjectOut] = Field(description="best first")
+    timing_ms: Timing
+    warmup: Warmup
+    cold: bool = Field(description="true when this request paid its interpreter's first inference")
 
 
 class DetectionTask(Task):
     name = "detection"
     roles = (BOXES, CLASSES, SCORES, COUNT)
-    routes = ("app.api.detect:router", "app.api.deepstack:router")
+    options = DetectOptions
+    schema = DetectResponse
+
+    def ready(self, options: DetectOptions, model_dir: ModelDir) -> DetectOptions:
+        """The labels asked for as the model's class ids: a 400 for one it lacks, before any work."""
+        if options.labels is None:
+            return options
+        return dataclasses.replace(options, class_ids=class_ids(model_dir, options.labels))
+
+    def read(self, outputs: Outputs, options: DetectOptions) -> Detection:
+        geometry = outputs.geometry
+        found = objects(outputs.roles, outputs.tensors, geometry, outputs.model_dir.labels, options.min_score,
+                        options.max_detections, options.class_ids)
+        return Detection(ImageSize(geometry.width, geometry.height), found)
 
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
         """The shapes TFLite_Detection_PostProcess gives, float32, N rows alike across boxes, classes and scores."""

@@ -7,28 +7,26 @@ Its outputs are its task's named outputs (app/tasks/: Task.named_outputs), each 
 has two: `scores` FP32 [N, classes] (dequantized, softmax for logit models: the scores /v1 reports)
 and `raw` [N, classes], the output tensor as the model gave it (its scale and zero point in the
 model's config). N inputs run as N invokes spread over the pool, answered in order. No web
-framework here: the router hands this module an InferRequest.
+framework here: the router hands this module an InferRequest and the core's hold on the model.
 
-Admission: the router takes one lease (the model version, and a 503 at once if the line is
-full) before it reads the body; once the body is here, a request of N inputs takes N places on
-that version before any decoding, all or none: a line too short for the whole batch refuses it
-at once (Busy, 503).
+Admission: the router holds the model through the core (the model version, and a 503 at once if
+the line is full) before it reads the body; once the body is here, a request of N inputs takes N
+places on that version before any decoding, all or none (Held.tensors): a line too short for the
+whole batch refuses it at once (Busy, 503).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Coroutine
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
 
 from app.api.v2.wire import BYTES, InferRequest, InputTensor, OutputTensor, classification, datatype_of
+from app.core import Held, ImageInput, TensorInput
+from app.core.core import Tensors
 from app.errors import RequestError
-from app.inference import ImageWork, Ran, finish, run_image, run_tensor
-from app.registry import Lease, LoadedModel
+from app.registry import ModelVersion
 from app.tasks import NamedOutput
 
 INPUT = "image"
@@ -42,13 +40,13 @@ class Limits:
     max_classification: int
 
 
-def named_outputs(model: LoadedModel, backend: str) -> tuple[NamedOutput, ...]:
+def named_outputs(model: ModelVersion, backend: str) -> tuple[NamedOutput, ...]:
     """The model's outputs on the wire: its task's named tensors on that backend's pool (made at load)."""
     model.pool(backend)  # BackendNotAvailable for a backend not loaded
     return model.roles[backend].named
 
 
-def model_metadata(model: LoadedModel, backend: str) -> dict:
+def model_metadata(model: ModelVersion, backend: str) -> dict:
     inp = model.pool(backend).inputs[0]
     return {
         "name": model.name,
@@ -60,7 +58,7 @@ def model_metadata(model: LoadedModel, backend: str) -> dict:
     }
 
 
-def model_config(model: LoadedModel, backend: str, backends: list[str], limits: Limits) -> dict:
+def model_config(model: ModelVersion, backend: str, backends: list[str], limits: Limits) -> dict:
     """Triton's model configuration, as far as clients read it (perf_analyzer: inputs, outputs,
     max_batch_size 0 = the batch dimension is part of each shape)."""
     meta = model_metadata(model, backend)
@@ -87,13 +85,12 @@ def model_config(model: LoadedModel, backend: str, backends: list[str], limits: 
     }
 
 
-async def infer(lease: Lease, backend: str, request: InferRequest, images: ImageWork,
-                limits: Limits) -> tuple[list[OutputTensor], dict]:
-    """Run every input of the request on `backend` of the leased version; the outputs asked for,
-    and the timings as parameters."""
+async def infer(held: Held, backend: str, request: InferRequest, limits: Limits) -> tuple[list[OutputTensor], dict]:
+    """Run every input of the request on `backend` of the held version; the outputs asked for, and the timings
+    as parameters."""
     start = time.perf_counter()
-    model = lease.version
-    pool = model.pool(backend)  # an unknown backend fails before any work
+    model = held.version
+    spec = held.input_of(backend)  # an unknown backend fails before any work
     outputs = named_outputs(model, backend)
     wanted = _wanted_outputs(request, limits, [out.name for out in outputs])
     tensor = _the_input(request)
@@ -101,8 +98,8 @@ async def infer(lease: Lease, backend: str, request: InferRequest, images: Image
         if len(tensor.shape) not in (1, 2) or (len(tensor.shape) == 2 and tensor.shape[1] != 1):
             raise RequestError(f"input {INPUT!r}: BYTES images have shape [N] (or [N, 1]), got {list(tensor.shape)}")
         _check_batch(len(tensor.data), limits)
+        inputs = [ImageInput(data) for data in tensor.data]
     else:
-        spec = pool.inputs[0]
         expected = datatype_of(spec.dtype)
         if tensor.datatype != expected:
             raise RequestError(f"input {INPUT!r}: model {model.name!r} takes {expected} tensors "
@@ -111,59 +108,14 @@ async def infer(lease: Lease, backend: str, request: InferRequest, images: Image
             raise RequestError(f"input {INPUT!r}: shape must be [N, {', '.join(map(str, spec.shape[1:]))}], "
                                f"got {list(tensor.shape)}")
         _check_batch(tensor.shape[0], limits)
-    with ExitStack() as places:
-        if tensor.datatype == BYTES:
-            leases = _places(lease, backend, len(tensor.data), places)
-            runs = [_image(each, data, images) for each, data in zip(leases, tensor.data)]
-        else:
-            leases = _places(lease, backend, tensor.shape[0], places)
-            runs = [_tensor(each, tensor.data[i:i + 1]) for i, each in enumerate(leases)]
-        results = await _all(runs)
-    answer = [_output(name, binary, k, [values for _, values in results], model) for name, binary, k in wanted]
-    parameters = {"backend": backend, "cold": any(r.cold for r, _ in results)}
+        inputs = [TensorInput(tensor.data[i:i + 1]) for i in range(tensor.shape[0])]
+    results = await held.tensors(inputs, backend)
+    answer = [_output(name, binary, k, results, model) for name, binary, k in wanted]
+    parameters = {"backend": backend, "cold": any(r.cold for r in results)}
     for stage in ("decode", "preprocess", "queue", "inference"):
-        parameters[f"{stage}_ms"] = round(sum(r.stages_ms.get(stage, 0.0) for r, _ in results), 3)
+        parameters[f"{stage}_ms"] = round(sum(r.stages_ms.get(stage, 0.0) for r in results), 3)
     parameters["total_ms"] = round((time.perf_counter() - start) * 1000, 3)
     return answer, parameters
-
-
-async def _image(lease: Lease, data: bytes, images: ImageWork) -> tuple[Ran, dict[str, np.ndarray]]:
-    return _named(lease, await run_image(lease, data, images))
-
-
-async def _tensor(lease: Lease, tensor: np.ndarray) -> tuple[Ran, dict[str, np.ndarray]]:
-    return _named(lease, await run_tensor(lease, tensor))
-
-
-def _named(lease: Lease, ran: Ran) -> tuple[Ran, dict[str, np.ndarray]]:
-    """One input's run and its task's named values (the input's timings observed once they are made)."""
-    values = lease.task.named_values(lease.roles, ran.outputs, lease.model_dir)
-    finish(lease, ran)
-    return ran, values
-
-
-def _places(first: Lease, backend: str, n: int, places: ExitStack) -> list[Lease]:
-    """n places in line on the leased version, taken now (the body is here): the lease's own
-    when it is on `backend`, and more. All or none: Busy from any of them gives back those taken."""
-    if backend == first.backend:
-        first.admit()
-        return [first] + [places.enter_context(first.another()) for _ in range(n - 1)]
-    # checked on the default backend's line, asked for another: that line serves, the lease takes no place
-    return [places.enter_context(first.another(backend)) for _ in range(n)]
-
-
-async def _all(runs: list[Coroutine]) -> list:
-    """Every run, in order. On the first failure the others are cancelled and waited for, so no
-    input is still running once its place in line is given back."""
-    if len(runs) == 1:  # the common case, awaited as it is: no task (its creation and bookkeeping) for it
-        return [await runs[0]]
-    tasks = [asyncio.ensure_future(run) for run in runs]
-    try:
-        return await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _the_input(request: InferRequest) -> InputTensor:
@@ -195,13 +147,12 @@ def _wanted_outputs(request: InferRequest, limits: Limits, names: list[str]) -> 
     return wanted
 
 
-def _output(name: str, binary: bool, k: int | None, values: list[dict[str, np.ndarray]],
-            model: LoadedModel) -> OutputTensor:
-    rows = np.stack([each[name] for each in values])
+def _output(name: str, binary: bool, k: int | None, results: list[Tensors], model: ModelVersion) -> OutputTensor:
+    rows = np.stack([each.values[name] for each in results])
     if k is None:
         return OutputTensor(name, datatype_of(rows.dtype), rows.shape, rows, binary)
     labels = model.model_dir.labels
-    rows = rows.reshape(len(values), -1)  # the classification extension ranks each input's values
+    rows = rows.reshape(len(results), -1)  # the classification extension ranks each input's values
     k = min(k, rows.shape[1])
     elements = [e for row in rows for e in classification(row, k, labels)]
-    return OutputTensor(name, BYTES, (len(values), k), elements, binary)
+    return OutputTensor(name, BYTES, (len(results), k), elements, binary)

@@ -1,7 +1,7 @@
 """The Open Inference Protocol (KServe v2) REST front door: /v2/...
 
-Thin: take the lease (the room check, before the body), read the body through the body budget,
-parse it (wire.py), call the core through infer.py, encode the answer. Every error becomes
+Thin: hold the model through the core (the room check, before the body), read the body through the body
+budget, parse it (wire.py), run it through the core (infer.py), encode the answer. Every error becomes
 {"error": ...} through errors.py's table, handled inside the route so the connection stays
 open. `health` holds the routes that stay open like /healthz; `router` the ones that take
 the inference key (app/main.py); `inference` the two infer routes, DirectRoutes (app/api/direct.py):
@@ -21,15 +21,15 @@ from app.api.auth import check_inference_key
 from app.api.body import hold_more, read_limited
 from app.api.deps import RegistryDep, SettingsDep
 from app.api.direct import AnsweringRoute
-from app.api.routes import inference_route
 from app.api.errors import REFUSED, refusals
-from app.api.metrics import counted
+from app.api.held import held
+from app.api.routes import inference_route
 from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
 from app.api.v2.wire import BYTES, DTYPES, HEADER_LENGTH, decompress, encode_response, parse_infer_request
 from app.errors import ModelNotFound, RequestError, ServeError
-from app.registry import LoadedModel, Registry
+from app.registry import ModelVersion, Registry
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +61,17 @@ router = APIRouter(prefix="/v2", tags=TAGS, route_class=V2Route)
 health = APIRouter(prefix="/v2/health", tags=TAGS, route_class=V2Route)
 
 
-def head_target(registry: Registry, parameters: dict[str, str], query: bytes) -> tuple[str, str] | None:
-    """The model and the backend _infer leases it on (a body may name another: not read); None for a
-    version or model the route would refuse itself."""
-    name = parameters["name"]
-    model = registry.serving(name)
-    if model is None or parameters.get("version", v2.VERSION) != v2.VERSION:
+def head(parameters: dict[str, str], query: bytes) -> tuple[None, str, None] | None:
+    """Any task's model, named in the path, on its default backend (a body may name another: not read); None for
+    a version the route refuses itself."""
+    if parameters.get("version", v2.VERSION) != v2.VERSION:
         return None
-    return name, _backend(registry, model)
+    return None, parameters["name"], None
 
 
 inference = APIRouter(prefix="/v2", tags=TAGS,
-                      route_class=inference_route(V2Route.checking(check_inference_key), "v2", head_target))
+                      route_class=inference_route(V2Route.checking(check_inference_key), "v2", head))
+INFERENCE_ROUTERS = (inference,)  # app/api/doors.py
 
 
 def _errors(*statuses: int) -> dict:
@@ -83,18 +82,16 @@ MODEL_ERRORS = _errors(401, 404, 503)
 INFER_ERRORS = _errors(400, 401, 404, 413, 503, 504)
 
 
-def _model(registry: Registry, name: str, version: str | None) -> LoadedModel:
+def _model(registry: Registry, name: str, version: str | None) -> ModelVersion:
     model = registry.get(name)
     if version is not None and version != v2.VERSION:
         raise ModelNotFound(f"model {name!r} has no version {version!r}; versions: [{v2.VERSION!r}]")
     return model
 
 
-def _backend(registry: Registry, model: LoadedModel) -> str:
-    default = registry.default_backend
-    if default in model.pools or not model.pools:
-        return default  # no pool at all: model.pool(default) says why
-    return next(iter(model.pools))
+def _backend(registry: Registry, model: ModelVersion) -> str:
+    """The backend a request that names none is served on (the core's, Core.target)."""
+    return registry.backend_for(model, None)
 
 
 def _requested(backend, admitted: str) -> str:
@@ -216,22 +213,22 @@ async def version_infer(name: str, version: str, request: Request) -> Response:
 
 
 async def _infer(request: Request, name: str, version: str | None) -> Response:
-    state = request.app.state  # read here, not through Depends (bench/loop_cost.py)
-    registry, settings, images = state.registry, state.settings, state.images
-    model = _model(registry, name, version)
+    settings = request.app.state.settings  # read here, not through Depends (bench/loop_cost.py)
+    if version is not None and version != v2.VERSION:
+        raise ModelNotFound(f"model {name!r} has no version {version!r}; versions: [{v2.VERSION!r}]")
     # The room check before the body: a full line answers 503 whatever the body is doing.
-    async with registry.lease(name, _backend(registry, model), counted(request)) as lease:
+    async with held(request, None, name, None) as hold:
         body = await read_limited(request, settings.max_body_bytes)
         encoding = request.headers.get("content-encoding")
         if encoding and encoding.strip().lower() != "identity":
             # the inflated copy is counted against the body budget too, at most the body limit
-            held = await hold_more(request, settings.max_body_bytes)
+            held_more = await hold_more(request, settings.max_body_bytes)
             body = decompress(body, encoding, settings.max_body_bytes)
-            if held is not None:
-                held.shrink_to(held.size - settings.max_body_bytes + len(body))
+            if held_more is not None:
+                held_more.shrink_to(held_more.size - settings.max_body_bytes + len(body))
         parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
         del body
-        backend = _requested(parsed.parameters.get("backend"), lease.backend)
-        outputs, parameters = await v2.infer(lease, backend, parsed, images, _limits(settings))
-    content, headers = encode_response(lease.model_dir.name, version or v2.VERSION, parsed.id, outputs, parameters)
+        backend = _requested(parsed.parameters.get("backend"), hold.backend)
+        outputs, parameters = await v2.infer(hold, backend, parsed, _limits(settings))
+    content, headers = encode_response(hold.model, version or v2.VERSION, parsed.id, outputs, parameters)
     return Response(content, headers=headers)

@@ -1,0 +1,32 @@
+"""An HTTP front door's way into the core: `held(request, task, model, backend)` is `Core.hold` with what HTTP
+adds, the room check skipped when the request's head already had it (app/api/shedding.py), and the request
+counted (app/api/metrics.py) under the model and the backend the core reports: the backend that ran it, or, for
+a request that failed once its model was known, the error's `target`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Request
+
+from app.api.metrics import count_as
+from app.core import Held
+from app.errors import ServeError
+from app.tasks import Task
+
+# The request scope's key under which the HTTP head check says it made the room check (app/api/shedding.py).
+ROOM_CHECKED = "edgetpu_serve.room_checked"
+
+
+@asynccontextmanager
+async def held(request: Request, task: Task | None, model: str | None, backend: str | None) -> AsyncIterator[Held]:
+    core = request.app.state.core
+    try:
+        async with core.hold(task, model, backend, room_checked=ROOM_CHECKED in request.scope) as hold:
+            yield hold
+    except ServeError as e:
+        if e.target is not None:
+            count_as(request, e.target.model, e.target.backend)
+        raise
+    count_as(request, hold.model, hold.backend)

@@ -1,0 +1,66 @@
+"""One input through the leased model: the run (every output tensor, each stage's time, the input's geometry), and
+the end of its work (its timings, observed in /metrics)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from app import metrics
+from app.core.images import ImageWork
+from app.core.inputs import Given, ImageInput
+from app.errors import RequestError
+from app.imaging.geometry import Geometry
+from app.pool import RunResult
+from app.registry import Lease
+
+
+@dataclass(frozen=True)
+class Run:
+    """One input through the leased model: every output tensor, in the model's order, and its stages."""
+
+    outputs: list[np.ndarray]
+    stages_ms: dict[str, float]  # decode and preprocess (an image input), queue, inference
+    segments_ms: list[float] | None  # a pipelined model: each segment's invoke, in order
+    cold: bool
+    started: float  # time.perf_counter() when the work on this input began
+    geometry: Geometry  # where the model's input came from in the original (the identity for a raw tensor)
+
+
+async def run(lease: Lease, given: Given, images: ImageWork) -> Run:
+    """The input through the leased model: an image decoded and preprocessed on an image thread, a tensor checked
+    against the model's input; its place in line taken first (Lease.admit), before any work on it."""
+    start = time.perf_counter()
+    if isinstance(given, ImageInput):
+        result, prepared = await images.run(given.data, lease)
+        return _run(result, start, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms},
+                    prepared.geometry)
+    spec = lease.input
+    tensor = given.tensor
+    if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:
+        raise RequestError(f"model {lease.model_dir.name!r} on {lease.backend!r} takes a {spec.dtype.name} tensor "
+                           f"of shape {list(spec.shape)}, got {tensor.dtype.name} {list(tensor.shape)}")
+    geometry = Geometry.identity(spec.shape[2], spec.shape[1])
+    # no decode or preprocess stage: none is timed (a zero would skew those histograms)
+    return _run(await lease.run([np.ascontiguousarray(tensor)]), start, {}, geometry)
+
+
+def _run(result: RunResult, start: float, stages_ms: dict[str, float], geometry: Geometry) -> Run:
+    stages_ms["queue"], stages_ms["inference"] = result.queue_ms, result.inference_ms
+    return Run(result.outputs, stages_ms, result.segments_ms, result.cold, start, geometry)
+
+
+def finish(lease: Lease, run: Run, postprocess_start: float | None = None) -> dict[str, float]:
+    """The end of one input's work: its timings in ms (the stages, the task's post-processing from
+    `postprocess_start`, the total, each segment's invoke), observed in /metrics."""
+    end = time.perf_counter()
+    timing_ms = dict(run.stages_ms)
+    if postprocess_start is not None:
+        timing_ms["postprocess"] = (end - postprocess_start) * 1000
+    timing_ms["total"] = (end - run.started) * 1000
+    if run.segments_ms is not None:
+        timing_ms["segments"] = run.segments_ms
+    metrics.observe_input(lease.model_dir.name, lease.backend, timing_ms, run.cold)
+    return timing_ms

@@ -73,6 +73,36 @@ def test_full_line_is_refused_at_once_with_retry_after():
     assert error.retry_after_s == 2 and "busy" in str(error)
 
 
+def test_the_room_is_checked_once_by_check_room_and_once_by_admit_which_alone_takes_a_place():
+    """check_room() (before a body) takes nothing; admit() checks the same room once and takes a place, or
+    refuses at once: neither hides a second check, so a request checked at its head and admitted once its
+    body is here meets the line's rule exactly twice."""
+    pool = pool_of(GatedEngineDouble(), max_waiting=1)  # room for 1 running + 1 waiting
+    checks = []
+    refuse_if_full = pool.admission.refuse_if_full
+
+    def counted(healthy):
+        checks.append(healthy)
+        refuse_if_full(healthy)
+    pool.admission.refuse_if_full = counted
+    try:
+        pool.check_room()
+        assert (len(checks), pool.admitted) == (1, 0)
+        places = [pool.admit(), pool.admit()]
+        assert (len(checks), pool.admitted) == (3, 2)
+        with pytest.raises(Busy):
+            pool.check_room()
+        with pytest.raises(Busy):
+            pool.admit()
+        assert (len(checks), pool.admitted) == (5, 2)
+        for place in places:
+            place.release()
+            place.release()  # a place is given back once, however often released
+        assert pool.admitted == 0
+    finally:
+        pool.close()
+
+
 def test_waiting_request_times_out():
     engine = GatedEngineDouble()
     pool = pool_of(engine, max_waiting=1, timeout=0.2)

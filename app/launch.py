@@ -15,8 +15,10 @@ How it is known: `Protocol` here is looked up by that name only, by uvicorn reso
 the process; the gunicorn worker marks it itself (app/gunicorn_worker.py). An app built for another
 server (`app.main:app`, `create_app()` without settings) checks the mark when its lifespan starts,
 before any model loads, and refuses there: `uvicorn app.main:app` or `--factory app.main:create_app`
-with uvicorn's own protocol, gunicorn with uvicorn's own worker, and any other server. The limits
-themselves then reach the protocol through the app's lifespan state, whoever started it.
+with uvicorn's own protocol, gunicorn with uvicorn's own worker, and any other server. The refusal is the
+message alone: the startup fails through the ASGI lifespan protocol (RefuseOtherServers), so the server
+prints no traceback after it, and the process exits non-zero. The limits themselves then reach the
+protocol through the app's lifespan state, whoever started it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from app.settings import Settings
 # (its arbiter stops instead of starting the worker again and again). A launch refused at lifespan
 # start exits as any failed startup: 3 from uvicorn, and gunicorn's arbiter stops on it too.
 CANNOT_START = 4
-BUILT_FOR_KEY = "built_for"  # app.state: the entry point another server loaded
+# The exit status of a gunicorn worker that refuses at boot: gunicorn's "Worker failed to boot", on which its
+# arbiter stops; an exit, so that nothing prints a traceback after the refusal.
+REFUSED_AT_BOOT = 3
 
 PROTOCOL_NAME = "Protocol"
 HOW_TO_START = """Start it with one of:
@@ -75,18 +79,39 @@ def mark_protocol_in_use() -> None:
     _protocol_in_use = True
 
 
+def refusal(why: str) -> str:
+    return f"edgetpu-serve: refusing to start: {why}\n{HOW_TO_START}"
+
+
 def refuse(why: str) -> NoReturn:
-    message = f"edgetpu-serve: refusing to start: {why}\n{HOW_TO_START}"
-    print(message, file=sys.stderr, flush=True)  # before the server's own account of the failure
-    raise LaunchRefused("started without the service's HTTP protocol: see the message above")
+    """For a launcher that refuses as it boots (the gunicorn worker): the refusal, then the exit."""
+    print(refusal(why), file=sys.stderr, flush=True)  # before the server's own account of the failure
+    raise SystemExit(REFUSED_AT_BOOT)
 
 
-def check_server(app: Any) -> None:
-    """At lifespan start: refuse if this app was built for a server that does not run our protocol."""
-    entry = getattr(app.state, BUILT_FOR_KEY, None)
-    if entry is not None and not _protocol_in_use:
-        refuse(f"{entry} was started by a server that does not run the service's HTTP protocol, so its limits "
-               "(request head size, head and body deadlines, connection cap) would not hold.")
+class RefuseOtherServers:
+    """The app another server loads (`entry`), wrapped: at lifespan start, unless that server runs our protocol,
+    the refusal and a failed startup, before any model loads; everything else passes through untouched.
+
+    The startup fails through the ASGI lifespan protocol itself (`lifespan.startup.failed`, with no message of
+    its own: the refusal is printed first), not by raising from the app's lifespan, where Starlette would hand
+    the server a traceback to print after the refusal. LaunchRefused is raised then, for whoever runs the
+    lifespan without a server (a test client); a server told that the startup failed ignores it (uvicorn, then
+    "Application startup failed. Exiting.", status 3)."""
+
+    def __init__(self, app: Any, entry: str):
+        self.app = app
+        self.entry = entry
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "lifespan" and not _protocol_in_use:
+            await receive()  # lifespan.startup
+            why = (f"{self.entry} was started by a server that does not run the service's HTTP protocol, so its "
+                   "limits (request head size, head and body deadlines, connection cap) would not hold.")
+            print(refusal(why), file=sys.stderr, flush=True)
+            await send({"type": "lifespan.startup.failed", "message": ""})
+            raise LaunchRefused("started without the service's HTTP protocol: see the message above")
+        await self.app(scope, receive, send)
 
 
 def environment_settings() -> Settings:
@@ -99,8 +124,8 @@ def environment_settings() -> Settings:
 
 
 def app_for_server(entry: str, create_app: Callable[[Settings], Any]) -> Any:
-    """The app `entry` names, built once from the environment's settings; its lifespan checks the server
-    (check_server) before anything loads."""
+    """The app `entry` names, built once from the environment's settings, wrapped so that its lifespan refuses a
+    server that does not run our protocol (RefuseOtherServers) before anything loads."""
     if entry in _built:
         return _built[entry]
     settings = environment_settings()
@@ -114,6 +139,6 @@ def app_for_server(entry: str, create_app: Callable[[Settings], Any]) -> Any:
     except ServeError as e:
         print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr, flush=True)
         raise SystemExit(CANNOT_START) from None
-    setattr(app.state, BUILT_FOR_KEY, entry)
+    app.add_middleware(RefuseOtherServers, entry=entry)  # outermost: it sees the lifespan first
     _built[entry] = app
     return app

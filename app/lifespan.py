@@ -1,6 +1,6 @@
 """The service's lifetime inside its app (the ASGI lifespan that app/main.py gives it).
 
-At start: refuse a server that does not run our HTTP protocol (app/launch.py), load the models in the
+At start (a server that does not run our HTTP protocol was refused before: app/launch.py), load the models in the
 background while /healthz answers, join the worker group when several processes serve the port
 (app/processes: a worker listens once loaded), and reload every model on SIGHUP. While serving: the HTTP
 protocol reads its limits and the head check from the lifespan state (app/http_server.py). At SIGTERM:
@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import launch, processes
+from app import processes
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
 from app.http_server import HttpLimits, lifespan_state
@@ -39,7 +39,6 @@ def service_lifespan(settings: Settings, registry: Registry, siblings: Siblings 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict]:
-        launch.check_server(app)  # started by another server: refuses unless it runs our protocol
         loading = asyncio.create_task(asyncio.to_thread(registry.load_all))
         if siblings is not None:
             await siblings.start()  # the others see it loading, and ask it for reloads, from now on

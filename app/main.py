@@ -9,11 +9,12 @@ HTTP protocol, and otherwise refuses and says how (app/launch.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from app import launch, processes
+from app import launch, processes, tasks
 from app.api import auth, devices, doors, errors, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
 from app.api.routes import InferenceRoutes
@@ -39,6 +40,12 @@ def inference_routers() -> list[APIRouter]:
     return doors.inference_routers()
 
 
+def description(tasks: Iterable[str]) -> str:
+    """What the service does (GET /openapi.json, /docs), from the tasks it serves: never one task's words alone."""
+    return (f"Int8 image models on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator; tasks: "
+            f"{', '.join(tasks)}.")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The service's app. Without `settings`, a server's factory call (settings from EDGETPU_SERVE_*):
     built only where the server holds the HTTP limits (app/launch.py)."""
@@ -61,7 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="edgetpu-serve", version="0.1.0", telemetry=NO_OPENTELEMETRY,
                   lifespan=service_lifespan(settings, registry, siblings, core, inference_routes),
-                  description="Image classification on a Coral Edge TPU, the CPU, or a bit-exact int8 emulator.")
+                  description=description(tasks.TASKS))
     app.state.settings = settings
     app.state.registry = registry
     app.state.siblings = siblings

@@ -3,6 +3,10 @@
 The core's own settings are here; each backend plug-in declares its own (a PluginSettings
 class, read from EDGETPU_SERVE_<KEY>_*), which `plugin_settings()` composes. The registry makes
 each plug-in's when it starts, so a wrong value stops the service at start either way.
+
+Settings are frozen once made: what the service decides from them at start (the default model of each task,
+which backend serves a model instead of another) is kept where it is decided (app/registry/), never written
+back here. A different value is a different Settings (`model_copy(update=...)`, as a worker's share does).
 """
 
 from __future__ import annotations
@@ -33,13 +37,14 @@ class PluginSettings(BaseSettings):
     """A backend plug-in's own settings (Frigate's way: each detector declares its config class).
 
     A subclass sets `model_config = plugin_config(KEY)`, so its fields read EDGETPU_SERVE_<KEY>_<FIELD>;
-    values given in code (`Settings(plugins={KEY: {...}})`) take precedence over the environment."""
+    values given in code (`Settings(plugins={KEY: {...}})`) take precedence over the environment. Frozen, like
+    the core's."""
 
-    model_config = SettingsConfigDict(extra="forbid")
+    model_config = SettingsConfigDict(extra="forbid", frozen=True)
 
 
 def plugin_config(key: str, **extra) -> SettingsConfigDict:
-    return SettingsConfigDict(env_prefix=f"{ENV_PREFIX}{key.upper()}_", extra="forbid", **extra)
+    return SettingsConfigDict(env_prefix=f"{ENV_PREFIX}{key.upper()}_", extra="forbid", frozen=True, **extra)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class DeviceShare:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -86,7 +91,8 @@ class Settings(BaseSettings):
     # Models to serve (names of sub-directories of model_dir); empty = every one found.
     models: Annotated[list[str], NoDecode] = []
     # The model of /v1/classify. Unset: efficientnet_lite0 when it is served, else the only classifier
-    # served; Registry.configure() settles it (default_model_for) and refuses to start when it cannot.
+    # served; Registry.configure() settles it (default_model_for; Registry.default_model answers it from then on)
+    # and refuses to start when it cannot.
     default_model: str | None = None
     # The model of /v1/detect and DeepStack's /v1/vision/detection. Unset: ssdlite_mobilenet_v2_person when it
     # is served, else the only detection model served; settled like DEFAULT_MODEL, among detection models.
@@ -291,13 +297,19 @@ def default_model_for(chosen: str | None, served: list[str], of_task: list[str],
     variable, task = default.variable, default.task
     if chosen is not None:
         if chosen not in served:
-            raise ValueError(f"{variable}={chosen} is not served (serving {', '.join(served)}). Fix: set {variable} "
-                             f"to one of them, or serve {chosen} too ({ENV_PREFIX}MODELS)")
+            fix = f"set {variable} to one of {', '.join(of_task)}" if of_task else \
+                f"unset {variable} (no {task} model is served)"
+            raise ValueError(f"{variable}={chosen} is not served (serving {', '.join(served)}). Fix: {fix}, or serve "
+                             f"{chosen} too ({ENV_PREFIX}MODELS)")
+        if chosen in others and not of_task:  # nothing it could name: say so, and what is served
+            raise ValueError(f"{variable}={chosen} is not a {task} model, and no {task} model is served (serving "
+                             f"{', '.join(served)}), so {variable}, the model of {default.routes}, cannot apply. Fix: "
+                             f"unset {variable}, or serve a {task} model too ({ENV_PREFIX}MODELS)")
         if chosen in others:
             settings = ", ".join(d.variable for d in DEFAULTS if d is not default)
             raise ValueError(f"{variable}={chosen} is not a {task} model, and {variable} names the model of "
-                             f"{default.routes}. Fix: set {variable} to one of {of_task or 'none served'}; the "
-                             f"default of another task has its own setting ({settings})")
+                             f"{default.routes}. Fix: set {variable} to one of {of_task}; the default of another "
+                             f"task has its own setting ({settings})")
         return chosen
     if default.committed in of_task:
         return default.committed

@@ -39,7 +39,7 @@ def test_a_default_that_is_not_served_is_refused():
 def test_the_registry_settles_it_at_configure():
     registry = Registry(Settings(model_dir=MODELS, models=["fashion_mnist"], workers=1))
     registry.configure()
-    assert registry.settings.default_model == "fashion_mnist"
+    assert registry.default_for("classification") == "fashion_mnist"
     two = Registry(Settings(model_dir=MODELS, models=["fashion_mnist", "mobilenet_v2"], workers=1))
     with pytest.raises(ServeError, match="several classification models are served"):
         two.configure()
@@ -90,8 +90,35 @@ def test_a_default_of_another_task_is_refused_saying_which_setting_is_its():
 def test_the_committed_models_serve_a_classifier_and_the_person_detector_by_default():
     registry = Registry(Settings(model_dir=MODELS, workers=1))
     registry.configure()
-    assert registry.settings.default_model == "efficientnet_lite0"
-    assert registry.settings.default_detection_model == "ssdlite_mobilenet_v2_person"
+    assert registry.default_for("classification") == "efficientnet_lite0"
+    assert registry.default_for("detection") == "ssdlite_mobilenet_v2_person"
     only = Registry(Settings(model_dir=MODELS, models=["fashion_mnist"], workers=1))
     only.configure()
-    assert only.settings.default_detection_model is None  # /v1/detect then says no detection model is served
+    assert only.default_for("detection") is None  # /v1/detect then says no detection model is served
+
+
+def test_a_default_model_with_no_classifier_served_says_that_none_is():
+    """Only detectors served and DEFAULT_MODEL set: the start stops saying no classification model is served,
+    so the setting cannot apply, and what is served (not "set it to one of none served")."""
+    detector = "ssdlite_mobilenet_v2_person"
+    for chosen, why in ((detector, f"EDGETPU_SERVE_DEFAULT_MODEL={detector} is not a classification model, and no "
+                                   f"classification model is served (serving {detector}), so "
+                                   "EDGETPU_SERVE_DEFAULT_MODEL, the model of /v1/classify, cannot apply. Fix: unset "
+                                   "EDGETPU_SERVE_DEFAULT_MODEL, or serve a classification model too"),
+                        ("efficientnet_lite0", f"EDGETPU_SERVE_DEFAULT_MODEL=efficientnet_lite0 is not served (serving "
+                                               f"{detector}). Fix: unset EDGETPU_SERVE_DEFAULT_MODEL (no classification "
+                                               "model is served)")):
+        registry = Registry(Settings(model_dir=MODELS, models=[detector], default_model=chosen, workers=1))
+        with pytest.raises(ServeError) as refused:
+            registry.configure()
+        assert str(refused.value).startswith(why) and "none served" not in str(refused.value)
+
+
+def test_settings_are_frozen_and_the_registry_keeps_the_defaults_it_chose():
+    settings = Settings(model_dir=MODELS, workers=1)
+    with pytest.raises(ValueError, match="frozen"):
+        settings.default_model = "fashion_mnist"
+    registry = Registry(settings)
+    registry.configure()
+    assert settings.default_model is None and settings.default_detection_model is None  # as given: unset
+    assert registry.defaults.of("classification") == registry.default_for("classification") == "efficientnet_lite0"

@@ -120,6 +120,19 @@ def test_delegate_that_will_not_open(tmp_path, libedgetpu_double, monkeypatch, p
         assert_fell_back(reg, "cannot open the Edge TPU :0")
 
 
+def test_the_fail_policy_fails_the_model_though_another_backend_could_serve_it(tmp_path, libedgetpu_double,
+                                                                               monkeypatch, pci_nodes):
+    """ON_FAILURE=fail is the plug-in's policy for its TPUs: a delegate that will not open fails the model even with
+    cpu configured beside it (where a backend fails for its own reasons, the others serve: test_backend_failure.py)."""
+    monkeypatch.setenv(DEVICES, f"pci:{pci_nodes[0]}")
+    monkeypatch.setenv(OPEN, "fail")
+    reg = registry(plain_as_compiled(tmp_path / "models"), libedgetpu_double, "fail", backends=("edgetpu", "cpu"))
+    reg.load_all()
+    status = reg.status(DEFAULT_MODEL)
+    assert status.state == "failed" and "cannot open the Edge TPU :0" in status.error
+    assert not reg.ready()
+
+
 def test_unknown_device_spec(tmp_path, libedgetpu_double, monkeypatch, pci_nodes):
     monkeypatch.setenv(DEVICES, f"pci:{pci_nodes[0]}")
     with pytest.raises(EdgeTpuUnavailable, match="device 'usb:0' names no Edge TPU.*EDGETPU_SERVE_EDGETPU_DEVICES"):

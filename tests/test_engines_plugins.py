@@ -194,7 +194,7 @@ def test_a_plugins_wrong_or_unknown_settings_stop_the_start(throwaway, monkeypat
 
 def test_the_watchdog_setting_overrides_the_plugins_own_default(throwaway):
     registry = Registry(Settings(model_dir=MODELS, backends=["throwaway"], watchdog_backends=[]))
-    assert not registry.watched("throwaway")
+    assert not registry.loader.watched("throwaway")
     registry = Registry(Settings(model_dir=MODELS, backends=["throwaway"]))
-    assert registry.watched("throwaway") and not registry.watched("cpu")
+    assert registry.loader.watched("throwaway") and not registry.loader.watched("cpu")
 

@@ -49,6 +49,20 @@ def test_a_launch_that_cannot_hold_the_limits_refuses_and_says_how_to_start(argv
     assert "Application startup complete" not in output
 
 
+@pytest.mark.parametrize("launch", ["uvicorn app.main:app", "uvicorn --factory app.main:create_app"])
+def test_a_refusal_is_its_message_alone_then_a_failed_exit(launch):
+    """The refusal fails the startup through the ASGI lifespan protocol: uvicorn prints no traceback after it."""
+    port = free_port()
+    env = {**os.environ, **ENV, "EDGETPU_SERVE_PORT": str(port)}
+    done = subprocess.run([arg.format(port=port) for arg in REFUSED[launch]], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=REFUSAL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output  # uvicorn's failed startup
+    assert output.count("edgetpu-serve: refusing to start") == 1, output
+    assert "Traceback" not in output and "LaunchRefused" not in output, output
+    assert output.rstrip().endswith("Application startup failed. Exiting."), output
+
+
 def test_uvicorn_factory_with_our_protocol_holds_the_head_cap():
     """The factory form of the supported uvicorn launch (the full hostile set runs on app.main:app)."""
     port = free_port()

@@ -1,5 +1,8 @@
 """GET /healthz (the process answers) and GET /readyz (every model serving: ready or degraded).
 
+Ready means every model serves somewhere: a model a backend cannot run is "degraded", with one line per backend
+saying why, and the answer is still 200; 503 while a model loads, or where one is failed (no backend serves it).
+
 Under several worker processes, /readyz answers for all of them (app/processes/views.py), with each one's
 own view under `workers`; /healthz answers for the worker that took the connection."""
 

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
 from app.api.auth import AdminKey
-from app.api.deps import RegistryDep, SettingsDep
+from app.api.deps import RegistryDep
 from app.api.schemas import (
     BackendOut,
     ErrorResponse,
@@ -24,6 +24,7 @@ from app.api.schemas import (
 from app.engines import TensorSpec
 from app.processes.siblings import reload_everywhere
 from app.registry import Registry, iso_time
+from app.settings import CLASSIFICATION_DEFAULT, DETECTION_DEFAULT
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 ERRORS = {status: {"model": ErrorResponse} for status in (404, 409, 503)}
@@ -53,10 +54,11 @@ def provenance(model_dir) -> ProvenanceOut:
                          labels=imported.labels, input=imported.input, metadata=imported.metadata or None)
 
 
-def describe(registry: Registry, default_model: str | None, name: str) -> ModelOut:
-    """`default`: the model of /v1/classify (`default_model`), or of /v1/detect (the default detection model)."""
+def describe(registry: Registry, name: str) -> ModelOut:
+    """A model as clients see it; `default`: it is the model of its task's routes when they name none (the
+    default model of /v1/classify, of /v1/detect), as settled at start."""
     status = registry.status(name)
-    model_dir = registry.model_dir(name)
+    model_dir = registry.models.model_dir(name)
     version = registry.serving(name)
     pools = version.pools if version else {}
     manifest = model_dir.manifest
@@ -71,7 +73,7 @@ def describe(registry: Registry, default_model: str | None, name: str) -> ModelO
     return ModelOut(
         name=name, task=manifest.task, state=status.state, error=status.error, since=iso_time(status.since),
         version=version.number if version else None, loaded_at=iso_time(version.loaded_at) if version else None,
-        default=name in (default_model, registry.settings.default_detection_model),
+        default=name in registry.defaults.by_task.values(),
         description=manifest.description, source=manifest.source, licence=manifest.licence,
         labels=len(model_dir.labels), input=manifest.input.model_dump(), output=manifest.output.model_dump(),
         backends=backends, files={k: FileOut(**v.model_dump()) for k, v in manifest.files.items()},
@@ -82,20 +84,21 @@ def describe(registry: Registry, default_model: str | None, name: str) -> ModelO
 
 
 @router.get("", response_model=ModelsOut)
-async def list_models(registry: RegistryDep, settings: SettingsDep):
-    return ModelsOut(default_model=settings.default_model, default_detection_model=settings.default_detection_model,
+async def list_models(registry: RegistryDep):
+    return ModelsOut(default_model=registry.default_for(CLASSIFICATION_DEFAULT.task),
+                     default_detection_model=registry.default_for(DETECTION_DEFAULT.task),
                      default_backend=registry.default_backend,
-                     models=[describe(registry, settings.default_model, n) for n in registry.names()])
+                     models=[describe(registry, n) for n in registry.names()])
 
 
 @router.get("/{name}", response_model=ModelOut, responses=ERRORS)
-async def get_model(name: str, registry: RegistryDep, settings: SettingsDep):
-    registry.status_or_raise(name)
-    return describe(registry, settings.default_model, name)
+async def get_model(name: str, registry: RegistryDep):
+    registry.status(name)  # ModelNotFound for a name that is not served
+    return describe(registry, name)
 
 
 @router.post("/{name}/reload", response_model=ModelOut, responses=ADMIN_ERRORS, dependencies=[AdminKey],
              summary="Reload from disk; the next request on each interpreter is cold again")
-async def reload_model(name: str, request: Request, registry: RegistryDep, settings: SettingsDep):
+async def reload_model(name: str, request: Request, registry: RegistryDep):
     await reload_everywhere(registry, request.app.state.siblings, name)  # every worker process, each in place
-    return describe(registry, settings.default_model, name)
+    return describe(registry, name)

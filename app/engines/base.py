@@ -181,9 +181,11 @@ class Backend:
                 if (reason := model_dir.missing(self.model_file)) is not None}
 
     def fall_back(self, model: str, error: Exception) -> Fallback | None:
-        """An interpreter of `model` failed to load: the backend to serve it instead, or None
-        (the load fails). The policy is the plug-in's."""
-        return None
+        """An interpreter of `model` failed to load (an operator it cannot run, say), or every device serving it
+        left: the backend to serve it instead, Fallback(None, why) for none (the model is degraded on this
+        backend only, and serves on the others), or None: the model fails (the load), or waits for a device
+        (while serving). The policy is the plug-in's; by default the model is degraded on this backend."""
+        return Fallback(None, str(error))
 
     def interpreters(self) -> list[EngineOptions]:
         """One entry per interpreter to make for a model."""

@@ -428,10 +428,11 @@ class EdgeTpuBackend(Backend):
         return None
 
     def fall_back(self, model: str, error: Exception) -> Fallback | None:
-        """A delegate that would not open, or every TPU gone while serving: the policy decides."""
-        if isinstance(error, (EdgeTpuUnavailable, DeviceGone)) and self.config.on_failure == "fallback":
-            return self._fallback([model], error)
-        return None
+        """A delegate that would not open, or every TPU gone while serving: the policy decides (fail: None).
+        Any other failure (a compiled file that does not load) leaves the model degraded on the Edge TPU only."""
+        if isinstance(error, (EdgeTpuUnavailable, DeviceGone)):
+            return self._fallback([model], error) if self.config.on_failure == "fallback" else None
+        return super().fall_back(model, error)
 
     def _fallback(self, names: list[str], error: ServeError) -> Fallback:
         if self.config.on_failure == "fail":

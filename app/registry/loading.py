@@ -1,20 +1,24 @@
 """Building a model version: its task, and for each configured backend a pool of loaded members.
 
-`Loader.load_version()` is the one place versions are built, at start and on reload; a backend
-that cannot serve the model hands it to the backend its plug-in names (a fallback), when its
-policy allows. `Loader.load_pool()` builds one backend's pool, the same way for every kind of
-member: the interpreters its plug-in asks for (a whole model: one member each; a segmented one: a
-pipeline, segment i on device i), the watchdog if that backend is watched, the model checked to fit
+`Loader.load_version()` is the one place versions are built, at start and on reload. A backend that
+cannot serve the model (an operator it lacks, no file it runs, no TPU) is its plug-in's to decide
+(Backend.fall_back): another backend serves the model instead, or none does and the model is degraded
+on that backend only; the version carries what was decided (ModelVersion.fallbacks, one line each), and
+the load fails only when no backend serves the model, or where the plug-in's policy says so
+(EDGETPU_SERVE_EDGETPU_ON_FAILURE=fail). `Loader.load_pool()` builds one backend's pool, the same way for
+every kind of member: the interpreters its plug-in asks for (a whole model: one member each; a segmented
+one: a pipeline, segment i on device i), the watchdog if that backend is watched, the model checked to fit
 the image front door (one input, as model.json describes it, that takes float32 or quantized pixels) and
-its task (the task's output roles, resolved by tensor name), the warm-up. Whatever did open is closed again when a later step fails:
-no interpreter or device leaks.
+its task (the task's output roles, resolved by tensor name), the warm-up. Whatever did open is closed again
+when a later step fails: no interpreter or device leaks.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +26,9 @@ import numpy as np
 from app.engines import Backend, EngineOptions, Fallback, TensorSpec
 from app.errors import ModelDirError, ServeError
 from app.model_dir.reading import ModelDir
-from app.pool.pipeline import Pipeline, stage_options
 from app.pool import EnginePool, InterpreterMember, Member, Stage, Watchdog
+from app.pool.pipeline import Pipeline, stage_options
+from app.registry.fallbacks import public_fallback
 from app.registry.versions import ModelVersion
 from app.settings import Settings
 from app.tasks import OutputRoles, Task
@@ -35,45 +40,71 @@ Layout = list[tuple[Path, EngineOptions]]
 
 
 class Loader:
-    def __init__(self, settings: Settings, plugins: Mapping[str, Backend], watched: Callable[[str], bool],
-                 tasks: Mapping[str, Task]):
+    def __init__(self, settings: Settings, plugins: Mapping[str, Backend], tasks: Mapping[str, Task]):
         self.settings = settings
         self.plugins = plugins
-        self.watched = watched  # whether a backend's interpreters are watched (the registry decides)
         self.tasks = tasks
 
-    def load_version(self, model_dir: ModelDir, number: int, warm_up: bool, fallbacks: Mapping[str, Fallback],
-                     fell_back: Callable[[str, Fallback], Fallback]) -> ModelVersion:
-        """A complete version of `model_dir` on every configured backend (or the one serving instead).
+    def watched(self, key: str) -> bool:
+        """Whether the watchdog watches this backend's interpreters: as the settings say, else as its plug-in does."""
+        if self.settings.watchdog_backends is not None:
+            return key in self.settings.watchdog_backends
+        return self.plugins[key].watched
 
-        `fallbacks`: requested backend -> the fallback already decided (at start); `fell_back(key,
-        fallback)` records one decided now, when a backend's interpreters fail to load and its plug-in's
-        policy hands the model on, and gives it back as recorded. Raises the first ServeError no
-        fallback covers."""
+    def load_version(self, model_dir: ModelDir, number: int, warm_up: bool,
+                     decided: Mapping[str, Fallback]) -> ModelVersion:
+        """A complete version of `model_dir` on every configured backend that serves it (or the one serving instead).
+
+        `decided`: requested backend -> the fallback already in force (a plug-in's start check, a device gone);
+        those backends are not tried. The version's `fallbacks` are those and the ones decided now. Raises the
+        first backend's error when no backend serves the model, or the error a plug-in's policy fails on."""
         task = self.task_of(model_dir)
         served: dict[str, tuple[EnginePool, OutputRoles]] = {}
-        decided = dict(fallbacks)
+        failed: dict[str, ServeError] = {}
+        fallbacks = dict(decided)
         try:
             for key in self.settings.backends:
-                fallback = decided.get(key)
+                fallback = fallbacks.get(key)
                 if fallback is None:
-                    try:
-                        self._add_pool(served, model_dir, task, self.plugins[key], warm_up)
+                    error = self._try_pool(served, failed, model_dir, task, key, warm_up)
+                    if error is None:
                         continue
-                    except ServeError as e:
-                        fallback = self.plugins[key].fall_back(model_dir.name, e)
-                        if fallback is None:
-                            raise
-                        fallback = decided[key] = fell_back(key, fallback)
+                    fallback = fallbacks[key] = self._fall_back(key, model_dir, error)
                 if fallback.backend is None:  # no backend serves it instead: the version says why
                     continue
-                self._add_pool(served, model_dir, task, self.plugins[fallback.backend], warm_up)
+                error = self._try_pool(served, failed, model_dir, task, fallback.backend, warm_up)
+                if error is not None:  # nor does the backend that was to serve it instead
+                    fallbacks[key] = public_fallback(key, Fallback(None, f"{fallback.reason}; on {fallback.backend} "
+                                                                         f"instead: {error}"),
+                                                     self.plugins, self.settings.model_dir)
+            if failed and not served:
+                raise next(iter(failed.values()))
         except BaseException:
             for pool, _ in served.values():  # the interpreters that did open are released, not leaked
                 pool.close()
             raise
         return ModelVersion(model_dir, task, {k: v[0] for k, v in served.items()},
-                            {k: v[1] for k, v in served.items()}, decided, number)
+                            {k: v[1] for k, v in served.items()}, fallbacks, number)
+
+    def _try_pool(self, served: dict, failed: dict[str, ServeError], model_dir: ModelDir, task: Task, key: str,
+                  warm_up: bool) -> ServeError | None:
+        """`key`'s pool for the model into `served` (once: a fallback onto a backend already loaded is that
+        pool), or the error it failed with (once: a backend that failed is not tried again in this load)."""
+        if key not in served and key not in failed:
+            try:
+                served[key] = self.load_pool(model_dir, task, self.plugins[key], warm_up)
+            except ServeError as e:
+                log.warning("model %s cannot be served on %s: %s", model_dir.name, key, e)
+                failed[key] = e
+        return failed.get(key)
+
+    def _fall_back(self, key: str, model_dir: ModelDir, error: ServeError) -> Fallback:
+        """What `key`'s plug-in decides for a model its interpreters failed to load, as clients see it; the
+        error itself where its policy is that the model fails."""
+        fallback = self.plugins[key].fall_back(model_dir.name, error)
+        if fallback is None:
+            raise error
+        return public_fallback(key, fallback, self.plugins, self.settings.model_dir)
 
     def task_of(self, model_dir: ModelDir) -> Task:
         task = self.tasks.get(model_dir.manifest.task)
@@ -81,11 +112,6 @@ class Loader:
             raise ModelDirError(f"model {model_dir.name!r}: model.json says task {model_dir.manifest.task!r}, which "
                                 f"this service has no task module for; known tasks: {sorted(self.tasks)}")
         return task
-
-    def _add_pool(self, served: dict, model_dir: ModelDir, task: Task, plugin: Backend, warm_up: bool) -> None:
-        if plugin.key in served:  # a fallback onto a backend already loaded
-            return
-        served[plugin.key] = self.load_pool(model_dir, task, plugin, warm_up)
 
     def load_pool(self, model_dir: ModelDir, task: Task, plugin: Backend,
                   warm_up: bool) -> tuple[EnginePool, OutputRoles]:
@@ -103,8 +129,7 @@ class Loader:
             raise
         watchdog = None
         if self.watched(key):
-            watchdog = Watchdog(settings.watchdog_timeout_s, lambda stage: self.reload(plugin, stage),
-                                settings.watchdog_retry_s)
+            watchdog = Watchdog(settings.watchdog_timeout_s, Reopener(self, plugin), settings.watchdog_retry_s)
         pool = EnginePool(f"{model_dir.name}/{key}", members, settings.max_waiting, settings.wait_timeout_s,
                           settings.retry_after_s, watchdog, invoke_timeout_s=settings.invoke_timeout_s,
                           max_queue_ms=settings.max_queue_ms, overload_hold_s=settings.overload_hold_s,
@@ -151,16 +176,24 @@ class Loader:
             raise better from None
         return Stage(engine, (time.perf_counter() - start) * 1000, plugin.device(options), options, path, index)
 
-    def reload(self, plugin: Backend, stage: Stage) -> Stage:
-        """For the watchdog: the same interpreter again (a new delegate), on the same device."""
-        return self.load_stage(plugin, stage.path, plugin.reopen(stage.options), stage.index)
-
     def _explain(self, key: str, path: Path, error: ServeError) -> ServeError | None:
         for plugin in self.plugins.values():
             better = plugin.explain_load_error(key, path, error)
             if better is not None:
                 return better
         return None
+
+
+@dataclass(frozen=True)
+class Reopener:
+    """Loads a lost stage again: the same interpreter (a new delegate) on the same device. What the watchdog
+    re-creates a hung member with, and the device follower one whose device is back (Member.renew)."""
+
+    loader: Loader
+    plugin: Backend
+
+    def __call__(self, stage: Stage) -> Stage:
+        return self.loader.load_stage(self.plugin, stage.path, self.plugin.reopen(stage.options), stage.index)
 
 
 def layouts(plugin: Backend, model_dir: ModelDir) -> list[Layout]:

@@ -1,10 +1,17 @@
-"""What clients see of a model's state: loading, ready, degraded, unhealthy or failed, why, and since when."""
+"""What clients see of a model's state: loading, ready, degraded, unhealthy or failed, why, and since when.
+
+A model is degraded, and still serving, where a backend does not serve it (another does instead, or none:
+one line per backend, saying why), a reload failed (the version before serves on), or some of its devices
+are out or in trouble. Clients see file names relative to the model directory; full paths go to the log only.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.registry.versions import ModelVersion
 
@@ -25,7 +32,7 @@ def current_status(stored: ModelStatus, version: ModelVersion | None,
     in trouble that still serve (device_problems: backend -> device -> what is wrong, from the plug-ins)."""
     if stored.state not in SERVING or version is None:
         return stored
-    state, notes = stored.state, [stored.error] if stored.error else []
+    state, notes = stored.state, [one_line(stored.error)] if stored.error else []
     for key, fallback in version.fallbacks.items():
         notes.append(f"{key}: not served: {fallback.reason}" if fallback.backend is None
                      else f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
@@ -44,6 +51,19 @@ def current_status(stored: ModelStatus, version: ModelVersion | None,
             notes.append(f"{backend}: {troubled[device]}")
             state = "degraded" if state == "ready" else state
     return ModelStatus(state, "; ".join(notes) or None, stored.since)
+
+
+def one_line(text: str) -> str:
+    """A reason as one line of a status: the lines of a multi-line message (a runtime's own account of a
+    failure, say) joined, runs of white space made one space."""
+    return " ".join(text.split())
+
+
+def public_text(text: str, model_dir: Path) -> str:
+    """File names relative to the model directory: clients never see the host's paths."""
+    for root in {str(model_dir.resolve()), str(model_dir)}:
+        text = text.replace(root.rstrip(os.sep) + os.sep, "")
+    return text
 
 
 def iso_time(unix: float | None) -> str | None:

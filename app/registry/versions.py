@@ -68,8 +68,6 @@ class ModelVersion:
             pool.close()
 
 
-LoadedModel = ModelVersion
-
 
 @dataclass
 class Lease:

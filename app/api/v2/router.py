@@ -147,7 +147,7 @@ async def version_ready(name: str, version: str, registry: RegistryDep):
 
 
 def _readiness(registry: Registry, name: str, version: str | None) -> JSONResponse:
-    is_ready = registry.status_or_raise(name).state == "ready"
+    is_ready = registry.status(name).state == "ready"
     if is_ready:
         _model(registry, name, version)
     return JSONResponse({"name": name, "ready": is_ready}, status_code=200 if is_ready else 503)

@@ -126,7 +126,7 @@ def model_loaded(model: str, ok: bool) -> None:
 
 def segment_histograms(model: str, backend: str, segments: int) -> list:
     """A pipelined model's segment histograms, in segment order, for its pipeline to observe each invoke in
-    (app/pipeline.py): made once per pipeline."""
+    (app/pool/pipeline.py): made once per pipeline."""
     return [SEGMENT_SECONDS.labels(model, backend, str(i)) for i in range(segments)]
 
 

@@ -154,7 +154,7 @@ class Settings(BaseSettings):
     plugins: dict[str, dict[str, Any]] = {}
     # An invoke longer than this marks its device unhealthy: out of the pool until re-created.
     watchdog_timeout_s: float = Field(default=5.0, gt=0)
-    # A segmented model's pipeline (app/pipeline.py): requests inside it at once per segment (one invoking in
+    # A segmented model's pipeline (app/pool/pipeline.py): requests inside it at once per segment (one invoking in
     # each stage, one queued: the next input is ready when a stage finishes), and inputs waiting between
     # two stages (a slow stage holds up the ones before it instead of letting inputs pile up).
     pipeline_lanes_per_segment: int = Field(default=2, ge=1, le=64)

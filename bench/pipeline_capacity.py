@@ -5,7 +5,7 @@ runs on K simulated devices (bench/simulated_device.py: a device takes D ms with
 released); segment i takes D_i = D x its share of the model's cost. Ideal throughput is
 1 / max(D_i); one device running the whole model manages 1 / D. Both are driven through the
 service's own machinery without HTTP (app.pool.EnginePool, admission and deadlines included,
-and app.pipeline.Pipeline for the segmented model), by asyncio clients keeping every lane
+and app.pool.pipeline.Pipeline for the segmented model), by asyncio clients keeping every lane
 busy, in alternating rounds; each figure is the median over the rounds. HTTP and image work
 are the device-capacity bench's subject (bench/device_capacity.py), not this one's.
 
@@ -30,8 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engines import TensorSpec  # noqa: E402
-from app.pipeline import Pipeline  # noqa: E402
-from app.pool import EnginePool, Interpreter, Stage  # noqa: E402
+from app.pool.pipeline import Pipeline  # noqa: E402
+from app.pool import EnginePool, InterpreterMember, Stage  # noqa: E402
 from bench.common import load_average, repo_root  # noqa: E402
 from bench.simulated_device import SimulatedTpuEngine  # noqa: E402
 from bench.stats import median  # noqa: E402
@@ -80,7 +80,7 @@ def simulated(spec_in: TensorSpec, spec_out: TensorSpec, ms: float) -> Simulated
 
 def whole_pool(s: Split, device_ms: float, lanes: int) -> EnginePool:
     engine = simulated(s.specs[0][0], s.specs[-1][1], device_ms)
-    return EnginePool(f"{s.model}/whole", [Interpreter(Stage(engine))], max_waiting=lanes, wait_timeout_s=30,
+    return EnginePool(f"{s.model}/whole", [InterpreterMember(Stage(engine))], max_waiting=lanes, wait_timeout_s=30,
                       retry_after_s=1, invoke_timeout_s=30)
 
 

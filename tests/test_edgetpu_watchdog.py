@@ -15,11 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-import app.pool.dispatch
 from app.engines import Backend, TensorSpec, register, unregister
 from app.errors import Busy, DeviceHung
 from app.main import create_app
-from app.pool import EnginePool, Interpreter, Stage, Watchdog
+from app.pool import EnginePool, InterpreterMember, Stage, Watchdog
+from app.pool.job import Job
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -101,7 +101,7 @@ def pool_of(n: int, recreate_gate: threading.Event | None = None, timers: FakeTi
             recreate_gate.wait(EVENTUALLY_S)
         return Stage(HangingEngineDouble.load(None, None), 1.0, device=old.device)
 
-    members = [Interpreter(Stage(HangingEngineDouble(), 1.0, device=f"tpu{i}")) for i in range(n)]
+    members = [InterpreterMember(Stage(HangingEngineDouble(), 1.0, device=f"tpu{i}")) for i in range(n)]
     watchdog = Watchdog(WATCHDOG_S, reload, RETRY_S)
     on_fake_time = {} if timers is None else {"clock": timers.clock, "timers": lambda: timers}
     return EnginePool("m/hanging", members, max_waiting=4, wait_timeout_s=5, retry_after_s=1, watchdog=watchdog,
@@ -196,20 +196,20 @@ def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch
     client leaving while the refusal is on its way: no invoke ran, so the watchdog has nothing to watch."""
     timers = FakeTimers(FakeClock())
     pool = pool_of(1, timers=timers)
-    pool.wait_timeout_s = WATCHDOG_S  # both of its deadlines pass when the test moves time
+    pool.line.wait_timeout_s = WATCHDOG_S  # both of its deadlines pass when the test moves time
     pool.admission.too_late = lambda since, now: Busy("overloaded", 1)
     (only,) = pool.members
     refusing, go_on, refused = threading.Event(), threading.Event(), threading.Event()
-    notify = app.pool.dispatch._notify
+    answer = Job.answer
 
-    def slow_refusal(job, future, result=None, error=None):
+    def slow_refusal(job, result=None, error=None):
         if isinstance(error, Busy):
             refusing.set()
             go_on.wait(EVENTUALLY_S)
-        notify(job, future, result, error)
+        answer(job, result, error)
         if isinstance(error, Busy):
             refused.set()
-    monkeypatch.setattr(app.pool.dispatch, "_notify", slow_refusal)
+    monkeypatch.setattr(Job, "answer", slow_refusal)
     x = np.zeros((1, 224, 224, 3), np.uint8)
     errors = []
 
@@ -217,7 +217,7 @@ def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch
         asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
         with ThreadPoolExecutor(1) as images:
             request = asyncio.ensure_future(pool.run([x]) if where == "interpreter" else
-                                            pool._run_after(lambda: [x], images))
+                                            pool.line.run_after(lambda: ([x], None), images))
             await asyncio.to_thread(refusing.wait, EVENTUALLY_S)
             request.cancel()  # the client leaves
             with pytest.raises(asyncio.CancelledError):

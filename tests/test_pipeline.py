@@ -1,4 +1,4 @@
-"""app/pipeline.py: a segmented model served as a pipeline of K interpreters.
+"""app/pool/pipeline.py: a segmented model served as a pipeline of K interpreters.
 
 The Pipeline itself with stage TEST DOUBLES (order, every tensor between segments matched by name,
 bounded queues), then as the member of a pool under the pool's one watchdog (a stage that hangs is
@@ -22,7 +22,7 @@ import pytest
 from app.engines import Backend, EngineOptions, TensorSpec, register, unregister
 from app.errors import DeviceHung, EngineLoadError, InvokeTimeout
 from app.model_dir.reading import read_model_dir
-from app.pipeline import Pipeline, stage_options
+from app.pool.pipeline import Pipeline, stage_options
 from app.pool import EnginePool, Stage, Watchdog
 from app.settings import Settings
 from bench import pipeline_capacity as capacity_bench

@@ -9,7 +9,7 @@ from app.engines import EngineOptions, TensorSpec
 from app.engines.cpu import CpuEngine
 from app.errors import Busy, InvokeTimeout
 from app.model_dir.reading import read_model_dir
-from app.pool import OVERLOAD_HOLD_S, EnginePool, Interpreter, Stage
+from app.pool import OVERLOAD_HOLD_S, EnginePool, InterpreterMember, Stage
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.clock import FakeClock
 from tests.waiting import turns_until
@@ -34,7 +34,7 @@ class GatedEngineDouble:
 
 
 def pool_of(engine, max_waiting=0, timeout=5.0, invoke_timeout=30.0, max_queue_ms=0.0, clock=None) -> EnginePool:
-    return EnginePool("t", [Interpreter(Stage(engine, 1.0))], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
+    return EnginePool("t", [InterpreterMember(Stage(engine, 1.0))], max_waiting=max_waiting, wait_timeout_s=timeout, retry_after_s=2,
                       invoke_timeout_s=invoke_timeout, max_queue_ms=max_queue_ms,
                       **({"clock": clock} if clock else {}))
 
@@ -71,6 +71,36 @@ def test_full_line_is_refused_at_once_with_retry_after():
 
     error = asyncio.run(scenario())
     assert error.retry_after_s == 2 and "busy" in str(error)
+
+
+def test_the_room_is_checked_once_by_check_room_and_once_by_admit_which_alone_takes_a_place():
+    """check_room() (before a body) takes nothing; admit() checks the same room once and takes a place, or
+    refuses at once: neither hides a second check, so a request checked at its head and admitted once its
+    body is here meets the line's rule exactly twice."""
+    pool = pool_of(GatedEngineDouble(), max_waiting=1)  # room for 1 running + 1 waiting
+    checks = []
+    refuse_if_full = pool.admission.refuse_if_full
+
+    def counted(healthy):
+        checks.append(healthy)
+        refuse_if_full(healthy)
+    pool.admission.refuse_if_full = counted
+    try:
+        pool.check_room()
+        assert (len(checks), pool.admitted) == (1, 0)
+        places = [pool.admit(), pool.admit()]
+        assert (len(checks), pool.admitted) == (3, 2)
+        with pytest.raises(Busy):
+            pool.check_room()
+        with pytest.raises(Busy):
+            pool.admit()
+        assert (len(checks), pool.admitted) == (5, 2)
+        for place in places:
+            place.release()
+            place.release()  # a place is given back once, however often released
+        assert pool.admitted == 0
+    finally:
+        pool.close()
 
 
 def test_waiting_request_times_out():
@@ -214,7 +244,7 @@ def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
 
     def prepare():
         threads.append(threading.current_thread().name)
-        return [np.array([[7, 9]], np.uint8)]
+        return [np.array([[7, 9]], np.uint8)], "what the preparing thread gives back"
 
     def bad():
         raise ValueError("not an image")
@@ -222,16 +252,17 @@ def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
     async def scenario():
         place = pool.admit()
         try:
-            result = await place.run_after(prepare, executor)
+            result, extra = await place.run_after(prepare, executor)
         finally:
             place.release()
         with pytest.raises(ValueError, match="not an image"):  # the preparing thread's error reaches the request
             await pool.admit().run_after(bad, executor)
-        return result
+        return result, extra
 
     try:
-        result = asyncio.run(scenario())
+        result, extra = asyncio.run(scenario())
         assert threads[0].startswith("image") and result.outputs[0].tolist() == [[7, 9]]
+        assert extra == "what the preparing thread gives back"  # returned beside the result, not through a callback
     finally:
         executor.shutdown()
         pool.close()
@@ -369,7 +400,7 @@ class BusyImageThread:
 
     def prepare(self):
         self.prepared.append(1)
-        return [np.zeros((1, 2), np.uint8)]
+        return [np.zeros((1, 2), np.uint8)], None
 
     def free(self):
         self.blocker.set()

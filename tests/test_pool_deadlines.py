@@ -15,7 +15,7 @@ import pytest
 
 from app.engines import TensorSpec
 from app.errors import Busy, InvokeTimeout
-from app.pool import EnginePool, Interpreter, Stage
+from app.pool import EnginePool, InterpreterMember, Stage
 from tests.doubles.clock import FakeClock, FakeTimers
 from tests.waiting import turns_until
 
@@ -53,7 +53,7 @@ class SteppedEngineDouble:
 
 
 def pool_of(engine, timers: FakeTimers, wait_s=5.0, invoke_s=30.0) -> EnginePool:
-    return EnginePool("t", [Interpreter(Stage(engine, 1.0))], max_waiting=8, wait_timeout_s=wait_s, retry_after_s=1,
+    return EnginePool("t", [InterpreterMember(Stage(engine, 1.0))], max_waiting=8, wait_timeout_s=wait_s, retry_after_s=1,
                       invoke_timeout_s=invoke_s, clock=timers.clock, timers=lambda: timers)
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from app.engines import TensorSpec
 from app.errors import Busy, DeviceGone
-from app.pipeline import Pipeline
-from app.pool import EnginePool, Interpreter, Stage
+from app.pool.pipeline import Pipeline
+from app.pool import EnginePool, InterpreterMember, Stage
 from tests.waiting import turns_until
 
 EVENTUALLY_S = 10
@@ -54,12 +54,12 @@ class UnpluggableEngineDouble:
         self.closed.set()
 
 
-def member(number: int) -> Interpreter:
+def member(number: int) -> InterpreterMember:
     engine = UnpluggableEngineDouble(number)
-    return Interpreter(Stage(engine, 1.0, device=engine.device))
+    return InterpreterMember(Stage(engine, 1.0, device=engine.device))
 
 
-def pool_of(*members: Interpreter, backend: str = "edgetpu", max_waiting: int = 8) -> EnginePool:
+def pool_of(*members: InterpreterMember, backend: str = "edgetpu", max_waiting: int = 8) -> EnginePool:
     return EnginePool(f"m/{backend}", list(members), max_waiting=max_waiting, wait_timeout_s=EVENTUALLY_S,
                       retry_after_s=2, backend=backend)
 

@@ -150,7 +150,7 @@ class EdgeTpuEngine(CpuEngine):
 
     def run(self, inputs):
         """As the CPU engine's; an invoke that fails on a TPU that is no longer listed is DeviceGone (its
-        request goes to another TPU, app/pool/dispatch.py), any other failure is the request's."""
+        request goes to another TPU, app/pool/lanes.py), any other failure is the request's."""
         try:
             return super().run(inputs)
         except RuntimeError as e:
@@ -203,7 +203,7 @@ def check_tpus(library: str | None, devices: list[str], version_check: VersionCh
 
 def check_compiled_model(model_dir: ModelDir, environment: CheckedLibrary) -> Path:
     """The model's compiled file: present, unaltered, and not newer than the library's runtime.
-    A segmented model (app/pipeline.py): every segment's compiled file, checked the same way."""
+    A segmented model (app/pool/pipeline.py): every segment's compiled file, checked the same way."""
     if model_dir.manifest.segments is not None:
         try:
             paths = model_dir.segment_files(EDGETPU)
@@ -366,7 +366,7 @@ class EdgeTpuBackend(Backend):
         return fallbacks
 
     def _too_few(self, model_dir: ModelDir, tpus: int) -> str | None:
-        """A model cut into more segments (one per TPU, app/pipeline.py) than TPUs in service: why."""
+        """A model cut into more segments (one per TPU, app/pool/pipeline.py) than TPUs in service: why."""
         segments = model_dir.manifest.segments
         if segments is None or tpus >= segments.count:
             return None

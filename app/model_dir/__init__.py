@@ -8,7 +8,7 @@
 
 A segmented model (python -m converter segment) has instead one file per segment, kinds
 `int8_segment_<i>` (and `edgetpu_segment_<i>` when compiled), and a `segments` entry
-listing them in order; the service runs it as a pipeline (app/pipeline.py).
+listing them in order; the service runs it as a pipeline (app/pool/pipeline.py).
 
 model.json is one validated format, read by the service and written by the converter:
   schema.py   the format: `Manifest` and the records the service reads (input, outputs, files, segments,

@@ -2,8 +2,8 @@
 drive every kind of member through.
 
 A member is what the pool hands a request to and what the watchdog watches. Two kinds:
-  - `Interpreter`: one engine (a whole model), run on the pool's thread of that member;
-  - `Pipeline` (app/pipeline.py): a segmented model, one engine per segment, each on its own thread,
+  - `InterpreterMember`: one engine (a whole model), run on the pool's thread of that member;
+  - `Pipeline` (app/pool/pipeline.py): a segmented model, one engine per segment, each on its own thread,
     taking `lanes` requests at once.
 Both are made of `Stage`s: a loaded engine with what it takes to load it again on the same device. The
 watchdog re-creates the stages that hung (`stalled`, `lose`, `renew`), whatever the kind; segment
@@ -126,7 +126,7 @@ class Member(ABC):
         """Release the engines (called by its last pool thread as it ends)."""
 
 
-class Interpreter(Member):
+class InterpreterMember(Member):
     """A whole model on one engine, run on the pool's thread."""
 
     def __init__(self, stage: Stage):
@@ -140,8 +140,8 @@ class Interpreter(Member):
         # the pool asks once its one request has outlived the limit: that request's invoke is the stall
         return list(self.stages)
 
-    def renew(self, load: Callable[[Stage], Stage]) -> Interpreter:
-        return Interpreter(load(self.stages[0]))
+    def renew(self, load: Callable[[Stage], Stage]) -> InterpreterMember:
+        return InterpreterMember(load(self.stages[0]))
 
     def close(self) -> None:
         self.stages[0].engine.close()

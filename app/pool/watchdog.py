@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class WatchedPool(Protocol):
-    """What the watchdog needs of a pool (app/pool/dispatch.py EnginePool)."""
+    """What the watchdog needs of a pool: its membership (app/pool/membership.py Membership)."""
 
     label: str
     retry_after_s: float

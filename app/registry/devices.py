@@ -10,7 +10,7 @@ calls its DeviceListener after each look. DeviceMoves then takes each model in t
 Each move is the reload that loses nothing (app/registry/lifetimes.py): a new version swapped in, warmed up first.
 
 DeviceFollower brings one pool up to date with what the plug-in offers now (`interpreters()`, one per device),
-through the pool's own membership calls (app/pool/dispatch.py):
+through the pool's own membership calls (app/pool/membership.py):
   - a member on a device no longer offered leaves the pool (`leave`: departed);
   - a departed member whose devices are offered again is re-created on them, warmed up, and put back
     (`replace`); a pipeline has its lost segments re-created in place;

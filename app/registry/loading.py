@@ -26,8 +26,8 @@ import numpy as np
 from app.engines import Backend, EngineOptions, Fallback, TensorSpec
 from app.errors import ModelDirError, ServeError
 from app.model_dir.reading import ModelDir
-from app.pipeline import Pipeline, stage_options
-from app.pool import EnginePool, Interpreter, Member, Stage, Watchdog
+from app.pool import EnginePool, InterpreterMember, Member, Stage, Watchdog
+from app.pool.pipeline import Pipeline, stage_options
 from app.registry.fallbacks import public_fallback
 from app.registry.versions import ModelVersion
 from app.settings import Settings
@@ -151,7 +151,7 @@ class Loader:
             for index, (path, options) in enumerate(layout):
                 stages.append(self.load_stage(plugin, path, options, index))
             if len(stages) == 1:
-                return Interpreter(stages[0])
+                return InterpreterMember(stages[0])
             settings = self.settings
             return Pipeline(f"{model_dir.name}/{plugin.key}", stages, metric_labels=(model_dir.name, plugin.key),
                             lanes_per_segment=settings.pipeline_lanes_per_segment,

@@ -133,17 +133,10 @@ class Lease:
                         executor: Executor) -> tuple[RunResult, T]:
         """`prepare()` on an `executor` thread gives the input tensors (and what else it made), which go from
         there straight through a member; the place in line is taken first, before `prepare()` does any work.
-        The run's result, and what else `prepare()` made."""
+        The run's result, and what else `prepare()` made (Place.run_after)."""
         self.admit()
-        made: list = []
-
-        def inputs() -> Sequence[np.ndarray]:
-            tensors, extra = prepare()
-            made.append(extra)
-            return tensors
-
-        result = await self.place.run_after(inputs, executor)
-        return self._ran_on(result), made[0]
+        result, made = await self.place.run_after(prepare, executor)
+        return self._ran_on(result), made
 
     def _ran_on(self, result: RunResult) -> RunResult:
         """A pool whose every device left hands its line to the version's pool on the backend the model falls

@@ -17,7 +17,9 @@ until then it tells the master it is alive itself, since uvicorn does so only on
 its models in place (the master sends it to every worker: app/processes/arbiter.py).
 
 Extends the worker through its documented hook, CONFIG_KWARGS (uvicorn's Config options), and gunicorn's
-Worker.init_process / init_signals; needs `pip install edgetpu-serve[gunicorn]` (pinned in pyproject.toml).
+Worker.init_process / init_signals; beyond them it relies on the worker's `config` and on `sockets` being read
+only once the app's lifespan has started, which tests/test_gunicorn_worker.py names and checks. Needs
+`pip install edgetpu-serve[gunicorn]` (its range in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class LimitedUvicornWorker(UvicornWorker):
     def _listen_once_loaded(self) -> None:
         """gunicorn made this worker's own listening sockets (reuse_port) at the fork; the kernel would queue
         connections on them while the models load. Closed now, made again once loaded, into the list that
-        uvicorn reads after the app's lifespan has started (uvicorn_worker pinned: `self.sockets`)."""
+        uvicorn reads after the app's lifespan has started (`self.sockets`: tests/test_gunicorn_worker.py)."""
         for listener in self.sockets:
             listener.close()
         self.sockets.clear()

@@ -25,9 +25,12 @@ ASGI lifespan state (`lifespan_state()`), which uvicorn hands to each connection
 any server that runs this protocol on the app holds the same limits, whatever started it
 (`python -m app`, uvicorn's command line, gunicorn: app/launch.py), with no other wiring.
 
-This is the one module that reaches into uvicorn's protocol (its constructor, `data_received`,
-its parser callbacks and `_unset_keepalive_if_required`, `_should_upgrade`, `timeout_keep_alive`):
-uvicorn and httptools are pinned to the exact versions tests/test_http_server.py runs.
+This is the one module that reaches into uvicorn past its public configuration: uvicorn has no public
+hook for a head cap, head and body deadlines or a check of the head, so LimitedHttpToolsProtocol
+subclasses its httptools protocol (its constructor, `data_received`, the parser callbacks, three private
+helpers, a few attributes of the protocol and of its request cycle). tests/test_http_server.py names
+each of them (PROTOCOL_METHODS, PROTOCOL_ATTRIBUTES, ...) and fails first, by name, on a uvicorn that
+changed one; uvicorn is pinned within the minor version they were read from (pyproject.toml).
 """
 
 from __future__ import annotations

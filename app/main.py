@@ -36,7 +36,8 @@ NO_OPENTELEMETRY = {"tracing": False, "metrics": False, "logs": False}
 def inference_routers() -> list[APIRouter]:
     """The routers of the inference routes (app/api/routes.py), included first: every request is matched
     against the routes in order, and these are the ones under load. Every front door's (app/api/doors.py:
-    each task's native routes, DeepStack's, OIP v2's). They check the inference key themselves (DirectRoute)."""
+    each task's native routes, DeepStack's, OIP v2's). Their route classes check the inference key themselves
+    (app/api/direct.py DirectRoute `checks`): included here with no dependencies."""
     return doors.inference_routers()
 
 

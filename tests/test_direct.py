@@ -1,7 +1,8 @@
-"""DirectRoute: the same answers as FastAPI's own handler, without its dependency solving."""
+"""DirectRoute: the same answers as FastAPI's own handler, without its dependency solving, and through no private
+name of FastAPI or Starlette."""
 
-from contextvars import ContextVar
-from types import SimpleNamespace
+import ast
+from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -72,11 +73,16 @@ def test_a_route_with_dependencies_falls_back_to_fastapis_handler_and_they_run()
     assert client.post("/m/x/go?need=1").status_code == 401
 
 
-def test_checks_run_before_the_parameters_are_read():
-    def refuse(request: Request):
-        raise HTTPException(401, "no key", headers={"WWW-Authenticate": "Bearer"})
+def refuse_key(request: Request):
+    raise HTTPException(401, "no key", headers={"WWW-Authenticate": "Bearer"})
 
-    client = TestClient(app_with(DirectRoute.checking(refuse)))
+
+class CheckingRoute(DirectRoute):
+    checks = (refuse_key,)
+
+
+def test_checks_run_before_the_parameters_are_read():
+    client = TestClient(app_with(CheckingRoute))
     r = client.post("/m/x/go?top_k=0")  # invalid and missing parameters: still the check's 401
     assert r.status_code == 401 and r.json() == {"error": "no key"} and r.headers["www-authenticate"] == "Bearer"
 
@@ -113,22 +119,115 @@ def test_a_path_parameter_in_the_inclusion_prefix_is_read_from_the_path():
     assert answers[0] == answers[1] == (200, "acme x 2")
 
 
-def test_without_fastapis_inclusion_hook_every_route_falls_back_to_fastapis_handler(monkeypatch):
-    """The private hook DirectRoute reads (fastapi.routing._effective_route_context_var, FastAPI pinned
-    exactly): there on this FastAPI, and without it routes still answer alike, dependencies run."""
+def solving(monkeypatch) -> list:
+    """Every call of FastAPI's per-request dependency solving, from now on."""
     import fastapi.routing
 
-    from app.api import direct
+    solved = []
+    real = fastapi.routing.solve_dependencies
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", lambda **kw: solved.append(kw) or real(**kw))
+    return solved
 
-    assert isinstance(getattr(fastapi.routing, "_effective_route_context_var", None), ContextVar)
-    monkeypatch.setattr(direct, "routing", SimpleNamespace())  # a FastAPI without the hook, as DirectRoute sees it
-    direct = TestClient(app_with(DirectRoute))
-    plain = TestClient(app_with(APIRoute))
-    for query in ("need=1&top_k=3", "top_k=0"):
-        ours, theirs = direct.post(f"/m/x/go?{query}"), plain.post(f"/m/x/go?{query}")
-        assert (ours.status_code, ours.content) == (theirs.status_code, theirs.content)
 
+def test_a_path_parameter_of_the_inclusion_prefix_is_read_directly(monkeypatch):
+    solved = solving(monkeypatch)
+    app = FastAPI()
+    router = APIRouter(route_class=DirectRoute)
+    router.get("/m/{name}")(scoped)
+    app.include_router(router, prefix="/t/{tenant}")
+    client = TestClient(app)
+    assert client.get("/t/acme/m/x?top_k=2").text == "acme x 2"
+    assert client.get("/t/acme/m/x?top_k=0").json()["detail"][0]["loc"] == ["query", "top_k"]
+    assert solved == []
+
+
+def test_a_route_included_twice_runs_fastapis_handler_if_either_inclusion_has_dependencies():
     def refuse():
         raise HTTPException(401, "no")
 
-    assert TestClient(app_with(DirectRoute, dependencies=[Depends(refuse)])).post("/m/x/go?need=1").status_code == 401
+    app = FastAPI()
+    errors.install(app)
+    router = APIRouter(route_class=DirectRoute)
+    router.post("/m/{name}/go")(endpoint)
+    app.include_router(router, prefix="/open")
+    app.include_router(router, prefix="/guarded", dependencies=[Depends(refuse)])
+    client = TestClient(app)
+    for _ in range(2):  # the first request settles each handler, the second runs what it settled on
+        assert client.post("/guarded/m/x/go?need=1").status_code == 401
+        assert client.post("/open/m/x/go?need=1").text == repr(("x", 5, 0.0, None, False, 1, "POST"))
+
+
+def test_a_route_fastapi_does_not_list_for_the_app_runs_fastapis_handler(monkeypatch):
+    """A router mounted as an ASGI app, not included: FastAPI's view of the app has no inclusion of the route to
+    read, so FastAPI's own handler answers."""
+    solved = solving(monkeypatch)
+    router = APIRouter(route_class=DirectRoute)
+    router.post("/m/{name}/go")(endpoint)
+    app = FastAPI()
+    app.mount("/x", router)
+    r = TestClient(app).post("/x/m/a/go?need=1&top_k=3")
+    assert r.text == repr(("a", 3, 0.0, None, False, 1, "POST")) and len(solved) == 1
+
+
+FRAMEWORKS = ("fastapi", "starlette", "uvicorn", "uvicorn_worker", "gunicorn", "httptools")
+
+
+def private_framework_names(source: str) -> list[str]:
+    """Private names of a web framework a module imports or reads: `from fastapi.routing import _x`, a module
+    path with a private part (`starlette._utils`), `routing._x` or `getattr(routing, "_x")` on a framework
+    module. (What a subclass reaches through `self` is not seen here: app/http_server.py's and
+    app/gunicorn_worker.py's reach is named by tests/test_http_server.py and tests/test_gunicorn_worker.py.)"""
+    def framework(module: str) -> bool:
+        return module.split(".")[0] in FRAMEWORKS
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    found, modules = [], set()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if framework(alias.name):
+                    modules.add(alias.asname or alias.name.split(".")[0])
+                    found += [alias.name for part in alias.name.split(".") if private(part)]
+        elif isinstance(node, ast.ImportFrom) and node.module and framework(node.module):
+            found += [node.module for part in node.module.split(".") if private(part)]
+            for alias in node.names:
+                if private(alias.name):
+                    found.append(f"{node.module}.{alias.name}")
+                else:
+                    modules.add(alias.asname or alias.name)  # a submodule, a class or a function: any may be read
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in modules:
+                found.append(f"{base.id}...{node.attr}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in modules
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and private(node.args[1].value)):
+            found.append(f"{node.args[0].id}.{node.args[1].value}")
+    return found
+
+
+def test_the_service_reads_no_private_name_of_a_web_framework():
+    app = Path(__file__).resolve().parents[1] / "app"
+    found = {str(path.relative_to(app.parent)): names for path in sorted(app.rglob("*.py"))
+             if (names := private_framework_names(path.read_text(encoding="utf-8")))}
+    assert found == {}
+
+
+def test_the_private_names_check_sees_them():
+    """What the check above would have found in app/api/direct.py before it used FastAPI's public view."""
+    seen = private_framework_names
+    assert seen("from fastapi import routing\nrouting._effective_route_context_var.get()\n") == \
+        ["routing..._effective_route_context_var"]
+    assert seen('from fastapi import routing\ngetattr(routing, "_effective_route_context_var")\n') == \
+        ["routing._effective_route_context_var"]
+    assert seen("from starlette._utils import get_route_path\n") == ["starlette._utils"]
+    assert seen("from fastapi.routing import _IncludedRouter\n") == ["fastapi.routing._IncludedRouter"]
+    assert seen("import uvicorn._compat\n") == ["uvicorn._compat"]
+    assert seen("from fastapi.routing import APIRoute\nAPIRoute.__init__\nx._y\n") == []

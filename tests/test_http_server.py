@@ -14,6 +14,7 @@ import pytest
 
 from bench.service import free_port
 from tests.conftest import Service
+from tests.contracts import changed_methods
 from tests.waiting import refuses_connections, until
 
 HEAD_CAP = 16 * 1024
@@ -286,3 +287,101 @@ def test_the_linger_of_a_refused_connection_is_a_setting():
     from app.settings import Settings
 
     assert HttpLimits.from_settings(Settings(linger_s=0.25)).linger_s == 0.25
+
+
+# ---- what app/http_server.py relies on in uvicorn ------------------------------------------------------------
+# Beyond uvicorn's public configuration (uvicorn.Config's options, uvicorn.Server), app/http_server.py subclasses
+# uvicorn's httptools protocol, since uvicorn has no public hook for a head cap, head and body deadlines or a check
+# of the head. This is all it relies on there: each method it overrides or calls with the parameters it passes,
+# and each attribute it reads or sets. uvicorn is pinned to the minor version this was read from (pyproject.toml);
+# a release that changes one of them fails here first, by name, before any behaviour test above does.
+PROTOCOL_METHODS = {  # uvicorn.protocols.http.httptools_impl.HttpToolsProtocol: method -> its parameters
+    "__init__": "config, server_state, app_state, _loop=None",  # overridden, called with all four
+    "connection_made": "transport",  # overridden, each calling uvicorn's
+    "connection_lost": "exc",
+    "on_message_begin": "",  # httptools' parser callbacks, as uvicorn implements them
+    "on_url": "url",
+    "on_header": "name, value",
+    "on_headers_complete": "",
+    "on_body": "body",
+    "on_message_complete": "",
+    "on_response_complete": "",
+    "send_400_response": "msg",  # overridden: JSON instead of text
+    "data_received": "data",  # replaced (a parser error's reason goes into the 400), doing what uvicorn's does:
+    "handle_websocket_upgrade": "",
+    "_unset_keepalive_if_required": "",  # private
+    "_should_upgrade": "",  # private
+    "_unsupported_upgrade_warning": "",  # private
+}
+# attributes of the protocol, and of its RequestResponseCycle (`cycle`), read or set
+PROTOCOL_ATTRIBUTES = ("parser", "cycle", "url", "scope", "connections", "transport", "flow", "loop", "client",
+                       "timeout_keep_alive")
+CYCLE_ATTRIBUTES = ("receive", "response_complete", "response_started", "disconnected", "message_event")
+SERVER_METHODS = {"handle_exit": "sig, frame"}  # uvicorn.Server, subclassed: a second SIGTERM ends the drain
+SERVER_ATTRIBUTES = ("should_exit", "force_exit", "started")
+
+
+class _Transport:
+    """Enough of an asyncio transport for uvicorn's protocol to take one request head."""
+
+    def get_extra_info(self, name, default=None):
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def write(self, data):
+        pass
+
+    def is_closing(self):
+        return False
+
+    def close(self):
+        pass
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+def test_the_uvicorn_internals_the_protocol_relies_on_are_there():
+    import asyncio
+
+    import uvicorn
+    from uvicorn.protocols.http import httptools_impl
+    from uvicorn.server import ServerState
+
+    from app.http_server import LimitedHttpToolsProtocol
+
+    changed = changed_methods(httptools_impl.HttpToolsProtocol, PROTOCOL_METHODS) + \
+        changed_methods(uvicorn.Server, SERVER_METHODS)
+    status_line = getattr(httptools_impl, "STATUS_LINE", None)
+    if not isinstance(status_line, dict) or not status_line.get(431, b"").startswith(b"HTTP/1.1 431 "):
+        changed.append("httptools_impl.STATUS_LINE is no longer {status: b'HTTP/1.1 <status> <reason>\\r\\n'}")
+
+    async def app(scope, receive, send):
+        pass
+
+    # uvicorn's own protocol, as it stands after one request's head
+    loop = asyncio.new_event_loop()
+    try:
+        protocol = httptools_impl.HttpToolsProtocol(uvicorn.Config(app, log_level="warning"), ServerState(), {},
+                                                    _loop=loop)
+        protocol.connection_made(_Transport())
+        protocol.data_received(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n")
+        changed += [f"HttpToolsProtocol().{name} is gone" for name in PROTOCOL_ATTRIBUTES
+                    if not hasattr(protocol, name)]
+        changed += [f"HttpToolsProtocol().cycle.{name} is gone" for name in CYCLE_ATTRIBUTES
+                    if not hasattr(protocol.cycle, name)]
+        for task in protocol.tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*protocol.tasks, return_exceptions=True))
+    finally:
+        loop.close()
+    server = uvicorn.Server(uvicorn.Config(app))
+    changed += [f"uvicorn.Server().{name} is gone" for name in SERVER_ATTRIBUTES if not hasattr(server, name)]
+    assert not changed, f"uvicorn {uvicorn.__version__} changed what app/http_server.py relies on:\n  " + \
+        "\n  ".join(changed)
+    # and the list is complete: every method our protocol overrides is in it
+    overridden = {name for name, value in vars(LimitedHttpToolsProtocol).items()
+                  if callable(value) and hasattr(httptools_impl.HttpToolsProtocol, name)}
+    assert overridden <= set(PROTOCOL_METHODS)

@@ -32,7 +32,7 @@ from app.api.auth import check_inference_key
 from app.api.body import image_bytes
 from app.api.direct import DirectRoute
 from app.api.held import held
-from app.api.routes import inference_route, v1_head
+from app.api.routes import Inference, v1_head
 from app.core import ImageInput
 from app.engines import TensorSpec
 from app.errors import ModelDirError
@@ -84,8 +84,13 @@ class EmbeddingTask(Task):
 
 TASK = EmbeddingTask()
 
-router = APIRouter(prefix="/v1", tags=["embedding"],
-                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head(TASK)))
+
+class EmbeddingRoute(DirectRoute):
+    checks = (check_inference_key,)
+    inference = Inference("v1", v1_head(TASK))
+
+
+router = APIRouter(prefix="/v1", tags=["embedding"], route_class=EmbeddingRoute)
 
 
 @router.post("/models/{name}/embed", response_model=EmbeddingResponse)

@@ -2,10 +2,10 @@
 
     app.include_router(router, dependencies=[InferenceKey])   # models, devices, /v2 metadata ...
     @router.post("/{name}/reload", dependencies=[AdminKey])     # reload, load, unload
-    check_inference_key(request)                               # first line of a DirectRoute handler
+    class ClassifyRoute(DirectRoute): checks = (check_inference_key,)   # an inference route class
 
-The inference routes (/v1 classify, /v2 infer) are DirectRoutes (app/api/direct.py): no dependency
-solving per request, so they call check_inference_key themselves, with the same answers.
+The inference routes (/v1 classify and detect, /v2 infer) are DirectRoutes (app/api/direct.py): no dependency
+solving per request, so their route classes run check_inference_key first themselves, with the same answers.
 
 A key is sent as `Authorization: Bearer <key>` or `X-API-Key: <key>`. Inference endpoints
 are open until inference keys are set; an admin key is also an inference key. Admin

@@ -6,9 +6,9 @@ Admission before work: the hold (the model version, and the room check on the po
 is read, so a full line answers 503 at once, whatever the body is doing; the place in line is taken once the
 body is here (a slow body holds none).
 
-DirectRoutes (app/api/direct.py): the query parameters are validated from the signatures below
-without FastAPI's dependency solving, after the API key check (first, as a dependency was). Inference
-routes (app/api/routes.py): declared here, they are shed, counted and admitted by protocol "v1".
+Its route class, ClassifyRoute: a DirectRoute (app/api/direct.py), the query parameters validated from the
+signatures below without FastAPI's dependency solving, after the API key check (first, as a dependency was); and
+inference routes of protocol "v1" (app/api/routes.py): declared here, they are shed, counted and admitted.
 """
 
 from __future__ import annotations
@@ -22,15 +22,22 @@ from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.direct import DirectRoute
 from app.api.held import held
-from app.api.routes import inference_route, v1_head
+from app.api.routes import Inference, v1_head
 from app.api.schemas import ErrorResponse
 from app.core import ImageInput
 from app.errors import InvalidParameter
 from app.tasks import Answer
 from app.tasks.classify import TASK, ClassifyOptions, ClassifyResponse
 
-router = APIRouter(prefix="/v1", tags=["classify"],
-                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head(TASK)))
+
+class ClassifyRoute(DirectRoute):
+    """/v1 classify: the inference key checked first; inference routes of protocol "v1"."""
+
+    checks = (check_inference_key,)
+    inference = Inference("v1", v1_head(TASK))
+
+
+router = APIRouter(prefix="/v1", tags=["classify"], route_class=ClassifyRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}

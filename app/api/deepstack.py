@@ -36,7 +36,7 @@ from app.api.classify import BackendQuery
 from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, retry_after
 from app.api.held import held
-from app.api.routes import inference_route, v1_head
+from app.api.routes import Inference, v1_head
 from app.api.schemas import DeepStackError, DeepStackResponse
 from app.core import ImageInput
 from app.errors import RequestError, ServeError
@@ -60,7 +60,9 @@ def failure(status: int, message: str, headers: dict | None = None) -> Response:
 
 
 class DeepStackRoute(AnsweringRoute):
-    """Every failure in DeepStack's shape and statuses, without leaving the route."""
+    """Every failure in DeepStack's shape and statuses, without leaving the route (CodeProject.AI's routes beside
+    these answer so too: app/api/codeproject.py). No key check first: the key may come in the body (the handler
+    checks it)."""
 
     @staticmethod
     def failure(request: Request, error: Exception) -> Response:
@@ -77,9 +79,14 @@ class DeepStackRoute(AnsweringRoute):
         return failure(500, f"internal error: {type(error).__name__}")
 
 
-router = APIRouter(prefix="/v1/vision", tags=["DeepStack (detection)"],
-                   route_class=inference_route(DeepStackRoute, "deepstack", v1_head(TASK),
-                                               error_fields=FAILED))
+class DeepStackDetectionRoute(DeepStackRoute):
+    """DeepStack's detection routes: inference routes of protocol "deepstack", their refusals from the head in
+    DeepStack's shape too."""
+
+    inference = Inference("deepstack", v1_head(TASK), error_fields=FAILED)
+
+
+router = APIRouter(prefix="/v1/vision", tags=["DeepStack (detection)"], route_class=DeepStackDetectionRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 ERRORS = {status: {"model": DeepStackError} for status in (400, 401, 404, 413, 503, 504)}

@@ -3,8 +3,8 @@ image's pixels. The detection task's native front door: parse the query, hold th
 (app/core), read the body, get the task's answer (app/tasks/detect.py), send it as the task's schema says.
 
 As /v1/classify: the hold (the model version, the room check) before the body is read, the place in line once
-it is here; DirectRoutes, the API key checked first; declared here as inference routes of protocol "v1" (shed,
-counted and admitted by app/api/routes.py's table). The model without a name: DEFAULT_DETECTION_MODEL.
+it is here; its route class, DetectRoute, a DirectRoute with the API key checked first, declares them
+inference routes of protocol "v1" (shed, counted and admitted by app/api/routes.py's table). The model without a name: DEFAULT_DETECTION_MODEL.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.classify import BackendQuery
 from app.api.direct import DirectRoute
 from app.api.held import held
-from app.api.routes import inference_route, v1_head
+from app.api.routes import Inference, v1_head
 from app.api.schemas import ErrorResponse
 from app.core import ImageInput
 from app.tasks import Answer
@@ -31,8 +31,15 @@ from app.tasks.detect import TASK, DetectOptions, DetectResponse
 MAX_DETECTIONS = 1000
 MAX_LABELS_CHARS = 512
 
-router = APIRouter(prefix="/v1", tags=["detect"],
-                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head(TASK)))
+
+class DetectRoute(DirectRoute):
+    """/v1 detect: the inference key checked first; inference routes of protocol "v1"."""
+
+    checks = (check_inference_key,)
+    inference = Inference("v1", v1_head(TASK))
+
+
+router = APIRouter(prefix="/v1", tags=["detect"], route_class=DetectRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}

@@ -9,28 +9,41 @@ FastAPI generates from it) and, per request, validates each parameter with a pyd
 built once from that same declaration: the same values, the same 422 errors (RequestValidationError,
 with FastAPI's `loc` and messages), no second description of a parameter to drift from the first.
 
-It goes direct only when that changes nothing: a handler declared to return a Response, taking only the
-Request, path parameters and query parameters, on a route without dependencies (its own or its
-router's inclusion). Anything else, a Depends say, runs through FastAPI's own handler as before:
-slower, never different. So API keys on a direct route are checked in the handler, not by a
-router-level dependency: `DirectRoute.checking(check_inference_key)` runs the check first, before
-the parameters, where FastAPI solved the dependency.
+It is FastAPI's documented extension point, a route class whose `get_route_handler()` makes the handler
+(https://fastapi.tiangolo.com/how-to/custom-request-and-route/), and it reads no private name of FastAPI or
+Starlette (tests/test_direct.py checks app/ for one). It goes direct only when that changes nothing: a
+handler declared to return a Response, taking only the Request, path parameters and query parameters, on a
+route without dependencies. Anything else, a Depends say, runs through FastAPI's own handler: slower, never
+different. What a route cannot see from its own declaration is how it was included: `include_router(router,
+prefix="/t/{tenant}", dependencies=[...])` adds path parameters and dependencies, and FastAPI builds a handler
+per inclusion without saying which. So each handler settles it on its first request, from FastAPI's public
+view of the app's routes (`fastapi.routing.iter_route_contexts`: each inclusion of a route, with its full path
+and its dependencies; `included_path_parameters`). It goes direct when the inclusion that routed the request
+adds no dependency; otherwise it runs FastAPI's own handler, which FastAPI built beside it for that inclusion.
+
+A route class declares its checks: `checks = (check_inference_key,)` runs the API key check on each request
+first, before the parameters are read, where FastAPI would have solved the dependency (on FastAPI's path too).
+So API keys on a direct route are a check of its class, not a router-level dependency.
 """
 
 from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from fastapi import params, routing
+from fastapi import params
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, compile_path
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+Check = Callable[[Request], None]
 
 _MISSING = object()
 
@@ -62,6 +75,33 @@ class _Parameter:
                           for error in e.errors(include_url=False))
 
 
+class _Reader:
+    """A handler's arguments from a request, as FastAPI would give them (or its RequestValidationError)."""
+
+    def __init__(self, parameters: Sequence[_Parameter]):
+        self.path_names = frozenset(p.name for p in parameters if p.where == "path")
+        self.path_params = [p for p in parameters if p.where == "path"]
+        self.query_params = [p for p in parameters if p.where == "query"]
+        self.request_names = [p.name for p in parameters if p.where == "request"]
+
+    def arguments(self, request: Request) -> dict[str, Any]:
+        values: dict[str, Any] = {name: request for name in self.request_names}
+        errors: list = []
+        for p in self.path_params:
+            p.read(request.path_params, values, errors)
+        if self.query_params:
+            if request.scope["query_string"]:
+                query = request.query_params
+                for p in self.query_params:
+                    p.read(query, values, errors)
+            else:  # the usual case: every default
+                for p in self.query_params:
+                    p.read({}, values, errors)
+        if errors:
+            raise RequestValidationError(errors)
+        return values
+
+
 def direct_parameters(route: APIRoute, path_names: set[str]) -> list[_Parameter] | None:
     """The handler's parameters as DirectRoute reads them, or None if it cannot (FastAPI's handler runs it).
     `path_names`: the parameters of the full path, prefixes included."""
@@ -89,7 +129,7 @@ def direct_parameters(route: APIRoute, path_names: set[str]) -> list[_Parameter]
             return None  # Depends, Header, Body, File, ...
         info = declared[0] if declared else None
         where = "path" if name in path_names else "query"
-        if info is not None and info.in_.value != where:
+        if info is not None and isinstance(info, params.Path) != (where == "path"):
             return None
         if where == "path" and base is str and info is None:
             found.append(_Parameter(name, name, "path", None, _MISSING))
@@ -108,70 +148,93 @@ def _scalar(annotation) -> bool:
     return all(a in (str, int, float, bool) for a in args)
 
 
-_UNKNOWN = object()
+def path_parameters(path: str) -> frozenset[str]:
+    """The parameter names of a route path, as Starlette compiles it."""
+    return frozenset(compile_path(path)[2])
 
 
-def _inclusion():
-    """The router inclusion this handler is being built for (FastAPI builds one handler per
-    inclusion, its path prefixed and its dependencies added), None for the route itself, or
-    _UNKNOWN on a FastAPI without this hook: then the route falls back to FastAPI's own handler
-    rather than risk skipping a dependency."""
-    context_var = getattr(routing, "_effective_route_context_var", None)
-    return _UNKNOWN if context_var is None else context_var.get()
+def included_path_parameters(route: APIRoute, request: Request) -> frozenset[str] | None:
+    """The path parameters of `route` as the app serves `request` on it, when the inclusion that routed the request
+    adds no dependency; None otherwise, or when FastAPI's public view of the app does not show it: then only
+    FastAPI's own handler knows what to run.
+
+    The app's routes are tried in order, as the app's router tried them, up to the first full match: the entry
+    (an included router, or the route itself) that routed the request; FastAPI's view of that entry
+    (`iter_route_contexts`) gives each inclusion of the route in it with its full path and its dependencies. So
+    nothing past that entry is built or read here (FastAPI builds an included router's routes at its first
+    match: all of the app's, a few hundred ms at once)."""
+    routes = getattr(request.app, "routes", None)
+    if routes is None:
+        return None
+    for entry in routes:
+        if entry.matches(request.scope)[0] is Match.FULL:
+            break
+    else:
+        return None
+    names = set()
+    for context in iter_route_contexts([entry]):
+        if context.original_route is not route:
+            continue
+        dependencies = getattr(context, "dependencies", None)
+        if not isinstance(dependencies, list | tuple) or dependencies:
+            return None
+        names.add(path_parameters(context.path))
+    return names.pop() if len(names) == 1 else None
+
+
+_UNSETTLED = object()
 
 
 class DirectRoute(APIRoute):
     """An APIRoute whose handler gets its parameters without FastAPI's dependency solving (see module)."""
 
-    checks: tuple[Callable[[Request], None], ...] = ()
+    # Run on each request before its parameters are read (each raises, an HTTPException say, to refuse).
+    checks: ClassVar[tuple[Check, ...]] = ()
 
-    @classmethod
-    def checking(cls, *checks: Callable[[Request], None]) -> type[DirectRoute]:
-        """This route class with `checks` run on each request before its parameters are read
-        (each raises, an HTTPException say, to refuse). They run on FastAPI's path too."""
-        return type(f"{cls.__name__}Checking", (cls,), {"checks": cls.checks + checks})
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    def get_route_handler(self) -> Handler:
+        # FastAPI's own handler, for the inclusion being built: what runs when going direct would not be the same.
+        solved = self._checked(super().get_route_handler())
+        if self.dependencies:
+            return solved
+        own = direct_parameters(self, set(self.param_convertors))
+        if own is None:
+            return solved
         checks = self.checks
-        inclusion = _inclusion()
-        route = self if inclusion is None else inclusion
-        parameters = None
-        if inclusion is not _UNKNOWN and not getattr(route, "dependencies", [None]):
-            parameters = direct_parameters(self, set(getattr(route, "param_convertors", self.param_convertors)))
-        if parameters is None:
-            solved = super().get_route_handler()
-
-            async def handle_solved(request: Request) -> Response:
-                for check in checks:
-                    check(request)
-                return await solved(request)
-
-            return handle_solved if checks else solved
+        reader: Any = _UNSETTLED
         endpoint = self.endpoint
-        path_params = [p for p in parameters if p.where == "path"]
-        query_params = [p for p in parameters if p.where == "query"]
-        request_names = [p.name for p in parameters if p.where == "request"]
 
         async def handle(request: Request) -> Response:
+            nonlocal reader
+            if reader is _UNSETTLED:  # this handler's first request: how is the route included?
+                reader = self._settle(request, own)
+            if reader is None:
+                return await solved(request)
             for check in checks:
                 check(request)
-            values: dict[str, Any] = {name: request for name in request_names}
-            errors: list = []
-            for p in path_params:
-                p.read(request.path_params, values, errors)
-            if query_params:
-                if request.scope["query_string"]:
-                    query = request.query_params
-                    for p in query_params:
-                        p.read(query, values, errors)
-                else:  # the usual case: every default
-                    for p in query_params:
-                        p.read({}, values, errors)
-            if errors:
-                raise RequestValidationError(errors)
-            return await endpoint(**values)
+            return await endpoint(**reader.arguments(request))
 
         return handle
+
+    def _settle(self, request: Request, own: list[_Parameter]) -> _Reader | None:
+        path_names = included_path_parameters(self, request)
+        if path_names is None:
+            return None
+        if path_names == path_parameters(self.path):
+            return _Reader(own)
+        parameters = direct_parameters(self, set(path_names))  # a prefix with parameters of its own
+        return None if parameters is None else _Reader(parameters)
+
+    def _checked(self, handler: Handler) -> Handler:
+        checks = self.checks
+        if not checks:
+            return handler
+
+        async def handle_checked(request: Request) -> Response:
+            for check in checks:
+                check(request)
+            return await handler(request)
+
+        return handle_checked
 
 
 class AnsweringRoute(DirectRoute):
@@ -183,7 +246,7 @@ class AnsweringRoute(DirectRoute):
     def failure(request: Request, error: Exception) -> Response | None:
         return None
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    def get_route_handler(self) -> Handler:
         handler = super().get_route_handler()
         failure = self.failure
 

@@ -33,7 +33,7 @@ from app.api.body import read_limited
 from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, retry_after
 from app.api.held import held
-from app.api.routes import inference_route
+from app.api.routes import Inference
 from app.core import ImageInput
 from app.errors import RequestError, ServeError
 from app.tasks.detect import TASK, DetectedObject, DetectOptions
@@ -55,7 +55,12 @@ def check_doods_key(request: Request) -> None:
 
 
 class DoodsRoute(AnsweringRoute):
-    """Failures in DOODS' shape: {"error": ...} with the status the service gives the fault."""
+    """Failures in DOODS' shape: {"error": ...} with the status the service gives the fault; DOODS' key checked
+    first; inference routes of protocol "doods", whose model is in the body: the head cannot place a request (None),
+    its room is checked once the body is read."""
+
+    checks = (check_doods_key,)
+    inference = Inference("doods", lambda *_: None)
 
     @staticmethod
     def failure(request: Request, error: Exception) -> Response | None:
@@ -74,9 +79,7 @@ def _error(status: int, message: str, headers: dict | None = None, request_id: s
                     media_type="application/json", headers=headers)
 
 
-# the model is in the body: the head cannot place a request (None), its room is checked once the body is read
-router = APIRouter(tags=["DOODS (Home Assistant)"],
-                   route_class=inference_route(DoodsRoute.checking(check_doods_key), "doods", lambda *_: None))
+router = APIRouter(tags=["DOODS (Home Assistant)"], route_class=DoodsRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 

@@ -1,9 +1,13 @@
 """The inference routes, in one table: declared once, on the router, and read by everyone who must know them.
 
-A route is an inference route when its router's route class comes from `inference_route()`: that class
-says the route's protocol (the `protocol` label of the request counter) and how its request head names a
-task, a model and a backend (`Head`). `InferenceRoutes.of(...)`, over the routes of the inference routers
-(app/api/__init__.py INFERENCE_ROUTERS), is then the table, and it is read by
+A route is an inference route when its router's route class declares `inference = Inference(protocol, head)`:
+its protocol (the `protocol` label of the request counter) and how its request head names a task, a model and
+a backend (`Head`). Each door declares its route class where its router is (app/api/classify.py
+`ClassifyRoute`, app/api/deepstack.py `DeepStackDetectionRoute`, app/api/v2/router.py `V2InferenceRoute`, ...);
+a subclass inherits the declaration, so a protocol's routes that run no model have a class of their own without
+it (`DeepStackRoute`, `V2Route`).
+`InferenceRoutes.of(...)`, over the routes of the inference routers (app/api/doors.py), is then the table, and
+it is read by
   - load shedding from the head (app/api/shedding.py HeadAdmission): which requests to place, and where;
   - the request counter (app/api/metrics.py RequestCounter): which requests to count, under which protocol
     (and under which model and backend: the door notes what the core returns, app/api/held.py, or the
@@ -17,11 +21,9 @@ nothing else lists it (tests/test_routes.py adds one).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
-
-from fastapi.routing import APIRoute
 
 from app.tasks import Task
 
@@ -31,14 +33,14 @@ from app.tasks import Task
 Head = Callable[[dict[str, str], bytes], "tuple[Task | None, str | None, str | None] | None"]
 
 
-def inference_route(base: type[APIRoute], protocol: str, head: Head,
-                    error_fields: dict | None = None) -> type[APIRoute]:
-    """`base` (a route class) marked as an inference route of `protocol`, its head read by `head`; a refusal
-    from the head answers {**error_fields, "error": ...} (a protocol whose errors carry more, DeepStack's
-    "success": false)."""
-    return type(f"{base.__name__}{protocol.upper()}Inference", (base,),
-                {"inference_protocol": protocol, "head_target": staticmethod(head),
-                 "error_fields": dict(error_fields or {})})
+@dataclass(frozen=True)
+class Inference:
+    """What a route class declares to make its routes inference routes (`inference = Inference(...)`)."""
+    protocol: str
+    head: Head
+    # what the protocol's error bodies carry beside "error" (DeepStack's "success": false): a refusal from the head
+    # answers {**error_fields, "error": ...}
+    error_fields: Mapping = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class InferenceRouteEntry:
 
 
 class InferenceRoutes:
-    """The POST routes marked by `inference_route()` among `routes`, in routing order."""
+    """The POST routes among `routes` whose class declares an `Inference`, in routing order."""
 
     def __init__(self, entries: Iterable[InferenceRouteEntry]):
         self.entries = tuple(entries)
@@ -67,10 +69,11 @@ class InferenceRoutes:
 
     @classmethod
     def of(cls, routes: Iterable) -> InferenceRoutes:
-        return cls(InferenceRouteEntry(route.inference_protocol, route.path, route.path_regex, route.head_target,
-                                       getattr(route, "error_fields", {}))
+        return cls(InferenceRouteEntry(inference.protocol, route.path, route.path_regex, inference.head,
+                                       dict(inference.error_fields))
                    for route in routes
-                   if getattr(route, "inference_protocol", None) and "POST" in getattr(route, "methods", ()))
+                   if isinstance(inference := getattr(route, "inference", None), Inference)
+                   and "POST" in (getattr(route, "methods", None) or ()))
 
     def match(self, path: str) -> tuple[InferenceRouteEntry, dict[str, str]] | None:
         """The route a POST to `path` (decoded, as in an ASGI scope) goes to, and its path parameters."""

@@ -22,14 +22,21 @@ from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
 from app.api.classify import BackendQuery
 from app.api.direct import DirectRoute
 from app.api.held import held
-from app.api.routes import inference_route, v1_head
+from app.api.routes import Inference, v1_head
 from app.api.schemas import ErrorResponse
 from app.core import ImageInput
 from app.tasks import Answer
 from app.tasks.segment import TASK, SegmentResponse
 
-router = APIRouter(prefix="/v1", tags=["segment"],
-                   route_class=inference_route(DirectRoute.checking(check_inference_key), "v1", v1_head(TASK)))
+
+class SegmentRoute(DirectRoute):
+    """/v1 segment: the inference key checked first; inference routes of protocol "v1"."""
+
+    checks = (check_inference_key,)
+    inference = Inference("v1", v1_head(TASK))
+
+
+router = APIRouter(prefix="/v1", tags=["segment"], route_class=SegmentRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}

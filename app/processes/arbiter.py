@@ -17,8 +17,8 @@ TPUs the old ones still hold. Here HUP reloads the models in every worker instea
 worker's registry loads a new version beside the one serving, swaps, and retires the old one when its
 last request ends), so no request fails and no TPU changes hands. USR2 (a new master beside the old)
 and TTIN/TTOU are refused for the same reason. That replaces the master's `handle_hup`, `handle_usr2`,
-`handle_ttin` and `handle_ttou` on the instance: the one place this reaches past the hooks, pinned with
-gunicorn (27.0.1) and tested (tests/test_processes.py). gunicorn's control socket, whose commands
+`handle_ttin` and `handle_ttou` on the instance: the one place this reaches past the hooks, named by
+tests/test_gunicorn_worker.py and tested (tests/test_processes.py). gunicorn's control socket, whose commands
 bypass the signals, is off.
 """
 

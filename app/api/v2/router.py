@@ -4,8 +4,8 @@ Thin: hold the model through the core (the room check, before the body), read th
 budget, parse it (wire.py), run it through the core (infer.py), encode the answer. Every error becomes
 {"error": ...} through errors.py's table, handled inside the route so the connection stays
 open. `health` holds the routes that stay open like /healthz; `router` the ones that take
-the inference key (app/main.py); `inference` the two infer routes, DirectRoutes (app/api/direct.py):
-no dependency solving per request, the inference key checked first by the route itself.
+the inference key (app/main.py); `inference` the two infer routes, of V2InferenceRoute (a DirectRoute,
+app/api/direct.py): no dependency solving per request, the inference key checked first by the route class.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from app.api.deps import RegistryDep, SettingsDep
 from app.api.direct import AnsweringRoute
 from app.api.errors import REFUSED, refusals
 from app.api.held import held
-from app.api.routes import inference_route
+from app.api.routes import Inference
 from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
@@ -69,8 +69,14 @@ def head(parameters: dict[str, str], query: bytes) -> tuple[None, str, None] | N
     return None, parameters["name"], None
 
 
-inference = APIRouter(prefix="/v2", tags=TAGS,
-                      route_class=inference_route(V2Route.checking(check_inference_key), "v2", head))
+class V2InferenceRoute(V2Route):
+    """The infer routes: the inference key checked first; inference routes of protocol "v2"."""
+
+    checks = (check_inference_key,)
+    inference = Inference("v2", head)
+
+
+inference = APIRouter(prefix="/v2", tags=TAGS, route_class=V2InferenceRoute)
 INFERENCE_ROUTERS = (inference,)  # app/api/doors.py
 
 

@@ -151,7 +151,31 @@ async def detectors(request: Request) -> Response:
     return Response(orjson.dumps({"detectors": found}), media_type="application/json")
 
 
-@router.post("/detect", response_model=DoodsResponse, summary="DOODS: detect objects in a base64 image")
+class DoodsError(BaseModel):
+    id: str | None = None
+    error: str
+
+
+ERRORS = {status: {"model": DoodsError} for status in (400, 401, 404, 413, 415, 422, 503, 504)}
+_THRESHOLDS = {"type": "object", "additionalProperties": {"type": "number"},
+               "description": "label (or \"*\") -> the least confidence, in percent"}
+DETECT_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "description": "DOODS2's detect request (pydoods sends it)",
+    "properties": {
+        "id": {"type": "string"},
+        "detector_name": {"type": "string", "description": "a detector of GET /detectors; default: the default"},
+        "data": {"type": "string", "contentEncoding": "base64", "description": "the image, base64-encoded"},
+        "detect": _THRESHOLDS,
+        "regions": {"type": "array", "items": {
+            "type": "object", "required": ["top", "left", "bottom", "right"],
+            "properties": {**{side: {"type": "number", "description": "a fraction of the image"}
+                              for side in ("top", "left", "bottom", "right")},
+                           "detect": _THRESHOLDS, "covers": {"type": "boolean"}, "id": {"type": "string"}}}},
+    }}}}}}
+
+
+@router.post("/detect", response_model=DoodsResponse, responses=ERRORS, openapi_extra=DETECT_BODY,
+             summary="DOODS: detect objects in a base64 image")
 async def doods_detect(request: Request) -> Response:
     arrived = time.perf_counter()
     settings = request.app.state.settings

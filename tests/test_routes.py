@@ -46,11 +46,11 @@ def answered(status: str, protocol: str = "v1") -> float:
 
 def test_the_table_holds_the_inference_routes_of_both_protocols():
     routes = InferenceRoutes.of(route for router in inference_routers() for route in router.routes)
-    # every front door's (app/api/doors.py: app/api's modules in name order, then app/api/v2's)
-    assert routes.paths == ["/v1/classify", "/v1/models/{name}/classify", "/v1/vision/detection",
-                            "/v1/vision/custom/{name}", "/v1/detect", "/v1/models/{name}/detect", "/detect",
-                            "/v1/pose", "/v1/models/{name}/pose", "/v1/segment", "/v1/models/{name}/segment",
-                            "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"]
+    # every front door's, by rank (app/api/doors.py): the native routes and OIP v2's first, the newer doors after
+    assert routes.paths == ["/v1/classify", "/v1/models/{name}/classify", "/v1/detect", "/v1/models/{name}/detect",
+                            "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer",
+                            "/v1/vision/detection", "/v1/vision/custom/{name}", "/detect",
+                            "/v1/pose", "/v1/models/{name}/pose", "/v1/segment", "/v1/models/{name}/segment"]
     assert routes.protocol_of("POST", "/v1/models/m/classify") == "v1"
     assert routes.protocol_of("POST", "/detect") == "doods"
     assert routes.protocol_of("POST", "/v1/models/m/detect") == "v1"

@@ -39,6 +39,7 @@ class ClassifyRoute(DirectRoute):
 
 router = APIRouter(prefix="/v1", tags=["classify"], route_class=ClassifyRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
+INFERENCE_RANK = 10  # the native routes first (app/api/doors.py)
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
 TopK = Annotated[int, Query(ge=1, description="how many classes to return (at most EDGETPU_SERVE_MAX_TOP_K)")]

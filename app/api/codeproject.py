@@ -32,6 +32,7 @@ router = APIRouter(prefix="/v1", tags=["CodeProject.AI (Blue Iris)"], route_clas
 # found with the inference routers (app/api/doors.py), in module-name order: before DeepStack's, whose
 # /v1/vision/custom/{name} would take /v1/vision/custom/list; its routes run no model and are not in the table
 INFERENCE_ROUTERS = (router,)
+INFERENCE_RANK = 39  # just before DeepStack's /v1/vision/custom/{name} (app/api/doors.py)
 
 
 def _version() -> dict:

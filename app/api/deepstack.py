@@ -88,6 +88,7 @@ class DeepStackDetectionRoute(DeepStackRoute):
 
 router = APIRouter(prefix="/v1/vision", tags=["DeepStack (detection)"], route_class=DeepStackDetectionRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
+INFERENCE_RANK = 40  # after the native routes and OIP v2 (app/api/doors.py)
 
 ERRORS = {status: {"model": DeepStackError} for status in (400, 401, 404, 413, 503, 504)}
 OPENAPI_BODY = {

@@ -41,6 +41,7 @@ class DetectRoute(DirectRoute):
 
 router = APIRouter(prefix="/v1", tags=["detect"], route_class=DetectRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
+INFERENCE_RANK = 20  # the native routes first (app/api/doors.py)
 
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
 MinScore = Annotated[float | None, Query(ge=0.0, le=1.0, description="drop objects scoring below this (default: the "

@@ -78,6 +78,7 @@ class V2InferenceRoute(V2Route):
 
 inference = APIRouter(prefix="/v2", tags=TAGS, route_class=V2InferenceRoute)
 INFERENCE_ROUTERS = (inference,)  # app/api/doors.py
+INFERENCE_RANK = 30  # OIP v2's tensors next (app/api/doors.py)
 
 
 def _errors(*statuses: int) -> dict:

@@ -112,7 +112,10 @@ def instrument_detection() -> None:
         import app.tasks.detect as detect
     except ImportError:
         return
-    detect.objects = _timed("post-processing", detect.objects)
+    if hasattr(detect, "DetectionTask") and hasattr(detect.DetectionTask, "read"):  # the task reads its outputs itself
+        detect.DetectionTask.read = _timed("post-processing", detect.DetectionTask.read)
+    else:
+        detect.objects = _timed("post-processing", detect.objects)
     detect_api.image_bytes = _timed_async("body read", detect_api.image_bytes)
     deepstack.image_and_fields = _timed_async("body read", deepstack.image_and_fields)
     for module in (detect_api, deepstack):

@@ -21,6 +21,7 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.frigate_client import decode  # noqa: E402
+from bench.stats import percentile_or_none  # noqa: E402
 
 TIMEOUT_MS = 10_000
 WARMUP_S = 0.5
@@ -69,10 +70,10 @@ def run(endpoint: str, model: str, height: int, width: int, clients: int, second
     for thread in threads:
         thread.join()
     context.term()
-    latencies = np.sort(np.concatenate([r["latencies"] for r in results])) * 1000
+    latencies = np.concatenate([r["latencies"] for r in results]) * 1000
     n = len(latencies)
-    return {"req_s": n / seconds, "requests": n, "p50_ms": float(np.percentile(latencies, 50)) if n else None,
-            "p99_ms": float(np.percentile(latencies, 99)) if n else None,
+    return {"req_s": n / seconds, "requests": n, "p50_ms": percentile_or_none(latencies, 50),
+            "p99_ms": percentile_or_none(latencies, 99),
             "zero_rows": sum(r["zero"] for r in results), "errors": sum(r["timeouts"] for r in results)}
 
 

@@ -1,6 +1,6 @@
 """Nothing outside a backend's plug-in names it (issue 24): the Edge TPU is named only by its
 plug-in (app/engines/edgetpu.py), its helper package (app/edgetpu/) and the file formats that name
-compiled models. The same check as `grep -rnP 'edgetpu(?![-_]serve)' app --include=*.py`."""
+compiled models (app/model_dir/, app/tflite_file.py, app/importing/: what a handed-over .tflite is). The same check as `grep -rnP 'edgetpu(?![-_]serve)' app --include=*.py`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
 NAME = re.compile(r"edgetpu(?![-_]serve)")
-ALLOWED = ("engines/edgetpu.py", "edgetpu/", "model_dir/", "tflite_file.py")
+# the plug-in, its helpers, and the file formats (a compiled file's name and custom op, its model directory entry)
+ALLOWED = ("engines/edgetpu.py", "edgetpu/", "model_dir/", "tflite_file.py", "importing/")
 
 
 def naming_lines(root: Path) -> list[str]:

@@ -52,7 +52,7 @@ MODEL_TYPES: dict[str, str | None] = {
     "rfdetr": None,
 }
 NOT_RUN_HERE = ("{model_type} models are ONNX graphs with float heads that the Edge TPU does not run; give Frigate a "
-                "full-integer .tflite SSD detector (model_type: ssd), such as its own /edgetpu_model.tflite")
+                "full-integer .tflite SSD detector (model_type: ssd), such as the SSD files its image ships")
 
 
 class Refused(Exception):

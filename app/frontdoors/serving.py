@@ -2,7 +2,7 @@
 
 `rows()` holds the model through the core (its version, the room check, a place in line) and runs the tensor as it
 came (`TensorInput`: checked against the model's input tensor, never decoded). An SSD (its outputs
-TFLite_Detection_PostProcess's four) is read as Frigate's own `edgetpu` detector reads it: the task's named tensors
+TFLite_Detection_PostProcess's four) is read as Frigate's own Coral detector reads it: the task's named tensors
 (each role's tensor as the model gave it, found by name) through Frigate's SSD rule (frigate.ssd_rows), so the rows
 are Frigate's to the bit, boxes unclipped. Any other detector family the detection task reads is answered from the
 task's answer (its objects, best first, boxes normalized to the input), cut as Frigate's rule cuts (`detection_rows`).

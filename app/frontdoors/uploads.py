@@ -5,7 +5,7 @@ Only with ZMQ_ACCEPT_MODELS=true, and at most ZMQ_MAX_MODEL_BYTES. One upload at
     name, bytes --checks (app/importing: as `converter import` checks a file; here also: a detector ending in
                   TFLite_Detection_PostProcess with a uint8 [1, H, W, 3] input, what Frigate sends)
       --> MODEL_DIR/<name>/ written whole and atomically (app/model_dir/writing.py): model.json with provenance
-          "uploaded by a Frigate ZMQ client", the file as <name>_int8.tflite or, compiled, <name>_int8_edgetpu.tflite
+          "uploaded by a Frigate ZMQ client", the file as the plain or the compiled file (app/importing handed_over)
       --> loaded and warmed up on the configured backends (Registry.add), then it serves
 
 Class ids suffice (Frigate keeps its own labelmap), so no labels are written. Nothing is ever replaced: a model of
@@ -25,31 +25,17 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from app.edgetpu.compat import analyze
 from app.errors import ServeError
 from app.frontdoors.zmq_door import UploadResult
-from app.importing import ImportRefused, graph_facts, identity_normalization, read_tflite_source
+from app.importing import ImportRefused, graph_facts, handed_over, read_tflite_source
 from app.model_dir.reading import read_model_dir
-from app.model_dir.schema import (
-    EDGETPU,
-    INT8,
-    MANIFEST,
-    Build,
-    ImportedFile,
-    InputSpec,
-    Manifest,
-    OutputSpec,
-    edgetpu_filename,
-    int8_filename,
-)
-from app.model_dir.schema import Imported as ImportedRecord
+from app.model_dir.schema import EDGETPU, INT8, MANIFEST
 from app.model_dir.writing import write_model_dir
 
 log = logging.getLogger(__name__)
 
 PROVENANCE = "uploaded by a Frigate ZMQ client"
 ROUTE = "uploaded"
-LICENCE = f"unknown: {PROVENANCE}"
 
 
 class Refusal(Exception):
@@ -88,8 +74,8 @@ class ModelUploads:
             raise Refusal(str(e)) from None
         if facts.task != "detection":
             raise Refusal(f"{name} is a {facts.task} model ({facts.why}): Frigate needs a detector, ending in "
-                          "TFLite_Detection_PostProcess (model_type ssd, such as its own /edgetpu_model.tflite or "
-                          "/cpu_model.tflite) or a YOLO head (model_type yolo-generic)")
+                          "TFLite_Detection_PostProcess (model_type ssd, such as the SSD files its image ships) or a "
+                          "YOLO head (model_type yolo-generic)")
         tensor = facts.input
         if tensor.type != "UINT8" or tensor.shape[3] != 3:
             raise Refusal(f"{name}'s input {tensor.name!r} is {tensor.type.lower()} {list(tensor.shape)}: Frigate "
@@ -98,10 +84,11 @@ class ModelUploads:
         target = self.root / model
         if target.exists():
             return self._again(name, model, target, sha256)
-        manifest = self._manifest(name, model, source, facts, sha256, len(data))
-        kind, filename = (EDGETPU, edgetpu_filename(model)) if source.compiled else (INT8, int8_filename(model))
+        manifest, files = handed_over(model, source, facts, PROVENANCE, ROUTE, notes=[
+            f"sent by a Frigate ZMQ client as {name!r} (model_data); Frigate keeps its own labelmap, so the classes "
+            "are named by their ids here"])
         try:
-            path = write_model_dir(self.root, manifest, {kind: (filename, data)})
+            path = write_model_dir(self.root, manifest, files)
         except (OSError, ServeError) as e:
             raise Refusal(f"{name} could not be written to {target}: {e}") from None
         return self._serve(name, model, path, source.compiled, written=True)
@@ -129,33 +116,12 @@ class ModelUploads:
             if compiled_only:
                 raise Refusal(f"{name} is compiled for the Edge TPU only, and no Edge TPU serves here ({e}): not kept. "
                               "Send the plain .tflite it was compiled from (Frigate's /cpu_model.tflite for its "
-                              "/edgetpu_model.tflite), or attach an Edge TPU and serve the edgetpu backend") from None
+                              "compiled SSD), or attach an Edge TPU and serve it there") from None
             if "served already" in str(e):
                 raise Refusal(f"{e}: name a served model in Frigate's model.path, or rename the file") from None
             raise Refusal(f"{name} could not be loaded here: {e}; not kept") from None
         verb = "saved as" if written else "already here as"
         return UploadResult(saved=True, loaded=True, model=model, message=f"{name} {verb} model {model!r}: serving")
-
-    @staticmethod
-    def _manifest(name: str, model: str, source, facts, sha256: str, size: int) -> Manifest:
-        tensor = facts.input
-        mean, std = identity_normalization(tensor)
-        height, width = tensor.shape[1:3]
-        kind = EDGETPU if source.compiled else INT8
-        notes = [f"sent by a Frigate ZMQ client as {name!r} (model_data); Frigate keeps its own labelmap, so the "
-                 "classes are named by their ids here"]
-        record = ImportedRecord(
-            files=[ImportedFile(name=name, sha256=sha256, bytes=size, kind=kind)],
-            labels="none: Frigate keeps its own labelmap; classes are named by number",
-            input="the input's quantization: the uint8 tensor Frigate sends goes in as it is",
-            scores=f"a detector, {facts.detector.name}: {facts.detector.origin}", notes=notes)
-        return Manifest(
-            name=model, task="detection", description=f"{name}, {PROVENANCE}", source=f"{PROVENANCE}: {name} "
-            f"(sha256 {sha256[:12]})", licence=LICENCE,
-            input=InputSpec(width=width, height=height, channels=3, resize="stretch", mean=[mean], std=[std]),
-            output=OutputSpec(scores="probabilities"), outputs=facts.detector.outputs, detection=facts.detector.spec,
-            edgetpu_analysis=analyze(source.model).summary(),
-            build=Build(command=f"{PROVENANCE} (model_data {name!r})", route=ROUTE), imported=record)
 
 
 def model_name_for(name: str) -> str:

@@ -7,13 +7,15 @@ checks, so a file the service takes is one `converter import` takes, and the ref
           around them allowed (tasks.py); the task it answers: a classifier of one output, a detector (detectors.py:
           TFLite_Detection_PostProcess, YOLO heads), a segmenter or MoveNet SinglePose (tasks.py))
 
-`graph.py` reads the file and the graph, `detectors.py` the detector families, `tasks.py` the float parts,
+`graph.py` reads the file and the graph, `handed.py` makes a model directory's contents of a file a client hands
+over, `detectors.py` the detector families, `tasks.py` the float parts,
 segmentation and pose, `metadata.py` the TFLite metadata packed in the file (labels, normalization).
 
 Here because `app/` imports nothing from `converter/` (docs/architecture.md): the converter builds its import on
 these (converter/importer.py adds the labels, the metadata, the pair check and the model directory's records).
 """
 
+from app.importing.handed import handed_over
 from app.importing.graph import (
     EDGE_OPS,
     GraphFacts,
@@ -25,5 +27,5 @@ from app.importing.graph import (
     read_tflite_source,
 )
 
-__all__ = ["EDGE_OPS", "GraphFacts", "ImportRefused", "TfliteSource", "graph_facts",
+__all__ = ["EDGE_OPS", "GraphFacts", "handed_over", "ImportRefused", "TfliteSource", "graph_facts",
            "identity_normalization", "producer", "read_tflite_source"]

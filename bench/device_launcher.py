@@ -89,7 +89,13 @@ def instrument() -> None:
     InputQuantizer.__call__ = _timed("quantize", InputQuantizer.__call__)
     post.scores = _timed("post-processing", post.scores)
     post.top_predictions = _timed("post-processing", post.top_predictions)
-    if hasattr(classify_api, "image_bytes"):
+    try:  # since the core: the native routes read their image body in app/api/held.py
+        import app.api.held as held_api
+    except ImportError:
+        held_api = None
+    if held_api is not None and hasattr(held_api, "image_bytes"):
+        held_api.image_bytes = _timed_async("body read", held_api.image_bytes)
+    elif hasattr(classify_api, "image_bytes"):
         classify_api.image_bytes = _timed_async("body read", classify_api.image_bytes)
     if hasattr(classify_api, "response_body"):  # orjson, straight from the dataclasses
         classify_api.response_body = _timed("response serialization", classify_api.response_body)
@@ -116,7 +122,8 @@ def instrument_detection() -> None:
         detect.DetectionTask.read = _timed("post-processing", detect.DetectionTask.read)
     else:
         detect.objects = _timed("post-processing", detect.objects)
-    detect_api.image_bytes = _timed_async("body read", detect_api.image_bytes)
+    if hasattr(detect_api, "image_bytes"):  # before the core: /v1/detect read its own body
+        detect_api.image_bytes = _timed_async("body read", detect_api.image_bytes)
     deepstack.image_and_fields = _timed_async("body read", deepstack.image_and_fields)
     for module in (detect_api, deepstack):
         module.response_body = _timed("response serialization", module.response_body)

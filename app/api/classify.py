@@ -19,12 +19,11 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.auth import check_inference_key
-from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
+from app.api.body import OPENAPI_REQUEST_BODY
 from app.api.direct import DirectRoute
-from app.api.held import held
+from app.api.held import answer_image
 from app.api.routes import Inference, v1_head
-from app.api.schemas import ErrorResponse
-from app.core import ImageInput
+from app.api.schemas import V1_ERRORS
 from app.errors import InvalidParameter
 from app.tasks import Answer
 from app.tasks.classify import TASK, ClassifyOptions, ClassifyResponse
@@ -41,7 +40,7 @@ router = APIRouter(prefix="/v1", tags=["classify"], route_class=ClassifyRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 INFERENCE_RANK = 10  # the native routes first (app/api/doors.py)
 
-ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
+ERRORS = V1_ERRORS
 TopK = Annotated[int, Query(ge=1, description="how many classes to return (at most EDGETPU_SERVE_MAX_TOP_K)")]
 Threshold = Annotated[float, Query(ge=0.0, le=1.0, description="drop classes scoring below this")]
 BackendQuery = Annotated[str | None, Query(max_length=32, description="a backend key, as GET /v1/models lists "
@@ -54,9 +53,7 @@ async def _classify(request: Request, name: str | None, top_k: int, threshold: f
     settings = request.app.state.settings
     if top_k > settings.max_top_k:
         raise InvalidParameter(f"top_k is {top_k}; at most {settings.max_top_k} (EDGETPU_SERVE_MAX_TOP_K)")
-    async with held(request, TASK, name, backend) as hold:
-        given = ImageInput(await image_bytes(request, settings.max_body_bytes))
-        answer = await hold.answer(given, ClassifyOptions(top_k, threshold))
+    answer = await answer_image(request, TASK, name, backend, ClassifyOptions(top_k, threshold))
     # Serialized once here, straight from the dataclasses (orjson: ~4 us against ~40 us for
     # ClassifyResponse.model_validate + model_dump_json, same bytes); returning a Response skips
     # FastAPI's validation pass against response_model, which still documents the schema.

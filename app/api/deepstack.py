@@ -102,7 +102,9 @@ OPENAPI_BODY = {
                            CONFIDENCE_FIELD: {"anyOf": [{"type": "number", "maximum": 1}, {"type": "string",
                                                                                            "maxLength": 0}],
                                               "default": DEFAULT_MIN_CONFIDENCE},
-                           KEY_FIELD: {"type": "string"}}}}},
+                           # any text: a form field is text whatever it looks like (a key that reads as a number
+                           # is a key), so no type to violate
+                           KEY_FIELD: {"description": "one of the service's API keys, when keys are set"}}}}},
     }
 }
 

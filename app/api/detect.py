@@ -15,13 +15,12 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.auth import check_inference_key
-from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
+from app.api.body import OPENAPI_REQUEST_BODY
 from app.api.classify import BackendQuery
 from app.api.direct import DirectRoute
-from app.api.held import held
+from app.api.held import answer_image
 from app.api.routes import Inference, v1_head
-from app.api.schemas import ErrorResponse
-from app.core import ImageInput
+from app.api.schemas import V1_ERRORS
 from app.tasks import Answer
 from app.tasks.detect import TASK, DetectOptions, DetectResponse
 
@@ -43,7 +42,7 @@ router = APIRouter(prefix="/v1", tags=["detect"], route_class=DetectRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 INFERENCE_RANK = 20  # the native routes first (app/api/doors.py)
 
-ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
+ERRORS = V1_ERRORS
 MinScore = Annotated[float | None, Query(ge=0.0, le=1.0, description="drop objects scoring below this (default: the "
                                          "model's, model.json detection.min_score, else 0.5)")]
 MaxDetections = Annotated[int | None, Query(ge=1, le=MAX_DETECTIONS,
@@ -62,11 +61,8 @@ def wanted_labels(labels: str | None) -> frozenset[str] | None:
 
 async def _detect(request: Request, name: str | None, min_score: float | None, max_detections: int | None,
                   labels: str | None, backend: str | None) -> Response:
-    settings = request.app.state.settings
-    options = DetectOptions(min_score, max_detections, wanted_labels(labels))
-    async with held(request, TASK, name, backend) as hold:
-        given = ImageInput(await image_bytes(request, settings.max_body_bytes))
-        answer = await hold.answer(given, options)
+    answer = await answer_image(request, TASK, name, backend, DetectOptions(min_score, max_detections,
+                                                                            wanted_labels(labels)))
     return Response(response_body(answer), media_type="application/json")
 
 

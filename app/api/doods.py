@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import check_inference_key, check_inference_key_value
@@ -84,6 +84,10 @@ INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
 
 class Region(BaseModel):
+    # strict, as the schema is: a number sent as a string is a client's mistake, not a number (lax pydantic would
+    # take "50" for 50.0, and the schema would not describe what is accepted)
+    model_config = ConfigDict(strict=True)
+
     top: float
     left: float
     bottom: float
@@ -95,6 +99,8 @@ class Region(BaseModel):
 
 class DetectRequest(BaseModel):
     """DOODS2's request (its odrpc.DetectRequest); `image` (an annotated image back) and `preprocess` are not done."""
+
+    model_config = ConfigDict(strict=True)
 
     id: str | None = None
     detector_name: str | None = None

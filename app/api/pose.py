@@ -13,13 +13,12 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.api.auth import check_inference_key
-from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
+from app.api.body import OPENAPI_REQUEST_BODY
 from app.api.classify import BackendQuery
 from app.api.direct import DirectRoute
-from app.api.held import held
+from app.api.held import answer_image
 from app.api.routes import Inference, v1_head
-from app.api.schemas import ErrorResponse
-from app.core import ImageInput
+from app.api.schemas import V1_ERRORS
 from app.tasks.pose import TASK, PoseResponse
 
 
@@ -33,14 +32,11 @@ class PoseRoute(DirectRoute):
 router = APIRouter(prefix="/v1", tags=["pose"], route_class=PoseRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
-ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
+ERRORS = V1_ERRORS
 
 
 async def _pose(request: Request, name: str | None, backend: str | None) -> Response:
-    settings = request.app.state.settings
-    async with held(request, TASK, name, backend) as hold:
-        given = ImageInput(await image_bytes(request, settings.max_body_bytes))
-        answer = await hold.answer(given)
+    answer = await answer_image(request, TASK, name, backend)
     return Response(orjson.dumps(TASK.native(answer)), media_type="application/json")
 
 

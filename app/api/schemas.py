@@ -11,6 +11,10 @@ class ErrorResponse(BaseModel):
     error: str
 
 
+# What the native inference routes (/v1 classify, detect, segment, pose) may answer besides 200: {"error": ...}.
+V1_ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
+
+
 class DeepStackPrediction(BaseModel):
     label: str
     confidence: float

@@ -18,13 +18,12 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import check_inference_key
-from app.api.body import OPENAPI_REQUEST_BODY, image_bytes
+from app.api.body import OPENAPI_REQUEST_BODY
 from app.api.classify import BackendQuery
 from app.api.direct import DirectRoute
-from app.api.held import held
+from app.api.held import answer_image
 from app.api.routes import Inference, v1_head
-from app.api.schemas import ErrorResponse
-from app.core import ImageInput
+from app.api.schemas import V1_ERRORS
 from app.tasks import Answer
 from app.tasks.segment import TASK, SegmentResponse
 
@@ -39,7 +38,7 @@ class SegmentRoute(DirectRoute):
 router = APIRouter(prefix="/v1", tags=["segment"], route_class=SegmentRoute)
 INFERENCE_ROUTERS = (router,)  # app/api/doors.py
 
-ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 422, 503, 504)}
+ERRORS = V1_ERRORS
 PNG = {"content": {"image/png": {}}, "description": "with format=png: the mask, one byte per pixel whose value is "
                                                     "the class id (255: not seen), at the original image's size"}
 Format = Annotated[Literal["json", "png"], Query(description="json: the classes present and their share of the "
@@ -47,10 +46,7 @@ Format = Annotated[Literal["json", "png"], Query(description="json: the classes 
 
 
 async def _segment(request: Request, name: str | None, format: str, backend: str | None) -> Response:
-    settings = request.app.state.settings
-    async with held(request, TASK, name, backend) as hold:
-        given = ImageInput(await image_bytes(request, settings.max_body_bytes))
-        answer = await hold.answer(given)
+    answer = await answer_image(request, TASK, name, backend)
     if format == "json":
         return Response(orjson.dumps(TASK.native(answer)), media_type="application/json")
     return await png_response(answer)

@@ -75,6 +75,27 @@ class Place:
             self.line.leave()
 
 
+class Jobs:
+    """The queue the lanes take jobs from: a queue.SimpleQueue, whose put and get run in C, bounded by a check before
+    each put_nowait (queue.Full). With queue.Queue's Condition, the thread woken (a lane for a job, the loop for an
+    answer) waited for the GIL while the other still ran that Python. Several threads putting at once may pass the
+    bound by one each: admission keeps the line far below it."""
+
+    __slots__ = ("_queue", "maxsize", "get", "get_nowait", "put", "qsize")
+
+    def __init__(self, maxsize: int):
+        self._queue = queue.SimpleQueue()
+        self.maxsize = maxsize
+        # the queue's own: get() blocks, get_nowait() raises queue.Empty, put() never blocks (a lane's STOP)
+        self.get, self.get_nowait, self.put, self.qsize = (self._queue.get, self._queue.get_nowait, self._queue.put,
+                                                           self._queue.qsize)
+
+    def put_nowait(self, item: object) -> None:
+        if self._queue.qsize() >= self.maxsize:
+            raise queue.Full
+        self._queue.put(item)
+
+
 class Line:
     """The bounded line of one pool: who may wait (admission), the queue, and the deadlines of those waiting."""
 
@@ -95,7 +116,7 @@ class Line:
         self.clock = clock
         self.timers = timers
         self.successor: Line | None = None  # where the line goes once every device left (hand_over)
-        self.jobs: queue.Queue = queue.Queue(maxsize=self._capacity(lanes))
+        self.jobs = Jobs(self._capacity(lanes))
 
     def _capacity(self, lanes: int) -> int:
         # Bounded: admission keeps it far below this; twice the line leaves room for jobs whose
@@ -104,8 +125,7 @@ class Line:
 
     def make_room(self, lanes: int) -> None:
         """Room in the queue for the line admission allows beside `lanes` (a member joined)."""
-        with self.jobs.mutex:
-            self.jobs.maxsize = self._capacity(lanes)
+        self.jobs.maxsize = self._capacity(lanes)
 
     @property
     def handed_to(self) -> str | None:

@@ -257,29 +257,36 @@ class ZmqDoor:
 
     async def _answer(self, envelope: list, body: list) -> None:
         identity = envelope[0] if envelope else b""
-        self.seen[identity] = time.monotonic()
-        self.seen.move_to_end(identity)
-        while len(self.seen) > PEERS_KEPT:
-            self.seen.popitem(last=False)
+        ran = None
         try:
-            reply = await self._reply(identity, body)
+            reply, ran = await self._reply(identity, body)
         except Exception:  # a bug: logged, and still answered
             log.exception("ZMQ door: request from %s", self._peer_name(identity))
             reply = self._refusal(body, Refused("internal", "internal error: see the service's log", 500))
         self._send(envelope, reply)
+        # the bookkeeping once the reply is on its way: at one client, the loop's time before it is the client's
+        self.seen[identity] = time.monotonic()
+        self.seen.move_to_end(identity)
+        while len(self.seen) > PEERS_KEPT:
+            self.seen.popitem(last=False)
+        if ran is not None:
+            self.answered += 1
+            metrics.answered(PROTOCOL, *ran, 200)
 
     # -- requests -----------------------------------------------------------------------------------------------
 
-    async def _reply(self, identity: bytes, body: list) -> list[bytes]:
+    async def _reply(self, identity: bytes, body: list) -> tuple[list[bytes], tuple[str, str] | None]:
+        """The reply, and the model and backend that ran the tensor when it was answered with rows (None: refused,
+        and counted; a model message)."""
         views = [frame.buffer for frame in body]
         header = model = None
         try:
             header, request = self.requests.read(views)
             if isinstance(request, ModelCheck):
                 await self.detectors.settled(SETTLE_WAIT_S)
-                return self._check(identity, request)
+                return self._check(identity, request), None
             if isinstance(request, ModelUpload):
-                return await self._upload(identity, request)
+                return await self._upload(identity, request), None
             detector = self._detector_for(identity, request)
             model = detector.name
             fits(detector, request)
@@ -289,10 +296,8 @@ class ZmqDoor:
                 header = header_of(views)
             model_message = header is not None and bool(header.get("model_request") or header.get("model_data"))
             self._count_refusal(identity, refused, model, inference=not model_message)
-            return self._refusal(body, refused, header)
-        self.answered += 1
-        metrics.answered(PROTOCOL, model, backend, 200)
-        return rows_reply(rows)
+            return self._refusal(body, refused, header), None
+        return rows_reply(rows), (model, backend)
 
     def _refusal(self, body: list, refused: Refused, header: dict | None = ...) -> list[bytes]:
         """The reply to a refused request: a model message's JSON where it was one, else zero rows."""

@@ -217,7 +217,7 @@ class Registry:
             version.leases -= 1
             self._active -= 1
             close = version.retired and version.leases == 0
-            if self._active == 0:
+            if self._active == 0 and self._draining:  # only drain() waits for it
                 self._idle.notify_all()
         if close:
             version.close()

@@ -132,7 +132,7 @@ class Holding:
         core, task = self._core, self._task
         name = self._name = core.model_of(task, self._model)
         leasing = self._leasing = core.registry.lease(name, self._backend)
-        lease = self._lease = await leasing.__aenter__()
+        lease = self._lease = leasing.enter()
         try:
             if not self._room_checked:
                 lease.check_room()
@@ -140,13 +140,16 @@ class Holding:
                 raise RequestError(f"model {name!r} has task {lease.task.name!r}; this route answers {task.name} "
                                    "models only")
         except BaseException as e:
-            await self.__aexit__(type(e), e, e.__traceback__)
+            self._exit(e)
             raise
         return Held(lease, lease.task if task is None else task, core.images)
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._exit(exc)
+
+    def _exit(self, exc: BaseException | None) -> None:
         try:
-            await self._leasing.__aexit__(exc_type, exc, tb)
+            self._leasing.exit()
         finally:
             if isinstance(exc, ServeError) and exc.target is None:
                 exc.target = Target(self._name, self._lease.backend)

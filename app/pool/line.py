@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -58,16 +58,19 @@ class Place:
         self.line = line
         self._held = True
 
-    async def run(self, inputs: Inputs) -> RunResult:
-        """Every input tensor through one member, within the line's deadlines: every output tensor."""
-        return await self.line.run(inputs)
+    # Awaitables handed through (no coroutine of their own): every level of coroutine a request awaits through runs
+    # on the way in, and again when its answer comes.
 
-    async def run_after(self, prepare: Callable[[], tuple[Inputs, Extra]],
-                        executor: Executor) -> tuple[RunResult, Extra]:
+    def run(self, inputs: Inputs) -> Awaitable[RunResult]:
+        """Every input tensor through one member, within the line's deadlines: every output tensor."""
+        return self.line.run(inputs)
+
+    def run_after(self, prepare: Callable[[], tuple[Inputs, Extra]],
+                  executor: Executor) -> Awaitable[tuple[RunResult, Extra]]:
         """`prepare()` on one of `executor`'s threads gives the inputs and an extra value (a decode's timings
         and geometry, say); that thread hands the inputs straight to the members' queue, with no hop back
         through the event loop between the two. The run's result, and the extra value."""
-        return await self.line.run_after(prepare, executor)
+        return self.line.run_after(prepare, executor)
 
     def release(self) -> None:
         if self._held:
@@ -171,7 +174,8 @@ class Line:
     # The job's deadline timer is set before its input is handed on: the thread that takes it next runs only once this
     # one lets go of the GIL, so what the loop does after the hand-off delays the device (about 10 us at one client).
 
-    async def run(self, inputs: Inputs) -> RunResult:
+    def run(self, inputs: Inputs) -> Awaitable[RunResult]:
+        """Queued now (from the event loop), answered by awaiting what it returns: the job's outcome."""
         job = Job(inputs, asyncio.get_running_loop(), self.timers(), self.clock(), self)
         self._time(job)
         try:
@@ -179,7 +183,7 @@ class Line:
         except BaseException:
             job.timer.cancel()
             raise
-        return await self._outcome(job)
+        return self._outcome(job)
 
     async def run_after(self, prepare: Callable[[], tuple[Inputs, Extra]],
                         executor: Executor) -> tuple[RunResult, Extra]:

@@ -345,7 +345,8 @@ class Leasing:
         self._name = name
         self._backend = backend
 
-    async def __aenter__(self) -> Lease:
+    def enter(self) -> Lease:
+        """The block's start (for a holder that is itself a context manager: app/core's)."""
         registry = self._registry
         version = registry._hold(self._name)
         try:
@@ -357,8 +358,15 @@ class Leasing:
         self._version, self._lease = version, lease
         return lease
 
-    async def __aexit__(self, *exc) -> None:
+    def exit(self) -> None:
+        """The block's end: the place in line given back, then the version."""
         try:
             self._lease.release()
         finally:
             self._registry._let_go(self._version)
+
+    async def __aenter__(self) -> Lease:
+        return self.enter()
+
+    async def __aexit__(self, *exc) -> None:
+        self.exit()

@@ -13,15 +13,22 @@ time) with the same clients. Reported: answered per second, p50/p99 round trip, 
 the server's CPU per request (every thread, /proc/<pid>/task/*/schedstat); for ZMQ also the device's time as the
 service measured its invokes (/metrics' inference stage), since a sleep of D ms takes longer on a loaded machine.
 
+With several `--checkout`s (or `--rounds` above 1), every checkout's service and the naive peer are up at once and
+each point is measured in alternating rounds across them, each figure the median over the rounds (as
+bench/device_capacity.py does for HTTP: one side measured after another is biased by what the machine did meanwhile).
+
 Example usage:
     python bench/device_capacity.py --zmq --device-ms 7 --devices 4 --concurrency 1,2,4,8
     python bench/device_capacity.py --zmq --device-ms 7 --devices 1,2,4,8,12 --concurrency 16 --json zmq.json
+    python bench/device_capacity.py --zmq --checkout /work/main --checkout . --concurrency 1,8 --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,34 +132,68 @@ class NaivePeer(ServiceProcess):
 
 
 def measure(device_times: list[float], device_counts: list[int], levels: list[int], seconds: float,
-            workdir: Path) -> dict:
+            workdir: Path, checkouts: list[Path] | None = None, rounds: int = 1) -> dict:
+    """Every checkout's service (default: this one) and the naive peer up at once per (D, n), each point measured
+    `rounds` times in alternating order across them; each row the median over its rounds."""
+    checkouts = checkouts or [repo_root()]
     model_dir = build_model(workdir / "models")
     report: dict = {"zmq": [], "http": [], "peer": []}
     for d in device_times:
         for n in device_counts:
-            endpoint = f"ipc://{workdir}/zmq-{n}"
-            settings = {"MODELS": NAME, "MODEL_DIR": str(workdir / "models"), "ZMQ_ENDPOINT": endpoint,
-                        "DEFAULT_DETECTION_MODEL": NAME, "MAX_WAITING": "64"}
-            with Service(repo_root(), d, n, "simtpu", None, settings=settings) as svc:
-                frigate_load(endpoint, max(levels), 1.0)  # warm
-                wrk_run(svc.url, v2_tensor(NAME), max(levels), 1.0, workdir)
+            with contextlib.ExitStack() as stack:
+                sides = []
+                for i, checkout in enumerate(checkouts):
+                    endpoint = f"ipc://{workdir}/zmq-{n}-{i}"
+                    settings = {"MODELS": NAME, "MODEL_DIR": str(workdir / "models"), "ZMQ_ENDPOINT": endpoint,
+                                "DEFAULT_DETECTION_MODEL": NAME, "MAX_WAITING": "64"}
+                    svc = stack.enter_context(Service(checkout, d, n, "simtpu", None, settings=settings))
+                    frigate_load(endpoint, max(levels), 1.0)  # warm
+                    wrk_run(svc.url, v2_tensor(NAME), max(levels), 1.0, workdir)
+                    sides.append((str(checkout), endpoint, svc))
+                peer_endpoint = f"tcp://127.0.0.1:{free_port()}"
+                peer = stack.enter_context(NaivePeer(model_dir / f"{NAME}_int8.tflite", d, peer_endpoint))
+                frigate_load(peer_endpoint, 1, 1.0)
                 for c in levels:
-                    zmq_row = point(svc.process.pid, lambda: frigate_load(endpoint, c, seconds), d, n, svc.url,
-                                    path="ZMQ", clients=c)
-                    http_row = point(svc.process.pid, lambda: wrk_run(svc.url, v2_tensor(NAME), c, seconds, workdir),
-                                     d, n, path="HTTP /v2 binary", clients=c)
-                    report["zmq"].append(zmq_row)
-                    report["http"].append(http_row)
-            print_table(f"D = {d} ms, {n} simulated device(s), one process (load average {load_average()})",
-                        [r for r in report["zmq"] if (r["device_ms"], r["devices"]) == (d, n)],
-                        [r for r in report["http"] if (r["device_ms"], r["devices"]) == (d, n)])
-        endpoint = f"tcp://127.0.0.1:{free_port()}"
-        with NaivePeer(model_dir / f"{NAME}_int8.tflite", d, endpoint) as peer:
-            for c in levels:
-                report["peer"].append(point(peer.process.pid, lambda: frigate_load(endpoint, c, seconds), d, 1,
-                                            path="naive REP peer", clients=c))
-        print_peer(d, [r for r in report["peer"] if r["device_ms"] == d])
+                    measured: dict[tuple[str, str], list[dict]] = {}
+                    for r in range(rounds):
+                        for checkout, endpoint, svc in (sides if r % 2 == 0 else sides[::-1]):
+                            measured.setdefault(("zmq", checkout), []).append(
+                                point(svc.process.pid, lambda: frigate_load(endpoint, c, seconds), d, n, svc.url,
+                                      path="ZMQ", clients=c, checkout=checkout))
+                            measured.setdefault(("http", checkout), []).append(
+                                point(svc.process.pid, lambda: wrk_run(svc.url, v2_tensor(NAME), c, seconds, workdir),
+                                      d, n, path="HTTP /v2 binary", clients=c, checkout=checkout))
+                        measured.setdefault(("peer", ""), []).append(
+                            point(peer.process.pid, lambda: frigate_load(peer_endpoint, c, seconds), d, 1,
+                                  path="naive REP peer", clients=c))
+                    for (kind, _), rows in measured.items():
+                        report[kind].append(median_row(rows))
+            for checkout, _, _ in sides:
+                title = f"D = {d} ms, {n} simulated device(s), one process"
+                if len(sides) > 1:
+                    title += f", {checkout}"
+                if rounds > 1:
+                    title += f", medians of {rounds} alternating rounds"
+                print_table(f"{title} (load average {load_average()})",
+                            [r for r in report["zmq"] if (r["device_ms"], r["devices"], r["checkout"]) == (d, n, checkout)],
+                            [r for r in report["http"] if (r["device_ms"], r["devices"], r["checkout"]) == (d, n, checkout)])
+            print_peer(d, [r for r in report["peer"][-len(levels):]])
     return report
+
+
+def median_row(rows: list[dict]) -> dict:
+    """One point's rounds as one row: each figure's median (timeouts and zero rows: their sum), device busy from the
+    median rate."""
+    row = dict(rows[0])
+    for key, value in rows[0].items():
+        if key in ("errors", "zero_rows", "requests"):
+            row[key] = sum(r[key] for r in rows)
+        elif isinstance(value, float) and key != "device_ms":
+            found = [r[key] for r in rows if r.get(key) is not None]
+            row[key] = statistics.median(found) if found else None
+    row["device_busy"] = row["req_s"] * row["device_ms"] / 1000 / row["devices"]
+    row["rounds"] = len(rows)
+    return row
 
 
 def _cell(r: dict) -> str:
@@ -186,12 +227,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,2,4,8", help="Frigate-like clients (comma-separated)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per measured point")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
+    parser.add_argument("--checkout", action="append", type=Path, default=None,
+                        help="checkout(s) to serve from, side by side (default: this one)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="alternating rounds per point, medians reported (default: 3 with several checkouts, else 1)")
     args, _ = parser.parse_known_args(argv)
+    checkouts = [c.resolve() for c in args.checkout] if args.checkout else None
+    rounds = args.rounds or (3 if checkouts and len(checkouts) > 1 else 1)
     print(f"ZMQ capacity: load average {load_average()} at start; {args.duration} s per point")
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         report = measure([float(d) for d in args.device_ms.split(",")], [int(n) for n in args.devices.split(",")],
-                         [int(c) for c in args.concurrency.split(",")], args.duration, Path(tmp))
+                         [int(c) for c in args.concurrency.split(",")], args.duration, Path(tmp), checkouts, rounds)
     report["seconds"] = round(time.time() - started)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from contextlib import ExitStack, asynccontextmanager
+from collections.abc import Coroutine, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -100,32 +100,59 @@ class Core:
             raise
         return target
 
-    @asynccontextmanager
-    async def hold(self, task: Task | None, model: str | None, backend: str | None = None, *,
-                   room_checked: bool = False) -> AsyncIterator[Held]:
-        """Hold the model's current version until the block ends (a reload meanwhile never closes it under the
-        request), on its pool for `backend`, with its room check unless the request had it (`room_checked`);
-        `task` None: any task's model (a tensor protocol reads the task's named tensors)."""
-        name = self.model_of(task, model)
-        lease = None
-        try:
-            async with self.registry.lease(name, backend) as lease:
-                if not room_checked:
-                    lease.check_room()
-                if task is not None and lease.task is not task:
-                    raise RequestError(f"model {name!r} has task {lease.task.name!r}; this route answers {task.name} "
-                                       "models only")
-                yield Held(lease, lease.task if task is None else task, self.images)
-        except Exception as e:
-            if lease is not None and isinstance(e, ServeError) and e.target is None:
-                e.target = Target(name, lease.backend)
-            raise
+    def hold(self, task: Task | None, model: str | None, backend: str | None = None, *,
+             room_checked: bool = False) -> Holding:
+        """`async with core.hold(...) as held`: hold the model's current version until the block ends (a reload
+        meanwhile never closes it under the request), on its pool for `backend`, with its room check unless the
+        request had it (`room_checked`); `task` None: any task's model (a tensor protocol reads the task's named
+        tensors). A ServeError raised once the lease is held carries its target (`ServeError.target`)."""
+        return Holding(self, task, model, backend, room_checked)
 
     async def infer(self, task: Task, model: str | None, backend: str | None, given: Given,
                     options: Any = None) -> Answer:
         """One input already at hand through the model to its task's answer (a door with no body to read)."""
         async with self.hold(task, model, backend) as held:
             return await held.answer(given, options)
+
+
+class Holding:
+    """Core.hold(): a class rather than a generator (asynccontextmanager), as Registry.lease() is: every request
+    enters one."""
+
+    __slots__ = ("_core", "_task", "_model", "_backend", "_room_checked", "_name", "_leasing", "_lease")
+
+    def __init__(self, core: Core, task: Task | None, model: str | None, backend: str | None, room_checked: bool):
+        self._core = core
+        self._task = task
+        self._model = model
+        self._backend = backend
+        self._room_checked = room_checked
+
+    async def __aenter__(self) -> Held:
+        core, task = self._core, self._task
+        name = self._name = core.model_of(task, self._model)
+        leasing = self._leasing = core.registry.lease(name, self._backend)
+        lease = self._lease = leasing.enter()
+        try:
+            if not self._room_checked:
+                lease.check_room()
+            if task is not None and lease.task is not task:
+                raise RequestError(f"model {name!r} has task {lease.task.name!r}; this route answers {task.name} "
+                                   "models only")
+        except BaseException as e:
+            self._exit(e)
+            raise
+        return Held(lease, lease.task if task is None else task, core.images)
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._exit(exc)
+
+    def _exit(self, exc: BaseException | None) -> None:
+        try:
+            self._leasing.exit()
+        finally:
+            if isinstance(exc, ServeError) and exc.target is None:
+                exc.target = Target(self._name, self._lease.backend)
 
 
 class Held:
@@ -173,6 +200,10 @@ class Held:
         in order. Every place in line is taken now, all or none (Busy from any gives back those taken), and on
         the first failure the other runs are cancelled and waited for: no input still runs once its place is
         given back."""
+        lease = self.lease
+        if len(inputs) == 1 and backend in (None, lease.backend):  # one input on the held pool: its own place
+            lease.admit()
+            return [await self._tensors(lease, inputs[0])]
         with ExitStack() as places:
             leases = _places(self.lease, backend or self.lease.backend, len(inputs), places)
             return await _all([self._tensors(lease, given) for lease, given in zip(leases, inputs)])

@@ -3,8 +3,10 @@ the end of its work (its timings, observed in /metrics)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -42,9 +44,13 @@ async def run(lease: Lease, given: Given, images: ImageWork) -> Run:
     if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:
         raise RequestError(f"model {lease.model_dir.name!r} on {lease.backend!r} takes a {spec.dtype.name} tensor "
                            f"of shape {list(spec.shape)}, got {tensor.dtype.name} {list(tensor.shape)}")
-    geometry = Geometry.identity(spec.shape[2], spec.shape[1])
+    geometry = _identity(spec.shape[2], spec.shape[1])
     # no decode or preprocess stage: none is timed (a zero would skew those histograms)
     return _run(await lease.run([np.ascontiguousarray(tensor)]), start, {}, geometry)
+
+
+# A raw tensor's geometry, made once per input size
+_identity = lru_cache(maxsize=64)(Geometry.identity)
 
 
 def _run(result: RunResult, start: float, stages_ms: dict[str, float], geometry: Geometry) -> Run:
@@ -54,7 +60,9 @@ def _run(result: RunResult, start: float, stages_ms: dict[str, float], geometry:
 
 def finish(lease: Lease, run: Run, postprocess_start: float | None = None) -> dict[str, float]:
     """The end of one input's work: its timings in ms (the stages, the task's post-processing from
-    `postprocess_start`, the total, each segment's invoke), observed in /metrics."""
+    `postprocess_start`, the total, each segment's invoke), observed in /metrics once the event loop has run what it
+    runs now: a door answers first (Prometheus' histograms took about 35 us of the loop's time before each answer
+    at one client, cold, on 2 cores)."""
     end = time.perf_counter()
     timing_ms = dict(run.stages_ms)
     if postprocess_start is not None:
@@ -62,5 +70,6 @@ def finish(lease: Lease, run: Run, postprocess_start: float | None = None) -> di
     timing_ms["total"] = (end - run.started) * 1000
     if run.segments_ms is not None:
         timing_ms["segments"] = run.segments_ms
-    metrics.observe_input(lease.model_dir.name, lease.backend, timing_ms, run.cold)
+    asyncio.get_running_loop().call_soon(metrics.observe_input, lease.model_dir.name, lease.backend, timing_ms,
+                                         run.cold)
     return timing_ms

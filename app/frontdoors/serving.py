@@ -54,6 +54,9 @@ class CoreDetectors:
                 found.append(detector)
         return found
 
+    def detector(self, name: str) -> ServedDetector | None:
+        return self._detector(name) if name in self.registry.names() else None
+
     def _detector(self, name: str) -> ServedDetector | None:
         registry = self.registry
         version, model_dir = registry.serving(name), registry.models.model_dir(name)

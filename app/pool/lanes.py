@@ -120,10 +120,10 @@ class Lanes:
                 break
             except Exception as e:  # handed to the request
                 error = e
-            job.finished = True
-            job.answer(result, error)
             if result is not None and not result.cold:
                 line.admission.note_invoke(result.inference_ms)
+            job.finished = True
+            job.answer(result, error)  # last: the loop that wakes for it waits for this thread to let go of the GIL
             if not member.healthy and not self._back_in_pool(member):  # the watchdog took it out meanwhile
                 break
         self._lane_ended(member)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -58,21 +58,45 @@ class Place:
         self.line = line
         self._held = True
 
-    async def run(self, inputs: Inputs) -> RunResult:
-        """Every input tensor through one member, within the line's deadlines: every output tensor."""
-        return await self.line.run(inputs)
+    # Awaitables handed through (no coroutine of their own): every level of coroutine a request awaits through runs
+    # on the way in, and again when its answer comes.
 
-    async def run_after(self, prepare: Callable[[], tuple[Inputs, Extra]],
-                        executor: Executor) -> tuple[RunResult, Extra]:
+    def run(self, inputs: Inputs) -> Awaitable[RunResult]:
+        """Every input tensor through one member, within the line's deadlines: every output tensor."""
+        return self.line.run(inputs)
+
+    def run_after(self, prepare: Callable[[], tuple[Inputs, Extra]],
+                  executor: Executor) -> Awaitable[tuple[RunResult, Extra]]:
         """`prepare()` on one of `executor`'s threads gives the inputs and an extra value (a decode's timings
         and geometry, say); that thread hands the inputs straight to the members' queue, with no hop back
         through the event loop between the two. The run's result, and the extra value."""
-        return await self.line.run_after(prepare, executor)
+        return self.line.run_after(prepare, executor)
 
     def release(self) -> None:
         if self._held:
             self._held = False
             self.line.leave()
+
+
+class Jobs:
+    """The queue the lanes take jobs from: a queue.SimpleQueue, whose put and get run in C, bounded by a check before
+    each put_nowait (queue.Full). With queue.Queue's Condition, the thread woken (a lane for a job, the loop for an
+    answer) waited for the GIL while the other still ran that Python. Several threads putting at once may pass the
+    bound by one each: admission keeps the line far below it."""
+
+    __slots__ = ("_queue", "maxsize", "get", "get_nowait", "put", "qsize")
+
+    def __init__(self, maxsize: int):
+        self._queue = queue.SimpleQueue()
+        self.maxsize = maxsize
+        # the queue's own: get() blocks, get_nowait() raises queue.Empty, put() never blocks (a lane's STOP)
+        self.get, self.get_nowait, self.put, self.qsize = (self._queue.get, self._queue.get_nowait, self._queue.put,
+                                                           self._queue.qsize)
+
+    def put_nowait(self, item: object) -> None:
+        if self._queue.qsize() >= self.maxsize:
+            raise queue.Full
+        self._queue.put(item)
 
 
 class Line:
@@ -95,7 +119,7 @@ class Line:
         self.clock = clock
         self.timers = timers
         self.successor: Line | None = None  # where the line goes once every device left (hand_over)
-        self.jobs: queue.Queue = queue.Queue(maxsize=self._capacity(lanes))
+        self.jobs = Jobs(self._capacity(lanes))
 
     def _capacity(self, lanes: int) -> int:
         # Bounded: admission keeps it far below this; twice the line leaves room for jobs whose
@@ -104,8 +128,7 @@ class Line:
 
     def make_room(self, lanes: int) -> None:
         """Room in the queue for the line admission allows beside `lanes` (a member joined)."""
-        with self.jobs.mutex:
-            self.jobs.maxsize = self._capacity(lanes)
+        self.jobs.maxsize = self._capacity(lanes)
 
     @property
     def handed_to(self) -> str | None:
@@ -148,15 +171,29 @@ class Line:
     # output, an image thread with a decoding error), and one timer on the loop for its deadlines:
     # a lane never has to reach the loop except to answer.
 
-    async def run(self, inputs: Inputs) -> RunResult:
+    # The job's deadline timer is set before its input is handed on: the thread that takes it next runs only once this
+    # one lets go of the GIL, so what the loop does after the hand-off delays the device (about 10 us at one client).
+
+    def run(self, inputs: Inputs) -> Awaitable[RunResult]:
+        """Queued now (from the event loop), answered by awaiting what it returns: the job's outcome."""
         job = Job(inputs, asyncio.get_running_loop(), self.timers(), self.clock(), self)
-        self._queue(job)
-        return await self._outcome(job)
+        self._time(job)
+        try:
+            self._queue(job)
+        except BaseException:
+            job.timer.cancel()
+            raise
+        return self._outcome(job)
 
     async def run_after(self, prepare: Callable[[], tuple[Inputs, Extra]],
                         executor: Executor) -> tuple[RunResult, Extra]:
         job = Job(None, asyncio.get_running_loop(), self.timers(), self.clock(), self)
-        executor.submit(self._prepare_and_queue, job, prepare)
+        self._time(job)
+        try:
+            executor.submit(self._prepare_and_queue, job, prepare)
+        except BaseException:
+            job.timer.cancel()
+            raise
         result = await self._outcome(job)
         return result, job.extra
 
@@ -186,10 +223,13 @@ class Line:
         except queue.Full:
             raise Busy(f"{self.label}: the line is full", self.retry_after_s) from None
 
-    async def _outcome(self, job: Job) -> RunResult:
+    def _time(self, job: Job) -> None:
         # The first check comes at the earlier deadline: a job taken at once has its invoke
         # limit from then, and one not taken is refused at the wait deadline.
         job.timer = job.timers.call_later(min(self.wait_timeout_s, self.invoke_limit_s), self._check_deadline, job)
+
+    async def _outcome(self, job: Job) -> RunResult:
+        """The job's future, its timer set (`_time`)."""
         watched = False
         try:
             return await job.done

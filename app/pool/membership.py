@@ -76,7 +76,10 @@ class Membership:
 
     def healthy_lanes(self) -> int:
         """The healthy members' lanes; DeviceGone or DeviceHung if none, Busy if closed (under self.lock)."""
-        healthy = sum(m.lanes for m in self.members if m.healthy)
+        healthy = 0
+        for member in self.members:  # a loop, not a generator: twice per request
+            if member.healthy:
+                healthy += member.lanes
         if healthy == 0:
             if all(m.departed for m in self.members):
                 if self._refusing is None:  # devices left a moment ago: wait in line for what follows (hand_over)

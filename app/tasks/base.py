@@ -171,9 +171,14 @@ class Task:
                 for role, spec in roles.specs.items()]
 
     def named_values(self, outputs: Outputs) -> dict[str, np.ndarray]:
-        """One input's values of named_outputs(), by name."""
-        specs = outputs.roles.specs
-        return {role: outputs.of(role).reshape(per_input(specs[role].shape)) for role in outputs.roles.index}
+        """One input's values of named_outputs(), by name: by default each role's tensor as the model gave it, shaped
+        as bind() made its named outputs (`OutputRoles.named`, once at load, not per request)."""
+        roles, tensors = outputs.roles, outputs.tensors
+        index = roles.index
+        if roles.named:
+            return {named.name: tensors[index[named.name]].reshape(named.shape) for named in roles.named}
+        specs = roles.specs  # roles made without bind()
+        return {role: tensors[i].reshape(per_input(specs[role].shape)) for role, i in index.items()}
 
 
 def per_input(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -112,11 +112,15 @@ def point(process_pid: int | None, measure, d_ms: float, devices: int, url: str 
     return row
 
 
+# bench/naive_zmq_peer.py's shapes: its NAIVE_SHAPE -> what the tables call it
+PEERS = {"rep": "naive REP peer", "loop": "event loop + device thread peer"}
+
+
 class NaivePeer(ServiceProcess):
-    def __init__(self, model: Path, device_ms: float, endpoint: str):
+    def __init__(self, model: Path, device_ms: float, endpoint: str, shape: str = "rep"):
         self.endpoint = endpoint
         env = {"PYTHONPATH": str(repo_root()), "NAIVE_MODEL": str(model), "NAIVE_ENDPOINT": endpoint,
-               "BENCH_DEVICE_MS": str(device_ms), "BENCH_DEVICES": "1"}
+               "BENCH_DEVICE_MS": str(device_ms), "BENCH_DEVICES": "1", "NAIVE_SHAPE": shape}
         super().__init__(env, argv=[sys.executable, str(PEER)], port=free_port())
 
     def wait_ready(self, timeout_s: float = 60) -> NaivePeer:  # no HTTP: ready once a model_request is answered
@@ -150,9 +154,12 @@ def measure(device_times: list[float], device_counts: list[int], levels: list[in
                     frigate_load(endpoint, max(levels), 1.0)  # warm
                     wrk_run(svc.url, v2_tensor(NAME), max(levels), 1.0, workdir)
                     sides.append((str(checkout), endpoint, svc))
-                peer_endpoint = f"tcp://127.0.0.1:{free_port()}"
-                peer = stack.enter_context(NaivePeer(model_dir / f"{NAME}_int8.tflite", d, peer_endpoint))
-                frigate_load(peer_endpoint, 1, 1.0)
+                peers = []
+                for shape in PEERS:
+                    peer_endpoint = f"ipc://{workdir}/peer-{n}-{shape}"  # as the services' (ipc)
+                    peer = stack.enter_context(NaivePeer(model_dir / f"{NAME}_int8.tflite", d, peer_endpoint, shape))
+                    frigate_load(peer_endpoint, 1, 1.0)
+                    peers.append((shape, peer_endpoint, peer))
                 for c in levels:
                     measured: dict[tuple[str, str], list[dict]] = {}
                     for r in range(rounds):
@@ -163,9 +170,10 @@ def measure(device_times: list[float], device_counts: list[int], levels: list[in
                             measured.setdefault(("http", checkout), []).append(
                                 point(svc.process.pid, lambda: wrk_run(svc.url, v2_tensor(NAME), c, seconds, workdir),
                                       d, n, path="HTTP /v2 binary", clients=c, checkout=checkout))
-                        measured.setdefault(("peer", ""), []).append(
-                            point(peer.process.pid, lambda: frigate_load(peer_endpoint, c, seconds), d, 1,
-                                  path="naive REP peer", clients=c))
+                        for shape, peer_endpoint, peer in (peers if r % 2 == 0 else peers[::-1]):
+                            measured.setdefault(("peer", shape), []).append(
+                                point(peer.process.pid, lambda: frigate_load(peer_endpoint, c, seconds), d, 1,
+                                      path=PEERS[shape], clients=c))
                     for (kind, _), rows in measured.items():
                         report[kind].append(median_row(rows))
             for checkout, _, _ in sides:
@@ -177,7 +185,9 @@ def measure(device_times: list[float], device_counts: list[int], levels: list[in
                 print_table(f"{title} (load average {load_average()})",
                             [r for r in report["zmq"] if (r["device_ms"], r["devices"], r["checkout"]) == (d, n, checkout)],
                             [r for r in report["http"] if (r["device_ms"], r["devices"], r["checkout"]) == (d, n, checkout)])
-            print_peer(d, [r for r in report["peer"][-len(levels):]])
+            for shape in PEERS:
+                print_peer(d, shape, [r for r in report["peer"][-len(levels) * len(PEERS):]
+                                      if r["path"] == PEERS[shape]])
     return report
 
 
@@ -212,8 +222,10 @@ def print_table(title: str, zmq_rows: list[dict], http_rows: list[dict]) -> None
         print(f"| {z['clients']} | {_cell(z)}{errors} | {_cell(h)} |")
 
 
-def print_peer(d: float, rows: list[dict]) -> None:
-    print(f"\nnaive REP peer (bench/naive_zmq_peer.py), D = {d} ms: one request at a time, one device\n")
+def print_peer(d: float, shape: str, rows: list[dict]) -> None:
+    how = ("one request at a time" if shape == "rep" else
+           "one device thread beside the event loop, the service's shape with nothing else")
+    print(f"\n{PEERS[shape]} (bench/naive_zmq_peer.py, NAIVE_SHAPE={shape}), D = {d} ms: {how}, one device\n")
     print("| clients | req/s (p50 ms), one device's busy, its CPU ms/req |")
     print("|---|---|")
     for r in rows:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import load_average, repo_root  # noqa: E402
 from bench.device_capacity import Input, Service, thread_cpu_ns, wrk_run  # noqa: E402
 from bench.service import ServiceProcess, free_port  # noqa: E402
+from bench.stats import median  # noqa: E402
 
 NAME = "frigate_ssd_320"
 SIZE = 320
@@ -200,7 +200,7 @@ def median_row(rows: list[dict]) -> dict:
             row[key] = sum(r[key] for r in rows)
         elif isinstance(value, float) and key != "device_ms":
             found = [r[key] for r in rows if r.get(key) is not None]
-            row[key] = statistics.median(found) if found else None
+            row[key] = median(found) if found else None
     row["device_busy"] = row["req_s"] * row["device_ms"] / 1000 / row["devices"]
     row["rounds"] = len(rows)
     return row

@@ -24,12 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import yaml
+import zmq
 
+from bench.frigate_client import FrigateClient
 from bench.service import free_port
 from converter.photos import sample_photos
+from tests.conftest import MODELS
 from tests.doubles.libedgetpu import build as build_libedgetpu_double
+from tests.test_zmq_door import PERSON, interpreter_rows, person_tensor
 from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -436,11 +441,25 @@ class Served:
     bad_input: list[httpx.Response]
     probe: dict
     rss_kib: int
+    frigate_rows: np.ndarray  # the person detector's rows for person_tensor(), through the ZMQ door
+
+
+def frigate_detect(container: Container, endpoint: str) -> np.ndarray:
+    """Frigate's `zmq` detector's two steps against the container's ZMQ door: the model check, then one tensor."""
+    context = zmq.Context()
+    try:
+        frigate = FrigateClient(endpoint, PERSON, timeout_ms=int(container.timeout * 1000), context=context)
+        assert frigate.start(), frigate.answers
+        return frigate.detect(person_tensor())
+    finally:
+        context.destroy(linger=0)
 
 
 def serve_and_ask(engine: dict, image: str, arch: str, photos: Path) -> Served:
-    """The image with its defaults (no TPU, no libedgetpu): cpu; then with the emulator on the small model."""
-    container = start(engine, image, arch, "defaults")
+    """The image with its defaults (no TPU, no libedgetpu) and Frigate's ZMQ door on a loopback port (pyzmq's wheel
+    for the image's architecture, run): cpu; then with the emulator on the small model."""
+    zmq_endpoint = f"tcp://127.0.0.1:{free_port()}"
+    container = start(engine, image, arch, "defaults", env={"EDGETPU_SERVE_ZMQ_ENDPOINT": zmq_endpoint})
     try:
         with httpx.Client(base_url=container.url, timeout=container.timeout) as client:
             readyz = client.get("/readyz")
@@ -452,6 +471,7 @@ def serve_and_ask(engine: dict, image: str, arch: str, photos: Path) -> Served:
                          client.post("/v1/classify?model=no_such_model", files={"image": b"x"}),
                          client.post("/v1/classify?top_k=-3", files={"image": (photos / "china.jpg").read_bytes()})]
             rss_kib = resident_kib(engine, container)
+        frigate_rows = frigate_detect(container, zmq_endpoint)
     finally:
         stop(engine, container)
     emulator = start(engine, image, arch, "emulated",
@@ -462,7 +482,7 @@ def serve_and_ask(engine: dict, image: str, arch: str, photos: Path) -> Served:
     finally:
         stop(engine, emulator)
     return Served(readyz.json(), devices, top5_cpu, top5_emulated, people, bad_input,
-                  probe(engine, image, arch, photos), rss_kib)
+                  probe(engine, image, arch, photos), rss_kib, frigate_rows)
 
 
 def resident_kib(engine: dict, container: Container) -> int:
@@ -536,6 +556,18 @@ def test_the_dev_board_image_computes_what_the_x86_image_does(x86, board):
         for photo, found in per_photo.items():
             # preprocessing byte-identical, and the same XNNPACK int8 outputs (one runtime build on both)
             assert board.probe[model][photo] == found, (model, photo)
+
+
+@pytest.mark.slow
+def test_both_images_answer_frigates_zmq_detector(x86, board):
+    """Frigate's rows from each image's ZMQ door: on x86-64 those of TFLite's interpreter here (Frigate's own path),
+    on the Dev Board image the same bytes (one runtime build on both)."""
+    expected = interpreter_rows(MODELS / PERSON / f"{PERSON}_int8.tflite", person_tensor())
+    rows = x86.frigate_rows
+    assert (rows[:, 1] > 0.4).sum() >= 2, rows  # the two players
+    assert np.array_equal(rows[:, 0], expected[:, 0])
+    assert np.abs(rows[:, 1:] - expected[:, 1:]).max() <= 0.02
+    assert np.array_equal(board.frigate_rows, rows)
 
 
 @pytest.mark.slow

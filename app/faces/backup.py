@@ -57,6 +57,8 @@ class BackupSummary:
 def backup(gallery: Gallery, target: Path) -> BackupSummary:
     """Write the gallery, as of one commit, to `target` (replaced atomically if it exists)."""
     target = Path(target)
+    if target.exists() and os.path.samefile(target, gallery.path):
+        raise BadBackup(f"{target} is the gallery itself: a backup goes to another file")
     temporary = _private_file(target.parent, f".{target.name}")
     try:
         source = connect(gallery.path, gallery.busy_timeout_s)
@@ -95,6 +97,8 @@ def restore(gallery: Gallery, source: Path) -> BackupSummary:
     """Replace the whole gallery with the backup at `source`, in one transaction, after checking it (BadBackup
     and the gallery untouched if it is not one)."""
     source = Path(source)
+    if source.exists() and os.path.samefile(source, gallery.path):
+        raise BadBackup(f"{source} is the gallery itself, not a backup of it")
     with _private_copy(source, gallery.path.parent) as copy:
         connection = sqlite3.connect(copy, isolation_level=None)
         try:

@@ -43,9 +43,11 @@ class Database:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         _prepare_file(self.path)
-        self._connection = connect(self.path, busy_timeout_s)
+        with _opening_errors(self.path):
+            self._connection = connect(self.path, busy_timeout_s)
         try:
-            self._adopt()
+            with _opening_errors(self.path):
+                self._adopt()
             if query_only:  # a reading connection that cannot write, even by mistake
                 self._connection.execute("PRAGMA query_only = ON")
         except BaseException:
@@ -123,9 +125,8 @@ def connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     the caller's explicit BEGIN and COMMIT."""
     connection = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
     try:
-        with _mapped_errors():
-            for pragma in schema.CONNECTION_PRAGMAS:
-                connection.execute(pragma)
+        for pragma in schema.CONNECTION_PRAGMAS:
+            connection.execute(pragma)
     except BaseException:
         connection.close()
         raise
@@ -133,17 +134,29 @@ def connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
 
 
 def _prepare_file(path: Path) -> None:
-    """The gallery's directory (0700) and file (0600) made if missing; a file that is not SQLite refused unread
-    by SQLite, which would otherwise answer with "file is not a database" at the first query."""
+    """The gallery's directory (0700) and file (0600) made if missing. An existing file is never opened here:
+    closing any descriptor of a database file drops every POSIX lock this process holds on it, those of its
+    open SQLite connections included, and another process would then take the WAL for its own and delete it."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     except FileExistsError:
-        with path.open("rb") as existing:
-            head = existing.read(len(schema.SQLITE_MAGIC))
-        if head and head != schema.SQLITE_MAGIC:
-            raise ForeignDatabase(f"{path} is not an SQLite database (it begins with {head[:16]!r}); it is left "
-                                  "untouched (set FACE_DB to another path)") from None
+        pass
+
+
+@contextmanager
+def _opening_errors(path: Path) -> Iterator[None]:
+    """While opening: a file SQLite cannot read as a database is ForeignDatabase (SQLite wrote nothing to it)."""
+    try:
+        yield
+    except (sqlite3.DatabaseError, GalleryError) as error:
+        cause = error if isinstance(error, sqlite3.DatabaseError) else error.__cause__
+        if isinstance(cause, sqlite3.DatabaseError) and "not a database" in str(cause):
+            raise ForeignDatabase(f"{path} is not an SQLite database ({cause}); it is left untouched "
+                                  "(set FACE_DB to another path)") from None
+        if isinstance(error, GalleryError):
+            raise
+        raise GalleryError(f"opening the face gallery {path} failed: {error}") from error
 
 
 @contextmanager

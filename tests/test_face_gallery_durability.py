@@ -8,67 +8,14 @@ bounded number of runs; what is asserted is the invariant, never a timing.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 from app.faces import Gallery, backup
-from tests.conftest import ROOT
-from tests.face_gallery_people import (EMBEDDER_A, EMBEDDER_B, _seed, embed_b, faces_of, key_vector,
-                                       region_image)
-from tests.waiting import until
-
-WORKER_START_S = 120  # a Python with numpy and Pillow starting on a loaded 2-core machine
-WORKER_RUN_S = 300
-
-
-class Worker:
-    """tests/face_gallery_people.py in a process of its own; its stdout lines collected as they come."""
-
-    def __init__(self, tmp_path: Path, *args: object):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        self.stderr_path = tmp_path / f"worker-{time.monotonic_ns()}.err"
-        with self.stderr_path.open("wb") as stderr:
-            self.process = subprocess.Popen([sys.executable, "-m", "tests.face_gallery_people", *map(str, args)],
-                                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        self.lines: list[list[str]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            if line.endswith("\n"):  # a line cut by the kill is not one
-                self.lines.append(line.split())
-
-    def wait_ready(self) -> None:
-        def ready() -> bool:
-            if self.process.poll() is not None and not self.lines:
-                raise AssertionError(f"worker ended before it was ready: {self.stderr_path.read_text()}")
-            return bool(self.lines)
-        until(ready, WORKER_START_S, "the worker's gallery open")
-
-    def wait_for_line(self, word: str, count: int) -> None:
-        """Until the worker has printed `count` lines that begin with `word` (or ended)."""
-        until(lambda: sum(line[0] == word for line in self.lines) >= count or self.process.poll() is not None,
-              WORKER_RUN_S, f"{count} {word!r} lines from the worker")
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=WORKER_RUN_S)
-        self._reader.join(timeout=WORKER_RUN_S)
-
-    def finish(self) -> list[list[str]]:
-        self.process.wait(timeout=WORKER_RUN_S)
-        self._reader.join(timeout=WORKER_RUN_S)
-        assert self.process.returncode == 0, self.stderr_path.read_text()
-        return self.lines
+from tests.face_gallery_people import (EMBEDDER_A, EMBEDDER_B, WORKER_RUN_S, Worker, seed_of, embed_b, faces_of,
+                                       key_vector, region_image)
 
 
 def _sound(db: Path) -> sqlite3.Connection:
@@ -138,7 +85,7 @@ class People:
 
     def region(self, key: tuple) -> bytes:
         if key not in self._regions:
-            self._regions[key] = region_image(_seed("region", *key))
+            self._regions[key] = region_image(seed_of("region", *key))
         return self._regions[key]
 
 

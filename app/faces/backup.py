@@ -61,17 +61,20 @@ def backup(gallery: Gallery, target: Path) -> BackupSummary:
         raise BadBackup(f"{target} is the gallery itself: a backup goes to another file")
     temporary = _private_file(target.parent, f".{target.name}")
     try:
-        source = connect(gallery.path, gallery.busy_timeout_s)
         try:
-            copy = sqlite3.connect(temporary, isolation_level=None)
+            source = connect(gallery.path, gallery.busy_timeout_s)
             try:
-                source.backup(copy)
-                copy.execute("PRAGMA journal_mode = DELETE").fetchall()
-                summary = _check(copy, target)
+                copy = sqlite3.connect(temporary, isolation_level=None)
+                try:
+                    source.backup(copy)
+                    copy.execute("PRAGMA journal_mode = DELETE").fetchall()
+                    summary = _check(copy, target)
+                finally:
+                    copy.close()
             finally:
-                copy.close()
-        finally:
-            source.close()
+                source.close()
+        except sqlite3.Error as error:
+            raise GalleryError(f"backing up {gallery.path} to {target} failed: {error}") from error
         _fsync(temporary)
         os.replace(temporary, target)
         _fsync(target.parent)
@@ -103,13 +106,16 @@ def restore(gallery: Gallery, source: Path) -> BackupSummary:
         connection = sqlite3.connect(copy, isolation_level=None)
         try:
             summary = _check(connection, source)
-            with _as_database_errors(source):
-                connection.execute("PRAGMA query_only = OFF")
-                _match_page_size(connection, gallery)
-                connection.execute("PRAGMA journal_mode = WAL").fetchall()  # the live file's mode, kept after the copy
-            live = connect(gallery.path, gallery.busy_timeout_s)
             try:
-                connection.backup(live)
+                live = connect(gallery.path, gallery.busy_timeout_s)
+            except sqlite3.Error as error:
+                raise GalleryError(f"opening {gallery.path} to restore into it failed: {error}") from error
+            try:
+                with _as_database_errors(source):
+                    connection.execute("PRAGMA query_only = OFF")
+                    _match_page_size(connection, live.execute("PRAGMA page_size").fetchone()[0])
+                    connection.execute("PRAGMA journal_mode = WAL").fetchall()  # as the live file, which keeps it
+                connection.backup(live)  # one step: one write transaction on the live gallery
                 live.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.Error as error:
                 raise GalleryError(f"restoring {source} into {gallery.path} failed, the gallery is as it was: "
@@ -131,7 +137,10 @@ def _check(connection: sqlite3.Connection, source: Path) -> BackupSummary:
             raise CorruptBackup(f"{source} is a damaged SQLite database: {'; '.join(problems)}")
         problem = schema.mismatch(connection)
         if problem:
-            raise ForeignBackup(f"{source} is not a face gallery backup of this service: {problem}")
+            deepstack = connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'TB_EMBEDDINGS'").fetchone()
+            hint = ("; it is DeepStack's face database, which holds one vector per person from DeepStack's own "
+                    "model and no face images: register the people again here") if deepstack else ""
+            raise ForeignBackup(f"{source} is not a face gallery backup of this service: {problem}{hint}")
         if connection.execute("PRAGMA foreign_key_check").fetchone() is not None:
             raise CorruptBackup(f"{source}: a face or vector refers to a person, face or embedder that is not there")
         _check_contents(connection, source)
@@ -167,14 +176,9 @@ def _check_contents(connection: sqlite3.Connection, source: Path) -> None:
         raise CorruptBackup(f"{source}: face {bad[0]} is not a JPEG or PNG region with a box in it")
 
 
-def _match_page_size(connection: sqlite3.Connection, gallery: Gallery) -> None:
-    """The copy rewritten at the live gallery's page size if it differs (the backup API cannot copy between page
-    sizes into a WAL database)."""
-    live = sqlite3.connect(f"file:{gallery.path}?mode=ro", uri=True)
-    try:
-        page_size = live.execute("PRAGMA page_size").fetchone()[0]
-    finally:
-        live.close()
+def _match_page_size(connection: sqlite3.Connection, page_size: int) -> None:
+    """The copy rewritten at the live gallery's page size if it differs (the backup API cannot change the page
+    size of a WAL database)."""
     if connection.execute("PRAGMA page_size").fetchone()[0] != page_size:
         connection.execute("PRAGMA journal_mode = DELETE").fetchall()
         connection.execute(f"PRAGMA page_size = {int(page_size)}")

@@ -234,9 +234,9 @@ class Gallery:
             row = db.execute("SELECT id, dimension FROM embedder WHERE sha256 = ?", (embedder,)).fetchone()
             if row is None:
                 return Matrix.from_rows(embedder, None, ())
-            rows = db.execute("SELECT person.userid, vector.data FROM vector JOIN face ON face.id = vector.face "
-                              "JOIN person ON person.id = face.person WHERE vector.embedder = ? "
-                              "ORDER BY person.id, face.id", (row[0],))
+            rows = db.execute("SELECT person.id, person.userid, vector.data FROM vector JOIN face ON "
+                              "face.id = vector.face JOIN person ON person.id = face.person WHERE vector.embedder = ?",
+                              (row[0],))
             return Matrix.from_rows(embedder, row[1], rows)
 
 

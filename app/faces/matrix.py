@@ -16,13 +16,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from app.faces.errors import InvalidVector
+from app.faces.errors import GalleryError, InvalidVector
 from app.faces.records import Match
 from app.faces.vectors import check_queries
 
 
 class Matrix:
-    """One embedder's vectors, rows grouped by person."""
+    """One embedder's vectors: a row per face, each with its person."""
 
     def __init__(self, embedder: str, dimension: int | None, vectors: np.ndarray, owners: np.ndarray,
                  userids: tuple[str, ...]):
@@ -34,18 +34,24 @@ class Matrix:
         self.max_faces = int(np.bincount(owners).max()) if len(owners) else 0
 
     @classmethod
-    def from_rows(cls, embedder: str, dimension: int | None, rows: Iterable[tuple[str, bytes]]) -> Matrix:
-        """From (userid, vector bytes) rows, ordered so that each person's rows are together."""
+    def from_rows(cls, embedder: str, dimension: int | None, rows: Iterable[tuple[int, str, bytes]]) -> Matrix:
+        """From (person id, userid, vector bytes) rows, in any order (a sort of the blobs in SQL would cost more
+        than the whole read)."""
+        index: dict[int, int] = {}
         userids: list[str] = []
         owners: list[int] = []
         blobs: list[bytes] = []
-        for userid, blob in rows:
-            if not userids or userids[-1] != userid:
+        for person, userid, blob in rows:
+            owner = index.get(person)
+            if owner is None:
+                owner = index[person] = len(userids)
                 userids.append(userid)
-            owners.append(len(userids) - 1)
+            owners.append(owner)
             blobs.append(blob)
         if dimension is None or not blobs:
             return cls(embedder, dimension, np.empty((0, dimension or 0), np.float32), np.empty(0, np.int32), ())
+        if any(len(blob) != 4 * dimension for blob in blobs):
+            raise GalleryError(f"a stored vector of the embedder {embedder[:12]}... is not {dimension} float32 values")
         vectors = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dimension)
         return cls(embedder, dimension, vectors.astype(np.float32, copy=False), np.asarray(owners, np.int32),
                    tuple(userids))

@@ -377,3 +377,29 @@ def test_the_package_imports_no_web_framework():
         assert not {name for name in imported if name == "app"} or all(
             node.module.startswith(("app.faces", "app.errors")) for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("app")), module
+
+
+def test_a_gallery_where_none_can_be_made_is_a_gallery_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(GalleryError, match="cannot make the face gallery"):
+        Gallery(blocker / "faces.db")
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(GalleryError):
+        Gallery(tmp_path / "dir.db")
+
+
+def test_a_delete_that_cannot_empty_the_wal_still_stands(tmp_path):
+    """Another connection writing keeps the WAL: the deletion is committed and says it is not erased yet."""
+    path = tmp_path / "faces.db"
+    with Gallery(path, busy_timeout_s=0.05) as gallery:
+        gallery.register("ann", faces_of("ann", 0, 1), EMBEDDER_A)
+        gallery.register("bob", faces_of("bob", 0, 1), EMBEDDER_A)
+        writer = sqlite3.connect(path, isolation_level=None)
+        writer.execute("BEGIN")
+        writer.execute("SELECT count(*) FROM person").fetchone()  # a reader's snapshot, with ann
+        deletion = gallery.delete("ann")
+        assert (deletion.faces, deletion.erased) == (1, False)
+        writer.execute("COMMIT")
+        writer.close()
+        assert gallery.userids() == ["bob"] and gallery.erase_freed() is True

@@ -101,12 +101,17 @@ class Database:
             return self._connection.execute("PRAGMA data_version").fetchone()[0]
 
     def truncate_wal(self) -> bool:
-        """Checkpoint the WAL into the database file and empty it; True when done, False when a reader of another
-        connection still used it past the busy timeout (its pages then stay until the next call)."""
+        """Checkpoint the WAL into the database file and empty it; True when done, False when another connection
+        kept it past the busy timeout (a reader on an older snapshot, or a writer): its pages then stay until the
+        next call. Never raises for that: it runs after a commit, which stands."""
         with self._lock:
             self._check_process()
-            with _mapped_errors():
+            try:
                 busy, _, _ = self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError as error:
+                if "locked" in str(error) or "busy" in str(error):
+                    return False
+                raise GalleryError(f"the face gallery's checkpoint failed: {error}") from error
         return busy == 0
 
     def close(self) -> None:
@@ -137,11 +142,14 @@ def _prepare_file(path: Path) -> None:
     """The gallery's directory (0700) and file (0600) made if missing. An existing file is never opened here:
     closing any descriptor of a database file drops every POSIX lock this process holds on it, those of its
     open SQLite connections included, and another process would then take the WAL for its own and delete it."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
-    except FileExistsError:
-        pass
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            pass
+    except OSError as error:
+        raise GalleryError(f"cannot make the face gallery at {path}: {error}") from error
 
 
 @contextmanager

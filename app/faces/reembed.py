@@ -38,6 +38,8 @@ def reembed(gallery: Gallery, embedder: str, embed: Callable[[FaceRegion], np.nd
             batch: int = BATCH_FACES, progress: Callable[[int], None] | None = None) -> Reembedding:
     """Give every face of the gallery a vector of `embedder` (its sha256) made by `embed` from the face's region,
     a batch per transaction. `progress(stored so far)` is called after each batch."""
+    if batch < 1:
+        raise ValueError(f"a batch holds at least one face; got {batch}")
     stored, after = 0, 0
     while faces := gallery.faces_without(embedder, batch, after):
         stored += gallery.add_vectors(embedder, {face.face_id: embed(face.region) for face in faces})

@@ -180,3 +180,23 @@ def test_a_backup_of_another_page_size_is_restored(filled, tmp_path):
         fresh.register("x", [NewFace(face_region(1), unit_vector(1))], EMBEDDER_A)
         restore(fresh, other)
         assert _content(fresh) == _content(filled)
+
+
+def test_a_restore_that_waits_too_long_for_another_process_s_lock_is_busy(filled, tmp_path):
+    """sqlite3's backup retries a busy step for ever; the restore gives up after twice the busy timeout."""
+    from app.faces import GalleryBusy
+    good = tmp_path / "good.backup"
+    backup(filled, good)
+    with Gallery(tmp_path / "other" / "faces.db", busy_timeout_s=0.1) as other:
+        other.register("x", [NewFace(face_region(1), unit_vector(1))], EMBEDDER_A)
+        holder = sqlite3.connect(other.path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(GalleryBusy, match="as it was"):
+                restore(other, good)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert other.userids() == ["x"]
+        restore(other, good)
+        assert other.userids() == ["ann", "bob", "Zoë"]

@@ -27,6 +27,7 @@ import secrets
 import shutil
 import sqlite3
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,8 @@ import numpy as np
 
 from app.faces import schema
 from app.faces.database import connect
-from app.faces.errors import BadBackup, CorruptBackup, ForeignBackup, GalleryError, InvalidEmbedderId, \
-    InvalidUserId
+from app.faces.errors import BadBackup, CorruptBackup, ForeignBackup, GalleryBusy, GalleryError, \
+    InvalidEmbedderId, InvalidUserId
 from app.faces.gallery import Gallery
 from app.faces.userids import check_userid
 from app.faces.vectors import NORM_TOLERANCE, check_embedder_id
@@ -66,7 +67,7 @@ def backup(gallery: Gallery, target: Path) -> BackupSummary:
             try:
                 copy = sqlite3.connect(temporary, isolation_level=None)
                 try:
-                    source.backup(copy)
+                    source.backup(copy, progress=_deadline(gallery, "backup"))
                     copy.execute("PRAGMA journal_mode = DELETE").fetchall()
                     summary = _check(copy, target)
                 finally:
@@ -115,7 +116,7 @@ def restore(gallery: Gallery, source: Path) -> BackupSummary:
                     connection.execute("PRAGMA query_only = OFF")
                     _match_page_size(connection, live.execute("PRAGMA page_size").fetchone()[0])
                     connection.execute("PRAGMA journal_mode = WAL").fetchall()  # as the live file, which keeps it
-                connection.backup(live)  # one step: one write transaction on the live gallery
+                connection.backup(live, progress=_deadline(gallery, "restore"))  # one step, one write transaction
                 live.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.Error as error:
                 raise GalleryError(f"restoring {source} into {gallery.path} failed, the gallery is as it was: "
@@ -125,6 +126,18 @@ def restore(gallery: Gallery, source: Path) -> BackupSummary:
         finally:
             connection.close()
     return summary
+
+
+def _deadline(gallery: Gallery, what: str):
+    """A progress callback for sqlite3's backup, which retries a busy step for ever: GalleryBusy once the
+    gallery's lock has been held by another connection for twice the busy timeout (each step waits one)."""
+    deadline = time.monotonic() + 2 * gallery.busy_timeout_s
+
+    def progress(status: int, remaining: int, total: int) -> None:
+        if status in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) and time.monotonic() > deadline:
+            raise GalleryBusy(f"the {what} waited {2 * gallery.busy_timeout_s:g} s for another process's lock on "
+                              f"{gallery.path}; the gallery is as it was")
+    return progress
 
 
 def _check(connection: sqlite3.Connection, source: Path) -> BackupSummary:

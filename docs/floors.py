@@ -53,6 +53,7 @@ CAPTIONS = {
     "app/metrics.py": "Prometheus definitions",
     "app/memory.py": "body budget, malloc",
     "app/errors.py": "domain errors with their status",
+    "app/faces/": "the face gallery: people, regions, vectors",
     "app/refusal_log.py": "refusals logged, summed per window",
     "app/threads.py": "thread priorities",
     "app/settings.py": "every setting",

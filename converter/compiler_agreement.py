@@ -11,6 +11,7 @@ shape and quantization, so that a compiled file from another export of the same 
 Example usage, over the public pairs of converter/data/edgetpu_compiler_pairs.json, each repository checked out
 at its commit under FOLDER/OWNER/NAME (docs/edgetpu-compiler.md):
 
+    python -m converter.compiler_agreement FOLDER --checkouts | sh   # git clone each repository, at its commit
     python -m converter.compiler_agreement FOLDER
     python -m converter.compiler_agreement FOLDER --json
 """
@@ -168,6 +169,7 @@ class Pair:
     log: dict | None = None
     compiled: dict | None = None
     note: str = ""
+    taught: list[str] = field(default_factory=list)  # the rules it was used to learn; [] if checked only afterwards
 
     def file(self, folder: Path, which: str) -> Path | None:
         """The file in FOLDER/OWNER/NAME/PATH, checked against its sha256 (ValueError when it differs)."""
@@ -179,6 +181,16 @@ class Pair:
         if digest != entry["sha256"]:
             raise ValueError(f"{path}: sha256 {digest}, the manifest says {entry['sha256']}")
         return path
+
+
+def checkout_commands(folder: Path, pairs: list[Pair]) -> str:
+    """Shell commands that put each repository at its commit under FOLDER/OWNER/NAME (a repository once)."""
+    commands = []
+    for repo, commit in dict.fromkeys((p.repo, p.commit) for p in pairs):
+        target = folder / repo
+        commands.append(f"git clone --filter=blob:none https://github.com/{repo} {target} 2>/dev/null || true; "
+                        f"git -C {target} checkout --quiet {commit}")
+    return "\n".join(commands)
 
 
 def load_pairs(manifest: Path = MANIFEST) -> list[Pair]:
@@ -202,20 +214,25 @@ def measure(folder: Path, pairs: list[Pair]) -> list[tuple[Pair, Agreement | str
 def render(rows: list[tuple[Pair, Agreement | str]]) -> str:
     """One line per model: ops mapped by the compiler and by the analysis, and where they differ."""
     lines = [f"{'model':<50} {'family':<12} {'truth':<12} {'ops':>4} {'compiler':>8} {'ours':>5}  differences"]
-    agree = 0
     for pair, result in rows:
         truth = "+".join(kind for kind in ("log", "compiled") if getattr(pair, kind))
         if isinstance(result, str):
             lines.append(f"{pair.name:<50} {pair.family:<12} {truth:<12} {result}")
             continue
-        agree += result.agrees
         lines.append(f"{pair.name:<50} {pair.family:<12} {truth:<12} {result.total:>4} {result.compiler_mapped:>8} "
                      f"{result.ours_mapped:>5}  {_differences(result)}")
+    lines.append(_tally("all", rows))
+    lines.append(_tally("checked only after the rules were written", [(p, r) for p, r in rows if not p.taught]))
+    return "\n".join(lines)
+
+
+def _tally(which: str, rows: list[tuple[Pair, Agreement | str]]) -> str:
     measured = [r for _, r in rows if not isinstance(r, str)]
     ops = sum(r.total for r in measured)
     same = sum(r.total - len(r.misplaced or ()) - _table_misses(r) for r in measured)
-    lines.append(f"{agree} of {len(rows)} models agree exactly; {same} of {ops} operators placed as the compiler did")
-    return "\n".join(lines)
+    agree = sum(r.agrees for r in measured)
+    return (f"{which}: {agree} of {len(rows)} models agree exactly; {same} of {ops} operators placed as the "
+            "compiler did")
 
 
 def _table_misses(result: Agreement) -> int:
@@ -240,11 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", type=Path, help="checkouts of the manifest's repositories, as FOLDER/OWNER/NAME")
     parser.add_argument("--manifest", type=Path, default=MANIFEST, help="the pairs (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--checkouts", action="store_true",
+                        help="print the git commands that check each repository out under FOLDER, and stop")
     args = parser.parse_args(argv)
+    if args.checkouts:
+        print(checkout_commands(args.folder, load_pairs(args.manifest)))
+        return 0
     rows = measure(args.folder, load_pairs(args.manifest))
     if args.json:
-        print(json.dumps([dict(name=p.name, family=p.family, **({"error": r} if isinstance(r, str) else r.as_dict()))
-                          for p, r in rows], indent=2))
+        print(json.dumps([dict(name=p.name, family=p.family, taught=p.taught,
+                               **({"error": r} if isinstance(r, str) else r.as_dict())) for p, r in rows], indent=2))
     else:
         print(render(rows))
     return 0 if all(not isinstance(r, str) and r.agrees for _, r in rows) else 1

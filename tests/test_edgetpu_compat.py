@@ -418,7 +418,7 @@ def test_a_transpose_maps_up_to_a_size():
     nhwc_to_nchw = [0, 3, 1, 2]
     small = verdict_of(transpose([1, 20, 20, 144], nhwc_to_nchw))
     assert small.supported and small.status == MAPPED and small.unsure is None
-    assert_refused(transpose([1, 40, 40, 64], nhwc_to_nchw), "the values it moves is 102,400",
+    assert_refused(transpose([1, 40, 40, 64], nhwc_to_nchw), "the count of values it moves is 102,400",
                    "edgetpu_compiler 16 leaves that on the CPU", "mapped up to 57,600")
     assert verdict_of(transpose([1, 40, 40, 64], nhwc_to_nchw)).status == UNSPECIFIED_LIMITATION
     # YOLOv8n at 192: 82,944 values, between the two: predicted to map, and said to be unsure
@@ -437,7 +437,7 @@ def test_a_tensor_large_in_its_two_innermost_dimensions(shape, verdict):
     assert INNER_PLANE.mapped_up_to == 84 * 2100 and INNER_PLANE.refused_from == 144 * 1600
     model = unary("LOGISTIC", shape, shape)
     if verdict == "refused":
-        assert_refused(model, f"tensor 'x' {shape}: the values in its two innermost dimensions is")
+        assert_refused(model, f"tensor 'x' {shape}: the count of values in its two innermost dimensions is")
         assert verdict_of(model).status == UNSPECIFIED_LIMITATION
     else:
         result = verdict_of(model)
@@ -452,7 +452,7 @@ def test_a_reshape_of_many_values():
 
     assert RESHAPE_VALUES.mapped_up_to == 40 * 40 * 255 and RESHAPE_VALUES.refused_from == 80 * 80 * 255
     assert_accepted(reshape([1, 40, 40, 255], [1, 1600, 3, 85]))
-    assert_refused(reshape([1, 80, 80, 255], [1, 6400, 3, 85]), "the values it moves is 1,632,000")
+    assert_refused(reshape([1, 80, 80, 255], [1, 6400, 3, 85]), "the count of values it moves is 1,632,000")
     assert "918,000" in verdict_of(reshape([1, 60, 60, 255], [1, 3600, 3, 85])).unsure
     # the same level's later RESHAPE to [1, 4800, 85] falls to the innermost dimensions' limit
     assert_refused(reshape([1, 1600, 3, 85], [1, 4800, 85]), "[1, 4800, 85]", "408,000")

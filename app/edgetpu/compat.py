@@ -711,14 +711,14 @@ def _inner_plane(op: Operator, graph: Subgraph) -> tuple[learned.Limit, float, s
     sizes = [(int(np.prod(t.shape[-2:])) if t.shape else 1, t) for t in tensors]
     value, tensor = max(sizes, key=lambda pair: pair[0], default=(0, None))
     what = "no tensor" if tensor is None else \
-        f"tensor {tensor.name!r} {list(tensor.shape)}: the values in its two innermost dimensions"
+        f"tensor {tensor.name!r} {list(tensor.shape)}: the count of values in its two innermost dimensions"
     return learned.INNER_PLANE, value, what
 
 
 def _values_moved(limit: learned.Limit) -> Measure:
     def measure(op: Operator, graph: Subgraph) -> tuple[learned.Limit, float, str]:
         tensor = graph.tensors[op.inputs[0]]
-        return limit, int(np.prod(tensor.shape)), f"the {op.opcode} of {list(tensor.shape)}: the values it moves"
+        return limit, int(np.prod(tensor.shape)), f"the {op.opcode} of {list(tensor.shape)}: the count of values it moves"
     return measure
 
 
@@ -829,8 +829,8 @@ def _hard_swish_advice(graph: Subgraph) -> Advice | None:
     ops = tuple(op.index for op in graph.operators if op.opcode == "HARD_SWISH")
     if not ops:
         return None
-    return Advice("HARD_SWISH", ops, f"{_count(len(ops), 'HARD_SWISH op')}: not an Edge TPU operation, the first "
-                  "ends the partition", "use ReLU6 where HARD_SWISH is (its int8 range maps), then re-export",
+    return Advice("HARD_SWISH", ops, f"{_count(len(ops), 'HARD_SWISH op')}: not an Edge TPU operation; "
+                  "each runs on the CPU with everything that depends on it", "use ReLU6 where HARD_SWISH is (its int8 range maps), then re-export",
                   "google-coral/edgetpu#272 (YOLOv5s at 320: 370 ms with HardSwish, 100 ms without)")
 
 
@@ -864,8 +864,8 @@ def _transpose_advice(graph: Subgraph) -> Advice | None:
     shape = list(graph.tensors[largest.inputs[0]].shape)
     limit = learned.TRANSPOSE_VALUES
     return Advice(
-        "TRANSPOSE", tuple(op.index for op in large), f"{_count(len(large), 'TRANSPOSE op')} larger than edgetpu_compiler "
-        f"16 is seen to map, the largest of {shape} ({sizes[largest.index]:,} values): it maps one of up to "
+        "TRANSPOSE", tuple(op.index for op in large),
+        f"{_count(len(large), 'TRANSPOSE op')} larger than edgetpu_compiler 16 is seen to map, the largest of {shape} ({sizes[largest.index]:,} values): it maps one of up to "
         f"{learned.number(limit.mapped_up_to)} values and refuses one of {learned.number(limit.refused_from)} or more "
         "(\"not mapped due to some unspecified limitation\"), and everything that depends on it runs on the CPU",
         "keep the layout the convolutions make (NHWC) to the end: a YOLO head's [1, N, 4 + C] needs no transpose "

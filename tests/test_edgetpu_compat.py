@@ -11,6 +11,7 @@ from app.edgetpu.compiler_limits import (
     BILINEAR_SCALE,
     INNER_PLANE,
     MAPPED,
+    MODEL_REFUSED,
     MORE_THAN_ONE_SUBGRAPH,
     NOT_AN_EDGETPU_OP,
     RESHAPE_VALUES,
@@ -323,7 +324,10 @@ def test_op_versions_of_the_committed_models_are_reported_honestly():
     assert "refused" not in notes.values()
 
 
-def test_a_refused_op_version_breaks_the_partition_there():
+def test_a_refused_op_version_refuses_the_whole_model():
+    """edgetpu_compiler 16 stops parsing at an operator version it does not register ("Didn't find op for builtin
+    opcode 'CONV_2D' version '6'"): nothing compiles. Ultralytics' YOLO11 exports made with a recent TensorFlow
+    write CONV_2D version 6."""
     from dataclasses import replace
 
     from app.edgetpu.compat import COMPILER_16_REFUSED_FROM, op_version_notes
@@ -336,6 +340,11 @@ def test_a_refused_op_version_breaks_the_partition_there():
         newer if op.index == conv.index else op for op in graph.operators)),))
     report = analyze(bumped)
     assert report.first_unsupported.index == conv.index and "version 6" in report.first_unsupported.reason
+    assert report.mapped == 0 and not any(report.on_edgetpu(i) for i in range(report.total))
+    assert report.summary() == (f"edgetpu_compiler 16 would refuse the whole model (CONV_2D version 6 at index "
+                                f"{conv.index}); 0 of {report.total} ops would run on the Edge TPU")
+    assert report.placement(0).startswith("edgetpu_compiler 16 refuses the whole model for the version of CONV_2D")
+    assert report.status(0) == MODEL_REFUSED and not report.as_intended
     assert ("CONV_2D", 6, "refused") in {(n.opcode, n.version, n.status) for n in op_version_notes(bumped)}
 
 

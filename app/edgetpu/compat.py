@@ -92,6 +92,8 @@ UNSUPPORTED_HINTS: dict[str, str] = {
 DEPENDS_ON_CPU = ("depends on {opcode} at index {index}, which runs on the CPU: the Edge TPU runs one subgraph "
                   "(edgetpu_compiler: \"More than one subgraph is not supported\")")
 COMPILED_ELSEWHERE = "not part of the compiled Edge TPU op: runs on the CPU"
+REFUSED_MODEL = ("edgetpu_compiler 16 refuses the whole model for the version of {opcode} at index {index}: nothing "
+                 "maps")
 
 # Operators that run on the host after the Edge TPU's part by design: a detector's box decoding and
 # non-maximum suppression, the DEQUANTIZE that feeds it or makes a float output, and a segmenter's
@@ -158,6 +160,8 @@ class CompatReport:
     # first left it (itself, for the first ones)
     edgetpu: frozenset[int] = frozenset()
     after: dict[int, int] | None = None
+    # an operator version edgetpu_compiler 16 does not register: it then refuses the whole model, maps nothing
+    refused_model: OpVerdict | None = None
 
     @property
     def all_mapped(self) -> bool:
@@ -197,6 +201,8 @@ class CompatReport:
             return learned.MAPPED
         if not verdict.supported:
             return verdict.status
+        if self.refused_model is not None:
+            return learned.MODEL_REFUSED
         return learned.MORE_THAN_ONE_SUBGRAPH
 
     def table(self) -> Counter:
@@ -225,6 +231,10 @@ class CompatReport:
             if self.first_unsupported is not None:
                 text += f" (first unsupported op: {self.first_unsupported.opcode} at index {self.first_unsupported.index})"
             return text
+        if self.refused_model is not None:
+            refused = self.refused_model
+            return (f"edgetpu_compiler 16 would refuse the whole model ({refused.reason.split(':')[0]} at index "
+                    f"{refused.index}); 0 of {self.total} ops would run on the Edge TPU")
         if self.all_mapped:
             return f"all {self.total} ops would run on the Edge TPU"
         if self.as_intended:
@@ -239,6 +249,8 @@ class CompatReport:
         if self.on_edgetpu(index):
             return None
         verdict = self.ops[index]
+        if self.refused_model is not None and verdict.supported:
+            return REFUSED_MODEL.format(opcode=self.refused_model.opcode, index=self.refused_model.index)
         if self.as_intended and index < self.head:
             return HOST_HEAD
         if self.as_intended and self._host_edge(index):
@@ -291,6 +303,10 @@ def analyze(model: TfliteModel) -> CompatReport:
         head = sum(_quantizes_float_input(graph.operators[v.index], graph) for v in host)
         return CompatReport(ops=verdicts, compiled=True, first_unsupported=first, mapped=mapped,
                             total=len(verdicts), head=head, tail=tail, advice=advice)
+    refused = next((v for v in verdicts if _op_version(graph.operators[v.index], graph)), None)
+    if refused is not None:  # the compiler stops parsing: nothing maps, every operator runs on the CPU
+        return CompatReport(ops=verdicts, compiled=False, first_unsupported=refused, mapped=0, total=len(verdicts),
+                            advice=advice, refused_model=refused, after={v.index: refused.index for v in verdicts})
     edgetpu, after = partition(graph, [v.supported for v in verdicts])
     tail = sum(v.opcode in HOST_TAIL_OPS and v.index in after for v in verdicts)
     return CompatReport(ops=verdicts, compiled=False, first_unsupported=first, mapped=len(edgetpu),

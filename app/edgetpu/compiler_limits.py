@@ -28,8 +28,10 @@ MORE_THAN_ONE_SUBGRAPH = "More than one subgraph is not supported"
 UNSPECIFIED_LIMITATION = "Operation is otherwise supported, but not mapped due to some unspecified limitation"
 UNSUPPORTED_DATA_TYPE = "Operation is working on an unsupported data type"
 UNSUPPORTED_RANK = "Tensor has unsupported rank (up to 3 innermost dimensions mapped)"
-# For an operator the compiler has no Edge TPU kernel for, no log here shows its wording: this is ours.
+# For an operator the compiler has no Edge TPU kernel for, no log here shows its wording: this is ours; and for a
+# model it will not parse (an operator version it does not register) it writes no table at all.
 NOT_AN_EDGETPU_OP = "not an Edge TPU operation"
+MODEL_REFUSED = "no table: edgetpu_compiler refuses the whole model"
 
 
 @dataclass(frozen=True)

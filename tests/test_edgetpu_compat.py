@@ -397,7 +397,7 @@ def test_a_supported_op_stranded_after_the_post_processing_is_not_as_intended():
 # ---- what edgetpu_compiler's own output shows (app/edgetpu/compiler_limits.py) -------------------------------------
 
 def test_a_branch_that_does_not_depend_on_the_refused_op_still_maps():
-    """YOLOv8n at 640 stores its P3 head branch (216-231) after the P4 TRANSPOSE the compiler refuses (215), and
+    """YOLOv8n at 640 stores its P3 head branch (217-231) after the P4 TRANSPOSE the compiler refuses (215), and
     that branch maps: the compiler follows the data, not the order (nerbivol/edgetpu_lite's log: 230 of 254)."""
     g = GraphBuilder()
     x = g.activation("x", [1, 8, 8, 4])

@@ -48,6 +48,8 @@ class Agreement:
     compiler_mapped: int
     # from a compiled twin: the operators placed differently (index, opcode, ours, compiler's)
     misplaced: list[tuple[int, str, str, str]] | None = None
+    # from a compiled twin: the operator types it shows on the Edge TPU
+    seen_mapped: set[str] = field(default_factory=set)
     # from a log: (type, status) -> (ours, the log's) where the counts differ
     table_differences: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     unsure: int = 0
@@ -137,6 +139,7 @@ def compare(plain: TfliteModel, log: str | None = None, compiled: TfliteModel | 
         result.compiler_mapped = total - len(cpu)
         result.misplaced = [(op.index, op.opcode, _place(report.on_edgetpu(op.index)), _place(op.index not in cpu))
                             for op in plain.graph.operators if report.on_edgetpu(op.index) == (op.index in cpu)]
+        result.seen_mapped = {op.opcode for op in plain.graph.operators if op.index not in cpu}
     if log is not None:
         theirs = log_table(parse("", log))
         mapped = sum(n for (_, status), n in theirs.items() if status == learned.MAPPED)
@@ -223,7 +226,17 @@ def render(rows: list[tuple[Pair, Agreement | str]]) -> str:
                      f"{result.ours_mapped:>5}  {_differences(result)}")
     lines.append(_tally("all", rows))
     lines.append(_tally("checked only after the rules were written", [(p, r) for p, r in rows if not p.taught]))
+    missing, unseen = seen_mapped_differences(rows)
+    if missing or unseen:
+        lines.append(f"compiler_limits.SEEN_MAPPED lacks {sorted(missing)}, and lists {sorted(unseen)} that no "
+                     "compiled file here shows mapped")
     return "\n".join(lines)
+
+
+def seen_mapped_differences(rows: list[tuple[Pair, Agreement | str]]) -> tuple[set[str], set[str]]:
+    """(types the compiled files show mapped that SEEN_MAPPED lacks, types it lists that none shows)."""
+    seen = set().union(*(r.seen_mapped for _, r in rows if not isinstance(r, str)))
+    return seen - learned.SEEN_MAPPED, learned.SEEN_MAPPED - seen
 
 
 def _tally(which: str, rows: list[tuple[Pair, Agreement | str]]) -> str:
@@ -269,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                                **({"error": r} if isinstance(r, str) else r.as_dict())) for p, r in rows], indent=2))
     else:
         print(render(rows))
-    return 0 if all(not isinstance(r, str) and r.agrees for _, r in rows) else 1
+    agree = all(not isinstance(r, str) and r.agrees for _, r in rows)
+    return 0 if agree and not any(seen_mapped_differences(rows)) else 1
 
 
 if __name__ == "__main__":

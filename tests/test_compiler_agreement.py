@@ -105,6 +105,9 @@ def test_the_measured_set_is_read_from_checkouts_and_checked_by_sha256(tmp_path,
     assert "chain" in table and "log+compiled" in table
     assert "all: 1 of 2 models agree exactly; 5 of 5 operators placed as the compiler did" in table
     assert "checked only after the rules were written: 1 of 1 models agree exactly" in table
+    # the one compiled file maps QUANTIZE and CONV_2D: both in SEEN_MAPPED, which lists more than this set shows
+    assert rows[0][1].seen_mapped == {"QUANTIZE", "CONV_2D"}
+    assert "compiler_limits.SEEN_MAPPED lacks [], and lists ['ADD', " in table
     assert main([str(tmp_path), "--manifest", str(manifest)]) == 1  # one pair could not be measured
     assert capsys.readouterr().out.strip() == table
     assert main([str(tmp_path), "--manifest", str(manifest), "--json"]) == 1

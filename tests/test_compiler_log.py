@@ -152,3 +152,27 @@ def test_versions_and_sizes():
     assert parse_version("edgetpu_compiler: command not found") is None
     assert size_bytes("4.49", "MiB") == round(4.49 * 1024 * 1024)
     assert size_bytes("1.5", "GiB") == 3 * 2**29 and size_bytes("0.00", "B") == 0
+
+
+# As public repositories hold them beside their compiled files: the .log alone, with no stdout (compiler 2.1 wrote
+# the SSD post-processing as CUSTOM, cmpss94068/tensorflowlite's detect_edgetpu.log; the rows in its own order).
+OLD_LOG = """\
+Edge TPU Compiler version 2.1.302470888
+Input: detect.tflite
+Output: detect_edgetpu.tflite
+
+Operator                       Count      Status
+
+LOGISTIC                       1          Mapped to Edge TPU
+CUSTOM                         1          Operation is working on an unsupported data type
+ADD                            10         Mapped to Edge TPU
+CONV_2D                        55         Mapped to Edge TPU
+"""
+
+
+def test_a_log_on_its_own():
+    report = parse("", OLD_LOG)
+    assert report.compiler_version == "2.1.302470888"
+    assert (report.operations_on_edgetpu, report.operations_on_cpu) == (66, 1)
+    assert [(line.type, line.count, line.mapped) for line in report.unmapped()] == [("CUSTOM", 1, False)]
+    assert report.total_operations is None and report.memory == {}  # only stdout prints those

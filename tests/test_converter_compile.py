@@ -89,12 +89,12 @@ def test_the_useful_flags_reach_the_compiler(clean, tmp_path):
 
 
 def test_ops_left_on_the_cpu_exit_3(tmp_path, capsys):
-    directory = model_dir(tmp_path / "models", conv_chain("TRANSPOSE"))
+    directory = model_dir(tmp_path / "models", conv_chain("HARD_SWISH"))
     assert main(["compile", str(directory), "--compiler", str(install(tmp_path))]) == EXIT_CPU_OPS
     out = capsys.readouterr().out
     assert "2 ops on the Edge TPU, 3 on the CPU" in out
-    assert "TRANSPOSE                      1          Operation is working on an unsupported data type" in out
-    assert "first unsupported op: TRANSPOSE at index 2; 2 of 5" in out
+    assert "HARD_SWISH                     1          Operation is working on an unsupported data type" in out
+    assert "first unsupported op: HARD_SWISH at index 2; 2 of 5" in out
 
 
 def test_a_failing_compile_raises_with_the_compilers_stderr_and_places_nothing(clean, tmp_path, capsys):

@@ -90,16 +90,16 @@ def test_array_fill_counts_partly_empty_tiles():
 # ---- features of real models ------------------------------------------------------------------------------------
 
 def test_features_of_a_small_graph_by_hand():
-    model = features(read_tflite(conv_chain("TRANSPOSE")))
-    assert [op.opcode for op in model.ops] == ["QUANTIZE", "CONV_2D", "TRANSPOSE", "CONV_2D", "QUANTIZE"]
+    model = features(read_tflite(conv_chain("HARD_SWISH")))
+    assert [op.opcode for op in model.ops] == ["QUANTIZE", "CONV_2D", "HARD_SWISH", "CONV_2D", "QUANTIZE"]
     conv1, conv2 = model.ops[1], model.ops[3]
     assert conv1.macs == 8 * 8 * 4 * (3 * 3 * 4) and (conv1.depth, conv1.channels) == (36, 4)
     assert conv1.param_bytes == 4 * 3 * 3 * 4 + 4 * 4  # int8 weights + int32 bias
     assert conv2.macs == 8 * 8 * 4 * 4 and conv2.param_bytes == 16 + 16
-    # TRANSPOSE ends the Edge TPU partition: it and everything after run on the CPU
+    # HARD_SWISH (no Edge TPU operation) ends the Edge TPU's part: it and everything after run on the CPU
     assert [op.on_tpu for op in model.ops] == [True, True, False, False, False]
     assert model.input_bytes == 8 * 8 * 4 and model.output_bytes == 8 * 8 * 4
-    # live at once at most: the conv1 output and the transpose output (uint8 input freed after QUANTIZE)
+    # live at once at most: the conv1 output and the HARD_SWISH output (uint8 input freed after QUANTIZE)
     assert model.peak_activation_bytes == 2 * 8 * 8 * 4
 
 
@@ -148,7 +148,7 @@ def test_segment_costs_are_per_op_in_order():
 
 
 def test_cpu_ops_are_costed_on_the_host():
-    model = features(read_tflite(conv_chain("TRANSPOSE")))
+    model = features(read_tflite(conv_chain("HARD_SWISH")))
     result = estimate.estimate_features(model)
     assert result["ops"] == {"edgetpu": 2, "cpu": 3}
     hw = estimate.hardware()
@@ -156,9 +156,9 @@ def test_cpu_ops_are_costed_on_the_host():
     # the Dev Board's Cortex-A53 is slower at the CPU ops than the desktop, a Raspberry Pi 3 slower still
     assert (estimate.cpu_seconds(arrays, hw.links["usb2"]) > estimate.cpu_seconds(arrays, hw.links["devboard"])
             > estimate.cpu_seconds(arrays, hw.links["usb3"]) > 0)
-    # the Edge TPU part hands conv1's output to the CPU's TRANSPOSE: that crosses the link, not the model's output
+    # the Edge TPU part hands conv1's output to the CPU's HARD_SWISH: that crosses the link, not the model's output
     assert model.tpu_handoff_bytes == 8 * 8 * 4 and arrays.output_bytes == 8 * 8 * 4
-    assert [op["opcode"] for op in result["cpu_ops"]] == ["TRANSPOSE", "CONV_2D", "QUANTIZE"]
+    assert [op["opcode"] for op in result["cpu_ops"]] == ["HARD_SWISH", "CONV_2D", "QUANTIZE"]
 
 
 # ---- a model whose last op runs on the CPU: a detector's TFLite_Detection_PostProcess ---------------------------

@@ -24,8 +24,11 @@ reaches well below 0, else as the family writes them. Where the file cannot tell
 [1, N, 64] tensors holds the classes, pixels or fractions in a float output), the import stops with the reason
 and the flag that tells: --classes, --output ROLE=TENSOR, --box-scale, --strides, --scores.
 
-Ultralytics exports carry `metadata.json` in the zip appended to the file (names, imgsz, stride, task): its
-names become the labels, and a file whose task is not `detect` is left to other importers.
+Ultralytics exports carry their metadata in the zip appended to the file (names, imgsz, stride, task):
+`temp_meta.txt`, a Python dict's repr with int keys (8.2-8.3), or `metadata.json` (8.4). Its names become the labels,
+a file whose task is not `detect` is left to other importers, and it names the model's maker: Ultralytics, whose
+preprocessing the model then follows (Family.maker; app/importing/preprocessing.py). So does YOLOv5's layout, three
+anchors a cell with an objectness, which only its exports write and which carry no metadata.
 """
 
 from __future__ import annotations
@@ -35,18 +38,20 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from app.importing.metadata import Metadata
+from app.importing.preprocessing import Maker
 from app.model_dir.schema import (
     DECODER_ROLES,
     DEFAULT_REG_MAX,
     DEFAULT_STRIDES,
     POSTPROCESS,
+    ULTRALYTICS,
     YOLO,
     YOLO_DFL,
     DetectionSpec,
     grid_cells,
 )
 from app.tflite_file import Subgraph, Tensor
-from app.importing.metadata import Metadata
 
 EIGHT_BIT = ("INT8", "UINT8")
 # The strides YOLO heads use: P3-P5, and P3-P6 for the P6 models ("yolov8n-p6").
@@ -59,7 +64,7 @@ PASS_THROUGH = frozenset({"TRANSPOSE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "QUA
 # go well below 0, pixels reach a good part of the input's size).
 NORMALIZED_MAX = 2.5
 LOGITS_MIN = -1.0
-ULTRALYTICS_METADATA = "metadata.json"
+ULTRALYTICS_METADATA, ULTRALYTICS_LITERAL = "metadata.json", "temp_meta.txt"
 PREDICTIONS, = DECODER_ROLES[YOLO]
 CLASS_LOGITS, BOX_DISTRIBUTIONS = DECODER_ROLES[YOLO_DFL]
 # values per row of an export that suppresses inside the model: x1, y1, x2, y2, score, class (and a batch index)
@@ -105,8 +110,7 @@ class Family:
     labels_origin: str | None = None
     resize: str = "letterbox"                  # how images meet the input: YOLO heads are trained letterboxed
     notes: tuple[str, ...] = ()
-    # (mean, std, why) for a float input the file gives no normalization for (Ultralytics' models take pixels / 255)
-    input_hint: tuple[list[float], list[float], str] | None = None
+    maker: Maker | None = None                 # whose preprocessing the file says it follows (Ultralytics')
 
     @property
     def classes(self) -> int:
@@ -131,25 +135,35 @@ class UltralyticsMetadata:
     names: list[str] | None
     task: str | None
     facts: dict
+    source: str = ULTRALYTICS_METADATA   # the packed file it was read from
+
+    @property
+    def maker(self) -> Maker:
+        version = self.facts.get("version")
+        made = f", Ultralytics {version}" if isinstance(version, str) and version else ""
+        return Maker(ULTRALYTICS, f"Ultralytics' metadata ({self.source} packed in the file{made})")
 
 
 def ultralytics_metadata(metadata: Metadata) -> UltralyticsMetadata | None:
-    """Ultralytics' export metadata: `metadata.json` in the appended zip, or (older exports) a Python-literal dict
-    in a packed .txt; None when the file has neither."""
+    """Ultralytics' export metadata: `metadata.json` in the appended zip (8.4), or (8.2-8.3) `temp_meta.txt`, a
+    Python dict's repr with int keys (another packed .txt holding one is read too); None when the file has neither."""
     raw = metadata.packed.get(ULTRALYTICS_METADATA)
-    found = None
+    found, source = None, ULTRALYTICS_METADATA
     if raw is not None:
         try:
             found = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             found = None
     if found is None:
-        for name, data in metadata.packed.items():
+        texts = sorted(metadata.packed, key=lambda name: name != ULTRALYTICS_LITERAL)  # temp_meta.txt first
+        for name in texts:
+            data = metadata.packed[name]
             if name.lower().endswith(".txt") and data.lstrip().startswith(b"{"):
                 try:
                     found = ast.literal_eval(data.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError, SyntaxError):
+                except (UnicodeDecodeError, ValueError, SyntaxError, MemoryError, RecursionError):
                     continue
+                source = name
                 break
     if not isinstance(found, dict) or "names" not in found and "task" not in found:
         return None
@@ -164,7 +178,7 @@ def ultralytics_metadata(metadata: Metadata) -> UltralyticsMetadata | None:
         names = [str(n) for n in names]
     else:
         names = None
-    return UltralyticsMetadata(names, found.get("task"), found)
+    return UltralyticsMetadata(names, found.get("task"), found, source)
 
 
 # ---- reading the graph ------------------------------------------------------------------------------------------
@@ -314,14 +328,13 @@ def _one_tensor(graph: Subgraph, tensor: Tensor, width: int, height: int, meta: 
     notes = [f"strides {list(strides)}" + (", 3 anchors a cell" if per_cell > 1 else "")]
     labels, labels_origin = _labels(meta, classes)
     name = "YOLOv5 (one tensor, objectness)" if objectness else "Ultralytics YOLO (one tensor)"
+    maker = meta.maker if meta is not None else None
+    if maker is None and per_cell > 1:
+        maker = Maker(ULTRALYTICS, f"YOLOv5's layout: [1, {n}, {attributes}], three anchors a grid cell of strides "
+                                   f"{list(strides)} with an objectness, which only Ultralytics' YOLOv5 exports "
+                                   "write (they carry no metadata)")
     return Family(name, {PREDICTIONS: tensor.name}, spec, "; ".join(facts), labels, labels_origin,
-                  notes=tuple(notes), input_hint=_input_hint(meta))
-
-
-def _input_hint(meta: UltralyticsMetadata | None) -> tuple[list[float], list[float], str] | None:
-    if meta is None:
-        return None
-    return [0.0], [255.0], "Ultralytics' models take the pixels / 255 (its metadata: an Ultralytics export)"
+                  notes=tuple(notes), maker=maker)
 
 
 def _class_count(options: DetectorOptions, meta: UltralyticsMetadata | None, from_shape: int,
@@ -378,7 +391,7 @@ def _labels(meta: UltralyticsMetadata | None, classes: int) -> tuple[list[str] |
         return None, None
     if len(meta.names) != classes:
         return None, None
-    return meta.names, f"Ultralytics' metadata ({ULTRALYTICS_METADATA} packed in the file: {classes} names)"
+    return meta.names, f"Ultralytics' metadata ({meta.source} packed in the file: {classes} names)"
 
 
 def _dfl_pair(graph: Subgraph, outputs: list[Tensor], width: int, height: int, meta: UltralyticsMetadata | None,
@@ -440,4 +453,4 @@ def _dfl_pair(graph: Subgraph, outputs: list[Tensor], width: int, height: int, m
     labels, labels_origin = _labels(meta, classes)
     return Family("YOLO in the Coral layout (class logits + DFL, as Frigate's yolo-generic)",
                   {CLASS_LOGITS: logits.name, BOX_DISTRIBUTIONS: boxes.name}, spec, "; ".join(facts),
-                  labels, labels_origin, notes=tuple(notes), input_hint=_input_hint(meta))
+                  labels, labels_origin, notes=tuple(notes), maker=meta.maker if meta is not None else None)

@@ -26,8 +26,12 @@ from app.model_dir.schema import ULTRALYTICS, InputSpec
 RESAMPLE = Image.Resampling.BILINEAR
 
 
-def draft_size(width: int, height: int, spec: InputSpec) -> tuple[int, int]:
-    """The smallest full-image size whose crop still covers the model's input."""
+def draft_size(width: int, height: int, spec: InputSpec, max_pixels: int | None = None) -> tuple[int, int]:
+    """The smallest full-image size whose crop still covers the model's input: what a JPEG may be decoded down to in
+    the DCT. By Ultralytics' convention the whole image, as its maker's tools resample it from a full decode (a DCT
+    reduction is not their resize's pixels), unless that is more than `max_pixels`: then the least reduction under."""
+    if spec.maker == ULTRALYTICS:
+        return _whole(width, height, max_pixels)
     if spec.resize == "stretch":
         scale = max(spec.width / width, spec.height / height)
     elif spec.resize == "letterbox":  # the whole image fits inside: its longer side sets the size
@@ -36,6 +40,15 @@ def draft_size(width: int, height: int, spec: InputSpec) -> tuple[int, int]:
         crop_w, crop_h = _crop_size(width, height, spec)
         scale = max(spec.width / crop_w, spec.height / crop_h)
     return math.ceil(width * scale), math.ceil(height * scale)
+
+
+def _whole(width: int, height: int, max_pixels: int | None) -> tuple[int, int]:
+    """The whole image, or its 1/2, 1/4 or 1/8 (the DCT's reductions), the first of them of at most max_pixels."""
+    for reduction in (1, 2, 4):
+        size = (max(1, width // reduction), max(1, height // reduction))
+        if max_pixels is None or size[0] * size[1] <= max_pixels:
+            return size
+    return max(1, width // 8), max(1, height // 8)
 
 
 def _crop_size(width: int, height: int, spec: InputSpec) -> tuple[float, float]:

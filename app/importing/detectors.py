@@ -358,6 +358,9 @@ def _box_scale(graph: Subgraph, tensor: Tensor, width: int, height: int, meta: U
                                   "input, not pixels")
         if high >= min(width, height) / 4:
             return "pixels", f"the output's quantization holds values up to {high:.4g}: pixels of the input"
+        if meta is not None:
+            return "normalized", (f"Ultralytics' metadata: its TFLite exports write boxes as fractions of the input "
+                                  f"(ultralytics#7371); the output's quantization, up to {high:.3g}, does not tell")
         raise DetectorRefused(f"{file_name}'s output {tensor.name!r} holds values up to {high:.3g}, which fits "
                               f"neither boxes in fractions of the input nor in pixels of its {width}x{height}: "
                               "give --box-scale normalized or --box-scale pixels")

@@ -51,11 +51,15 @@ def _flags(command: str) -> list[str]:
 
 
 def _reimport(manifest: Manifest, flags: list[str]) -> str:
-    """The import's own command with --replace, or one made of the model's first file where none was recorded."""
-    if flags[:4] == ["python", "-m", "converter", "import"]:
-        return shlex.join(flags + ([] if "--replace" in flags else ["--replace"]))
-    given = manifest.imported.files[0].name
-    return shlex.join(["python", "-m", "converter", "import", given, "--name", manifest.name, "--replace"])
+    """The import's own command with --replace (the files it was given by name where it recorded "..."), or one
+    made of the files it was given where none was recorded."""
+    given = [f.name for f in manifest.imported.files]
+    if flags[:4] != ["python", "-m", "converter", "import"]:
+        flags = ["python", "-m", "converter", "import", "...", "--name", manifest.name]
+    if "..." in flags:
+        at = flags.index("...")
+        flags = flags[:at] + given + flags[at + 1:]
+    return shlex.join(flags + ([] if "--replace" in flags else ["--replace"]))
 
 
 def _fmt(values: list[float]) -> str:

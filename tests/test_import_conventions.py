@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from app.importing import graph_facts, handed_over, read_tflite_source
+from app.importing.detectors import DetectorOptions
 from app.model_dir.reading import read_model_dir
 from app.model_dir.reimport import stale_preprocessing
 from app.model_dir.schema import Manifest
@@ -67,6 +68,7 @@ def test_ultralytics_metadata_in_either_form_feeds_pixels_over_255_centred(tmp_p
     assert read_model_dir(tmp_path / "models" / "m").labels == tuple(CLASSES)
     assert f"Ultralytics' metadata ({packed}" in manifest.imported.labels
     assert not any("spans" in note for note in manifest.imported.notes)  # the maker named it: no doubt to voice
+    assert (manifest.detection.max_detections, manifest.detection.nms_iou) == (300, 0.45)   # yolo predict's max_det
 
 
 def test_the_literal_form_is_a_python_dict_repr_with_int_keys(tmp_path):
@@ -83,6 +85,9 @@ def test_yolov5s_layout_names_ultralytics_without_metadata(tmp_path):
     assert manifest.detection.objectness is True and manifest.detection.classes == 3
     assert (spec.mean, spec.std, spec.resize, spec.convention.name) == ([0.0], [255.0], "letterbox", "ultralytics")
     assert spec.convention.why.startswith("YOLOv5's layout: [1, 252, 8], three anchors a grid cell")
+    assert manifest.detection.max_detections == 1000                                 # detect.py's max_det
+    assert imported(tmp_path, yolo_stub([V5], input_type="UINT8"), name="capped",
+                    detector=DetectorOptions(max_detections=50)).detection.max_detections == 50
 
 
 def test_an_ultralytics_export_of_another_task_is_not_claimed(tmp_path):

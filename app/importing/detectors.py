@@ -69,6 +69,8 @@ PREDICTIONS, = DECODER_ROLES[YOLO]
 CLASS_LOGITS, BOX_DISTRIBUTIONS = DECODER_ROLES[YOLO_DFL]
 # values per row of an export that suppresses inside the model: x1, y1, x2, y2, score, class (and a batch index)
 END_TO_END_ROW = (6, 7)
+# the most objects its maker's predictor keeps: `yolo predict`'s max_det, YOLOv5's detect.py's
+ULTRALYTICS_MAX_DET, YOLOV5_MAX_DET = 300, 1000
 
 
 class DetectorRefused(ValueError):
@@ -322,19 +324,28 @@ def _one_tensor(graph: Subgraph, tensor: Tensor, width: int, height: int, meta: 
     activation, activation_origin = _activation(graph, tensor, options, "none", compiled,
                                                 "class scores as Ultralytics' exports give them, after a sigmoid")
     facts.append(f"class scores {'logits' if activation == 'sigmoid' else 'probabilities'} ({activation_origin})")
-    spec = DetectionSpec(decoder=YOLO, classes=classes, layout=layout, box_format=options.box_format or "xywh",
-                         box_scale=box_scale, objectness=bool(objectness), score_activation=activation,
-                         **options.thresholds())
-    notes = [f"strides {list(strides)}" + (", 3 anchors a cell" if per_cell > 1 else "")]
-    labels, labels_origin = _labels(meta, classes)
-    name = "YOLOv5 (one tensor, objectness)" if objectness else "Ultralytics YOLO (one tensor)"
     maker = meta.maker if meta is not None else None
     if maker is None and per_cell > 1:
         maker = Maker(ULTRALYTICS, f"YOLOv5's layout: [1, {n}, {attributes}], three anchors a grid cell of strides "
                                    f"{list(strides)} with an objectness, which only Ultralytics' YOLOv5 exports "
                                    "write (they carry no metadata)")
+    spec = DetectionSpec(decoder=YOLO, classes=classes, layout=layout, box_format=options.box_format or "xywh",
+                         box_scale=box_scale, objectness=bool(objectness), score_activation=activation,
+                         **_makers_thresholds(options, maker, per_cell > 1))
+    notes = [f"strides {list(strides)}" + (", 3 anchors a cell" if per_cell > 1 else "")]
+    labels, labels_origin = _labels(meta, classes)
+    name = "YOLOv5 (one tensor, objectness)" if objectness else "Ultralytics YOLO (one tensor)"
     return Family(name, {PREDICTIONS: tensor.name}, spec, "; ".join(facts), labels, labels_origin,
                   notes=tuple(notes), maker=maker)
+
+
+def _makers_thresholds(options: DetectorOptions, maker: Maker | None, yolov5: bool) -> dict:
+    """The thresholds given, and where its maker's predictor keeps more objects than DEFAULT_MAX_DETECTIONS, its
+    own cap (`yolo predict`'s max_det 300, YOLOv5's detect.py 1000)."""
+    given = options.thresholds()
+    if maker is not None and maker.convention == ULTRALYTICS:
+        given.setdefault("max_detections", YOLOV5_MAX_DET if yolov5 else ULTRALYTICS_MAX_DET)
+    return given
 
 
 def _class_count(options: DetectorOptions, meta: UltralyticsMetadata | None, from_shape: int,
@@ -451,9 +462,10 @@ def _dfl_pair(graph: Subgraph, outputs: list[Tensor], width: int, height: int, m
              f"class scores {'logits' if activation == 'sigmoid' else 'probabilities'} ({activation_origin})"]
     unused = [t for t in outputs if t not in (logits, boxes)]
     notes = [f"output {t.name!r} {list(t.shape)} is not read (a max-score tensor some exports add)" for t in unused]
+    maker = meta.maker if meta is not None else None
     spec = DetectionSpec(decoder=YOLO_DFL, classes=classes, strides=strides, reg_max=reg_max,
-                         score_activation=activation, **options.thresholds())
+                         score_activation=activation, **_makers_thresholds(options, maker, yolov5=False))
     labels, labels_origin = _labels(meta, classes)
     return Family("YOLO in the Coral layout (class logits + DFL, as Frigate's yolo-generic)",
                   {CLASS_LOGITS: logits.name, BOX_DISTRIBUTIONS: boxes.name}, spec, "; ".join(facts),
-                  labels, labels_origin, notes=tuple(notes), maker=meta.maker if meta is not None else None)
+                  labels, labels_origin, notes=tuple(notes), maker=maker)

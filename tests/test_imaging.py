@@ -404,3 +404,20 @@ def test_ultralytics_quantizes_as_its_autobackend_truncating_in_float32():
     rounded = InputQuantizer(CORAL_BOX.model_copy(update={"std": [255.0]}), np.int8, 0.018658, -14)(pixels)[0]
     assert truncated[3, 14, 0] == 0 and rounded[3, 14, 0] == -1       # pixel 62: 62 / 255 / 0.018658 - 14 = -0.97
     assert truncated[6, 4, 0] == 7 and rounded[6, 4, 0] == 7           # pixel 100: 7.02
+
+
+def test_the_letterbox_bench_runs_and_prints_its_table():
+    """bench/letterbox_cost.py on one small photo, in its own process (it pins BLAS to one thread): its row has both
+    conventions' figures and their ratio (no timing is asserted)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "letterbox_cost.py"
+    done = subprocess.run([sys.executable, str(bench), "-n", "2", "--rounds", "1", "--sizes", "320x200"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "640x640 int8 input" in lines[0] and lines[1].split() == ["photo", "coral", "ultralytics", "ratio"]
+    row = lines[2].split()
+    assert row[0] == "320x200" and all(float(value) > 0 for value in row[1:])

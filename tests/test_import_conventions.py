@@ -153,6 +153,9 @@ def test_an_upload_follows_the_same_rule(tmp_path):
     plain = handed(yolo_stub([HEAD], input_type="UINT8"))
     assert (plain.input.mean, plain.input.std, plain.input.resize, plain.input.convention.name) == \
         ([0], [255], "stretch", "coral")
+    assert not plain.imported.notes                                      # [0, 1]: nothing to say
+    odd = handed(yolo_stub([HEAD], input_type="UINT8", input_quantization=(0.018658, 114)))
+    assert [note for note in odd.imported.notes if "spans [-2.13, 2.63]" in note]
 
 
 # ---- a model imported by the old rule ------------------------------------------------------------------------------

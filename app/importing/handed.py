@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from app.edgetpu.compat import analyze
 from app.importing.graph import GraphFacts, TfliteSource
-from app.importing.preprocessing import convention, identity_normalization
+from app.importing.preprocessing import convention, identity_normalization, pixel_range_caution
 from app.model_dir.schema import (
     EDGETPU,
     INT8,
@@ -41,6 +41,8 @@ def handed_over(model: str, source: TfliteSource, facts: GraphFacts, provenance:
         identity_mean, identity_std = identity_normalization(tensor)
         mean, std, resize = [identity_mean], [identity_std], "stretch"
         fed = "the input's quantization: the uint8 tensor the client sends goes in as it is"
+        caution = pixel_range_caution(tensor)
+        notes = notes + ([caution] if caution else [])
     kind, filename = (EDGETPU, edgetpu_filename(model)) if source.compiled else (INT8, int8_filename(model))
     record = ImportedRecord(
         files=[ImportedFile(name=name, sha256=source.sha256, bytes=len(source.data), kind=kind)],

@@ -3,13 +3,13 @@ maker's convention), and back: `to_pixels()` makes the input's uint8 pixels in o
 a point of the input to the original image's pixels, exactly as the convention maps a box back (a detector's boxes).
 
 A letterbox by Coral's convention (pycoral's set_resized_input) puts the image at the input's top-left and pads the
-rest with black. By Ultralytics' (its LetterBox(center=True) and scale_boxes, in every version since YOLOv5), with
-r = min(H / h, W / w) for an h x w image and an H x W input:
+rest with black. By Ultralytics' (its LetterBox(center=True) and scale_boxes; YOLOv5's letterbox places it alike),
+with r = min(H / h, W / w) for an h x w image and an H x W input:
   - the image becomes (round(w r), round(h r)) pixels (Python's round: halves to even);
   - it is placed at left = round(dw / 2 - 0.1), top = round(dh / 2 - 0.1), dw and dh the padding's total, so an odd
     padding puts its extra pixel right or below; the padding is grey 114;
-  - a box comes back as (x - left) / r, as scale_boxes maps it (Ultralytics before 8.3 and YOLOv5 took the padding
-    from the unrounded size, round((W - w r) / 2 - 0.1): one input pixel off the placement now and then).
+  - a box comes back as (x - left) / r, as the current scale_boxes maps it (YOLOv5's and earlier Ultralytics versions
+    took the padding from the unrounded size (W - w r) / 2: less than one input pixel off the placement).
 Its geometry is computed on the original's size (as a viewer shows it), also when a JPEG is decoded at reduced scale.
 """
 

@@ -423,7 +423,7 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} {counted})" if labels.lines else ""))
     say(f"input: {spec.width}x{spec.height}x{spec.channels} {facts.input.type.lower()}; {input_origin}; "
         f"resize {spec.resize}")
-    say(f"convention: {spec.convention.name}'s preprocessing: {spec.convention.why}")
+    say(f"convention: {spec.convention.name} ({spec.convention.why})")
     if facts.task == "classification":
         say(f"output: {facts.classes} classes, {scores_origin}")
     elif facts.task == "detection":

@@ -228,3 +228,18 @@ def test_a_dynamic_range_int8_file_points_at_its_full_integer_twin(tmp_path, cap
     other = write(tmp_path / "model.tflite", dynamic_range())
     code, _, err = run(capsys, "import", other, "--name", "o", "--out", tmp_path / "models")
     assert code == 1 and "full_integer_quant" not in err and "python -m converter quantize" in err
+
+
+def test_the_command_line_takes_the_convention_and_its_help_says_the_defaults(tmp_path, capsys):
+    model = write(tmp_path / "y.tflite", yolo_stub([HEAD], input_quantization=ARTEFACT))
+    code, _, err = run(capsys, "import", model, "--name", "y", "--out", tmp_path / "models", "--convention",
+                       "ultralytics")
+    assert code in (0, 3), err
+    assert "convention: ultralytics (--convention ultralytics as given)" in err
+    spec = read_model_dir(tmp_path / "models" / "y").manifest.input
+    assert (spec.mean, spec.std, spec.convention.name) == ([0.0], [255.0], "ultralytics")
+    with pytest.raises(SystemExit):
+        main(["import", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    assert "letterbox for a YOLO head" in usage and "stretch for anything else" in usage
+    assert "--convention {coral,ultralytics}" in usage

@@ -163,8 +163,14 @@ def _add_import(sub) -> None:
                           "file: its input quantization and metadata normalization)")
     imp.add_argument("--std", type=float, nargs="+", default=None, help="see --mean")
     imp.add_argument("--resize", choices=("stretch", "center_crop", "letterbox"), default=None,
-                     help="how an image becomes the input size (default stretch, as Coral's examples; letterbox: "
-                          "aspect kept, black padding right or bottom, as pycoral's set_resized_input)")
+                     help="how an image becomes the input size (default: letterbox for a YOLO head, which is trained "
+                          "on letterboxed images; stretch for anything else, as Coral's examples. letterbox: aspect "
+                          "kept, padded as the model's convention pads it)")
+    imp.add_argument("--convention", choices=("coral", "ultralytics"), default=None,
+                     help="whose preprocessing the model follows (default: its maker's, where the file names it: "
+                          "Ultralytics' metadata or YOLOv5's layout; else coral). coral: the letterbox at the top-left "
+                          "on black, pixels as the input's quantization takes them; ultralytics: pixels / 255, the "
+                          "letterbox centred on grey 114, as `yolo predict` feeds them")
     imp.add_argument("--crop-fraction", type=float, default=0.875,
                      help="center_crop: fraction of the shorter side kept (default 0.875)")
     imp.add_argument("--scores", choices=("logits", "probabilities"), default=None,
@@ -391,7 +397,8 @@ def run_import(args: argparse.Namespace, argv: list[str]) -> int:
     options = ImportOptions(
         name=args.name, out=args.out, labels=args.labels, licence=args.licence, source=args.source,
         description=args.description, mean=args.mean, std=args.std, resize=args.resize,
-        crop_fraction=args.crop_fraction, scores=args.scores, task=args.task, replace=args.replace,
+        crop_fraction=args.crop_fraction, convention=args.convention, scores=args.scores, task=args.task,
+        replace=args.replace,
         command=shlex.join(["python", "-m", "converter", *argv]), detector=detector_options(args))
     result = import_model(args.files, options, say=_say)
     report = result.report

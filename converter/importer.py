@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,19 +37,11 @@ import numpy as np
 from app.detection_postprocess import POSTPROCESS_OP
 from app.edgetpu.compat import EIGHT_BIT, CompatReport, analyze
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP, read_compiled_model
-from app.importing import (
-    EDGE_OPS,
-    GraphFacts,
-    ImportRefused,
-    TfliteSource,
-    graph_facts,
-    identity_normalization,
-    producer,
-    read_tflite_source,
-)
+from app.importing import EDGE_OPS, GraphFacts, ImportRefused, TfliteSource, graph_facts, producer, read_tflite_source
 from app.importing.detectors import DetectorOptions, Family
 from app.importing.metadata import Metadata
-from app.importing.tasks import KEYPOINT_NAMES
+from app.importing.preprocessing import InputChoice, NormalizationRefused, choose_input, convention, maker_of
+from app.importing.tasks import KEYPOINT_NAMES, full_integer_twin
 from app.model_dir.schema import (
     EDGETPU,
     INT8,
@@ -57,6 +50,8 @@ from app.model_dir.schema import (
     Build,
     ImportedFile,
     InputSpec,
+    ULTRALYTICS,
+    ULTRALYTICS_FILES,
     Manifest,
     OutputSpec,
     edgetpu_filename,
@@ -251,71 +246,20 @@ def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) ->
 
 
 def _packed_label_name(source: SourceFile) -> str | None:
-    """The label file the metadata names for the classes (or, without metadata, the only .txt packed)."""
+    """The label file the metadata names for the classes (or, without metadata, the only .txt packed); never
+    Ultralytics' temp_meta.txt, which its 8.2-8.3 exports name as the output's labels but holds a dict of facts."""
     metadata = source.metadata
-    listed = metadata.label_files()
+    listed = [f for f in metadata.label_files() if f.name not in ULTRALYTICS_FILES]
     if listed:
         return listed[0].name
-    texts = [name for name in metadata.packed if name.lower().endswith(".txt")]
+    texts = [name for name in metadata.packed if name.lower().endswith(".txt") and name not in ULTRALYTICS_FILES]
     return texts[0] if len(texts) == 1 else None
 
 
 # ---- the input spec ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class InputChoice:
-    mean: list[float]
-    std: list[float]
-    origin: str
-
-
-def _steps_apart(tensor: Tensor, mean: list[float], std: list[float]) -> float:
-    """The largest difference, in input steps, between the metadata's normalization and the identity, over 0..255."""
-    scale = float(tensor.quantization.scale[0])
-    identity_mean, _ = identity_normalization(tensor)
-    pixel = np.arange(256, dtype=np.float64)[:, None]
-    real = (pixel - np.asarray(mean)) / np.asarray(std)
-    return float(np.max(np.abs(real / scale - (pixel - identity_mean))))
-
-
-def choose_input(tensor: Tensor, metadata: Metadata, mean: list[float] | None, std: list[float] | None,
-                 name: str) -> InputChoice:
-    """The service's mean/std for this input: the flags, else the file (quantization and metadata)."""
-    channels = tensor.shape[3]
-    if mean is not None or std is not None:
-        return InputChoice(list(mean or [0.0]), list(std or [1.0]), "--mean/--std as given")
-    info = metadata.inputs[0] if metadata.inputs else None
-    meta = None
-    if info is not None and info.mean and info.std:
-        if len(info.mean) not in (1, channels) or len(info.std) not in (1, channels):
-            raise ImportRefused(f"{name}'s metadata normalizes {len(info.mean)} channels, the input has {channels}; "
-                                "give --mean and --std")
-        meta = (list(info.mean), list(info.std))
-    if tensor.type in EIGHT_BIT:
-        identity = identity_normalization(tensor)
-        if meta is None:
-            return InputChoice([identity[0]], [identity[1]],
-                               f"the input's quantization (no normalization in the file): the {tensor.type.lower()} "
-                               "input takes the pixels as they are, as Coral's examples feed it; give --mean/--std if "
-                               "the model was trained otherwise")
-        apart = _steps_apart(tensor, *meta)
-        if apart <= 1.0:
-            return InputChoice([identity[0]], [identity[1]],
-                               f"the file's metadata normalization (mean {_fmt(meta[0])}, std {_fmt(meta[1])}) is the "
-                               f"input's quantization to within {apart:.2f} step: the pixels go in as they are, as "
-                               "Coral's examples and TFLite's Task Library feed a quantized input")
-        return InputChoice(meta[0], meta[1], f"the file's metadata normalization (mean {_fmt(meta[0])}, std "
-                                             f"{_fmt(meta[1])}), quantized with the input's own scale and zero point")
-    if meta is None:
-        raise ImportRefused(
-            f"{name}'s input {tensor.name!r} is float32 (quantized inside the model) and the file has no normalization "
-            "metadata, so it does not say which values the network expects for pixels 0-255. Give --mean and --std: "
-            "real = (pixel - mean) / std, e.g. --mean 127.5 --std 127.5 for [-1, 1], --mean 0 --std 255 for [0, 1]")
-    return InputChoice(meta[0], meta[1], f"the file's metadata normalization (mean {_fmt(meta[0])}, std {_fmt(meta[1])})")
-
-
-def _fmt(values: list[float]) -> str:
-    return " ".join(f"{v:g}" for v in values)
+# What feeds the input (its normalization and its maker's convention) is app/importing/preprocessing.py's, which the
+# service's uploads use too.
 
 
 # ---- the output's meaning ---------------------------------------------------------------------------
@@ -381,6 +325,7 @@ class ImportOptions:
     std: list[float] | None = None
     resize: str | None = None
     crop_fraction: float = 0.875
+    convention: str | None = None  # whose preprocessing (coral, ultralytics), where the file names none or wrongly
     scores: str | None = None
     task: str | None = None    # where the graph cannot tell: classification, detection, segmentation or pose
     replace: bool = False
@@ -418,8 +363,11 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     notes: list[str] = []
     if plain is not None and compiled is not None:
         notes += check_pair(plain, compiled)
-    facts = graph_facts(main, dataclasses.replace(options.detector, scores=options.detector.scores or options.scores),
-                        options.task)
+    try:
+        facts = graph_facts(main, dataclasses.replace(options.detector, scores=options.detector.scores or
+                                                      options.scores), options.task)
+    except ImportRefused as e:
+        raise ImportRefused(_with_twin(str(e), main.path, options)) from None
     notes += facts.notes
     if compiled is not None and plain is None:
         notes.append(f"{compiled.path.name} is compiled for the Edge TPU and came without its plain .tflite: it "
@@ -475,6 +423,7 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     say(f"labels: {labels.origin}" + (f" ({len(labels.lines)} {counted})" if labels.lines else ""))
     say(f"input: {spec.width}x{spec.height}x{spec.channels} {facts.input.type.lower()}; {input_origin}; "
         f"resize {spec.resize}")
+    say(f"convention: {spec.convention.name} ({spec.convention.why})")
     if facts.task == "classification":
         say(f"output: {facts.classes} classes, {scores_origin}")
     elif facts.task == "detection":
@@ -484,6 +433,18 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     for note in notes:
         say(f"note: {note}")
     return Imported(path, analysed, notes)
+
+
+def _with_twin(message: str, path: Path, options: ImportOptions) -> str:
+    """A refusal of an Ultralytics export's float or dynamic-range file, with the command that imports the
+    full-integer file where it lies beside it."""
+    twin = full_integer_twin(path.name)
+    if twin is None or not (path.parent / twin).is_file():
+        return message
+    command = ["python", "-m", "converter", "import", str(path.parent / twin), "--name", options.name]
+    if Path(options.out) != Path("models"):
+        command += ["--out", str(options.out)]
+    return f"{message}. It is there: {shlex.join(command)}"
 
 
 def _check_target(options: ImportOptions) -> None:
@@ -501,37 +462,44 @@ def _check_target(options: ImportOptions) -> None:
 
 def _input_spec(tensor: Tensor, metadata: Metadata, options: ImportOptions, name: str, notes: list[str],
                 family: Family | None = None, raw_input: bool = False) -> tuple[InputSpec, str, str]:
-    """The service's input spec for the model's input, where its normalization came from, and where its resize came
-    from (a note added where the metadata contradicts the input)."""
+    """The service's input spec for the model's input (its convention recorded in it), where its normalization came
+    from, and where its resize came from (a note added where the metadata contradicts the input, or where nothing
+    names the normalization of an input whose range no pixel normalization makes)."""
+    maker = maker_of(family.maker if family is not None else None, options.convention)
     if raw_input and options.mean is None and options.std is None:
         choice = InputChoice([0.0], [1.0], f"the {tensor.type.lower()} input has no quantization and the model casts "
                                            "it to float itself (its normalization is inside, as MoveNet's): the "
                                            "pixels go in as they are")
     else:
         try:
-            choice = choose_input(tensor, metadata, options.mean, options.std, name)
-        except ImportRefused:
-            if family is None or family.input_hint is None or options.mean is not None or options.std is not None:
-                raise
-            choice = InputChoice(*family.input_hint)
+            choice = choose_input(tensor, metadata, options.mean, options.std, name, maker)
+        except NormalizationRefused as e:
+            raise ImportRefused(str(e)) from None
+    if choice.caution:
+        notes.append(choice.caution)
     height, width, channels = tensor.shape[1:4]
     info = metadata.inputs[0] if metadata.inputs else None
     if info is not None and info.color_space == "GRAYSCALE" and channels == 3:
         notes.append("the metadata says GRAYSCALE but the input has 3 channels: fed as RGB")
+    followed = convention(maker)
     default = family.resize if family is not None else "stretch"
     resize = options.resize or default
     if options.resize:
         resize_origin = f"--resize {options.resize}"
+    elif default == "letterbox" and followed.name == ULTRALYTICS:
+        resize_origin = ("letterbox: YOLO heads are trained on letterboxed images, aspect ratio kept; centred on grey "
+                         "114, as Ultralytics' LetterBox does; --resize stretch to stretch")
     elif default == "letterbox":
-        resize_origin = ("letterbox: YOLO heads are trained on letterboxed images, aspect ratio kept (Ultralytics pads "
-                         "around the centre with grey 114; the service pads right and bottom with black, as pycoral "
+        resize_origin = ("letterbox: YOLO heads are trained on letterboxed images, aspect ratio kept; at the top-left "
+                         "on black, as pycoral's set_resized_input (nothing in the file names Ultralytics as its "
+                         "maker: --convention ultralytics centres it on grey 114 and feeds pixels / 255, as Ultralytics "
                          "does); --resize stretch to stretch")
     else:
         resize_origin = ("stretch: the whole image scaled to the input size, as Coral's examples and TFLite's Task "
                          "Library do (TFLite metadata has no crop field); --resize center_crop to crop")
     try:
         spec = InputSpec(width=width, height=height, channels=channels, resize=resize,
-                         crop_fraction=options.crop_fraction, mean=choice.mean, std=choice.std)
+                         crop_fraction=options.crop_fraction, mean=choice.mean, std=choice.std, convention=followed)
     except ValueError as e:
         raise ImportRefused(f"the input spec does not fit: {e}") from None
     return spec, choice.origin, resize_origin

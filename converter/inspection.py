@@ -28,9 +28,16 @@ def render(report: CompatReport, path: Path) -> str:
 
 
 def advice(report: CompatReport) -> str:
-    """What to change for more of the model to map, a paragraph per trap found, before the summary ("" for none)."""
-    parts = [f"{a.topic}: {a.finding}.\n  change: {a.change}.\n  source: {a.source}\n" for a in report.advice]
-    return ("\nwhat to change:\n" + "".join(parts) + "\n") if parts else ""
+    """What to change for more of the model to map, a paragraph per trap found, before the summary; "" when there is
+    nothing to say (no heading without a paragraph under it). A compiled file's traps are changes to the model it was
+    compiled from."""
+    parts = [f"{a.topic}: {a.finding}.\n" + (f"  change: {a.change}.\n" if a.change.strip() else "") +
+             (f"  source: {a.source}\n" if a.source.strip() else "")
+             for a in report.advice if a.finding.strip()]
+    if not parts:
+        return ""
+    heading = "what to change (in the model, then compile it again):" if report.compiled else "what to change:"
+    return f"\n{heading}\n" + "".join(parts) + "\n"
 
 
 def doubts(report: CompatReport) -> str:

@@ -6,10 +6,10 @@ from PIL import Image
 
 from app.errors import BadImage, ImageTooLarge
 from app.imaging import prepare
-from app.imaging.decoding import decode
-from app.imaging.geometry import to_pixels
+from app.imaging.decoding import Source, decode, decode_with_source
+from app.imaging.geometry import Geometry, to_pixels
 from app.imaging.quantization import InputQuantizer
-from app.model_dir.schema import InputSpec
+from app.model_dir.schema import Convention, InputSpec
 
 SPEC = InputSpec(width=32, height=32, channels=3, resize="center_crop", crop_fraction=1.0, mean=[127], std=[128])
 BIG = 10**9
@@ -290,3 +290,134 @@ def test_pixel_budget_applies_to_formats_decoded_whole():
         decode(encode(big, "PNG"), SPEC, BIG, max_decoded_pixels=999_999)
     # a JPEG decodes at reduced size: the budget does not apply to it
     assert decode(encode(big, "JPEG"), SPEC, BIG, max_decoded_pixels=999_999).size == (125, 125)
+
+
+# -- the makers' conventions (issue 45): Coral's letterbox, Ultralytics' ----------------------------------------------
+
+CORAL_BOX = InputSpec(width=64, height=64, channels=3, resize="letterbox", mean=[0.0], std=[1.0])
+ULTRALYTICS_BOX = CORAL_BOX.model_copy(update={
+    "mean": [0.0], "std": [255.0], "convention": Convention(name="ultralytics", why="a test")})
+# (width, height): odd and even paddings, a square, an image smaller than the input (scaled up), a sliver, and sizes
+# whose scaled side rounds half to even (128 x 85 at 0.5: 42.5 -> 42) or up (100 x 61 at 0.64: 39.04 -> 39)
+SIZES = [(100, 61), (61, 100), (128, 78), (128, 85), (64, 64), (30, 20), (200, 3), (641, 427)]
+
+
+def noise(width: int, height: int, seed: int = 0) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), np.uint8))
+
+
+def ultralytics_letterbox(image: Image.Image, side: int = 64) -> tuple[np.ndarray, float, int, int]:
+    """Independent of app/imaging: Ultralytics' LetterBox(center=True) as its code reads, with Pillow's bilinear
+    resize: the pixels, the ratio r, and where the image's top-left lands."""
+    w, h = image.size
+    r = min(side / h, side / w)
+    nw, nh = round(w * r), round(h * r)              # Python's round, as int(round(...)) in LetterBox
+    left, top = (side - nw) // 2, (side - nh) // 2   # the odd padding pixel goes right, or below
+    canvas = np.full((side, side, 3), 114, np.uint8)
+    canvas[top:top + nh, left:left + nw] = np.asarray(image.resize((nw, nh), Image.Resampling.BILINEAR))
+    return canvas, r, left, top
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_ultralytics_letterbox_centres_the_image_on_grey_114(size):
+    image = noise(*size)
+    expected, _, left, top = ultralytics_letterbox(image)
+    got = to_pixels(image, ULTRALYTICS_BOX)
+    assert got.dtype == np.uint8 and got.shape == (64, 64, 3)
+    assert np.array_equal(got, expected)
+    assert (left, top) in ((0, 0), (0, (64 - round(size[1] * 64 / size[0])) // 2),
+                           ((64 - round(size[0] * 64 / size[1])) // 2, 0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_coral_letterbox_stays_at_the_top_left_on_black(size):
+    image = noise(*size)
+    w, h = size
+    scale = min(64 / w, 64 / h)
+    nw, nh = min(64, max(1, round(w * scale))), min(64, max(1, round(h * scale)))
+    expected = np.zeros((64, 64, 3), np.uint8)
+    expected[:nh, :nw] = np.asarray(image.resize((nw, nh), Image.Resampling.BILINEAR, box=(0, 0, w, h)))
+    assert np.array_equal(to_pixels(image, CORAL_BOX), expected)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_ultralytics_boxes_come_back_as_scale_boxes_maps_them(size):
+    """A point of the input, in its pixels x, goes back to (x - left) / r of the original (scale_boxes), also
+    when a JPEG was decoded at reduced scale (the geometry is the original's)."""
+    w, h = size
+    _, r, left, top = ultralytics_letterbox(noise(w, h))
+    x_in = np.array([0.0, left, left + 7.25, 64.0])
+    y_in = np.array([0.0, top, top + 3.5, 64.0])
+    for source, decoded in ((Source(w, h), (w, h)), (Source(w, h, 4), (-(-w // 4), -(-h // 4)))):
+        geometry = Geometry.of(source, decoded, ULTRALYTICS_BOX)
+        x, y = geometry.to_original(x_in / 64, y_in / 64)
+        np.testing.assert_allclose(x, (x_in - left) / r, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(y, (y_in - top) / r, rtol=0, atol=1e-9)
+
+
+def test_a_sliver_ultralytics_would_resize_to_nothing_keeps_one_row():
+    pixels = to_pixels(noise(200, 1), ULTRALYTICS_BOX)   # 0.32 rows: cv2.resize refuses; one row, 31 above it
+    assert np.all(pixels[:31] == 114) and np.all(pixels[32:] == 114) and not np.all(pixels[31] == 114)
+
+
+def test_a_drawn_box_comes_back_where_it_was_drawn():
+    """A white rectangle on black, letterboxed; its extent in the input, mapped back, is the rectangle (to within the
+    half input pixel the resize blurs)."""
+    array = np.zeros((78, 128, 3), np.uint8)
+    array[20:50, 40:100] = 255
+    pixels = to_pixels(Image.fromarray(array), ULTRALYTICS_BOX)
+    rows, cols = np.nonzero(pixels[..., 0] > 128)
+    geometry = Geometry.of(Source(128, 78), (128, 78), ULTRALYTICS_BOX)
+    (x0, x1), (y0, y1) = geometry.to_original(np.array([cols.min(), cols.max() + 1]) / 64,
+                                              np.array([rows.min(), rows.max() + 1]) / 64)
+    assert [x0, y0, x1, y1] == pytest.approx([40, 20, 100, 50], abs=1.0)
+    assert np.all(pixels[:12] == 114) and np.all(pixels[12 + 39:] == 114)   # 39 rows, 12 above and 13 below
+
+
+def test_ultralytics_jpegs_are_decoded_whole_as_its_resize_needs(china_jpg):
+    """Ultralytics' tools resize a full decode: so does this convention (a DCT reduction is not that resize's
+    pixels), up to max_decoded_pixels; beyond it, the least reduction under it, the geometry still the original's."""
+    data = china_jpg.read_bytes()                    # 640 x 427: Coral's convention decodes it at 1/8 for 64 x 64
+    assert decode(data, CORAL_BOX, BIG).size == (80, 54)
+    image, source = decode_with_source(data, ULTRALYTICS_BOX, BIG)
+    assert source.scale == 1 and image.size == (640, 427)
+    pixels = prepare(data, ULTRALYTICS_BOX, BIG)     # r = 0.1: 64 x 43 (42.7), 10 rows above, 11 below
+    expected, _, left, top = ultralytics_letterbox(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert (left, top) == (0, 10) and np.array_equal(pixels, expected)
+    image, source = decode_with_source(data, ULTRALYTICS_BOX, BIG, max_decoded_pixels=100_000)
+    assert source.scale == 2 and image.size == (320, 214) and (source.width, source.height) == (640, 427)
+    reduced = to_pixels(image, ULTRALYTICS_BOX, (source.width, source.height))
+    assert np.all(reduced[:10] == 114) and np.all(reduced[53:] == 114) and not np.all(reduced[10] == 114)
+
+
+def test_ultralytics_quantizes_as_its_autobackend_truncating_in_float32():
+    """AutoBackend feeds an integer TFLite input (im / scale + zero_point).astype(dtype), im = pixels / 255 in
+    float32: truncated toward zero, where TFLite's QUANTIZE (Coral's convention) rounds half away from zero."""
+    pixels = np.arange(256, dtype=np.uint8).reshape(16, 16, 1).repeat(3, axis=2)
+    im = pixels.astype(np.float32) / np.float32(255)
+    for dtype, scale, zero_point in ((np.int8, 0.018658, -14), (np.int8, 1 / 255, -128), (np.uint8, 1 / 255, 0)):
+        scale = float(np.float32(scale))               # as the interpreter reports it
+        expected = (im / np.float32(scale) + np.float32(zero_point)).astype(dtype)
+        got = InputQuantizer(ULTRALYTICS_BOX, dtype, scale, zero_point)(pixels)[0]
+        assert got.dtype == dtype and np.array_equal(got, expected), (dtype, scale, zero_point)
+    truncated = InputQuantizer(ULTRALYTICS_BOX, np.int8, 0.018658, -14)(pixels)[0]
+    rounded = InputQuantizer(CORAL_BOX.model_copy(update={"std": [255.0]}), np.int8, 0.018658, -14)(pixels)[0]
+    assert truncated[3, 14, 0] == 0 and rounded[3, 14, 0] == -1       # pixel 62: 62 / 255 / 0.018658 - 14 = -0.97
+    assert truncated[6, 4, 0] == 7 and rounded[6, 4, 0] == 7           # pixel 100: 7.02
+
+
+def test_the_letterbox_bench_runs_and_prints_its_table():
+    """bench/letterbox_cost.py on one small photo, in its own process (it pins BLAS to one thread): its row has both
+    conventions' figures and their ratio (no timing is asserted)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "letterbox_cost.py"
+    done = subprocess.run([sys.executable, str(bench), "-n", "2", "--rounds", "1", "--sizes", "320x200"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "640x640 int8 input" in lines[0] and lines[1].split() == ["photo", "coral", "ultralytics", "ratio"]
+    row = lines[2].split()
+    assert row[0] == "320x200" and all(float(value) > 0 for value in row[1:])

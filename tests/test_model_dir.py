@@ -177,3 +177,22 @@ def test_a_detectors_decoding_round_trips_with_its_defaults_written_out(tmp_path
 def test_a_detection_section_that_does_not_fit_is_refused(tmp_path, change, expected):
     with pytest.raises(Exception, match=expected):
         write_model_dir(tmp_path, {**MANIFEST, "task": "detection", **change}, {})
+
+
+def test_the_input_convention_round_trips_and_its_absence_is_corals(tmp_path):
+    """model.json `input.convention`: whose preprocessing, and why; a model.json without it (every model built here,
+    and every import before it was recorded) is fed by Coral's convention, and is written without it."""
+    convention = {"name": "ultralytics", "why": "Ultralytics' metadata (metadata.json packed in the file)"}
+    target = write_model_dir(tmp_path, dict(MANIFEST, input=dict(MANIFEST["input"], convention=convention)), {})
+    assert json.loads((target / "model.json").read_text())["input"]["convention"] == convention
+    spec = read_model_dir(target).manifest.input
+    assert (spec.maker, spec.convention.why) == ("ultralytics", convention["why"])
+    plain = write_model_dir(tmp_path / "plain", MANIFEST, {})
+    assert "convention" not in json.loads((plain / "model.json").read_text())["input"]
+    assert read_model_dir(plain).manifest.input.maker == "coral"
+    for name in MODELS.iterdir():  # the committed models: Coral's, unchanged
+        if (name / "model.json").is_file():
+            assert read_model_dir(name).manifest.input.convention is None
+    with pytest.raises(Exception, match="convention"):
+        write_model_dir(tmp_path / "bad", dict(MANIFEST, input=dict(MANIFEST["input"],
+                                                                      convention={"name": "opencv", "why": "?"})), {})

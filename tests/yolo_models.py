@@ -6,7 +6,9 @@ cached for the test process (lru_cache):
 - `frigate_like()`: YOLO in the Coral layout Frigate serves, class logits [1, 84, 3] + DFL [1, 84, 64];
 - `ultralytics_like()`: Ultralytics' one tensor [1, 7, 84] (or transposed [1, 84, 7]), the DFL decoded inside the
   graph (SOFTMAX, the expected bin by FULLY_CONNECTED, anchors by SUB/ADD/MUL), class scores through a LOGISTIC,
-  boxes xywh as fractions of the input (or pixels);
+  boxes xywh as fractions of the input (or pixels); `calibrated_over` reproduces an export whose input was
+  calibrated over a range its maker never feeds (Ultralytics' 8.2.23 and 8.3.82 exports: ImageNet's normalization,
+  [-2.1179, 2.64], an int8 input quantized (0.018658, -14), fed pixels / 255);
 - `tf2_ssd()`: an SSD ending in TFLite_Detection_PostProcess, its outputs in TF2's order (scores, boxes, count,
   classes), with the PACK ops of the TF object-detection API's FPN upsampling (tf.stack + reshape), uint8 input
   and float outputs, as a TF2 "SSD MobileNetV2 FPNLite" export has them.
@@ -75,8 +77,16 @@ def squares(scene=SCENE, size: int = SIZE) -> np.ndarray:
     return pixels
 
 
-def calibration(count: int = 24, seed: int = 0):
-    """Representative inputs, float32 [1, 64, 64, 3] in [0, 1]: a few aligned squares of every size and colour."""
+# ImageNet's normalization of 0..1, (x - 0.485) / 0.229 .. (x - 0.406) / 0.225 over the channels: the range an
+# Ultralytics export's int8 input was calibrated over (0.018658 x (q + 14))
+IMAGENET_RANGE = (-2.1179, 2.64)
+
+
+def calibration(count: int = 24, seed: int = 0, over: tuple[float, float] | None = None):
+    """Representative inputs, float32 [1, 64, 64, 3] in [0, 1]: a few aligned squares of every size and colour. With
+    `over`, one pixel of each at its low end and one at its high end: the input's quantization spans `over` (a range
+    its maker never feeds), the rest of the model is calibrated on what it is fed."""
+
     def inputs():
         rng = np.random.default_rng(seed)
         for _ in range(count):
@@ -85,7 +95,10 @@ def calibration(count: int = 24, seed: int = 0):
                 side = STRIDES[rng.integers(len(STRIDES))]
                 row, col = rng.integers(SIZE // side, size=2)
                 scene.append(Square(int(row * side), int(col * side), int(side), int(rng.integers(3))))
-            yield (squares(scene) / 255.0).astype(np.float32)[None]
+            x = (squares(scene) / 255.0).astype(np.float32)[None]
+            if over is not None:
+                x[0, 0, 0, 0], x[0, 0, 1, 0] = over
+            yield x
     return inputs
 
 
@@ -123,11 +136,11 @@ def _levels(inputs):
     return heads
 
 
-def _convert(model, io_type: str, output_type: str | None = None) -> bytes:
+def _convert(model, io_type: str, output_type: str | None = None, over: tuple[float, float] | None = None) -> bytes:
     from converter.quantize import export_keras, quantize
 
     with tempfile.TemporaryDirectory() as workdir:
-        return quantize(export_keras(model, workdir), calibration(), io_type=io_type, output_type=output_type)
+        return quantize(export_keras(model, workdir), calibration(over=over), io_type=io_type, output_type=output_type)
 
 
 @lru_cache(maxsize=None)
@@ -146,8 +159,9 @@ def frigate_like(io_type: str = "int8") -> bytes:
 
 @lru_cache(maxsize=None)
 def ultralytics_like(io_type: str = "int8", transposed: bool = False, box_scale: str = "normalized",
-                     output_type: str | None = None) -> bytes:
-    """Ultralytics' one tensor: [1, 4 + 3, 84] (or [1, 84, 7] transposed), boxes xywh, then sigmoid class scores."""
+                     output_type: str | None = None, calibrated_over: tuple[float, float] | None = None) -> bytes:
+    """Ultralytics' one tensor: [1, 4 + 3, 84] (or [1, 84, 7] transposed), boxes xywh, then sigmoid class scores;
+    its input quantized over `calibrated_over` where given (IMAGENET_RANGE: Ultralytics' artefact)."""
     _tf()
     import keras
     from keras import layers, ops
@@ -177,7 +191,7 @@ def ultralytics_like(io_type: str = "int8", transposed: bool = False, box_scale:
     expectation.set_weights([np.arange(REG_MAX, dtype=np.float32)[:, None]])
     rows = layers.Concatenate(axis=-1)([Boxes()(distances), layers.Activation("sigmoid")(logits)])
     output = rows if transposed else layers.Permute((2, 1))(rows)
-    return _convert(keras.Model(inputs, output), io_type, output_type)
+    return _convert(keras.Model(inputs, output), io_type, output_type, calibrated_over)
 
 
 # ---- an SSD exported by the TF object-detection API's TF2 route -----------------------------------------------------
@@ -295,13 +309,15 @@ class Out:
 
 
 def yolo_stub(outputs: list[Out], size: int = SIZE, input_type: str = "INT8", strides=STRIDES,
-              metadata: dict | None = None) -> bytes:
+              metadata: dict | None = None, metadata_form: str = "json",
+              input_quantization: tuple[float, int] | None = None) -> bytes:
     """A graph shaped like a YOLO head's end: per stride a 1x1 CONV_2D of that stride, reshaped to [1, cells, k] and
     concatenated over the strides, then (per output) a TRANSPOSE, LOGISTIC or DEQUANTIZE; `metadata` is appended
-    as Ultralytics appends its metadata.json. Never run: for the importer to read."""
+    as Ultralytics appends it (with_ultralytics_metadata's forms). The input is quantized (1/255, its type's lowest
+    value), or as `input_quantization` says. Never run: for the importer to read."""
     g = GraphBuilder()
-    zero = -128 if input_type == "INT8" else 0
-    image = g.tensor("image", [1, size, size, 3], input_type, scale=1 / 255, zero_point=zero)
+    scale, zero = input_quantization or (1 / 255, -128 if input_type == "INT8" else 0)
+    image = g.tensor("image", [1, size, size, 3], input_type, scale=scale, zero_point=zero)
     ends = []
     for out in outputs:
         width = out.values * out.anchors_per_cell
@@ -344,20 +360,25 @@ def yolo_stub(outputs: list[Out], size: int = SIZE, input_type: str = "INT8", st
             final = floating
         ends.append(final)
     data = g.build([image], ends)
-    return data if metadata is None else with_ultralytics_metadata(data, metadata)
+    return data if metadata is None else with_ultralytics_metadata(data, metadata, metadata_form)
 
 
-def with_ultralytics_metadata(data: bytes, metadata: dict) -> bytes:
-    """The file with `metadata.json` in a zip appended, as Ultralytics' exporter writes it (zipfile, mode "a")."""
+def with_ultralytics_metadata(data: bytes, metadata: dict, form: str = "json") -> bytes:
+    """The file with Ultralytics' metadata in a zip appended (zipfile, mode "a"), in either of its forms: `json`,
+    metadata.json (8.4); `literal`, temp_meta.txt holding str() of the dict, single quotes and int keys (8.2-8.3)."""
     buffer = io.BytesIO(data)
     with zipfile.ZipFile(buffer, "a", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("metadata.json", json.dumps(metadata, indent=2))
+        if form == "json":
+            archive.writestr("metadata.json", json.dumps(metadata, indent=2))
+        else:
+            literal = dict(metadata, names={int(k): v for k, v in metadata["names"].items()})
+            archive.writestr("temp_meta.txt", str(literal))
     return buffer.getvalue()
 
 
-def ultralytics_metadata(names: list[str], task: str = "detect", imgsz: int = SIZE) -> dict:
+def ultralytics_metadata(names: list[str], task: str = "detect", imgsz: int = SIZE, version: str = "8.3.0") -> dict:
     """What Ultralytics' exporter writes (its fields, with made-up values)."""
     return {"description": "Ultralytics YOLO11n model trained on test.yaml", "author": "Ultralytics",
-            "date": "2026-01-01T00:00:00", "version": "8.3.0", "license": "AGPL-3.0 License", "docs": "",
+            "date": "2026-01-01T00:00:00", "version": version, "license": "AGPL-3.0 License", "docs": "",
             "stride": 32, "task": task, "batch": 1, "imgsz": [imgsz, imgsz],
             "names": {str(i): name for i, name in enumerate(names)}, "args": {"nms": False}}

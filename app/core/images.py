@@ -68,7 +68,7 @@ class ImageWork:
         start = time.perf_counter()
         image, source = decode_with_source(data, spec, self.max_pixels, **self.decode_options)
         decoded = time.perf_counter()
-        tensor = self.quantizer(lease)(to_pixels(image, spec))
+        tensor = self.quantizer(lease)(to_pixels(image, spec, (source.width, source.height)))
         geometry = Geometry.of(source, image.size, spec)
         prepared = Prepared((decoded - start) * 1000, (time.perf_counter() - decoded) * 1000, geometry)
         return [tensor], prepared  # the model's one input: the image

@@ -60,7 +60,8 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
 
     max_pixels: the largest image accepted (from its header, before decoding).
     max_decoded_pixels: the most pixels decoded for formats without reduced-size decoding
-        (all but JPEG, which decodes at 1/2..1/8 scale when the model needs fewer pixels).
+        (all but JPEG, which decodes at 1/2..1/8 scale when the model needs fewer pixels; by Ultralytics'
+        convention a JPEG is decoded whole up to this many pixels, reduced beyond).
     accept_damaged: False refuses what the decoder reports as damaged (corrupt JPEG entropy
         data, a truncated JPEG, a PNG chunk whose CRC is wrong) with BadImage; True decodes it.
     """
@@ -71,8 +72,9 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
     if plain is not None:  # no orientation to apply: straight to libjpeg-turbo
         width, height, mode = plain
         _check_pixels(width, height, max_pixels)
-        image = _to_mode(_libjpeg_image(data, width, height, mode, spec, accept_damaged), model_mode)
-        return image, Source(width, height, _jpeg_scale(width, height, draft_size(width, height, spec)))
+        size = draft_size(width, height, spec, max_decoded_pixels)
+        image = _to_mode(_libjpeg_image(data, width, height, mode, size, accept_damaged), model_mode)
+        return image, Source(width, height, _jpeg_scale(width, height, size))
     try:
         with warnings.catch_warnings():
             # Pillow's own bomb check warns or raises by its global limit; ours is per call.
@@ -98,14 +100,15 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
         )
     if image.format == "PNG" and not accept_damaged:
         check_png_checksums(data)
+    size = draft_size(width, height, spec, max_decoded_pixels)
     if is_jpeg and image.mode in JPEG_MODES:
-        image = _decode_jpeg(data, image, spec, accept_damaged)
+        image = _decode_jpeg(data, image, size, accept_damaged)
     else:
         if is_jpeg and not accept_damaged:
             # CMYK and YCCK: the pixels are Pillow's (its CMYK -> RGB), the check for damage libjpeg-turbo's;
             # what TurboJPEG cannot read otherwise (sampling it does not classify, say) Pillow decides
             try:
-                _libjpeg_decode(data, "CMYK", width, height, draft_size(width, height, spec), strict=True)
+                _libjpeg_decode(data, "CMYK", width, height, size, strict=True)
             except DamagedImage:
                 raise
             except BadImage:
@@ -113,7 +116,7 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
         if is_jpeg:
             # DCT-domain downscaling: decodes at 1/2, 1/4 or 1/8 size while staying >= what
             # the crop needs, so the later resize still has at least the model's resolution.
-            image.draft(image.mode, draft_size(width, height, spec))
+            image.draft(image.mode, size)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -122,7 +125,7 @@ def decode_with_source(data: bytes | bytearray, spec: InputSpec, max_pixels: int
             raise ImageTooLarge(str(e)) from None
         except (OSError, ValueError, SyntaxError, EOFError) as e:
             raise BadImage(f"cannot decode image: {e}") from None
-    scale = _jpeg_scale(width, height, draft_size(width, height, spec)) if is_jpeg else 1
+    scale = _jpeg_scale(width, height, size) if is_jpeg else 1
     if image.getexif().get(ExifTags.Base.Orientation) in TRANSPOSING:
         width, height = height, width
     # in place: without an orientation tag the copying form copies every pixel for nothing
@@ -140,11 +143,11 @@ TRANSPOSING = frozenset((5, 6, 7, 8))
 JPEG_MODES = {"RGB": "RGB", "L": "GRAY"}
 
 
-def _decode_jpeg(data, header: Image.Image, spec: InputSpec, accept_damaged: bool) -> Image.Image:
+def _decode_jpeg(data, header: Image.Image, size: tuple[int, int], accept_damaged: bool) -> Image.Image:
     """Pixels through libjpeg-turbo with its warnings surfaced (Pillow's decoder discards them:
-    its libjpeg message hook does nothing), at the scale Pillow's draft() would pick and with the
+    its libjpeg message hook does nothing), at the scale Pillow's draft() would pick for `size` and with the
     same IDCT (islow) and upsampling (fancy), so the pixels are Pillow's, byte for byte."""
-    image = _libjpeg_image(data, *header.size, header.mode, spec, accept_damaged)
+    image = _libjpeg_image(data, *header.size, header.mode, size, accept_damaged)
     image.info.update(header.info)
     orientation = header.getexif().get(ExifTags.Base.Orientation)
     if orientation is not None:
@@ -193,10 +196,11 @@ def _check_pixels(width: int, height: int, max_pixels: int) -> None:
         raise ImageTooLarge(f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels}")
 
 
-def _libjpeg_image(data, width: int, height: int, mode: str, spec: InputSpec, accept_damaged: bool) -> Image.Image:
-    """An RGB or L JPEG's pixels through libjpeg-turbo, at the scale draft() would pick, as a Pillow image."""
-    pixels = _libjpeg_decode(data, JPEG_MODES[mode], width, height, draft_size(width, height, spec),
-                             strict=not accept_damaged)
+def _libjpeg_image(data, width: int, height: int, mode: str, size: tuple[int, int],
+                   accept_damaged: bool) -> Image.Image:
+    """An RGB or L JPEG's pixels through libjpeg-turbo, at the scale draft() would pick for `size`, as a Pillow
+    image."""
+    pixels = _libjpeg_decode(data, JPEG_MODES[mode], width, height, size, strict=not accept_damaged)
     return Image.fromarray(pixels[:, :, 0] if mode == "L" else pixels, mode)
 
 

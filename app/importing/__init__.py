@@ -8,8 +8,9 @@ checks, so a file the service takes is one `converter import` takes, and the ref
           TFLite_Detection_PostProcess, YOLO heads), a segmenter or MoveNet SinglePose (tasks.py))
 
 `graph.py` reads the file and the graph, `handed.py` makes a model directory's contents of a file a client hands
-over, `detectors.py` the detector families, `tasks.py` the float parts,
-segmentation and pose, `metadata.py` the TFLite metadata packed in the file (labels, normalization).
+over, `detectors.py` the detector families (and their makers), `tasks.py` the float parts,
+segmentation and pose, `metadata.py` the TFLite metadata packed in the file (labels, normalization),
+`preprocessing.py` how the model's input is fed: whose convention, and its normalization from the model's own facts.
 
 Here because `app/` imports nothing from `converter/` (docs/architecture.md): the converter builds its import on
 these (converter/importer.py adds the labels, the metadata, the pair check and the model directory's records).
@@ -22,10 +23,10 @@ from app.importing.graph import (
     ImportRefused,
     TfliteSource,
     graph_facts,
-    identity_normalization,
     producer,
     read_tflite_source,
 )
+from app.importing.preprocessing import identity_normalization
 
 __all__ = ["EDGE_OPS", "GraphFacts", "handed_over", "ImportRefused", "TfliteSource", "graph_facts",
            "identity_normalization", "producer", "read_tflite_source"]

@@ -24,8 +24,11 @@ reaches well below 0, else as the family writes them. Where the file cannot tell
 [1, N, 64] tensors holds the classes, pixels or fractions in a float output), the import stops with the reason
 and the flag that tells: --classes, --output ROLE=TENSOR, --box-scale, --strides, --scores.
 
-Ultralytics exports carry `metadata.json` in the zip appended to the file (names, imgsz, stride, task): its
-names become the labels, and a file whose task is not `detect` is left to other importers.
+Ultralytics exports carry their metadata in the zip appended to the file (names, imgsz, stride, task):
+`temp_meta.txt`, a Python dict's repr with int keys (8.2-8.3), or `metadata.json` (8.4). Its names become the labels,
+a file whose task is not `detect` is left to other importers, and it names the model's maker: Ultralytics, whose
+preprocessing the model then follows (Family.maker; app/importing/preprocessing.py). So does YOLOv5's layout, three
+anchors a cell with an objectness, which only its exports write and which carry no metadata.
 """
 
 from __future__ import annotations
@@ -35,18 +38,20 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from app.importing.metadata import Metadata
+from app.importing.preprocessing import Maker
 from app.model_dir.schema import (
     DECODER_ROLES,
     DEFAULT_REG_MAX,
     DEFAULT_STRIDES,
     POSTPROCESS,
+    ULTRALYTICS,
     YOLO,
     YOLO_DFL,
     DetectionSpec,
     grid_cells,
 )
 from app.tflite_file import Subgraph, Tensor
-from app.importing.metadata import Metadata
 
 EIGHT_BIT = ("INT8", "UINT8")
 # The strides YOLO heads use: P3-P5, and P3-P6 for the P6 models ("yolov8n-p6").
@@ -59,11 +64,13 @@ PASS_THROUGH = frozenset({"TRANSPOSE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "QUA
 # go well below 0, pixels reach a good part of the input's size).
 NORMALIZED_MAX = 2.5
 LOGITS_MIN = -1.0
-ULTRALYTICS_METADATA = "metadata.json"
+ULTRALYTICS_METADATA, ULTRALYTICS_LITERAL = "metadata.json", "temp_meta.txt"
 PREDICTIONS, = DECODER_ROLES[YOLO]
 CLASS_LOGITS, BOX_DISTRIBUTIONS = DECODER_ROLES[YOLO_DFL]
 # values per row of an export that suppresses inside the model: x1, y1, x2, y2, score, class (and a batch index)
 END_TO_END_ROW = (6, 7)
+# the most objects its maker's predictor keeps: `yolo predict`'s max_det, YOLOv5's detect.py's
+ULTRALYTICS_MAX_DET, YOLOV5_MAX_DET = 300, 1000
 
 
 class DetectorRefused(ValueError):
@@ -105,8 +112,7 @@ class Family:
     labels_origin: str | None = None
     resize: str = "letterbox"                  # how images meet the input: YOLO heads are trained letterboxed
     notes: tuple[str, ...] = ()
-    # (mean, std, why) for a float input the file gives no normalization for (Ultralytics' models take pixels / 255)
-    input_hint: tuple[list[float], list[float], str] | None = None
+    maker: Maker | None = None                 # whose preprocessing the file says it follows (Ultralytics')
 
     @property
     def classes(self) -> int:
@@ -131,25 +137,35 @@ class UltralyticsMetadata:
     names: list[str] | None
     task: str | None
     facts: dict
+    source: str = ULTRALYTICS_METADATA   # the packed file it was read from
+
+    @property
+    def maker(self) -> Maker:
+        version = self.facts.get("version")
+        made = f", Ultralytics {version}" if isinstance(version, str) and version else ""
+        return Maker(ULTRALYTICS, f"Ultralytics' metadata ({self.source} packed in the file{made})")
 
 
 def ultralytics_metadata(metadata: Metadata) -> UltralyticsMetadata | None:
-    """Ultralytics' export metadata: `metadata.json` in the appended zip, or (older exports) a Python-literal dict
-    in a packed .txt; None when the file has neither."""
+    """Ultralytics' export metadata: `metadata.json` in the appended zip (8.4), or (8.2-8.3) `temp_meta.txt`, a
+    Python dict's repr with int keys (another packed .txt holding one is read too); None when the file has neither."""
     raw = metadata.packed.get(ULTRALYTICS_METADATA)
-    found = None
+    found, source = None, ULTRALYTICS_METADATA
     if raw is not None:
         try:
             found = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             found = None
     if found is None:
-        for name, data in metadata.packed.items():
+        texts = sorted(metadata.packed, key=lambda name: name != ULTRALYTICS_LITERAL)  # temp_meta.txt first
+        for name in texts:
+            data = metadata.packed[name]
             if name.lower().endswith(".txt") and data.lstrip().startswith(b"{"):
                 try:
                     found = ast.literal_eval(data.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError, SyntaxError):
+                except (UnicodeDecodeError, ValueError, SyntaxError, MemoryError, RecursionError):
                     continue
+                source = name
                 break
     if not isinstance(found, dict) or "names" not in found and "task" not in found:
         return None
@@ -164,7 +180,7 @@ def ultralytics_metadata(metadata: Metadata) -> UltralyticsMetadata | None:
         names = [str(n) for n in names]
     else:
         names = None
-    return UltralyticsMetadata(names, found.get("task"), found)
+    return UltralyticsMetadata(names, found.get("task"), found, source)
 
 
 # ---- reading the graph ------------------------------------------------------------------------------------------
@@ -308,20 +324,28 @@ def _one_tensor(graph: Subgraph, tensor: Tensor, width: int, height: int, meta: 
     activation, activation_origin = _activation(graph, tensor, options, "none", compiled,
                                                 "class scores as Ultralytics' exports give them, after a sigmoid")
     facts.append(f"class scores {'logits' if activation == 'sigmoid' else 'probabilities'} ({activation_origin})")
+    maker = meta.maker if meta is not None else None
+    if maker is None and per_cell > 1:
+        maker = Maker(ULTRALYTICS, f"YOLOv5's layout: [1, {n}, {attributes}], three anchors a grid cell of strides "
+                                   f"{list(strides)} with an objectness, which only Ultralytics' YOLOv5 exports "
+                                   "write (they carry no metadata)")
     spec = DetectionSpec(decoder=YOLO, classes=classes, layout=layout, box_format=options.box_format or "xywh",
                          box_scale=box_scale, objectness=bool(objectness), score_activation=activation,
-                         **options.thresholds())
+                         **_makers_thresholds(options, maker, per_cell > 1))
     notes = [f"strides {list(strides)}" + (", 3 anchors a cell" if per_cell > 1 else "")]
     labels, labels_origin = _labels(meta, classes)
     name = "YOLOv5 (one tensor, objectness)" if objectness else "Ultralytics YOLO (one tensor)"
     return Family(name, {PREDICTIONS: tensor.name}, spec, "; ".join(facts), labels, labels_origin,
-                  notes=tuple(notes), input_hint=_input_hint(meta))
+                  notes=tuple(notes), maker=maker)
 
 
-def _input_hint(meta: UltralyticsMetadata | None) -> tuple[list[float], list[float], str] | None:
-    if meta is None:
-        return None
-    return [0.0], [255.0], "Ultralytics' models take the pixels / 255 (its metadata: an Ultralytics export)"
+def _makers_thresholds(options: DetectorOptions, maker: Maker | None, yolov5: bool) -> dict:
+    """The thresholds given, and where its maker's predictor keeps more objects than DEFAULT_MAX_DETECTIONS, its
+    own cap (`yolo predict`'s max_det 300, YOLOv5's detect.py 1000)."""
+    given = options.thresholds()
+    if maker is not None and maker.convention == ULTRALYTICS:
+        given.setdefault("max_detections", YOLOV5_MAX_DET if yolov5 else ULTRALYTICS_MAX_DET)
+    return given
 
 
 def _class_count(options: DetectorOptions, meta: UltralyticsMetadata | None, from_shape: int,
@@ -345,6 +369,9 @@ def _box_scale(graph: Subgraph, tensor: Tensor, width: int, height: int, meta: U
                                   "input, not pixels")
         if high >= min(width, height) / 4:
             return "pixels", f"the output's quantization holds values up to {high:.4g}: pixels of the input"
+        if meta is not None:
+            return "normalized", (f"Ultralytics' metadata: its TFLite exports write boxes as fractions of the input "
+                                  f"(ultralytics#7371); the output's quantization, up to {high:.3g}, does not tell")
         raise DetectorRefused(f"{file_name}'s output {tensor.name!r} holds values up to {high:.3g}, which fits "
                               f"neither boxes in fractions of the input nor in pixels of its {width}x{height}: "
                               "give --box-scale normalized or --box-scale pixels")
@@ -378,7 +405,7 @@ def _labels(meta: UltralyticsMetadata | None, classes: int) -> tuple[list[str] |
         return None, None
     if len(meta.names) != classes:
         return None, None
-    return meta.names, f"Ultralytics' metadata ({ULTRALYTICS_METADATA} packed in the file: {classes} names)"
+    return meta.names, f"Ultralytics' metadata ({meta.source} packed in the file: {classes} names)"
 
 
 def _dfl_pair(graph: Subgraph, outputs: list[Tensor], width: int, height: int, meta: UltralyticsMetadata | None,
@@ -435,9 +462,10 @@ def _dfl_pair(graph: Subgraph, outputs: list[Tensor], width: int, height: int, m
              f"class scores {'logits' if activation == 'sigmoid' else 'probabilities'} ({activation_origin})"]
     unused = [t for t in outputs if t not in (logits, boxes)]
     notes = [f"output {t.name!r} {list(t.shape)} is not read (a max-score tensor some exports add)" for t in unused]
+    maker = meta.maker if meta is not None else None
     spec = DetectionSpec(decoder=YOLO_DFL, classes=classes, strides=strides, reg_max=reg_max,
-                         score_activation=activation, **options.thresholds())
+                         score_activation=activation, **_makers_thresholds(options, maker, yolov5=False))
     labels, labels_origin = _labels(meta, classes)
     return Family("YOLO in the Coral layout (class logits + DFL, as Frigate's yolo-generic)",
                   {CLASS_LOGITS: logits.name, BOX_DISTRIBUTIONS: boxes.name}, spec, "; ".join(facts),
-                  labels, labels_origin, notes=tuple(notes), input_hint=_input_hint(meta))
+                  labels, labels_origin, notes=tuple(notes), maker=maker)

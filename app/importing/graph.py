@@ -201,17 +201,3 @@ def _detector(name: str, graph: Subgraph, ops, detector: DetectorOptions) -> Fam
     if options.num_classes < 1:
         raise ImportRefused(f"{name}'s {POSTPROCESS_OP} op has no num_classes in its options: cannot map its classes")
     return postprocess_family(outputs, options.num_classes, detector)
-
-
-def identity_normalization(tensor: Tensor) -> tuple[float, float]:
-    """mean/std under which the pixels themselves are the quantized input: q = pixel (uint8) or pixel - 128 (int8).
-
-    The service computes q = round((pixel - mean) / std / scale) + zero_point; with std = 1/scale and
-    mean = zero_point (+128 for int8) that is the pixel, shifted into the type's range."""
-    scale, zero_point = float(tensor.quantization.scale[0]), int(tensor.quantization.zero_point[0])
-    std = 1.0 / scale
-    rounded = float(f"{std:.6g}")  # 255, not 254.99998 (the float32 scale of 1/255)
-    pixel = np.arange(256, dtype=np.float64)
-    if np.array_equal(np.floor(pixel / rounded / scale + 0.5), pixel):
-        std = rounded
-    return zero_point + (128 if tensor.type == "INT8" else 0), std

@@ -134,13 +134,25 @@ def metadata_buffer(buf: bytes) -> bytes | None:
     return None
 
 
+# The most a packed file may hold, decompressed: labels and Ultralytics' metadata are kilobytes; a file a client
+# uploads must not inflate into gigabytes (a zip's declared size bounds what zipfile decompresses).
+MAX_PACKED_BYTES = 16 << 20
+
+
 def packed_files(buf: bytes) -> dict[str, bytes]:
-    """The files of the zip appended to the model (empty when there is none)."""
+    """The files of the zip appended to the model (empty when there is none), in the archive's order up to
+    MAX_PACKED_BYTES decompressed in all; a file past that is left out."""
+    found, room = {}, MAX_PACKED_BYTES
     try:
         with zipfile.ZipFile(io.BytesIO(buf)) as archive:
-            return {info.filename: archive.read(info) for info in archive.infolist() if not info.is_dir()}
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError):
+            for info in archive.infolist():
+                if info.is_dir() or info.file_size > room:
+                    continue
+                found[info.filename] = archive.read(info)
+                room -= len(found[info.filename])
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, NotImplementedError, RuntimeError):
         return {}
+    return found
 
 
 # ---- reading the flatbuffer by slot ------------------------------------------------------------

@@ -118,7 +118,7 @@ def integer_parts(graph: Subgraph, name: str) -> IntegerParts:
     if not integer:
         floating = next((t for t in graph.tensors if t.type in FLOAT_TYPES), None)
         what = f"tensor {floating.name!r} is {floating.type}" if floating is not None else "no operator computes in 8 bits"
-        raise TaskRefused(f"{name} is a float model ({what}), not full-integer: {_QUANTIZE_ADVICE}")
+        raise TaskRefused(f"{name} is a float model ({what}), not full-integer: {_quantize_advice(name)}")
     return IntegerParts(float_ops, raw_input(graph))
 
 
@@ -126,14 +126,36 @@ _QUANTIZE_ADVICE = (
     "the Edge TPU and the int8 backends run only full-integer models. Quantize it from the model it was converted "
     "from (Keras, SavedModel, PyTorch or ONNX) with `python -m converter quantize MODEL --calibration photos/ ...`; "
     "a float .tflite itself cannot be calibrated")
+# The float and dynamic-range files an Ultralytics TFLite export writes (onnx2tf's names, its _dynamic_range_quant
+# renamed _int8), beside the one full-integer file with 8-bit edges that the Edge TPU and the service run.
+ULTRALYTICS_SIBLINGS = ("_int8.tflite", "_dynamic_range_quant.tflite", "_float16.tflite", "_float32.tflite")
+FULL_INTEGER_SUFFIX = "_full_integer_quant.tflite"
+
+
+def full_integer_twin(name: str) -> str | None:
+    """The full-integer file an Ultralytics export writes beside a float or dynamic-range file of this name."""
+    for suffix in ULTRALYTICS_SIBLINGS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[:-len(suffix)] + FULL_INTEGER_SUFFIX
+    return None
+
+
+def _quantize_advice(name: str) -> str:
+    twin = full_integer_twin(name)
+    if twin is None:
+        return _QUANTIZE_ADVICE
+    return (f"the Edge TPU and the int8 backends run only full-integer models. If it comes from an Ultralytics "
+            f"TFLite export (int8=True), that export wrote {twin} beside it: the same model, full-integer with int8 "
+            f"input and output; import that one. Otherwise: {_QUANTIZE_ADVICE[_QUANTIZE_ADVICE.index('Quantize'):]}")
 
 
 def _float_model(name: str, op: Operator, graph: Subgraph, floating: Tensor) -> str:
     weights = graph.tensors[op.inputs[1]] if len(op.inputs) > 1 and op.inputs[1] >= 0 else None
     if weights is not None and weights.type in EIGHT_BIT:
         return (f"{name} is dynamic-range quantized, not full-integer: its {op.opcode} #{op.index} has 8-bit weights "
-                f"but computes on {floating.type} (tensor {floating.name!r}): {_QUANTIZE_ADVICE}")
-    return f"{name} is a float model (tensor {floating.name!r} is {floating.type}), not full-integer: {_QUANTIZE_ADVICE}"
+                f"but computes on {floating.type} (tensor {floating.name!r}): {_quantize_advice(name)}")
+    return (f"{name} is a float model (tensor {floating.name!r} is {floating.type}), not full-integer: "
+            f"{_quantize_advice(name)}")
 
 
 def raw_input(graph: Subgraph) -> bool:

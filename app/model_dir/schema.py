@@ -33,8 +33,34 @@ def segment_kind(kind: str, index: int) -> str:
     return f"{kind}_segment_{index}"
 
 
+# Whose preprocessing a model follows (model.json `input.convention`; app/imaging applies it):
+#   coral        Coral's and TensorFlow Lite's (pycoral, the Task Library): a letterbox at the top-left, padded with
+#                black (pixel 0); the input quantized as TFLite's QUANTIZE does (round half away from zero); boxes
+#                back through the region resized. Every model built here, and every model.json without the field.
+#   ultralytics  Ultralytics' predictor (`yolo predict`, YOLOv5's detect.py): LetterBox(center=True), the image
+#                resized to (round(w r), round(h r)), r = min(H / h, W / w), placed at (round(dw / 2 - 0.1),
+#                round(dh / 2 - 0.1)) and padded with grey 114; the input quantized as AutoBackend does
+#                (float32 x / scale + zero_point, truncated toward zero); boxes back as scale_boxes maps them.
+CORAL, ULTRALYTICS = "coral", "ultralytics"
+CONVENTIONS = (CORAL, ULTRALYTICS)
+# Ultralytics' predictor feeds pixels / 255 (mean 0, std 255) into every model, quantized input or not; its exporter
+# packs its metadata in a zip appended to the model, as temp_meta.txt (8.2-8.3: a Python dict's repr) or
+# metadata.json (8.4)
+ULTRALYTICS_MEAN, ULTRALYTICS_STD = [0.0], [255.0]
+ULTRALYTICS_FILES = ("metadata.json", "temp_meta.txt")
+
+
+class Convention(BaseModel):
+    """Whose preprocessing the model follows (CONVENTIONS), and why: what in the file, or which flag, said so."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["coral", "ultralytics"]
+    why: str
+
+
 class InputSpec(BaseModel):
-    """How an image becomes the model's input: geometry, then normalisation.
+    """How an image becomes the model's input: geometry, then normalisation, as its maker's convention does them.
 
     The float value the network was trained on is `real = (pixel - mean) / std`
     per channel; the engine's input tensor quantization then maps `real` to int.
@@ -47,13 +73,21 @@ class InputSpec(BaseModel):
     channels: Literal[1, 3] = 3
     # center_crop: the central region holding crop_fraction of the shorter side, scaled to width x height.
     # stretch: the whole image scaled to width x height (its aspect ratio not kept).
-    # letterbox: the whole image scaled to fit inside width x height, aspect ratio kept, placed at the top-left;
-    # the rest (right or bottom) is black, pixel value 0 before normalisation (pycoral's set_resized_input).
+    # letterbox: the whole image scaled to fit inside width x height, aspect ratio kept; where it is placed and what
+    # pads the rest is the convention's: Coral's at the top-left on black, pixel value 0 before normalisation
+    # (pycoral's set_resized_input), Ultralytics' centred on grey 114 (its LetterBox).
     resize: Literal["center_crop", "stretch", "letterbox"] = "center_crop"
     # center_crop only: 0.875 = the classic "resize 256, crop 224".
     crop_fraction: float = Field(default=0.875, gt=0.0, le=1.0)
     mean: list[float] = Field(min_length=1, max_length=3)
     std: list[float] = Field(min_length=1, max_length=3)
+    # whose preprocessing (CONVENTIONS); absent: Coral's, as every model built here (written by `converter import`)
+    convention: Convention | None = None
+
+    @property
+    def maker(self) -> str:
+        """The convention's name: coral when model.json names none."""
+        return CORAL if self.convention is None else self.convention.name
 
 
 class OutputSpec(BaseModel):

@@ -26,6 +26,7 @@ import numpy as np
 from app.engines import Backend, EngineOptions, Fallback, TensorSpec
 from app.errors import ModelDirError, ServeError
 from app.model_dir.reading import ModelDir
+from app.model_dir.reimport import stale_preprocessing
 from app.pool import EnginePool, InterpreterMember, Member, Stage, Watchdog
 from app.pool.pipeline import Pipeline, stage_options
 from app.registry.fallbacks import public_fallback
@@ -59,6 +60,9 @@ class Loader:
         those backends are not tried. The version's `fallbacks` are those and the ones decided now. Raises the
         first backend's error when no backend serves the model, or the error a plug-in's policy fails on."""
         task = self.task_of(model_dir)
+        stale = stale_preprocessing(model_dir.manifest)  # an import older than its maker's convention
+        if stale is not None:
+            log.warning("%s", stale)
         served: dict[str, tuple[EnginePool, OutputRoles]] = {}
         failed: dict[str, ServeError] = {}
         fallbacks = dict(decided)

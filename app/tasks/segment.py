@@ -159,19 +159,21 @@ def class_map(output: np.ndarray) -> np.ndarray:
 def sampling(geometry: Geometry, map_height: int, map_width: int) -> Sampling:
     """Each original row and column -> the map row and column its pixel centres fall on.
 
-    A pixel centre x + 0.5 of the original is at u = (x + 0.5 - left) / (right - left) * fill of the model's
-    input (normalized), the inverse of Geometry.to_original; the map covers the input, so it falls on map
-    column floor(u * map_width). The model saw it when 0 <= u < fill."""
+    A pixel centre x + 0.5 of the original is at u = offset + (x + 0.5 - left) / (right - left) * fill of the
+    model's input (normalized), the inverse of Geometry.to_original; the map covers the input, so it falls on map
+    column floor(u * map_width). The model saw it when offset <= u < offset + fill."""
     left, top, right, bottom = geometry.box
-    rows, row_seen = _axis(geometry.height, top, bottom, geometry.fill[1], map_height)
-    cols, col_seen = _axis(geometry.width, left, right, geometry.fill[0], map_width)
+    rows, row_seen = _axis(geometry.height, top, bottom, geometry.fill[1], geometry.offset[1], map_height)
+    cols, col_seen = _axis(geometry.width, left, right, geometry.fill[0], geometry.offset[0], map_width)
     return Sampling(rows, cols, row_seen, col_seen)
 
 
-def _axis(size: int, start: float, end: float, fill: float, cells: int) -> tuple[np.ndarray, np.ndarray]:
+def _axis(size: int, start: float, end: float, fill: float, offset: float,
+          cells: int) -> tuple[np.ndarray, np.ndarray]:
     centres = np.arange(size, dtype=np.float64) + 0.5
     u = (centres - start) / (end - start) * fill
     seen = (u >= 0) & (u < fill)
+    u += offset
     index = np.clip(np.floor(u * cells), 0, cells - 1).astype(np.int64)
     return index, seen
 

@@ -136,3 +136,25 @@ def yolo11_like(form: str = "per_head") -> bytes:
     from tests import yolo_models
 
     return yolo_models.ultralytics_like(block=BLOCKS[form])
+
+
+def c2psa_alone(form: str, size: int = 20, channels: int = 256, heads: int = 2, key_dim: int = 32,
+                head_dim: int = 64) -> bytes:
+    """yolo11n's C2PSA at its 640 size (20x20 cells, 256 channels) behind a 1x1 convolution of a 3-channel input,
+    converted as onnx2tf converts Ultralytics' exports: what bench/emulator_bench.py --model times."""
+    from tests import emulator_families
+
+    tf, keras = emulator_families._tf()  # noqa: SLF001 (its seeded setup)
+    from keras import layers
+
+    image = keras.Input((size, size, 3), batch_size=1)
+    block = c2psa(layers.Conv2D(channels, 1)(image), channels, heads, key_dim, head_dim, form)
+    return emulator_families._onnx2tf_like(keras.Model(image, block), size)  # noqa: SLF001
+
+
+if __name__ == "__main__":
+    # python -m tests.emulator_yolo11 OUT.tflite [batched|per_head]
+    import sys
+
+    with open(sys.argv[1], "wb") as out:
+        out.write(c2psa_alone(sys.argv[2] if len(sys.argv) > 2 else "batched"))

@@ -73,55 +73,35 @@ def _fully_connected_shapes(draw, depth: int, units: int):
 
 
 @st.composite
-def fully_connected_models(draw):
+def fully_connected_models(draw, computed_filter: bool = False):
+    """A constant filter (a bias or none), or a filter the graph computes, fed as an input (no bias), as an
+    attention's softmax or keys are: asymmetric, any zero points, at times a softmax's own (1/256, lowest)."""
     type_name = draw(st.sampled_from(["INT8", "UINT8"]))
     depth, units = draw(st.integers(1, 300)), draw(st.integers(1, 40))
     input_shape, output_shape, keep_num_dims = _fully_connected_shapes(draw, depth, units)
     s_in, z_in = draw(quantization(type_name))
     filter_scales, filter_zero_points = draw(filter_quantization(type_name, units))
+    if computed_filter and draw(st.booleans()):
+        filter_scales, filter_zero_points = [1 / 256], [-128 if type_name == "INT8" else 0]
     s_out = _output_scale(draw, s_in, filter_scales, depth)
     z_out = draw(quantization(type_name))[1]
-    with_bias = draw(st.booleans())
+    with_bias = not computed_filter and draw(st.booleans())
     seed = draw(seeds)
+    weights = random_values(seed, (units, depth), type_name)
     g = GraphBuilder()
     x = g.tensor("input", input_shape, type_name, scale=s_in, zero_point=z_in)
     w = g.tensor("filter", (units, depth), type_name, scale=filter_scales, zero_point=filter_zero_points, axis=0,
-                 data=random_values(seed, (units, depth), type_name))
+                 data=None if computed_filter else weights)
     b = _bias(g, seed, s_in, filter_scales, units) if with_bias else -1
     y = g.tensor("output", output_shape, type_name, scale=s_out, zero_point=z_out)
     activation = draw(activations)
     g.op("FULLY_CONNECTED", [x, w, b], [y], "FullyConnectedOptions", keepNumDims=keep_num_dims,
          fusedActivationFunction=activation)
-    return case(g.build([x], [y]), [random_values(seed + 2, input_shape, type_name)], type=type_name,
-                input=input_shape, units=units, bias=with_bias, activation=activation, input_q=(s_in, z_in),
-                filter_q=(filter_scales, filter_zero_points), output_q=(s_out, z_out), seed=seed)
-
-
-@st.composite
-def fully_connected_computed_filter_models(draw):
-    """Both operands inputs of the graph, as an attention's softmax or keys are: asymmetric, any zero points."""
-    type_name = draw(st.sampled_from(["INT8", "UINT8"]))
-    depth, units = draw(st.integers(1, 300)), draw(st.integers(1, 40))
-    input_shape, output_shape, keep_num_dims = _fully_connected_shapes(draw, depth, units)
-    s_in, z_in = draw(quantization(type_name))
-    filter_scales, filter_zero_points = draw(filter_quantization(type_name, units))
-    if draw(st.booleans()):  # a softmax's quantization, as the attention's second product has it
-        filter_scales, filter_zero_points = [1 / 256], [-128 if type_name == "INT8" else 0]
-    s_out = _output_scale(draw, s_in, filter_scales, depth)
-    z_out = draw(quantization(type_name))[1]
-    seed = draw(seeds)
-    g = GraphBuilder()
-    x = g.tensor("input", input_shape, type_name, scale=s_in, zero_point=z_in)
-    w = g.tensor("filter", (units, depth), type_name, scale=filter_scales, zero_point=filter_zero_points, axis=0)
-    y = g.tensor("output", output_shape, type_name, scale=s_out, zero_point=z_out)
-    activation = draw(activations)
-    g.op("FULLY_CONNECTED", [x, w, -1], [y], "FullyConnectedOptions", keepNumDims=keep_num_dims,
-         fusedActivationFunction=activation)
-    order = draw(st.sampled_from([(x, w), (w, x)]))  # the graph's inputs in either order
-    values = {x: random_values(seed + 2, input_shape, type_name), w: random_values(seed, (units, depth), type_name)}
+    values = {x: random_values(seed + 2, input_shape, type_name), w: weights}
+    order = draw(st.sampled_from([(x, w), (w, x)])) if computed_filter else (x,)  # the graph's inputs, any order
     return case(g.build(list(order), [y]), [values[t] for t in order], type=type_name, input=input_shape,
-                units=units, activation=activation, input_q=(s_in, z_in), filter_q=(filter_scales, filter_zero_points),
-                output_q=(s_out, z_out), seed=seed)
+                units=units, computed_filter=computed_filter, bias=with_bias, activation=activation,
+                input_q=(s_in, z_in), filter_q=(filter_scales, filter_zero_points), output_q=(s_out, z_out), seed=seed)
 
 
 @st.composite
@@ -225,7 +205,7 @@ def test_fully_connected(reference, example):
 
 
 @OP_SETTINGS
-@given(fully_connected_computed_filter_models())
+@given(fully_connected_models(computed_filter=True))
 def test_fully_connected_with_a_computed_filter(reference, example):
     assert_matches_reference(reference, example)
 

@@ -88,6 +88,8 @@ def test_yolo11_serves_on_every_backend_and_finds_the_squares(served, form):
     cpu, emulated = boxes_by_label(answers["cpu"]), boxes_by_label(answers["emulated"])
     for label, box in cpu.items():
         np.testing.assert_allclose(box, emulated[label], atol=BETWEEN_BACKENDS_PX)
+    listed = client.get(f"/v1/models/{name}")
+    assert listed.status_code == 200 and listed.json()["state"] == "ready", listed.text
 
 
 @pytest.mark.parametrize("form", emulator_yolo11.FORMS)

@@ -82,7 +82,7 @@ def fully_connected_computed_filter(input_data: np.ndarray, filter_data: np.ndar
                                     requantize: Requantizer) -> np.ndarray:
     """reference_integer_ops::FullyConnected (int8) and reference_ops::FullyConnected (uint8) with a filter the
     graph computes: both operands centered (as exact integers in `accumulate`) at each call."""
-    units, depth = filter_data.shape
+    depth = filter_data.shape[1]
     inputs = np.add(input_data.reshape(-1, depth), input_offset, dtype=accumulate)    # input_val + input_offset
     filters = np.add(filter_data, filter_offset, dtype=accumulate)                   # filter_val + filter_offset
     acc = inputs @ filters.T  # accumulate
@@ -141,7 +141,7 @@ def add_keeping_first_nan(first: np.ndarray, second) -> np.ndarray:
 def fully_connected_float(input_data: np.ndarray, weights_data: np.ndarray, bias_data: np.ndarray | None,
                           output_activation_min, output_activation_max, output_shape: tuple[int, ...]) -> np.ndarray:
     """reference_ops::FullyConnected (float): the products summed in order, + bias (0.0f without), then the range."""
-    units, depth = weights_data.shape
+    depth = weights_data.shape[1]
     total = accumulate_in_order(input_data.reshape(-1, depth), weights_data.T, product_nan_from_rhs=False)
     bias_value = bias_data if bias_data is not None else np.float32(0.0)
     return activation_function_with_min_max(add_keeping_first_nan(total, bias_value), output_activation_min,

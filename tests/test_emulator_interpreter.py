@@ -267,3 +267,14 @@ def test_a_small_cnn_graph_chains_ops_exactly(reference):
             index = step.outputs[0]
             assert interpreter.get_tensor(index).tobytes() == expected[index].tobytes(), step.operator.opcode
         assert len(np.unique(expected[interpreter.model.graph.outputs[0]])) > 1
+
+
+def test_a_model_with_dynamic_shapes_is_refused_naming_the_backend_to_ask():
+    from app.emulator.errors import UnsupportedModel
+
+    g = GraphBuilder()
+    x = g.tensor("x", (1, 4), "INT8", scale=0.1, zero_point=0, signature=(-1, 4))
+    y = g.tensor("y", (1, 4), "INT8", scale=0.1, zero_point=0, signature=(-1, 4))
+    g.op("RELU", [x], [y])
+    with pytest.raises(UnsupportedModel, match=r"dynamic shapes; .*ask for it on the `cpu` backend"):
+        Interpreter(model_content=g.build([x], [y]))

@@ -12,6 +12,10 @@ family, with random weights (seeded), calibrated on random images:
                         strides, sigmoid classes, a TRANSPOSE; SiLU (LOGISTIC * x) or HARD_SWISH; SPPF
                         (MAX_POOL_2D), nearest-neighbour upsampling, C2f-style SPLIT, SPLIT_V of boxes and
                         classes, PAD before stride-2 convolutions.
+- yolo11(form):         yolo_ultralytics with YOLO11's C2PSA attention after SPPF (tests/emulator_yolo11.py), converted
+                        as onnx2tf converts Ultralytics' exports: full-integer, per-tensor, int8 in and out; its two
+                        products as BATCH_MATMUL of computed operands ("batched") or per head ("per_head": a
+                        FULLY_CONNECTED whose filter is the softmax).
 - yolo_frigate():       the Coral layout Frigate decodes: ReLU6, class logits [1, N, C] and DFL [1, N, 64].
 - yolo_torch():         the Ultralytics head written in PyTorch, through the project's torch route
                         (litert-torch + ai-edge-quantizer), int8 I/O.
@@ -192,10 +196,13 @@ def ssd_tf2() -> bytes:
 YOLO_SIZE = 64
 YOLO_CLASSES = 3
 REG_MAX = 16
+# YOLO11's C2PSA in small: yolo11n's has 2 heads of key_dim 32 and head_dim 64 over 256 channels
+YOLO11_HEADS, YOLO11_KEY_DIM, YOLO11_HEAD_DIM = 2, 4, 8
 
 
-def _yolo_backbone(image, activation: str, upsample: str):
-    """Conv + activation blocks, a C2f-style split, SPPF, an upsampled path; returns [(feature, stride)]."""
+def _yolo_backbone(image, activation: str, upsample: str, attention: str | None = None):
+    """Conv + activation blocks, a C2f-style split, SPPF, an upsampled path; returns [(feature, stride)].
+    attention: a C2PSA block after SPPF, as YOLO11 has it, in that form (tests/emulator_yolo11.py)."""
     tf, keras = _tf()
     from keras import layers
 
@@ -219,6 +226,10 @@ def _yolo_backbone(image, activation: str, upsample: str):
     for _ in range(3):  # SPPF
         pooled.append(layers.MaxPooling2D(5, 1, "same")(pooled[-1]))
     c4 = conv(layers.Concatenate()(pooled), 16, 1)
+    if attention is not None:
+        from tests.emulator_yolo11 import c2psa
+
+        c4 = c2psa(c4, 16, heads=YOLO11_HEADS, key_dim=YOLO11_KEY_DIM, head_dim=YOLO11_HEAD_DIM, form=attention)
     if upsample == "resize":
         up = layers.Lambda(lambda t: tf.image.resize(t, (t.shape[1] * 2, t.shape[2] * 2), method="nearest"))(c4)
     else:
@@ -238,13 +249,14 @@ def _grid(features) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(anchors)[None].astype(np.float32), np.concatenate(strides)[None].astype(np.float32)
 
 
-def yolo_ultralytics(activation: str = "silu") -> bytes:
-    """[1, 4 + C, N]: xywh in input pixels, then sigmoid class scores."""
+def yolo_ultralytics(activation: str = "silu", attention: str | None = None) -> bytes:
+    """[1, 4 + C, N]: xywh in input pixels, then sigmoid class scores. attention: YOLO11's C2PSA after SPPF, and
+    the conversion onnx2tf makes of Ultralytics' exports (_onnx2tf_like)."""
     tf, keras = _tf()
     from keras import layers
 
     image = keras.Input((YOLO_SIZE, YOLO_SIZE, 3), batch_size=1)
-    features, conv = _yolo_backbone(image, activation, "resize")
+    features, conv = _yolo_backbone(image, activation, "resize", attention)
     rows = [layers.Reshape((f.shape[1] ** 2, 4 * REG_MAX + YOLO_CLASSES))(
         layers.Conv2D(4 * REG_MAX + YOLO_CLASSES, 1)(conv(f, 16))) for f, _ in features]
     anchors, strides = _grid(features)
@@ -260,7 +272,29 @@ def yolo_ultralytics(activation: str = "silu") -> bytes:
         return tf.transpose(tf.concat([xywh, tf.sigmoid(cls)], -1), [0, 2, 1])
 
     out = layers.Lambda(decode)(layers.Concatenate(axis=1)(rows))
+    if attention is not None:
+        return _onnx2tf_like(keras.Model(image, out), YOLO_SIZE)
     return _from_keras(keras.Model(image, out), YOLO_SIZE, 0.0, 1.0)
+
+
+def yolo11(form: str = "batched") -> bytes:
+    return yolo_ultralytics("silu", attention=form)
+
+
+def _onnx2tf_like(model, size: int) -> bytes:
+    """Full-integer PTQ as onnx2tf runs it for Ultralytics (quant_type "per-tensor", int8 in and out, integer
+    kernels only), calibrated on pixels / 255."""
+    from converter.quantize import export_keras
+
+    tf, _ = _tf()
+    with tempfile.TemporaryDirectory() as workdir:
+        converter = tf.lite.TFLiteConverter.from_saved_model(str(export_keras(model, Path(workdir))))
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _as_lists(_calibration(size, 0.0, 1.0))
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = converter.inference_output_type = tf.int8
+        converter._experimental_disable_per_channel = True  # noqa: SLF001 (onnx2tf's per-tensor switch)
+        return bytes(converter.convert())
 
 
 def yolo_frigate() -> bytes:

@@ -121,9 +121,11 @@ def test_a_model_the_emulator_cannot_run_serves_on_cpu_and_is_degraded_on_emulat
         assert status.state == "degraded" and registry.ready()
         assert "\n" not in status.error
         assert status.error.startswith("emulated: not served: ") and REFUSED_OP in status.error  # the emulator's why
+        assert "ask for it on the `cpu` backend" in status.error and status.error.endswith("; served on cpu")
         version = registry.get(NAME)
         assert list(version.pools) == ["cpu"]
-        with pytest.raises(BackendNotAvailable, match=f"cannot be served on 'emulated': .*{REFUSED_OP}"):
+        with pytest.raises(BackendNotAvailable,
+                           match=f"cannot be served on 'emulated': .*{REFUSED_OP}.*; ask with backend=cpu$"):
             version.pool("emulated")
         assert asyncio.run(classify_on(registry, None)) == ("cpu", 0)  # red
         assert asyncio.run(classify_on(registry, "cpu")) == ("cpu", 0)
@@ -202,7 +204,7 @@ def test_the_reason_is_one_line_per_backend_whatever_the_backend_says(tmp_path, 
         status = registry.status(NAME)
         assert status.state == "degraded" and registry.ready()
         assert status.error == (f"refusing: not served: cannot load {NAME}_int8.tflite: Node number 3 (SIN) failed "
-                                "to prepare. Encountered unresolved custom op.")
+                                "to prepare. Encountered unresolved custom op; served on cpu")
         assert str(tmp_path) not in status.error
         assert list(registry.get(NAME).pools) == ["cpu"]
     finally:
@@ -226,6 +228,7 @@ def test_over_a_socket_readyz_is_200_and_the_model_serves_on_cpu_with_emulated_d
         refused = client.post("/v1/classify?backend=emulated", files={"image": red_png()})
         assert refused.status_code == 422, refused.text
         assert "cannot be served on 'emulated'" in refused.json()["error"] and REFUSED_OP in refused.json()["error"]
+        assert refused.json()["error"].endswith("ask with backend=cpu")  # the backend that serves it
 
         listed = client.get(f"/v1/models/{NAME}").json()
         assert listed["state"] == "degraded" and list(listed["backends"]) == ["cpu"]

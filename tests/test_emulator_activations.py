@@ -7,6 +7,7 @@ Element-wise inputs hold every one of the 256 byte values, so a table entry cann
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from tests.emulator_cases import (
     every_byte,
     quantization,
     reference,  # noqa: F401 (fixture)
+    run_emulator,
     seeds,
     shapes,
     unary_model,
@@ -167,6 +169,46 @@ def softmax_examples(draw):
 @given(softmax_examples())
 def test_softmax(reference, example):
     assert_matches_reference(reference, example)
+
+
+@st.composite
+def attention_softmax_examples(draw):
+    """Rows as long as an attention's (256 to 500 cells: the per-row tables), values from a narrow band (sums
+    near the kernel's limit of 512) or every byte."""
+    type_name = draw(types)
+    rows, length = draw(st.integers(1, 3)), draw(st.integers(256, 500))
+    input_q = draw(quantization(type_name, 1e-3, 0.5))
+    output_q = _fixed_output(type_name, 1 / 256, -128, 0)
+    seed = draw(seeds)
+    values = every_byte(seed, (rows, length), type_name)
+    if draw(st.booleans()):
+        base = np.iinfo(values.dtype).min + draw(st.integers(0, 250))
+        values = (base + np.random.default_rng(seed).integers(0, 6, values.shape)).astype(values.dtype)
+    model = unary_model("SOFTMAX", (rows, length), type_name, input_q, output_q, "SoftmaxOptions", beta=1.0)
+    return case(model, [values], type=type_name, shape=(rows, length), input_q=input_q, seed=seed)
+
+
+@OP_SETTINGS
+@given(attention_softmax_examples())
+def test_softmax_over_long_rows(reference, example):
+    assert_matches_reference(reference, example)
+
+
+def test_softmax_fails_where_the_reference_kernel_aborts(reference):
+    """512 equal values sum to 512 in Q12.19: RoundingDivideByPOT would take an exponent of 32, which gemmlowp
+    asserts against, and BUILTIN_REF aborts the process; the emulator fails the invoke instead. 511 run."""
+    from app.emulator.errors import InvokeFailed
+    from tests.reference_worker import Aborted
+
+    for length, fails in ((511, False), (512, True)):
+        model = unary_model("SOFTMAX", (1, length), "INT8", (0.05, 0), (1 / 256, -128), "SoftmaxOptions", beta=1.0)
+        values = [np.zeros((1, length), np.int8)]
+        if not fails:
+            assert_matches_reference(reference, model, values)
+            continue
+        assert isinstance(reference.run(model, values), Aborted)
+        with pytest.raises(InvokeFailed, match="sum to 512 or more"):
+            run_emulator(model, values)
 
 
 @st.composite

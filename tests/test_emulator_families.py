@@ -3,7 +3,8 @@ convert them, byte-exact on the emulator against BUILTIN_REF: every tensor of ev
 on a photo.
 
 TF2 Object Detection API SSD (PACK upsampling, TFLite_Detection_PostProcess, TF2's output order), YOLO in Ultralytics'
-single-tensor layout (SiLU, HARD_SWISH, and the PyTorch route) and in Frigate's two-tensor Coral layout, a DeepLab-like
+single-tensor layout (SiLU, HARD_SWISH, and the PyTorch route; YOLO11's C2PSA attention in both forms its exports take)
+and in Frigate's two-tensor Coral layout, a DeepLab-like
 segmenter ending in an int64 ARG_MAX, and a MoveNet-like pose model with its float32 tail.
 """
 
@@ -33,6 +34,7 @@ def model(built: dict, name: str) -> bytes:
             "ssd_tf2": (families.ssd_tf2,), "yolo_silu": (families.yolo_ultralytics, "silu"),
             "yolo_hard_swish": (families.yolo_ultralytics, "hard_swish"), "yolo_frigate": (families.yolo_frigate,),
             "yolo_torch": (families.yolo_torch,), "segmenter": (families.segmenter,), "pose": (families.pose,),
+            "yolo11_batched": (families.yolo11, "batched"), "yolo11_per_head": (families.yolo11, "per_head"),
             "pose_int8_tail": (families.pose, ()),
         }[name]
         built[name] = builder(*arguments)
@@ -105,6 +107,33 @@ def test_yolo_ultralytics_layout(reference, built, name):
     (output,) = interpreter.get_output_details()
     cells = (families.YOLO_SIZE // 8) ** 2 + (families.YOLO_SIZE // 16) ** 2
     assert tuple(output["shape"]) == (1, 4 + families.YOLO_CLASSES, cells)
+
+
+def _matrix_products(interpreter: Interpreter) -> list[tuple[str, tuple[str, ...]]]:
+    """Each FULLY_CONNECTED and BATCH_MATMUL with the kind of each operand: constant or computed."""
+    graph = interpreter.model.graph
+    return [(op.opcode, tuple("constant" if graph.tensors[i].data is not None else "computed"
+                              for i in op.inputs if i >= 0))
+            for op in graph.operators if op.opcode in ("FULLY_CONNECTED", "BATCH_MATMUL")]
+
+
+@pytest.mark.parametrize("form", ["batched", "per_head"])
+def test_yolo11_with_its_c2psa_attention(reference, built, form):
+    """YOLO11's attention as onnx2tf's conversion writes it (full-integer, per tensor, int8 I/O): batched, two
+    BATCH_MATMUL of computed int8 operands; unrolled per head, a BATCH_MATMUL (q's transpose folded in as adj_x)
+    and a FULLY_CONNECTED whose filter is the softmax, per head. Every tensor equals BUILTIN_REF's."""
+    interpreter = assert_every_tensor_matches(reference, model(built, f"yolo11_{form}"))
+    products = [p for p in _matrix_products(interpreter) if p[1] != ("computed", "constant")]  # less the DFL's
+    heads = families.YOLO11_HEADS
+    if form == "batched":
+        assert products == [("BATCH_MATMUL", ("computed", "computed"))] * 2
+    else:
+        assert products == [("BATCH_MATMUL", ("computed", "computed")),
+                            ("FULLY_CONNECTED", ("computed", "computed"))] * heads
+    graph = interpreter.model.graph
+    assert {graph.tensors[i].type for i in (*graph.inputs, *graph.outputs)} == {"INT8"}
+    assert not any(graph.tensors[op.inputs[1]].quantization.per_channel for op in graph.operators
+                   if op.opcode == "CONV_2D")  # per tensor, as onnx2tf's quant_type "per-tensor"
 
 
 def test_yolo_frigate_layout(reference, built):

@@ -17,6 +17,8 @@ from app.emulator.fixedpoint import (
     get_reciprocal,
     multiply_by_quantized_multiplier,
     quantize_multiplier,
+    round_half_away,
+    round_in_double,
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
     tflite_round,
@@ -112,6 +114,37 @@ def test_quantize_multiplier_rounding_up_to_2_31_carries_into_the_shift():
 
 def test_tflite_round_is_half_away_from_zero():
     assert [tflite_round(v) for v in (0.5, 1.5, 2.5, -0.5, -1.5, -2.5)] == [1, 2, 3, -1, -2, -3]
+
+
+def _std_round(v: float) -> float:
+    """std::round in Python's exact arithmetic: the fraction of |v| compared with one half."""
+    if not math.isfinite(v):
+        return v
+    whole = math.floor(abs(v))
+    return math.copysign(whole + (1 if abs(v) - whole >= 0.5 else 0), v)
+
+
+def test_round_half_away_is_std_round_on_every_float():
+    """Where floor(|x| + 0.5) goes wrong: the largest float below 0.5 (its sum rounds up to 1), and floats so large
+    that + 0.5 rounds; NaN and the infinities pass, -0.0 keeps its sign."""
+    below_half32, below_half64 = np.nextafter(np.float32(0.5), np.float32(0)), np.nextafter(0.5, 0.0)
+    for values in (np.array([below_half32, -below_half32, 2.5, -2.5, 2.0**23 + 1, -0.0, np.nan, np.inf, -np.inf],
+                            np.float32),
+                   np.array([below_half64, -below_half64, 0.5, -1.5, 2.0**52 + 1, 2.0**53 - 1, -0.0, np.inf])):
+        got = round_half_away(values)
+        want = np.array([_std_round(v) for v in values.tolist()], values.dtype)
+        assert got.dtype == values.dtype
+        assert got.tobytes() == want.tobytes(), (values, got, want)
+    assert round_half_away(np.array([below_half32], np.float32))[0] == 0  # floor(|x| + 0.5) gave 1
+
+
+def test_round_in_double_is_fully_connecteds_requantization():
+    """static_cast<int32_t>(round(double(acc) * scale)): ties away from zero, and INT32_MIN beyond int32."""
+    acc = np.array([-3, -1, 1, 3, 5, 2**30, -(2**30)])
+    np.testing.assert_array_equal(round_in_double(acc, 0.5), [-2, -1, 1, 2, 3, 2**29, -(2**29)])
+    np.testing.assert_array_equal(round_in_double(acc, 4.0)[-2:], [INT32_MIN, INT32_MIN])
+    with pytest.raises(ValueError, match="IN_DOUBLE"):
+        multiply_by_quantized_multiplier(acc, 1 << 30, 0, Rounding.IN_DOUBLE)
 
 
 def test_exp_on_negative_values_is_exp_within_fixed_point_precision():

@@ -160,6 +160,7 @@ def test_the_refusal_names_each_operator_once_on_one_line():
     for opcode in missing:
         assert message.count(opcode) == 1
     assert "docs/emulator.md" in message and "python -m app.emulator" in message
+    assert message.endswith("ask for it on the `cpu` backend (TFLite's own kernels) instead")  # who can serve it
     for opcode in set(supported_opcodes()) - missing:  # the supported list is pointed at, never repeated
         assert f" {opcode}," not in message
 
@@ -191,11 +192,12 @@ def test_python_m_app_emulator_lists_the_operators_and_checks_models(tmp_path, c
 
 def test_a_supported_op_with_an_unsupported_configuration_is_listed_too():
     g = GraphBuilder()
-    x = g.tensor("x", (1, 8), "FLOAT32")
-    w = g.tensor("w", (4, 8), "FLOAT32", data=np.zeros((4, 8), np.float32))
-    g.op("FULLY_CONNECTED", [x, w, -1], [g.tensor("y", (1, 4), "FLOAT32")], "FullyConnectedOptions")
+    x = g.tensor("x", (1, 8), "INT16", scale=0.1, zero_point=0)
+    w = g.tensor("w", (4, 8), "INT8", scale=0.1, zero_point=0, data=np.zeros((4, 8), np.int8))
+    g.op("FULLY_CONNECTED", [x, w, -1], [g.tensor("y", (1, 4), "INT16", scale=0.1, zero_point=0)],
+         "FullyConnectedOptions")
     with pytest.raises(UnsupportedOperators,
-                       match=r"FULLY_CONNECTED \(operator 0\): input 'x' is FLOAT32; expected INT8 or UINT8"):
+                       match=r"FULLY_CONNECTED \(operator 0\): input 'x' is INT16; expected INT8 or UINT8"):
         Interpreter(model_content=g.build([x], [2]))
 
 
@@ -265,3 +267,14 @@ def test_a_small_cnn_graph_chains_ops_exactly(reference):
             index = step.outputs[0]
             assert interpreter.get_tensor(index).tobytes() == expected[index].tobytes(), step.operator.opcode
         assert len(np.unique(expected[interpreter.model.graph.outputs[0]])) > 1
+
+
+def test_a_model_with_dynamic_shapes_is_refused_naming_the_backend_to_ask():
+    from app.emulator.errors import UnsupportedModel
+
+    g = GraphBuilder()
+    x = g.tensor("x", (1, 4), "INT8", scale=0.1, zero_point=0, signature=(-1, 4))
+    y = g.tensor("y", (1, 4), "INT8", scale=0.1, zero_point=0, signature=(-1, 4))
+    g.op("RELU", [x], [y])
+    with pytest.raises(UnsupportedModel, match=r"dynamic shapes; .*ask for it on the `cpu` backend"):
+        Interpreter(model_content=g.build([x], [y]))

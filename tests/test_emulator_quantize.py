@@ -127,3 +127,17 @@ def cast_models(draw):
 @given(cast_models())
 def test_cast(reference, example):
     assert_matches_reference(reference, example)
+
+
+def test_quantize_rounds_the_float_just_below_a_half_down(reference):
+    """TfLiteRound is std::round: 0.49999997f rounds to 0 (floor(|x| + 0.5) in float gave 1), ties away from zero."""
+    below_half = np.nextafter(np.float32(0.5), np.float32(0))
+    values = np.array([[below_half, -below_half, 2.5, -2.5, 1.4999999, 8388609.0]], np.float32)
+    g = GraphBuilder()
+    x, y = g.tensor("x", values.shape, "FLOAT32"), g.tensor("y", values.shape, "INT8", scale=1.0, zero_point=0)
+    g.op("QUANTIZE", [x], [y])
+    model = g.build([x], [y])
+    from tests.emulator_cases import run_emulator
+
+    assert run_emulator(model, [values])[0].tolist() == [[0, 0, 3, -3, 1, 127]]
+    assert_matches_reference(reference, model, [values])

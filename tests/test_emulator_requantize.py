@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +19,9 @@ def layers(draw):
     channels = draw(st.integers(1, 6))
     dtype = np.dtype(draw(st.sampled_from([np.int8, np.uint8])))
     info = np.iinfo(dtype)
-    reals = [np.exp(draw(st.floats(np.log(1e-7), np.log(4.0)))) for _ in range(channels)]
+    # a few multipliers are powers of two (scales like 1/256), where IN_DOUBLE's results fall on exact halves
+    reals = [2.0 ** -draw(st.integers(1, 12)) if draw(st.booleans()) and draw(st.booleans())
+             else np.exp(draw(st.floats(np.log(1e-7), np.log(4.0)))) for _ in range(channels)]
     pairs = [quantize_multiplier(r) for r in reals]
     low = draw(st.integers(int(info.min), int(info.max)))
     high = draw(st.integers(low, int(info.max)))
@@ -29,7 +33,7 @@ def layers(draw):
         output_shift=np.array([p[1] for p in pairs], np.int64),
         output_offset=draw(st.integers(int(info.min), int(info.max))),
         quantized_activation_min=low, quantized_activation_max=high, output_dtype=dtype,
-        rounding=draw(st.sampled_from(list(Rounding))))
+        rounding=draw(st.sampled_from(list(Rounding))), effective_output_scale=np.array(reals))
     acc_dtype = np.float32 if bound.max() < FLOAT32_EXACT_INTEGERS else np.float64
     return params, bound, np.dtype(acc_dtype), draw(st.integers(0, 2**32 - 1))
 
@@ -138,3 +142,43 @@ def test_a_left_shift_that_can_wrap_keeps_the_int64_definition():
     acc = np.array([[2**28 + 3], [-(2**28) - 5], [3], [-14]])
     np.testing.assert_array_equal(wrapping(acc.astype(np.float64)), requantize_exact(acc, params).astype(np.int8))
     assert Requantizer(params, np.array([1000]), np.dtype(np.float32)).strategy != "int64"
+
+
+def _in_double_layer(reals: np.ndarray, low: int = -128) -> RequantParams:
+    pairs = [quantize_multiplier(float(m)) for m in reals]
+    return RequantParams(bias=np.random.default_rng(4).integers(-5000, 5000, reals.size),
+                         output_multiplier=np.array([p[0] for p in pairs]), output_shift=np.array([p[1] for p in pairs]),
+                         output_offset=-12, quantized_activation_min=low, quantized_activation_max=127,
+                         output_dtype=np.dtype(np.int8), rounding=Rounding.IN_DOUBLE, effective_output_scale=reals)
+
+
+def test_in_double_rounds_negative_halves_away_from_zero():
+    """FULLY_CONNECTED's reference rounding: -1.5 -> -2 (the fixed-point modes give -1), 2.5 -> 3, and a result
+    beyond int32 converts to INT32_MIN before the offset and the clamp (x86-64's cvttsd2si)."""
+    params = replace(_in_double_layer(np.array([0.5])), bias=np.array([0]), output_offset=0)
+    acc = np.array([[-3], [-1], [1], [3], [5], [-5], [-4]])
+    np.testing.assert_array_equal(requantize_exact(acc, params).ravel(), [-2, -1, 1, 2, 3, -3, -2])
+    huge = replace(params, effective_output_scale=np.array([4.0]), quantized_activation_min=-(2**31),
+                   quantized_activation_max=2**31 - 1)
+    np.testing.assert_array_equal(requantize_exact(np.array([[2**29], [2**29 - 1]]), huge).ravel(),
+                                  [-(2**31), 2**31 - 4])
+    beyond = Requantizer(replace(params, effective_output_scale=np.array([4.0])), np.array([2**29]),
+                         np.dtype(np.float64))
+    assert beyond.strategy == "int64"  # not monotone over its range: the definition itself runs
+
+
+def test_in_double_with_ties_in_range_is_still_exact():
+    """Multipliers of few bits put exact negative halves at steps: the proof must see them, and whatever evaluation
+    it keeps must equal the definition on every accumulator of the range."""
+    reals = np.array([0.5, 0.25, 0.125, 2.0 ** -7, 0.0037])
+    params = _in_double_layer(reals)
+    bound = np.full(reals.size, 2**12)
+    requantize = Requantizer(params, bound, np.dtype(np.float32))
+    acc = np.arange(-(2**12), 2**12 + 1)[:, None].repeat(reals.size, axis=1)
+    np.testing.assert_array_equal(requantize(acc.astype(np.float32)), requantize_exact(acc, params).astype(np.int8))
+
+
+def test_typical_in_double_layers_take_a_float_path():
+    reals = np.random.default_rng(3).uniform(1e-3, 8e-3, 96)
+    requantize = Requantizer(_in_double_layer(reals), np.full(96, 16 * 127 * 128), np.dtype(np.float32))
+    assert requantize.strategy.startswith("float")

@@ -111,8 +111,9 @@ def _tf():
     return import_tensorflow()
 
 
-def _levels(inputs):
-    """Per stride: class logits [1, g*g, 3] and DFL bin logits [1, g*g, 64] (Keras tensors)."""
+def _levels(inputs, block=None):
+    """Per stride: class logits [1, g*g, 3] and DFL bin logits [1, g*g, 64] (Keras tensors). block(cells, stride),
+    if given, transforms each level's cells first (tests/emulator_yolo11.py puts YOLO11's attention there)."""
     from keras import layers
 
     heads = []
@@ -128,6 +129,7 @@ def _levels(inputs):
     for stride in STRIDES:
         g = SIZE // stride
         cells = layers.AveragePooling2D(stride, name=f"cells_{stride}")(inputs)
+        cells = cells if block is None else block(cells, stride)
         logits = layers.Conv2D(3, 3, padding="same", name=f"logits_{stride}")
         dfl = layers.Conv2D(4 * REG_MAX, 1, name=f"dfl_{stride}")
         heads.append((layers.Reshape((g * g, 3))(logits(cells)), layers.Reshape((g * g, 4 * REG_MAX))(dfl(cells))))
@@ -159,9 +161,11 @@ def frigate_like(io_type: str = "int8") -> bytes:
 
 @lru_cache(maxsize=None)
 def ultralytics_like(io_type: str = "int8", transposed: bool = False, box_scale: str = "normalized",
-                     output_type: str | None = None, calibrated_over: tuple[float, float] | None = None) -> bytes:
+                     output_type: str | None = None, calibrated_over: tuple[float, float] | None = None,
+                     block=None) -> bytes:
     """Ultralytics' one tensor: [1, 4 + 3, 84] (or [1, 84, 7] transposed), boxes xywh, then sigmoid class scores;
-    its input quantized over `calibrated_over` where given (IMAGENET_RANGE: Ultralytics' artefact)."""
+    its input quantized over `calibrated_over` where given (IMAGENET_RANGE: Ultralytics' artefact); `block` adds an
+    attention block to each level (YOLO11's C2PSA, tests/emulator_yolo11.py)."""
     _tf()
     import keras
     from keras import layers, ops
@@ -182,7 +186,7 @@ def ultralytics_like(io_type: str = "int8", transposed: bool = False, box_scale:
             return ops.concatenate([centre, (lt + rb) * scale], axis=-1)
 
     inputs = keras.Input((SIZE, SIZE, 3), batch_size=1)
-    heads = _levels(inputs)
+    heads = _levels(inputs, block)
     logits = layers.Concatenate(axis=1)([h[0] for h in heads])
     dfl = layers.Concatenate(axis=1)([h[1] for h in heads])
     probabilities = layers.Softmax(axis=-1)(layers.Reshape((N, 4, REG_MAX))(dfl))

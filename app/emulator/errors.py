@@ -24,6 +24,8 @@ class UnsupportedOperator:
 NOT_EMULATED = "operator not emulated"
 # Where the operators the emulator runs are listed, for a refusal to point at instead of repeating them.
 SUPPORTED_LIST = "docs/emulator.md, or `python -m app.emulator`"
+# The backend to ask for a model the emulator refuses: TFLite's own kernels run every builtin operator.
+INSTEAD = "ask for it on the `cpu` backend (TFLite's own kernels) instead"
 # Fixed: distinct refusal reasons a message spells out before it counts the rest ("... and 3 more"); the
 # exception's `operators` keeps all of them.
 REASONS_SHOWN = 8
@@ -62,7 +64,7 @@ class UnsupportedOperators(EngineLoadError):
         self.operators = tuple(operators)
         count = len(self.operators)
         super().__init__(f"the emulator cannot run {count} operator{'s' if count != 1 else ''} of this model: "
-                         f"{summary(self.operators)}. The operators it runs: {SUPPORTED_LIST}")
+                         f"{summary(self.operators)}. The operators it runs: {SUPPORTED_LIST}; {INSTEAD}")
 
 
 class UnsupportedModel(EngineLoadError):

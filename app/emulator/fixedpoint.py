@@ -8,10 +8,12 @@ negative int is arithmetic, std::round rounds half away from zero (np.round: hal
 Rounding mode. MultiplyByQuantizedMultiplier exists in two forms: DOUBLE_ROUNDING (gemmlowp's
 SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT) and SINGLE_ROUNDING (one 64-bit
 product, one rounding shift, as TFLITE_SINGLE_ROUNDING builds have it). They differ by one on
-some values. Measured on the pinned ai-edge-litert 2.3.0 with BUILTIN_REF, the choice is per
-kernel, not per build: FULLY_CONNECTED rounds once; CONV_2D, DEPTHWISE_CONV_2D, MUL,
-QUANTIZE, RELU and MEAN round twice (tests/test_emulator_rounding.py keeps the evidence). So
-every caller names its mode: there is no default.
+some values. The pinned ai-edge-litert 2.3.0 is built with DOUBLE_ROUNDING: CONV_2D,
+DEPTHWISE_CONV_2D, BATCH_MATMUL, MUL, QUANTIZE, RELU and MEAN round twice. Its reference
+FULLY_CONNECTED does not call MultiplyByQuantizedMultiplier at all (LiteRT, April 2025: "do requant
+in float"): IN_DOUBLE, std::round(double(acc) * effective_output_scale), the scale a double
+quotient of the tensors' scales, half away from zero (tests/test_emulator_rounding.py keeps the
+evidence of each). So every caller names its mode: there is no default.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ INT32_MAX = 2**31 - 1
 class Rounding(Enum):
     DOUBLE_ROUNDING = "double"   # SaturatingRoundingDoublingHighMul + RoundingDivideByPOT
     SINGLE_ROUNDING = "single"   # (x * m + 2^(s-1)) >> s, TFLITE_SINGLE_ROUNDING builds
+    IN_DOUBLE = "in-double"      # static_cast<int32_t>(round(double(x) * effective_output_scale)): no multiplier
 
 
 def tflite_round(x: float) -> int:
@@ -36,8 +39,28 @@ def tflite_round(x: float) -> int:
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
-    """std::round over an array (float in, float out): half away from zero."""
-    return np.copysign(np.floor(np.abs(x) + 0.5), x)
+    """std::round over an array (float in, float out, same type): half away from zero.
+
+    Exact for every float: the fraction x - trunc(x) is computed without rounding, so neither the
+    largest float below 0.5 (where floor(|x| + 0.5) would give 1) nor large values go astray.
+    """
+    x = np.asarray(x)
+    whole = np.trunc(x)
+    with np.errstate(invalid="ignore"):  # infinities: inf - inf is NaN, and NaN >= 0.5 is False: they stay
+        away = np.abs(x - whole) >= x.dtype.type(0.5) if x.dtype.kind == "f" else np.zeros(x.shape, bool)
+    return np.where(away, whole + np.copysign(x.dtype.type(1), x), whole) if away.any() else whole
+
+
+def round_in_double(x, effective_output_scale) -> np.ndarray:
+    """static_cast<int32_t>(round(static_cast<double>(x) * effective_output_scale)), as an int64 array.
+
+    The reference FULLY_CONNECTED's requantization (Rounding.IN_DOUBLE): the int32 accumulator times a
+    double, rounded half away from zero. A result outside int32 converts as x86-64's cvttsd2si does,
+    to INT32_MIN (C++ leaves it undefined; the compiled runtime gives that).
+    """
+    scaled = round_half_away(np.asarray(x, np.int64).astype(np.float64) * np.asarray(effective_output_scale,
+                                                                                        np.float64))
+    return np.where(np.abs(scaled) < 2.0**31, scaled, INT32_MIN).astype(np.int64)
 
 
 def quantize_multiplier(double_multiplier: float) -> tuple[int, int]:
@@ -102,6 +125,8 @@ def multiply_by_quantized_multiplier(x, quantized_multiplier, shift, rounding: R
     DOUBLE_ROUNDING: RoundingDivideByPOT(SRDHM(x * 2^left_shift, m), right_shift), the left
     shift in wrapping int32 arithmetic as in C++. SINGLE_ROUNDING: (x * m + 2^(30 - shift)) >> (31 - shift).
     """
+    if rounding is Rounding.IN_DOUBLE:
+        raise ValueError("Rounding.IN_DOUBLE takes the effective scale, not a multiplier: use round_in_double")
     x = np.asarray(x, dtype=np.int64)
     quantized_multiplier = np.asarray(quantized_multiplier, dtype=np.int64)
     shift = np.asarray(shift, dtype=np.int64)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.emulator.errors import (NOT_EMULATED, Unsupported, UnsupportedModel, UnsupportedOperator,
+from app.emulator.errors import (INSTEAD, NOT_EMULATED, Unsupported, UnsupportedModel, UnsupportedOperator,
                                  UnsupportedOperators)
 from app.emulator.kernels import PREPARE
 from app.emulator.kernels.common import OpView, Step
@@ -38,7 +38,7 @@ def prepare(model: TfliteModel, accelerate: bool = False) -> Plan:
     graph = model.graph
     dynamic = [t.name for t in graph.tensors if t.is_dynamic]
     if dynamic:
-        raise UnsupportedModel(f"tensors {dynamic[:5]} have dynamic shapes; the emulator needs static shapes")
+        raise UnsupportedModel(f"tensors {dynamic[:5]} have dynamic shapes; the emulator needs static shapes: {INSTEAD}")
     steps, problems = [], []
     scratch = Scratch()  # one set of temporaries for the whole plan: its steps run one at a time
     for operator in graph.operators:

@@ -5,10 +5,15 @@ What it computes, per output channel c (TFLite: acc += bias; MultiplyByQuantized
 
     y = clamp(MultiplyByQuantizedMultiplier(acc + bias[c], m[c], s[c]) + output_offset, act_min, act_max)
 
+(FULLY_CONNECTED's reference kernel has no multiplier: y = clamp(round(double(acc + bias[c]) * M[c])
++ output_offset, ...), round half away from zero, M the double quotient of the scales: IN_DOUBLE.)
+
 Why it can be fast and exact. With M = m * 2^(s-31) (exact) and a = acc + bias:
 - SINGLE_ROUNDING: MultiplyByQuantizedMultiplier(a) = floor(a * M + 1/2);
 - DOUBLE_ROUNDING: it is floor(a * M + 1/2 + e * sign(a)) with e = 2^-(r+1) for a right shift
-  r >= 1 (e = 0 otherwise): rounding twice pushes values away from zero by e.
+  r >= 1 (e = 0 otherwise): rounding twice pushes values away from zero by e;
+- IN_DOUBLE: floor(fl(a * M) + 1/2), but for negative ties (fl(a * M) = -k - 1/2 exactly, which
+  needs a scale of few significant bits) one lower: the signed form with a tiny e breaks those ties.
 Either way y is a non-decreasing step function of the integer accumulator with at most 256
 steps. The float evaluations used at run time,
 
@@ -37,7 +42,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from app.emulator.fixedpoint import Rounding, multiply_by_quantized_multiplier
+from app.emulator.fixedpoint import Rounding, multiply_by_quantized_multiplier, round_in_double, wrap_int32
 from app.emulator.scratch import Scratch
 
 # Added to every result before truncating (see above): y + 256 is positive and has y's low byte.
@@ -48,6 +53,9 @@ _BYTE_OFFSET = 256
 ROW_VALUES = 5000
 # float32 holds every integer up to 2^24 exactly.
 FLOAT32_EXACT_INTEGERS = 2**24
+# IN_DOUBLE's tie-break in the signed form: below the spacing of a * M's ties for any scale that has them
+# (few significant bits), above float64's rounding of u (|u| < 2^10 over the clamped range): the proof decides.
+_IN_DOUBLE_TIE_STEP = 2.0**-36
 
 
 @dataclass(frozen=True)
@@ -62,10 +70,15 @@ class RequantParams:
     quantized_activation_max: int
     output_dtype: np.dtype
     rounding: Rounding             # which MultiplyByQuantizedMultiplier the kernel's build uses
+    # float64 per channel, IN_DOUBLE only: the kernel's effective_output_scale (multiplier and shift unused)
+    effective_output_scale: np.ndarray | None = None
 
 
 def requantize_exact(acc: np.ndarray, p: RequantParams) -> np.ndarray:
     """The definition, in int64: acc (integers, channels last) -> output values (int64)."""
+    if p.rounding is Rounding.IN_DOUBLE:
+        scaled = round_in_double(np.asarray(acc, np.int64) + p.bias, p.effective_output_scale)
+        return np.clip(wrap_int32(scaled + p.output_offset), p.quantized_activation_min, p.quantized_activation_max)
     scaled = multiply_by_quantized_multiplier(np.asarray(acc, np.int64) + p.bias, p.output_multiplier,
                                               p.output_shift, p.rounding)
     return np.clip(scaled + p.output_offset, p.quantized_activation_min, p.quantized_activation_max)
@@ -164,18 +177,27 @@ class Requantizer:
 
     def _monotone(self) -> bool:
         """The definition is non-decreasing in acc unless int32 arithmetic wraps: acc + bias, or the
-        left shift DOUBLE_ROUNDING applies to it for multipliers above one (x * (1 << shift) in C++)."""
+        left shift DOUBLE_ROUNDING applies to it for multipliers above one (x * (1 << shift) in C++),
+        or IN_DOUBLE's result leaving int32 (INT32_MIN then) or wrapping when the output offset is added."""
         p = self.params
         largest = self.acc_high + np.abs(p.bias)
+        if p.rounding is Rounding.IN_DOUBLE:
+            scaled = largest * self._real_multiplier() + abs(p.output_offset) + 1
+            return bool((largest < 2**31).all() and (scaled < 2**31).all())
         shifted = largest * np.exp2(np.maximum(p.output_shift, 0))
         return bool((largest < 2**31).all() and (shifted < 2**31).all())
 
     def _real_multiplier(self) -> np.ndarray:
         p = self.params
+        if p.rounding is Rounding.IN_DOUBLE:
+            return np.broadcast_to(np.asarray(p.effective_output_scale, np.float64), p.output_multiplier.shape)
         return p.output_multiplier.astype(np.float64) * np.exp2(p.output_shift.astype(np.float64) - 31)
 
     def _sign_step(self) -> np.ndarray:
-        """e per channel: half the last rounding step of DOUBLE_ROUNDING's RoundingDivideByPOT."""
+        """e per channel: half the last rounding step of DOUBLE_ROUNDING's RoundingDivideByPOT; IN_DOUBLE's
+        tie-break (negative ties round down)."""
+        if self.params.rounding is Rounding.IN_DOUBLE:
+            return np.full(self.params.output_multiplier.shape, _IN_DOUBLE_TIE_STEP)
         right_shift = np.maximum(-self.params.output_shift, 0)
         return np.where(right_shift >= 1, np.exp2(-(right_shift + 1.0)), 0.0)
 
@@ -188,7 +210,7 @@ class Requantizer:
         with np.errstate(over="ignore"):
             linear = p.bias.astype(np.float64) * real + tail + (self._sign_step() if double else 0.0)
             yield _Evaluation(float_type, "linear", scale, linear.astype(float_type))
-            if double:
+            if p.rounding is not Rounding.SINGLE_ROUNDING:
                 yield _Evaluation(float_type, "signed", scale, (p.bias.astype(np.float64) * real).astype(float_type),
                                   self._sign_step().astype(float_type), float_type(tail))
 

@@ -33,8 +33,10 @@ def current_status(stored: ModelStatus, version: ModelVersion | None,
     if stored.state not in SERVING or version is None:
         return stored
     state, notes = stored.state, [one_line(stored.error)] if stored.error else []
+    serving = f"; served on {', '.join(version.pools)}" if version.pools else ""  # the backends that can serve it
     for key, fallback in version.fallbacks.items():
-        notes.append(f"{key}: not served: {fallback.reason}" if fallback.backend is None
+        notes.append(f"{key}: not served: {fallback.reason.rstrip('.') if serving else fallback.reason}{serving}"
+                     if fallback.backend is None
                      else f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
         state = "degraded"
     for backend, pool in version.pools.items():

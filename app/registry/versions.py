@@ -54,7 +54,9 @@ class ModelVersion:
         except KeyError:
             fallback = self.fallbacks.get(backend)
             if fallback and fallback.backend is None:
-                raise BackendNotAvailable(f"model {self.name!r} cannot be served on {backend!r}: {fallback.reason}") from None
+                ask = f"; ask with backend={next(iter(self.pools))}" if self.pools else ""  # one that serves it
+                raise BackendNotAvailable(f"model {self.name!r} cannot be served on {backend!r}: {fallback.reason}"
+                                          f"{ask}") from None
             if fallback:
                 raise BackendNotAvailable(
                     f"model {self.name!r} is served on {fallback.backend!r} instead of {backend!r}: "

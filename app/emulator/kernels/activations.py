@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.emulator.errors import Unsupported
+from app.emulator.errors import InvokeFailed, Unsupported
 from app.emulator.fixedpoint import (
     Rounding,
     exp_on_negative_values,
@@ -331,36 +331,70 @@ def softmax(input_data: np.ndarray, input_beta_multiplier: int, input_beta_left_
     return np.where(used, shifted_output, low).astype(output_dtype)
 
 
+# Rows at least this long are answered from a table of each row's 256 outputs (one per difference to its maximum)
+# rather than element by element: the table's work is 256 per row, the elements' their length.
+ROW_TABLE_MIN_LENGTH = 256
+# gemmlowp's RoundingDivideByPOT asserts its exponent <= 31: the reference kernel aborts the process on a row whose
+# exponentials sum to 512 or more (num_bits_over_unit + 31 - 8 > 31), e.g. 512 equal values (measured).
+MAX_EXPONENT = 31
+
+
 class SoftmaxTables:
     """softmax() with its per-element fixed point read from tables: for 8-bit inputs the difference to the row's
     maximum takes one of 256 values, so exp_on_negative_values of it and its term in the sum are computed once
-    per difference at load (exact: the same function of the same integer). Per element the run is then two
-    look-ups, the row sums, GetReciprocal per row and one SRDHM with a rounding shift, where the direct kernel
-    evaluates the exponential's polynomial on every element (the DFL softmax of a YOLO head runs it on
-    2100 x 4 rows of 16 at 320x320)."""
+    per difference at load (exact: the same function of the same integer). Per element the run is then a
+    look-up, the row sums, GetReciprocal per row, and the output in one integer step: the kernel's
+    RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(scale, exp), e) of two non-negative values a and b is
+    floor(floor((a b + 2^30) / 2^31) / 2^e + 1/2) = (a b + 2^30 + 2^(30 + e)) >> (31 + e) (nested floors of
+    divisions by positive integers combine; a b < 2^62 and e <= 31 keep it in int64). An unused difference
+    (below diff_min) has exponential 0 in the table, which gives the type's lowest value, as the kernel writes.
+    Long rows (an attention's, 400 cells at 640) take that step once per row and difference, then a gather.
+    The DFL softmax of a YOLO head runs it on 2100 x 4 rows of 16 at 320x320."""
 
     def __init__(self, input_beta_multiplier: int, input_beta_left_shift: int, diff_min: int,
                  output_dtype: np.dtype):
         diffs = np.arange(-255, 1, dtype=np.int64)  # x - max(row) for 8-bit values
         rescaled = multiply_by_quantized_multiplier_greater_than_one(diffs, input_beta_multiplier,
                                                                      input_beta_left_shift, SOFTMAX_ROUNDING)
-        self.exp_in_0 = exp_on_negative_values(rescaled, SOFTMAX_SCALED_DIFF_INTEGER_BITS)
-        self.used = diffs >= diff_min
-        self.terms = np.where(self.used, rescale(self.exp_in_0, 0, SOFTMAX_ACCUMULATION_INTEGER_BITS), 0)
+        exp_in_0 = exp_on_negative_values(rescaled, SOFTMAX_SCALED_DIFF_INTEGER_BITS)
+        used = diffs >= diff_min
+        # Q12.19 terms, at most 2^19: int32 halves the gather, the row sums run in int64
+        self.terms = np.where(used, rescale(exp_in_0, 0, SOFTMAX_ACCUMULATION_INTEGER_BITS), 0).astype(np.int32)
+        self.exponentials = np.where(used, exp_in_0, 0)  # Q0.31, non-negative
+        if (self.exponentials < 0).any():
+            raise AssertionError("exp_on_negative_values gave a negative value")
         self.output_dtype = output_dtype
+        self.low, self.high = type_range(output_dtype)
 
     def __call__(self, input_data: np.ndarray) -> np.ndarray:
         values = np.asarray(input_data, np.int16)
         index = values - values.max(axis=-1, keepdims=True) + 255  # into the tables: diff + 255
-        exp_in_0, used = self.exp_in_0.take(index), self.used.take(index)
-        sum_of_exps = self.terms.take(index).sum(axis=-1, keepdims=True)
+        sum_of_exps = self.terms.take(index).sum(axis=-1, keepdims=True, dtype=np.int64)
         shifted_scale, num_bits_over_unit = get_reciprocal(sum_of_exps, SOFTMAX_ACCUMULATION_INTEGER_BITS)
-        bits = 8
-        unsat_output = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted_scale, exp_in_0),
-                                              num_bits_over_unit + 31 - bits)
-        low, high = type_range(self.output_dtype)
-        shifted_output = np.clip(unsat_output + low, low, high)
-        return np.where(used, shifted_output, low).astype(self.output_dtype)
+        exponent = num_bits_over_unit + 31 - 8
+        if (exponent > MAX_EXPONENT).any():
+            raise InvokeFailed("SOFTMAX: a row's exponentials sum to 512 or more, where TFLite's reference kernel "
+                               "aborts (gemmlowp's RoundingDivideByPOT asserts an exponent <= 31); the cpu backend "
+                               "runs TFLite's optimized kernels")
+        if values.shape[-1] < ROW_TABLE_MIN_LENGTH:
+            return self._outputs(shifted_scale, exponent, self.exponentials.take(index))
+        table = self._outputs(shifted_scale, exponent, self.exponentials)  # [rows..., 256]
+        rows = table.reshape(-1, table.shape[-1])
+        offsets = np.arange(0, rows.size, rows.shape[1], dtype=np.intp).reshape(index.shape[:-1] + (1,))
+        return rows.reshape(-1).take(index + offsets)
+
+    def _outputs(self, shifted_scale: np.ndarray, exponent: np.ndarray, exponentials: np.ndarray) -> np.ndarray:
+        """RoundingDivideByPOT(SRDHM(shifted_scale, exp_in_0), exponent) + low, clamped: in one shift (see above)."""
+        if (shifted_scale < 0).any():  # GetReciprocal's 1 / (1 + x) is in (1/2, 1]: never, but then the definition
+            return self._definition(shifted_scale, exponent, exponentials)
+        unsat_output = (shifted_scale * exponentials + ((1 << 30) + (np.int64(1) << (30 + exponent)))) >> (
+            31 + exponent)
+        return (np.minimum(unsat_output, self.high - self.low) + self.low).astype(self.output_dtype)
+
+    def _definition(self, shifted_scale: np.ndarray, exponent: np.ndarray, exponentials: np.ndarray) -> np.ndarray:
+        unsat_output = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted_scale, exponentials),
+                                              exponent)
+        return np.clip(unsat_output + self.low, self.low, self.high).astype(self.output_dtype)
 
 
 def prepare_softmax(view: OpView) -> Step:

@@ -1,15 +1,14 @@
-"""CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED and TRANSPOSE_CONV: the matrix kernels.
+"""CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV: the convolutions (FULLY_CONNECTED and BATCH_MATMUL: matmul.py).
 
-TFLite (reference/integer_ops/conv.h, depthwise_conv.h, fully_connected.h; reference/conv.h for
-uint8) accumulates filter * (input + input_offset) over in-image taps only, adds the bias,
+TFLite (reference/integer_ops/conv.h, depthwise_conv.h; reference/conv.h for uint8) accumulates filter * (input + input_offset) over in-image taps only, adds the bias,
 requantizes per output channel, adds the output offset and clamps. Here:
 
 - accumulate: out-of-image taps are skipped in TFLite, which equals padding the input with its
   zero point; so the input is padded with its zero point and the input offset is folded into
   the bias once at load (sum over taps of (x - zp) * w = sum x * w - zp * sum w). Products of
   8-bit values are float: float32 where every partial sum is provably below 2^24 (|sum| <=
-  sum |w| * max |x|, per output channel, decided at load), float64 otherwise. CONV_2D and
-  FULLY_CONNECTED are BLAS matrix products (im2col for filters larger than 1x1);
+  sum |w| * max |x|, per output channel, decided at load), float64 otherwise. CONV_2D is a BLAS
+  matrix product (im2col for filters larger than 1x1);
   DEPTHWISE_CONV_2D is one einsum per stride phase over strided views of the input (PhaseGrid),
   or one numba pass (app/emulator/accel.py) when installed.
 - +bias, requantize, +output offset, clamp: one Requantizer, exact by construction (requantize.py).
@@ -49,11 +48,9 @@ from app.emulator.fixedpoint import Rounding, multiply_by_quantized_multiplier
 from app.emulator.requantize import FLOAT32_EXACT_INTEGERS, Requantizer, RequantParams
 from app.emulator.scratch import Scratch
 
-# Measured on the pinned runtime (tests/test_emulator_rounding.py): the convolutions (transposed
-# too) round twice, FULLY_CONNECTED once.
+# Measured on the pinned runtime (tests/test_emulator_rounding.py): the convolutions (transposed too) round twice.
 CONV_ROUNDING = Rounding.DOUBLE_ROUNDING
 TRANSPOSE_CONV_ROUNDING = Rounding.DOUBLE_ROUNDING
-FULLY_CONNECTED_ROUNDING = Rounding.SINGLE_ROUNDING
 
 INT32_TYPES = ("INT32",)
 # Values per block of output rows in the matrix kernels: the block's patches, accumulators and
@@ -250,17 +247,6 @@ def _phase_stack(source: np.ndarray, input_zero_point: int, padding: Padding, st
     return stack.reshape(len(grid.phases), batches, -1)
 
 
-def fully_connected(input_data: np.ndarray, filter_matrix: np.ndarray, output_shape: tuple[int, ...],
-                    requantize: Requantizer) -> np.ndarray:
-    """reference_integer_ops::FullyConnected (int8, per tensor or per channel), reference_ops::FullyConnected (uint8).
-
-    The input offset is folded into the bias (no padding here, so it is exact).
-    """
-    depth = filter_matrix.shape[0]
-    acc = input_data.reshape(-1, depth).astype(filter_matrix.dtype) @ filter_matrix  # accumulate
-    return requantize(acc).reshape(output_shape)  # +bias, requantize, +output offset, clamp
-
-
 def transpose_conv(input_data: np.ndarray, filter_matrix: np.ndarray, bias: np.ndarray, input_offset: int,
                    output_multiplier: np.ndarray, output_shift: np.ndarray, output_offset: int, pad_height: int,
                    pad_width: int, stride_height: int, stride_width: int, filter_height: int, filter_width: int,
@@ -296,13 +282,15 @@ def transpose_conv(input_data: np.ndarray, filter_matrix: np.ndarray, bias: np.n
 
 # ---- prepare: what TFLite's Prepare computes, once per model ----
 
-def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, scalar_path: bool,
-                     positions: tuple[int, int, int] = (0, 1, 2)):
-    """Centered int64 filter, per-channel multipliers, int64 bias, all checked against TFLite's rules.
+def filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, scalar_path: bool,
+                    positions: tuple[int, int, int] = (0, 1, 2), per_channel_offset: bool = True):
+    """Centered int64 filter, the real multiplier per channel, int64 bias, all checked against TFLite's rules.
 
     scalar_path: the kernel takes TFLite's single (per-tensor) multiplier, whose real value is
     computed with the scale product in float; the per-channel arrays compute it in double.
     positions: where the operator has its input, filter and bias (TRANSPOSE_CONV: 2, 1, 3).
+    per_channel_offset: False where the per-channel kernel has no filter offset at all (FULLY_CONNECTED:
+    weights are symmetric by the spec, so their zero points are not read); True refuses nonzero ones.
     """
     input_tensor, filter_tensor, output = view.input(positions[0]), view.input(positions[1]), view.output()
     filter_dtype = quantized_type(filter_tensor, "filter")
@@ -323,7 +311,9 @@ def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, sca
         if quantization.axis != channel_axis or filter_scales.size != channels:
             raise Unsupported(f"per-channel filter quantization along axis {quantization.axis} with "
                               f"{filter_scales.size} scales; expected axis {channel_axis} with {channels}")
-        if np.any(filter_zero_points != 0):
+        if not per_channel_offset:
+            filter_zero_points = np.zeros(channels, np.int64)  # the kernel reads none
+        elif np.any(filter_zero_points != 0):
             raise Unsupported("per-channel filter zero points must be 0")
     else:
         filter_scales = np.repeat(filter_scales[:1], channels)
@@ -342,7 +332,6 @@ def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, sca
     else:
         # the per-channel loop: input_scale * filter_scale / output_scale, all in double
         real = np.float64(input_scale) * filter_scales.astype(np.float64) / output_scale
-    output_multiplier, output_shift = multipliers(real)
     bias_tensor = view.input(positions[2])
     if bias_tensor is None:
         bias = np.zeros(channels, np.int64)
@@ -353,13 +342,14 @@ def _filter_and_bias(view: OpView, channel_axis: int, input_dtype: np.dtype, sca
         bias = bias_tensor.data.astype(np.int64).reshape(-1)
         if bias.size != channels:
             raise Unsupported(f"bias has {bias.size} values for {channels} output channels")
-    return centered, bias, output_multiplier, output_shift
+    return centered, bias, real
 
 
-def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias: np.ndarray,
-                            output_multiplier, output_shift, input_dtype: np.dtype, activation,
-                            rounding: Rounding) -> tuple:
-    """Float filter [K, channels] in the cheapest exact type, and the requantizer of the output."""
+def matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias: np.ndarray, real: np.ndarray,
+                           input_dtype: np.dtype, activation, rounding: Rounding) -> tuple:
+    """Float filter [K, channels] in the cheapest exact type, and the requantizer of the output.
+
+    real: the real multiplier per channel; IN_DOUBLE uses it as it is, the others its QuantizeMultiplier."""
     input_zero_point = zero_point_of(view.input(0))
     output = view.output()
     qmin, qmax = type_range(input_dtype)
@@ -369,26 +359,28 @@ def _matrix_and_requantizer(view: OpView, centered_by_channel: np.ndarray, bias:
     float_type = np.float32 if acc_bound.max(initial=0) < FLOAT32_EXACT_INTEGERS else np.float64
     folded_bias = bias - input_zero_point * centered_by_channel.sum(axis=0)  # input_offset * sum(filter)
     act_min, act_max = activation_range(activation, output)
+    output_multiplier, output_shift = multipliers(real)
     params = RequantParams(bias=folded_bias, output_multiplier=output_multiplier, output_shift=output_shift,
                            output_offset=zero_point_of(output), quantized_activation_min=act_min,
-                           quantized_activation_max=act_max, output_dtype=input_dtype, rounding=rounding)
+                           quantized_activation_max=act_max, output_dtype=input_dtype, rounding=rounding,
+                           effective_output_scale=np.asarray(real, np.float64))
     requantizer = Requantizer(params, acc_bound, np.dtype(float_type), view.accelerate, view.scratch)
     return centered_by_channel.astype(float_type), requantizer
 
 
-def _details(weights: np.ndarray, requantize: Requantizer) -> dict:
+def step_details(weights: np.ndarray, requantize: Requantizer) -> dict:
     return {"accumulate": weights.dtype.name, "requantize": requantize.strategy,
             "accelerated": requantize.accelerated}
 
 
-def _input_type(view: OpView) -> np.dtype:
+def input_type(view: OpView) -> np.dtype:
     input_dtype, _, _ = per_tensor(view.input(0), "input")
     per_tensor(view.output(), "output")
     return input_dtype
 
 
 def prepare_conv_2d(view: OpView) -> Step:
-    input_dtype = _input_type(view)
+    input_dtype = input_type(view)
     input_shape = view.input(0).shape
     filter_shape = view.input(1).shape
     if len(input_shape) != 4 or len(filter_shape) != 4:
@@ -398,9 +390,9 @@ def prepare_conv_2d(view: OpView) -> Step:
         raise Unsupported(f"filter depth {filter_depth} != input depth {input_shape[3]} (grouped convolution)")
     o = view.options
     # uint8 runs reference_ops::Conv with the scalar multiplier; int8 the per-channel kernel, always
-    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8)
+    centered, bias, real = filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8)
     matrix = centered.reshape(out_channels, -1).T  # [(i, j, c), out]
-    filter_matrix, requantize = _matrix_and_requantizer(view, matrix, bias, output_multiplier, output_shift,
+    filter_matrix, requantize = matrix_and_requantizer(view, matrix, bias, real,
                                                         input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
     stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
     dilation_h, dilation_w = o.get("dilationHFactor", 1), o.get("dilationWFactor", 1)
@@ -412,11 +404,11 @@ def prepare_conv_2d(view: OpView) -> Step:
         return conv_2d(x, filter_matrix, zero_point, padding, filter_height, filter_width, stride_h, stride_w,
                        dilation_h, dilation_w, requantize, view.scratch)
 
-    return view.step(run, 0, **_details(filter_matrix, requantize))
+    return view.step(run, 0, **step_details(filter_matrix, requantize))
 
 
 def prepare_depthwise_conv_2d(view: OpView) -> Step:
-    input_dtype = _input_type(view)
+    input_dtype = input_type(view)
     input_shape = view.input(0).shape
     filter_shape = view.input(1).shape
     if len(input_shape) != 4 or len(filter_shape) != 4 or filter_shape[0] != 1:
@@ -426,7 +418,7 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
     depth_multiplier = out_channels // input_shape[3]
     if depth_multiplier * input_shape[3] != out_channels:
         raise Unsupported(f"filter has {out_channels} channels for an input of {input_shape[3]}")
-    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 3, input_dtype, input_dtype == np.uint8)
+    centered, bias, real = filter_and_bias(view, 3, input_dtype, input_dtype == np.uint8)
     stride_h, stride_w = o.get("strideH", 1), o.get("strideW", 1)
     dilation_h, dilation_w = o.get("dilationHFactor", 1), o.get("dilationWFactor", 1)
     padding = compute_padding(o.get("padding", 0), input_shape[1], input_shape[2], filter_height, filter_width,
@@ -435,7 +427,7 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
                         input_shape[2] + padding.left + padding.right, filter_height, filter_width, stride_h, stride_w,
                         dilation_h, dilation_w)
     taps = centered.reshape(filter_height * filter_width, out_channels)
-    filter_taps, requantize = _matrix_and_requantizer(view, taps, bias, output_multiplier, output_shift,
+    filter_taps, requantize = matrix_and_requantizer(view, taps, bias, real,
                                                       input_dtype, o.get("fusedActivationFunction", 0), CONV_ROUNDING)
     zero_point = zero_point_of(view.input(0))
     if requantize.accelerated and filter_taps.dtype == np.float32:  # the numba kernel (float32 sums only)
@@ -445,7 +437,7 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
             return depthwise_conv_2d_rows(x, filter_taps, zero_point, padding, depth_multiplier, stride_h, stride_w,
                                           grid, requantize, view.scratch)
 
-        return view.step(run, 0, **_details(filter_taps, requantize))
+        return view.step(run, 0, **step_details(filter_taps, requantize))
     window_weights = tuple(np.tile(filter_taps[list(window.taps)], (1, padding.output_width))
                            .reshape(window.rows, window.columns, -1) for window in grid.windows)
 
@@ -453,32 +445,7 @@ def prepare_depthwise_conv_2d(view: OpView) -> Step:
         return depthwise_conv_2d(x, window_weights, zero_point, padding, depth_multiplier, stride_h, stride_w, grid,
                                  requantize, view.scratch)
 
-    return view.step(run, 0, **_details(filter_taps, requantize))
-
-
-def prepare_fully_connected(view: OpView) -> Step:
-    input_dtype = _input_type(view)
-    o = view.options
-    if o.get("weightsFormat", 0) != 0:
-        raise Unsupported("shuffled weights are not emulated; expected weightsFormat DEFAULT")
-    filter_shape = view.input(1).shape
-    if len(filter_shape) != 2:
-        raise Unsupported(f"filter {filter_shape}: expected 2-D [units, depth]")
-    units, depth = filter_shape
-    input_shape = view.input(0).shape
-    if int(np.prod(input_shape)) % depth:
-        raise Unsupported(f"input {input_shape} does not split into rows of {depth}")
-    # measured: FULLY_CONNECTED's multiplier has the scale product in double, per tensor too
-    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, False)
-    filter_matrix, requantize = _matrix_and_requantizer(view, centered.T, bias, output_multiplier, output_shift,
-                                                        input_dtype, o.get("fusedActivationFunction", 0),
-                                                        FULLY_CONNECTED_ROUNDING)
-    output_shape = view.output().shape
-
-    def run(x: np.ndarray) -> np.ndarray:
-        return fully_connected(x, filter_matrix, output_shape, requantize)
-
-    return view.step(run, 0, **_details(filter_matrix, requantize))
+    return view.step(run, 0, **step_details(filter_taps, requantize))
 
 
 def prepare_transpose_conv(view: OpView) -> Step:
@@ -496,8 +463,8 @@ def prepare_transpose_conv(view: OpView) -> Step:
     if filter_depth != input_shape[3] or output_depth != output_shape[3] or input_shape[0] != output_shape[0]:
         raise Unsupported(f"input {input_shape}, filter {filter_shape} and output {output_shape} do not match")
     # uint8: one multiplier from the float scale product, as CONV_2D; int8: per channel, in double
-    centered, bias, output_multiplier, output_shift = _filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8,
-                                                                       positions=(2, 1, 3))
+    centered, bias, real = filter_and_bias(view, 0, input_dtype, input_dtype == np.uint8, positions=(2, 1, 3))
+    output_multiplier, output_shift = multipliers(real)
     if input_dtype == np.int8 and np.any(filter_tensor.quantization.zero_point != 0):
         raise Unsupported("int8 filter zero points must be 0 (the int8 kernel has no filter offset)")
     filter_matrix = centered.transpose(3, 1, 2, 0).reshape(filter_depth, -1).astype(np.float64)  # [in, (h, w, out)]
@@ -524,6 +491,5 @@ def prepare_transpose_conv(view: OpView) -> Step:
 PREPARE = {
     "CONV_2D": prepare_conv_2d,
     "DEPTHWISE_CONV_2D": prepare_depthwise_conv_2d,
-    "FULLY_CONNECTED": prepare_fully_connected,
     "TRANSPOSE_CONV": prepare_transpose_conv,
 }

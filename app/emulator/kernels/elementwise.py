@@ -25,6 +25,7 @@ from app.emulator.fixedpoint import (
 from app.emulator.kernels.common import OpView, Step, activation_range, per_tensor
 
 ADD_LEFT_SHIFT = 20  # 8-bit ADD/SUB: inputs go to Q(31-20) before rescaling
+SUB_LANES = 4  # reference_ops::Sub's loop as compiled (SSE, int32): values per vector, the rest one by one
 # tests/test_emulator_rounding.py: MUL measured to round twice; for ADD/SUB the two modes give the
 # same result on every input tried (a tie needs odds of ~2^-21), so gemmlowp's is kept, like MUL.
 ADD_ROUNDING = Rounding.DOUBLE_ROUNDING
@@ -36,8 +37,11 @@ def add(input1_data, input2_data, input1_offset: int, input2_offset: int, left_s
         input1_multiplier: int, input1_shift: int, input2_multiplier: int, input2_shift: int,
         output_multiplier: int, output_shift: int, output_offset: int,
         quantized_activation_min: int, quantized_activation_max: int, rounding: Rounding,
-        subtract: bool = False) -> np.ndarray:
-    """reference_integer_ops::AddElementwise (and SubElementwise with subtract=True), int64 throughout."""
+        subtract: bool = False, vector_lanes: bool = False) -> np.ndarray:
+    """reference_integer_ops::AddElementwise (and SubElementwise with subtract=True), int64 throughout.
+
+    vector_lanes: the result where the compiled loop runs SSE lanes rather than its scalar tail; they differ
+    only for an output multiplier above one (SUB), see rounding_divide_by_pot_int32."""
     input1_val = np.asarray(input1_data, np.int64) + input1_offset
     input2_val = np.asarray(input2_data, np.int64) + input2_offset
     scaled_input1_val = multiply_by_quantized_multiplier_smaller_than_one_exp(
@@ -45,7 +49,14 @@ def add(input1_data, input2_data, input1_offset: int, input2_offset: int, left_s
     scaled_input2_val = multiply_by_quantized_multiplier_smaller_than_one_exp(
         input2_val << left_shift, input2_multiplier, input2_shift, rounding)
     raw = scaled_input1_val - scaled_input2_val if subtract else scaled_input1_val + scaled_input2_val
-    raw_output = multiply_by_quantized_multiplier_smaller_than_one_exp(raw, output_multiplier, output_shift, rounding)
+    if output_shift > 0 and rounding is Rounding.DOUBLE_ROUNDING:
+        # SUB's output multiplier above one (a calibrated range near zero): the same call, its
+        # RoundingDivideByPOT given a negative exponent, as compiled (rounding_divide_by_pot_int32)
+        raw_output = rounding_divide_by_pot_int32(saturating_rounding_doubling_high_mul(raw, output_multiplier),
+                                                  -output_shift, vector_lanes)
+    else:
+        raw_output = multiply_by_quantized_multiplier_smaller_than_one_exp(raw, output_multiplier, output_shift,
+                                                                           rounding)
     return np.clip(raw_output + output_offset, quantized_activation_min, quantized_activation_max)
 
 
@@ -68,17 +79,24 @@ def count_leading_sign_bits(x) -> np.ndarray:
     return np.where(x >= 0, positive, np.where(x == -(2**31), 0, negative))
 
 
-def rounding_divide_by_pot_int32(x, exponent) -> np.ndarray:
+def rounding_divide_by_pot_int32(x, exponent, vector_lanes: bool = False) -> np.ndarray:
     """gemmlowp RoundingDivideByPOT<int32> for any exponent, as x86-64 runs it. DIV's exponent reaches past 31
-    (a dividend of 0 or 1 has 30-31 bits of headroom): the mask `(1ll << exponent) - 1` is cut to 32 bits (all
-    ones from 32 to 63) and the shift count of `x >> exponent` is taken mod 32, so 0 / x gives 1 before the
-    output offset (measured on the pinned runtime)."""
+    (a dividend of 0 or 1 has 30-31 bits of headroom), SUB's is negative for an output multiplier above one:
+    the mask `(1ll << exponent) - 1` is cut to 32 bits (all ones from 32 to 63) and the shift count of
+    `x >> exponent` is taken mod 32 by the scalar instruction, so 0 / x gives 1 before the output offset; where
+    the loop is vectorised (SUB's, 4 int32 lanes: vector_lanes) a count outside 0..31 fills with the sign bit
+    instead (psrad). Both measured on the pinned runtime."""
     x = np.asarray(x, np.int64)
     exponent = np.asarray(exponent, np.int64)
-    mask = wrap_int32(((np.int64(1) << (exponent & 63)) - 1) & 0xFFFFFFFF)
+    with np.errstate(over="ignore"):  # 1 << 63 wraps to INT64_MIN, and - 1 back to INT64_MAX: as in C++
+        mask = wrap_int32(((np.int64(1) << (exponent & 63)) - 1) & 0xFFFFFFFF)
     remainder = wrap_int32(x & mask)
     threshold = (mask >> 1) + (x < 0)
-    return wrap_int32((x >> (exponent & 31)) + (remainder > threshold))
+    if vector_lanes:
+        shifted = np.where((exponent >= 0) & (exponent <= 31), x >> np.clip(exponent, 0, 31), np.where(x < 0, -1, 0))
+    else:
+        shifted = x >> (exponent & 31)
+    return wrap_int32(shifted + (remainder > threshold))
 
 
 def div(input1_data, input2_data, input1_offset: int, input2_offset: int, output_multiplier: int, output_shift: int,
@@ -177,16 +195,48 @@ def prepare_add(view: OpView, subtract: bool = False) -> Step:
     m1, sh1 = quantize_multiplier(real_input1_multiplier)
     m2, sh2 = quantize_multiplier(real_input2_multiplier)
     mo, sho = quantize_multiplier(real_output_multiplier)
-    for shift in (sh1, sh2, sho):
+    # SUB's Prepare takes an output multiplier above one (QuantizeMultiplierGreaterThanOne: "valid if the stats
+    # range is very narrow"); ADD's fails a CHECK there, and both fail on the input multipliers.
+    for shift in (sh1, sh2) if subtract else (sh1, sh2, sho):
         if shift > 0:
             raise Unsupported("a rescale multiplier is not below one (TFLite's QuantizeMultiplierSmallerThanOneExp)")
     act_min, act_max = activation_range(view.options.get("fusedActivationFunction", 0), view.output())
 
-    def kernel(x1, x2):
+    def kernel(x1, x2, vector_lanes: bool = False):
         return add(x1, x2, -z1, -z2, ADD_LEFT_SHIFT, m1, sh1, m2, sh2, mo, sho, z_out, act_min, act_max,
-                   ADD_ROUNDING, subtract=subtract)
+                   ADD_ROUNDING, subtract=subtract, vector_lanes=vector_lanes)
 
+    if sho > 0:
+        return _lanes_and_tail_step(view, kernel, dtype)
     return binary_step(view, kernel, dtype)
+
+
+def _lanes_and_tail_step(view: OpView, kernel, output_dtype) -> Step:
+    """SUB with an output multiplier above one: reference_ops::Sub's loop over the flat tensors runs SSE lanes 4
+    values at a time and its last size % 4 values one by one, and the two give different results (see
+    rounding_divide_by_pot_int32): a table for each. With broadcasting (BroadcastQuantSubSlow's loops) where each
+    runs is not known: refused."""
+    shape1, shape2, output_shape = view.input(0).shape, view.input(1).shape, view.output().shape
+    rank = max(len(shape1), len(shape2))
+    if (1,) * (rank - len(shape1)) + tuple(shape1) != (1,) * (rank - len(shape2)) + tuple(shape2):
+        raise Unsupported("SUB with an output multiplier above one and broadcasting is not emulated (TFLite's "
+                          "result depends on which values its compiled loop runs in SSE lanes)")
+    dtype1, dtype2 = per_tensor(view.input(0), "input1")[0], per_tensor(view.input(1), "input2")[0]
+    lanes = PairTable(lambda a, b: kernel(a, b, vector_lanes=True), dtype1, dtype2, output_dtype)
+    tail = PairTable(kernel, dtype1, dtype2, output_dtype)
+    size = int(np.prod(output_shape))
+    body = SUB_LANES * (size // SUB_LANES)
+    constants = {p: view.input(p).data for p in (0, 1) if view.input(p).data is not None}
+    runtime = [p for p in (0, 1) if p not in constants]
+
+    def run(*arrays):
+        values = dict(zip(runtime, arrays, strict=True)) | constants
+        x1, x2 = np.asarray(values[0]).reshape(-1), np.asarray(values[1]).reshape(-1)
+        out = lanes(x1, x2)
+        out[body:] = tail(x1[body:], x2[body:])
+        return out.reshape(output_shape)
+
+    return view.step(run, *runtime)
 
 
 def prepare_sub(view: OpView) -> Step:

@@ -106,7 +106,7 @@ def on_starting(server) -> None:
                            "socket of its own once its models are loaded (--bind HOST:PORT)")
     server.cfg.set("reuse_port", False)  # whatever the command line said: see the module's docstring
     guards = [reserve(server, address) for address in server.cfg.address]
-    server.LISTENERS = [Reservation(guard) for guard in guards]
+    server.LISTENERS = [HeldAddress(guard) for guard in guards]
     run_dir = Path(tempfile.mkdtemp(prefix="edgetpu-serve-"))  # 0700
     metrics_dir(run_dir).mkdir()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir(run_dir))  # inherited by every worker
@@ -123,10 +123,10 @@ def on_starting(server) -> None:
     server.handle_ttou = lambda: refuse(server, "TTOU (one worker less)")
     server.log.info("edgetpu-serve: %d worker processes, each with its share of the TPUs; group files in %s",
                     server.cfg.workers, run_dir)
-    server.log.info("edgetpu-serve: a killed worker fails the requests it holds%s", {
-        "1": " (net.ipv4.tcp_migrate_req=1: the connections queued on its socket go to another worker)",
-        "0": ", and the connections queued on its socket (net.ipv4.tcp_migrate_req=1 would move them to another "
-             "worker: docs/launch.md)"}.get(migrates_queued_connections(), ", and the connections queued on its socket"))
+    queued = {"1": "moved to another worker (net.ipv4.tcp_migrate_req=1)",
+              "0": "reset (net.ipv4.tcp_migrate_req=1 would move them to another worker: docs/launch.md)"}
+    server.log.info("edgetpu-serve: a killed worker fails the requests it holds; the connections queued on its "
+                    "socket are %s", queued.get(migrates_queued_connections(), "reset"))
 
 
 def migrates_queued_connections() -> str | None:
@@ -167,7 +167,7 @@ def reserve(server, address: tuple[str, int]) -> socket.socket:
     return guard
 
 
-class Reservation:
+class HeldAddress:
     """The master's hold on an address, as gunicorn's listeners list holds it (gunicorn logs it, hands it to each
     worker, which closes its copy, and closes it at the end): a socket bound with SO_REUSEPORT that never
     listens, so that gunicorn makes no listening socket of its own."""

@@ -11,15 +11,19 @@ import logging
 import sys
 
 from app.errors import ServeError
+from app.launch import SettingsRefused, settings_from_environment
 from app.processes.inventory import process_count
-from app.settings import Settings
 
 
 log = logging.getLogger("app")
 
 
 def main() -> int:
-    settings = Settings()
+    try:
+        settings = settings_from_environment()
+    except SettingsRefused as e:
+        print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     processes = process_count(settings)
     if processes > 1 and not gunicorn_installed():

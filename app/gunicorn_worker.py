@@ -28,11 +28,11 @@ import signal
 import threading
 from typing import Any
 
-from gunicorn import sock as gunicorn_sockets
 from uvicorn_worker import UvicornWorker
 
 from app import launch, processes
 from app.http_server import LimitedHttpToolsProtocol
+from app.processes.arbiter import listeners
 
 
 class LimitedUvicornWorker(UvicornWorker):
@@ -59,19 +59,19 @@ class LimitedUvicornWorker(UvicornWorker):
             threading.Thread(target=self._alive_until, args=(loaded,), name="edgetpu-serve-heartbeat",
                              daemon=True).start()
             processes.join(slot, heartbeat=self.notify)
-            if self.cfg.reuse_port:
-                self._listen_once_loaded()
+            self._listen_once_loaded()
         launch.mark_protocol_in_use()  # this process runs it: the app's lifespan may start
         super().init_process()
 
     def _listen_once_loaded(self) -> None:
-        """gunicorn made this worker's own listening sockets (reuse_port) at the fork; the kernel would queue
-        connections on them while the models load. Closed now, made again once loaded, into the list that
-        uvicorn reads after the app's lifespan has started (`self.sockets`: tests/test_gunicorn_worker.py)."""
-        for listener in self.sockets:
-            listener.close()
+        """This worker's copies of the master's reservations closed (they never listen); its own listening sockets
+        made once its models are loaded (app/processes/arbiter.py listeners), into the list that uvicorn reads after
+        the app's lifespan has started (`self.sockets`: tests/test_gunicorn_worker.py). Never before: a socket
+        listening while the models load would hold the connections the kernel gave it until then."""
+        for reservation in self.sockets:
+            reservation.close()
         self.sockets.clear()
-        processes.slots.when_loaded(lambda: self.sockets.extend(gunicorn_sockets.create_sockets(self.cfg, self.log)))
+        processes.slots.when_loaded(lambda: self.sockets.extend(listeners(self.cfg)))
 
     def init_signals(self) -> None:
         super().init_signals()

@@ -19,6 +19,11 @@ with uvicorn's own protocol, gunicorn with uvicorn's own worker, and any other s
 message alone: the startup fails through the ASGI lifespan protocol (RefuseOtherServers), so the server
 prints no traceback after it, and the process exits non-zero. The limits themselves then reach the
 protocol through the app's lifespan state, whoever started it.
+
+Every launch reads its settings here first (settings_from_environment: the core's, every plug-in's own, the
+backends named): a wrong value stops it before anything loads, with one line that names each wrong setting by its
+variable and says what to do (app/settings.py settings_problem), and no traceback: `python -m app` exits 2, a
+server CANNOT_START.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from app import processes
+from app.engines import BACKENDS
 from app.errors import ServeError
 from app.memory import tune_malloc
-from app.settings import Settings
+from app.settings import ENV_PREFIX, Settings, settings_problem
 
 # The exit status of an app that cannot be built under another server: gunicorn's "App failed to load"
 # (its arbiter stops instead of starting the worker again and again). A launch refused at lifespan
@@ -114,11 +121,47 @@ class RefuseOtherServers:
         await self.app(scope, receive, send)
 
 
-def environment_settings() -> Settings:
-    """The settings from the environment; a launch with invalid ones stops with pydantic's account of them."""
+class SettingsRefused(ValueError):
+    """The environment's settings cannot start the service: the message, one line, names each setting wrong by its
+    variable and says what to do."""
+
+
+def settings_from_environment() -> Settings:
+    """The core's settings from EDGETPU_SERVE_*, with every plug-in's own read and checked too (the start makes every
+    available plug-in: app/registry/startup.py) and the backends named known: a wrong value of any stops a launch
+    here, before a model loads. SettingsRefused, in one line, otherwise."""
+    problems = []
     try:
-        return Settings()
-    except ValidationError as e:
+        settings = Settings()
+    except (ValidationError, SettingsError) as e:
+        settings = None
+        problems.append(settings_problem(e))
+    if settings is not None:
+        unknown = [key for key in settings.backends if key not in BACKENDS]
+        if unknown:
+            problems.append(f"{ENV_PREFIX}BACKENDS={','.join(settings.backends)!r}: no backend {', '.join(unknown)} "
+                            f"here. Fix: name backends among {', '.join(BACKENDS)}")
+    for plugin in BACKENDS.values():
+        if plugin.settings_class is None:
+            continue
+        try:  # each plug-in's own variables, whether or not the core's are right: every wrong value said at once
+            if settings is None:
+                plugin.settings_class()
+            else:
+                settings.plugin_settings(plugin)
+        except (ValidationError, SettingsError) as e:
+            problems.append(settings_problem(e, plugin.settings_class))
+    if problems:
+        raise SettingsRefused("; ".join(problems))
+    return settings
+
+
+def environment_settings() -> Settings:
+    """The settings from the environment, for a server's launch; invalid ones stop it with one line saying which and
+    what to do (SettingsRefused), and the servers' "app failed to load" status, with no traceback."""
+    try:
+        return settings_from_environment()
+    except SettingsRefused as e:
         print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr, flush=True)
         raise SystemExit(CANNOT_START) from None
 

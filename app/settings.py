@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from collections.abc import Collection, Iterable
 
-from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
 # Every setting of the service, a plug-in's too, comes from a variable with this prefix.
@@ -86,7 +87,8 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
-    log_level: str = "info"
+    # Python's, uvicorn's and gunicorn's level names alike (any case)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
     model_dir: Path = DEFAULT_MODEL_DIR
     # Models to serve (names of sub-directories of model_dir); empty = every one found.
@@ -244,17 +246,26 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _share_has_its_claims(self):
         if self.device_share is not None and self.device_claims_dir is None:
-            raise ValueError("DEVICE_SHARE needs DEVICE_CLAIMS_DIR: the directory, the same for the processes "
-                             "sharing the devices, where each claims the devices it opens")
+            raise ValueError(f"{ENV_PREFIX}DEVICE_SHARE={self.device_share} needs {ENV_PREFIX}DEVICE_CLAIMS_DIR, the "
+                             "directory where the processes sharing the devices claim the devices they open. Fix: "
+                             f"set {ENV_PREFIX}DEVICE_CLAIMS_DIR to one directory they can all write (the same for "
+                             f"all), or unset {ENV_PREFIX}DEVICE_SHARE")
         return self
 
     @model_validator(mode="after")
     def _budget_holds_a_body(self):
         # a multipart body is held twice for a moment (the body, the file in it)
         if self.max_body_bytes_in_flight < 2 * self.max_body_bytes:
-            raise ValueError(f"MAX_BODY_BYTES_IN_FLIGHT ({self.max_body_bytes_in_flight}) must be at least twice "
-                             f"MAX_BODY_BYTES ({self.max_body_bytes})")
+            raise ValueError(f"{ENV_PREFIX}MAX_BODY_BYTES_IN_FLIGHT={self.max_body_bytes_in_flight} must be at least "
+                             f"twice {ENV_PREFIX}MAX_BODY_BYTES ({self.max_body_bytes}): a multipart body is held twice "
+                             f"while it is parsed. Fix: raise it to {2 * self.max_body_bytes} or more, or lower "
+                             f"{ENV_PREFIX}MAX_BODY_BYTES")
         return self
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value):
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("device_share", mode="before")
     @classmethod
@@ -390,10 +401,80 @@ def variable_names(plugins: Iterable[type] = ()) -> set[str]:
         cls = plugin.settings_class
         if cls is None:
             continue
-        prefix = cls.model_config.get("env_prefix", "")
-        for name, field in cls.model_fields.items():
-            names.add(f"{prefix}{name.upper()}")
-            alias = field.validation_alias
-            choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
-            names |= {choice.upper() for choice in choices if isinstance(choice, str)}
+        for name in cls.model_fields:
+            names |= set(field_variables(cls, name))
     return names
+
+
+def field_variables(model: type[BaseSettings], name: str) -> list[str]:
+    """The environment variables that set field `name` of `model` (the core's Settings or a plug-in's): its
+    prefixed name, and the names its validation alias adds (a variable that kept its first name)."""
+    names = [f"{model.model_config.get('env_prefix', '')}{name}".upper()]
+    field = model.model_fields.get(name)
+    alias = field.validation_alias if field is not None else None
+    choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+    return names + [choice.upper() for choice in choices if isinstance(choice, str) and choice.upper() not in names]
+
+
+# ---- a refusal to start, in one line -------------------------------------------------------------
+
+# Fixed: how much of a bad value a refusal repeats (a value is the user's own, but a line is a line).
+SHOWN_VALUE_CHARS = 60
+# pydantic-settings names the field whose value is not the JSON it needs only in its message.
+_UNPARSED_FIELD = re.compile(r'error parsing value for field "(?P<field>[^"]+)"')
+
+
+def settings_problem(error: ValidationError | SettingsError, model: type[BaseSettings] = Settings) -> str:
+    """What is wrong with the settings that `model` (the core's, or a plug-in's) could not be made from, as one
+    line: each setting by its variable, its value, what is wrong, and the fix. A check across several settings (a
+    model validator) says all of that in its own message, naming its variables; one that names a setting by its
+    short name (ZMQ_ENDPOINT) gets the prefix added. Values of fields kept out of reprs (API keys) are not shown."""
+    if isinstance(error, SettingsError):
+        match = _UNPARSED_FIELD.search(str(error))
+        if match is None:
+            return f"the settings cannot be read: {error}"
+        name = match.group("field")
+        cause = f" ({error.__cause__})" if error.__cause__ is not None else ""
+        return _one_setting(model, name, [f"not the JSON this setting takes{cause}"], _environment_value(model, name))
+    problems, by_field = [], {}
+    for item in error.errors(include_url=False):
+        message = item["msg"].removeprefix("Value error, ")
+        if not item["loc"]:  # a model validator: its message names its settings and the fix
+            problems.append(_prefixed(message, model))
+            continue
+        name = str(item["loc"][0])
+        entry = by_field.setdefault(name, ([], item.get("input")))
+        entry[0].append(message[:1].lower() + message[1:])
+    problems += [_one_setting(model, name, messages, value) for name, (messages, value) in by_field.items()]
+    return "; ".join(problems)
+
+
+def _one_setting(model: type[BaseSettings], name: str, messages: list[str], value: Any) -> str:
+    variable = next((v for v in field_variables(model, name) if v in os.environ), field_variables(model, name)[0])
+    field = model.model_fields.get(name)
+    shown = ""
+    if field is not None and field.repr and isinstance(value, str):  # a value from the environment, not a secret
+        shown = "=" + repr(value if len(value) <= SHOWN_VALUE_CHARS else value[:SHOWN_VALUE_CHARS] + "...")
+    default = "" if field is None or field.is_required() else f" (default: {_default_text(field.default)})"
+    return f"{variable}{shown}: {', or '.join(dict.fromkeys(messages))}. Fix: correct {variable}, or unset it{default}"
+
+
+def _default_text(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "empty"
+    return str(value) if value != {} else "none"
+
+
+def _environment_value(model: type[BaseSettings], name: str) -> str | None:
+    return next((os.environ[v] for v in field_variables(model, name) if v in os.environ), None)
+
+
+def _prefixed(message: str, model: type[BaseSettings]) -> str:
+    """A model validator's message, its leading setting named by its variable (ZMQ_ENDPOINT=... -> EDGETPU_SERVE_...)."""
+    prefix = model.model_config.get("env_prefix", "")
+    lead = re.match(r"[A-Z][A-Z0-9_]*", message)
+    if lead and not message.startswith(prefix) and lead.group(0).lower() in model.model_fields:
+        return prefix + message
+    return message

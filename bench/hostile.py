@@ -7,6 +7,9 @@
   large bodies   N concurrent 14-18 MB JPEGs: statuses, peak RSS (VmHWM) and RSS after the
                  burst, against MAX_BODY_BYTES_IN_FLIGHT; once with the default budget and
                  once with the budget out of the way (side by side, same run)
+  base64 bodies  DOODS' POST /detect with 26 MB of base64 that decodes to no image (MAX_BODY_BYTES' worth), one
+                 after another, then N at once: statuses, peak RSS (VmHWM, from the phase's start) and RSS
+                 after, against idle + MAX_BODY_BYTES_IN_FLIGHT
   images         decode time and peak RSS of the largest images each format may be
   cost           what the protocol subclass costs per request against plain uvicorn + httptools
   overload       10x more concurrent clients than the service admits (workers + MAX_WAITING),
@@ -21,7 +24,8 @@ or connections that mostly wait). Every loop is bounded in count and time; the s
 at the end.
 
 Example usage:
-    python bench/hostile.py                 # all six, ~3 minutes
+    python bench/hostile.py                 # all seven, ~3 minutes
+    python bench/hostile.py --only base64 --base64-bodies 16
     python bench/hostile.py --only bombs,slow --slow-clients 200
     python bench/hostile.py --only overload --overload-client python   # the old client, side by side
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import io
 import json
 import os
@@ -294,6 +299,40 @@ async def large_bodies(svc: Service, count: int, bodies: list[bytes], label: str
     after = svc.memory_mb()["VmRSS"]
     statuses = dict(sorted(_count(s for s, _ in results).items()))
     print(f"| {label} | {count} | {statuses} | {elapsed:.1f} | {svc_idle:.0f} | {peak:.0f} | {after:.0f} |")
+
+
+def base64_bodies(args: argparse.Namespace) -> None:
+    """DOODS' bodies of base64 that is not an image, as big as MAX_BODY_BYTES allows, sequential then concurrent."""
+    svc = Service()
+    try:
+        data = base64.b64encode(os.urandom(20 * MIB - 100_000)).decode()
+        body = json.dumps({"data": data, "detector_name": "default", "detect": {"*": 50}}).encode()
+        request = post("/detect", body, "application/json")
+        asyncio.run(exchange(svc.port, request, 60))  # warmed up
+        time.sleep(1.5)  # malloc's trim after it
+        print(f"\n## DOODS bodies of base64 that decodes to no image ({len(body) / 1e6:.1f} MB each), default settings")
+        print("| phase | n | statuses | s | idle RSS MB | peak RSS MB (VmHWM) | RSS 2 s after MB |")
+        print("|---|---|---|---|---|---|---|")
+        for phase, count, at_once in (("one after another", args.base64_bodies, 1),
+                                      ("all at once", args.base64_bodies, args.base64_bodies)):
+            svc.reset_peak_memory()
+            idle = svc.memory_mb()["VmRSS"]
+            start = time.perf_counter()
+            results = []
+            for first in range(0, count, at_once):
+                results += asyncio.run(_all(exchange(svc.port, request, 120) for _ in range(first, min(count, first + at_once))))
+            elapsed = time.perf_counter() - start
+            peak = svc.memory_mb()["VmHWM"]
+            time.sleep(2.0)
+            statuses = dict(sorted(_count(s for s, _ in results).items()))
+            print(f"| {phase} | {count} | {statuses} | {elapsed:.1f} | {idle:.0f} | {peak:.0f} | "
+                  f"{svc.memory_mb()['VmRSS']:.0f} |")
+    finally:
+        svc.stop()
+
+
+async def _all(coroutines) -> list:
+    return await asyncio.gather(*coroutines)
 
 
 # -- overload: N concurrent clients from curl (C, event-driven) or from this process -------------
@@ -569,12 +608,13 @@ def large_images() -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="bombs,slow,bodies,images,cost,overload",
+    parser.add_argument("--only", default="bombs,slow,bodies,base64,images,cost,overload",
                         help="scenarios to run, comma-separated")
     parser.add_argument("--slow-clients", type=int, default=200, help="slow connections at once")
     parser.add_argument("--deadline", type=float, default=5.0, help="HEADER_TIMEOUT_S and BODY_TIMEOUT_S for the "
                         "slow-client run (the defaults, 10 and 60 s, make a long benchmark)")
     parser.add_argument("--bodies", type=int, default=48, help="concurrent large bodies (issue: 32-64)")
+    parser.add_argument("--base64-bodies", type=int, default=16, help="DOODS' base64 bodies, each phase")
     parser.add_argument("--overload-factor", type=int, default=10,
                         help="overload: concurrent clients as a multiple of what the service admits")
     parser.add_argument("--overload-requests", type=int, default=3, help="overload: requests per client")
@@ -658,6 +698,8 @@ def main(argv: list[str] | None = None) -> int:
         bombs_and_slow_clients(args, only, small)
     if "bodies" in only:
         concurrent_large_bodies(args)
+    if "base64" in only:
+        base64_bodies(args)
     if "images" in only:
         large_images()
     if "cost" in only:

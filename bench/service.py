@@ -78,6 +78,11 @@ class ServiceProcess:
                 fields[key] = int(value.split()[0]) / 1024
         return fields
 
+    def reset_peak_memory(self) -> None:
+        """Start VmHWM again from the resident memory now (Linux: clear_refs 5), so that memory_mb()'s peak is
+        the peak since this call: of an attack, not of the start-up."""
+        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+
     def open_files(self) -> int:
         """File descriptors the process holds (sockets included)."""
         return len(os.listdir(f"/proc/{self.process.pid}/fd"))

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from app.launch import CANNOT_START
 from bench.service import ROOT, free_port
 from tests.conftest import Service
 from tests.test_http_server import read_response
@@ -131,3 +132,112 @@ def test_our_protocol_under_an_app_that_sets_no_limits_applies_those_of_the_envi
         server.should_exit = True
         thread.join(10)
 
+
+
+# ---- a wrong setting stops every launch in one line ---------------------------------------------------
+
+WRONG_SETTINGS = {  # launch -> (its command, a wrong setting of each kind, what its line must say)
+    "python -m app": ([sys.executable, "-m", "app"], {"EDGETPU_SERVE_PORT": "eighty"},
+                      "EDGETPU_SERVE_PORT='eighty': input should be a valid integer"),
+    "python -m app, several processes": (
+        [sys.executable, "-m", "app"], {"EDGETPU_SERVE_PROCESSES": "2", "EDGETPU_SERVE_EDGETPU_ON_FAILURE": "maybe"},
+        "EDGETPU_SERVE_EDGETPU_ON_FAILURE='maybe': input should be 'fail' or 'fallback'"),
+    "uvicorn app.launch:Protocol": ([*UVICORN, "--http", "app.launch:Protocol", "app.main:app"],
+                                    {"EDGETPU_SERVE_MAX_BODY_BYTES_IN_FLIGHT": "10"},
+                                    "EDGETPU_SERVE_MAX_BODY_BYTES_IN_FLIGHT=10 must be at least twice "
+                                    "EDGETPU_SERVE_MAX_BODY_BYTES"),
+    "uvicorn app.launch:Protocol --factory": (
+        [*UVICORN, "--http", "app.launch:Protocol", "--factory", "app.main:create_app"],
+        {"EDGETPU_SERVE_PLUGINS": "{not json"}, "EDGETPU_SERVE_PLUGINS='{not json': not the JSON this setting takes"),
+    "uvicorn app.main:app": ([*UVICORN, "app.main:app"], {"EDGETPU_SERVE_LOG_LEVEL": "loud"},
+                             "EDGETPU_SERVE_LOG_LEVEL='loud': input should be 'critical'"),
+    "gunicorn -c python:app.gunicorn_conf": (
+        [*GUNICORN, "-c", "python:app.gunicorn_conf", "app.main:app"], {"EDGETPU_SERVE_DEVICE_SHARE": "1/2"},
+        "EDGETPU_SERVE_DEVICE_SHARE=1/2 needs EDGETPU_SERVE_DEVICE_CLAIMS_DIR"),
+    "gunicorn -k LimitedUvicornWorker": (
+        [*GUNICORN, "-k", "app.gunicorn_worker.LimitedUvicornWorker", "--workers", "1", "app.main:app"],
+        {"EDGETPU_SERVE_BACKENDS": "cpu,tpu"}, "EDGETPU_SERVE_BACKENDS='cpu,tpu': no backend tpu here"),
+}
+
+
+@pytest.mark.parametrize("launch", list(WRONG_SETTINGS))
+def test_a_wrong_setting_stops_every_launch_with_one_line_naming_it(launch):
+    argv, wrong, said = WRONG_SETTINGS[launch]
+    port = free_port()
+    env = {**os.environ, **ENV, "EDGETPU_SERVE_PORT": str(port), **wrong}
+    done = subprocess.run([arg.format(port=port) for arg in argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=REFUSAL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    output = done.stdout + done.stderr
+    # python -m app's own refusal status; the servers' "app failed to load"
+    assert done.returncode == (2 if launch.startswith("python -m app") else CANNOT_START), output
+    (line,) = [line for line in output.splitlines() if "edgetpu-serve" in line]
+    assert line.startswith("edgetpu-serve: cannot start: ") and said in line and "Fix: " in line, output
+    assert "Traceback" not in output and "validation error" not in output, output
+    assert "Application startup complete" not in output, output
+
+
+def refusal_for(monkeypatch, **variables: str) -> str:
+    from app.launch import SettingsRefused, settings_from_environment
+
+    for name in [n for n in os.environ if n.startswith("EDGETPU_SERVE_")]:
+        monkeypatch.delenv(name)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsRefused) as refused:
+        settings_from_environment()
+    message = str(refused.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"EDGETPU_SERVE_PORT": "-1"}, "EDGETPU_SERVE_PORT='-1': input should be greater than or equal to 0. Fix: correct "
+                                   "EDGETPU_SERVE_PORT, or unset it (default: 8000)"),
+    # a union: each of its forms said
+    ({"EDGETPU_SERVE_PROCESSES": "many"}, "EDGETPU_SERVE_PROCESSES='many': input should be a valid integer, unable to "
+                                          "parse string as an integer, or input should be 'auto'. Fix: correct "
+                                          "EDGETPU_SERVE_PROCESSES, or unset it (default: auto)"),
+    # a field validator's own words
+    ({"EDGETPU_SERVE_DEVICE_SHARE": "half"}, "EDGETPU_SERVE_DEVICE_SHARE='half': 'half': a share is K/N, the K-th of N "
+                                             "(0-based), e.g. 0/2. Fix: correct EDGETPU_SERVE_DEVICE_SHARE, or unset it "
+                                             "(default: unset)"),
+    # JSON pydantic-settings could not read: no ValidationError, the field named in its message only
+    ({"EDGETPU_SERVE_PLUGINS": "[1"}, "EDGETPU_SERVE_PLUGINS='[1': not the JSON this setting takes ("),
+    # a check across settings (a model validator) that names its setting by its short name: the prefix added
+    ({"EDGETPU_SERVE_ZMQ_ENDPOINT": "tcp://0.0.0.0:5555"}, "EDGETPU_SERVE_ZMQ_ENDPOINT='tcp://0.0.0.0:5555' binds"),
+    # a plug-in's setting, under the variable it was given by (one that kept its first name too)
+    ({"EDGETPU_SERVE_EDGETPU_PERFORMANCE": "turbo"}, "EDGETPU_SERVE_EDGETPU_PERFORMANCE='turbo': input should be "),
+    ({"EDGETPU_SERVE_EDGETPU_TEMPERATURE_WARN_CELSIUS": "0"}, "EDGETPU_SERVE_EDGETPU_TEMPERATURE_WARN_CELSIUS='0': "
+                                                              "input should be greater than 0"),
+    ({"EDGETPU_SERVE_BACKENDS": "cpu,coral"}, "EDGETPU_SERVE_BACKENDS='cpu,coral': no backend coral here. Fix: name "
+                                              "backends among cpu, edgetpu, emulated"),
+])
+def test_a_wrong_setting_is_said_in_one_line_with_its_variable_and_the_fix(monkeypatch, variables, expected):
+    assert refusal_for(monkeypatch, **variables).startswith(expected)
+
+
+def test_every_wrong_setting_is_said_and_no_key_is_shown(monkeypatch):
+    message = refusal_for(monkeypatch, EDGETPU_SERVE_PORT="x", EDGETPU_SERVE_WORKERS="0",
+                          EDGETPU_SERVE_API_KEYS_FILE="", EDGETPU_SERVE_ADMIN_KEYS="secret-admin-key",
+                          EDGETPU_SERVE_MAX_HEADER_BYTES="10", EDGETPU_SERVE_EDGETPU_ON_FAILURE="never")
+    assert message.count("Fix: ") == 4 and "; " in message
+    for variable in ("EDGETPU_SERVE_PORT=", "EDGETPU_SERVE_WORKERS=", "EDGETPU_SERVE_MAX_HEADER_BYTES=",
+                     "EDGETPU_SERVE_EDGETPU_ON_FAILURE="):
+        assert variable in message
+    assert "secret-admin-key" not in message  # the keys are valid here; a wrong one is not repeated either
+
+
+def test_a_key_that_is_wrong_is_named_but_not_repeated():
+    from pydantic import Field, ValidationError
+    from pydantic_settings import BaseSettings, SettingsConfigDict
+
+    from app.settings import settings_problem
+
+    class Keyed(BaseSettings):
+        model_config = SettingsConfigDict(env_prefix="EDGETPU_SERVE_")
+        key: int = Field(default=0, repr=False)
+
+    with pytest.raises(ValidationError) as wrong:
+        Keyed(key="hunter2")
+    message = settings_problem(wrong.value, Keyed)
+    assert message.startswith("EDGETPU_SERVE_KEY: input should be a valid integer") and "hunter2" not in message

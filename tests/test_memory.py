@@ -187,3 +187,60 @@ def test_no_trim_when_switched_off():
         timers.advance(TRIM_INTERVAL_S)
         assert trims == [] and timers.pending == 0
     run(main())
+
+
+def test_a_request_holding_part_of_the_budget_waits_ahead_of_those_holding_none():
+    """A body read, and the door asking for more (an inflated copy): it waits ahead of the requests that hold nothing,
+    which could only wait for it to end while it waited for them, each until its timeout (503s for all)."""
+    async def main():
+        budget = ByteBudget(100)
+        holder = Reservation(budget)
+        await holder.reserve(60, 1)
+        newcomer = asyncio.create_task(budget.acquire(60, 5))  # does not fit: waits
+        await asyncio.sleep(0)
+        assert budget.waiting == 1
+        await asyncio.wait_for(holder.reserve(30, 1), 1)  # fits beside it: taken at once, not after the newcomer
+        assert holder.size == 90 and budget.waiting == 1
+        top_up = asyncio.create_task(holder.reserve(20, 5))  # does not fit: first in line all the same
+        await asyncio.sleep(0)
+        holder.shrink_to(40)  # 40 + 20 fits; the newcomer's 60 would not yet
+        await asyncio.wait_for(top_up, 1)
+        assert holder.size == 60 and not newcomer.done()
+        holder.release()
+        await asyncio.wait_for(newcomer, 1)
+    run(main())
+
+
+def resident_kb() -> int:
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+
+
+def test_the_pages_of_a_buffer_still_referred_to_go_back_to_the_os():
+    from app.memory import release_pages
+
+    buffer = bytearray(b"\x01" * (32 * 1024 * 1024))
+    held = memoryview(buffer)  # as a lingering reader's would: the buffer cannot even be resized
+    before = resident_kb()
+    released = release_pages(buffer)
+    assert released >= len(buffer) - 2 * 4096 and before - resident_kb() >= 30 * 1024
+    assert held[0] in (0, 1) and held[len(buffer) // 2] == 0  # whole pages read as zeros; the edges may stay
+    assert release_pages(buffer, 100, 200) == 0  # no whole page in 100 bytes
+    held.release()
+
+
+def test_a_request_gives_back_the_pages_of_its_buffers_only_where_they_outlive_it():
+    async def main():
+        budget = ByteBudget(100 * 1024 * 1024)
+        alone, kept = bytearray(b"\x01" * (8 << 20)), bytearray(b"\x01" * (8 << 20))
+        reservation = Reservation(budget)
+        await reservation.reserve(16 << 20, 1)
+        reservation.own(alone)
+        reservation.own(kept)
+        reservation.own(kept)  # once is enough
+        survivor = kept  # a reference beyond the request (an exception's frames, in the service)
+        del alone, kept
+        reservation.release()
+        assert budget.reserved == 0
+        assert reservation.lingered >= (8 << 20) - 2 * 4096 and reservation.lingered <= 8 << 20  # `kept` alone
+        assert survivor[4096 * 10] == 0
+    run(main())

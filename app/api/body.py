@@ -1,9 +1,11 @@
 """The image out of a request: multipart field `image`, or the raw body; size-limited while read,
-and counted against the memory budget for bodies in flight (app/memory.py) while held."""
+and counted against the memory budget for bodies in flight (app/memory.py) while held. The body, and the image
+taken out of a multipart one, are the request's own buffers (Reservation.own): their memory ends with the request."""
 
 from __future__ import annotations
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect
@@ -64,19 +66,22 @@ async def _reserve(request: Request, size: int) -> Reservation | None:
 
 async def hold_more(request: Request, size: int) -> Reservation | None:
     """Count `size` more bytes of this request against the body budget (an inflated copy of
-    its body, say); held until the request ends. Its Reservation, to shrink once the size is known."""
+    its body, say); held until the request ends, and waited for ahead of requests that hold
+    nothing yet. Its Reservation, to shrink once the size is known."""
     return await _reserve(request, size)
 
 
-async def read_limited(request: Request, limit: int, copies: int = 1) -> bytearray:
+async def read_limited(request: Request, limit: int, copies: int = 1, scratch: int = 0) -> bytearray:
     """The body, at most `limit` bytes, counted against the body budget (`copies` times its
-    size while read: a multipart body and the file inside it are both held for a moment)."""
+    size while read: a multipart body and the file inside it are both held for a moment; and
+    `scratch` bytes more that its door works with beside it, reserved together: a second
+    reservation would wait while holding the first)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit}")
     # Chunked (no length): the most it may be is reserved, the unused part given back after.
     expected = int(declared) if declared is not None and declared.isdigit() else limit
-    reservation = await _reserve(request, expected * copies)
+    reservation = await _reserve(request, expected * copies + scratch)
     # One growing buffer (glibc grows a large one with mremap, in place), not a list of chunks joined.
     body, size = bytearray(), 0
     try:
@@ -87,8 +92,10 @@ async def read_limited(request: Request, limit: int, copies: int = 1) -> bytearr
             body += chunk
     except ClientDisconnect:
         raise ClientGone("the client closed the connection before its body was read") from None
-    if reservation is not None and declared is None:
-        reservation.shrink_to(size * copies)
+    if reservation is not None:
+        reservation.own(body)
+        if declared is None:
+            reservation.shrink_to(size * copies + scratch)
     return body
 
 
@@ -106,6 +113,7 @@ async def image_and_fields(request: Request, limit: int,
         data = await _from_multipart(request, await read_limited(request, limit, copies=2), fields, found)
         reservation = request.scope.get(BUDGET_SCOPE_KEY)
         if reservation is not None:
+            reservation.own(data)
             reservation.shrink_to(len(data))  # the multipart body itself is gone
     elif not media_type or media_type.startswith("image/") or media_type in RAW_TYPES:
         data = await read_limited(request, limit)
@@ -121,7 +129,7 @@ async def image_and_fields(request: Request, limit: int,
 
 
 async def _from_multipart(request: Request, body: bytes, fields: tuple[str, ...] = (),
-                          found: dict[str, str] | None = None) -> bytes:
+                          found: dict[str, str] | None = None) -> bytearray:
     async def stream():
         yield body
 
@@ -138,7 +146,21 @@ async def _from_multipart(request: Request, body: bytes, fields: tuple[str, ...]
         if field is None:
             raise EmptyBody(f"multipart body has no field '{IMAGE_FIELD}' (fields: {sorted(form.keys())})")
         if isinstance(field, UploadFile):
-            return await field.read()
-        return field.encode("utf-8", "surrogateescape")
+            return await _file_bytes(field)
+        return bytearray(field.encode("utf-8", "surrogateescape"))
     finally:
         await form.close()
+
+
+async def _file_bytes(field: UploadFile) -> bytearray:
+    """The file part's bytes, read into one buffer of its size (no second copy); from disk, where the parser
+    spooled a large one, on a thread, as UploadFile.read does."""
+    data = bytearray(field.size or 0)
+    await field.seek(0)
+    if len(data) <= MultiPartParser.spool_max_size:
+        read = field.file.readinto(data)
+    else:
+        read = await run_in_threadpool(field.file.readinto, data)
+    if read != len(data):
+        raise RequestError(f"multipart field '{IMAGE_FIELD}': {read} bytes read of {len(data)}")
+    return data

@@ -17,8 +17,7 @@ the body is read, not shed from the head).
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
 import time
 from typing import Any
 
@@ -33,6 +32,7 @@ from app.api.body import read_limited
 from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, retry_after
 from app.api.held import held
+from app.api.json_image import REST_BYTES, SCRATCH_BYTES, Base64InPlace, Located, NotBase64, locate
 from app.api.routes import Inference
 from app.core import ImageInput
 from app.errors import RequestError, ServeError
@@ -185,28 +185,41 @@ DETECT_BODY = {"requestBody": {"required": True, "content": {"application/json":
 async def doods_detect(request: Request) -> Response:
     arrived = time.perf_counter()
     settings = request.app.state.settings
-    # the body holds the image as base64: 4/3 of MAX_BODY_BYTES, and the JSON around it
-    body = await read_limited(request, settings.max_body_bytes * 4 // 3 + 64 * 1024)
+    # the body holds the image as base64: 4/3 of MAX_BODY_BYTES, and the request around it
+    # with what decoding holds beside it (app/api/json_image.py)
+    body = await read_limited(request, settings.max_body_bytes * 4 // 3 + REST_BYTES, scratch=SCRATCH_BYTES)
+    located = locate(body)
     try:
-        asked = DetectRequest.model_validate_json(body)
+        asked = DetectRequest.model_validate_json(located.rest)
     except ValidationError as e:
         raise RequestError(f"not DOODS' detect request: {e.errors()[0]['msg']} at "
                            f"{'.'.join(str(p) for p in e.errors()[0]['loc']) or 'the body'}") from None
-    try:
-        image = base64.b64decode(asked.data, validate=True)
-    except (binascii.Error, ValueError):
-        raise RequestError("data: not base64 (DOODS takes the image base64-encoded)") from None
+    image = await decoded_in_place(body, located)
     if not image:
         raise RequestError("data: no image")
     name = asked.detector_name if asked.detector_name not in (None, "", DEFAULT_NAME) else None
     thresholds = [*asked.detect.values(), *(v for r in asked.regions for v in r.detect.values())]
     options = DetectOptions(min_score=min(max(0.0, min(thresholds, default=100) / 100), 1.0))
     async with held(request, TASK, name, None) as hold:
-        answer = await hold.answer(ImageInput(bytes(image)), options)
+        answer = await hold.answer(ImageInput(image), options)
     kept = filtered(answer.result.detections, asked.detect, asked.regions)
     return Response(orjson.dumps({"id": asked.id, "detections": kept,
                                   "duration": round((time.perf_counter() - arrived) * 1000, 3)}),
                     media_type="application/json")
+
+
+async def decoded_in_place(body: bytearray, located: Located) -> bytearray:
+    """The image: the body itself, its base64 text decoded into it (the request's own buffer, as the body was),
+    the event loop handed back between chunks. Empty where the request has no `data` string."""
+    if located.start < 0:
+        return bytearray()
+    decoding = Base64InPlace(body, located.start, located.end)
+    try:
+        while decoding.step():
+            await asyncio.sleep(0)
+    except NotBase64 as e:
+        raise RequestError(f"data: not base64 ({e}); DOODS takes the image base64-encoded") from None
+    return body
 
 
 def filtered(objects: list[DetectedObject], detect: dict[str, float], regions: list[Region]) -> list[dict[str, Any]]:

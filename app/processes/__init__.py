@@ -17,9 +17,11 @@ with many Edge TPUs needs of it:
   views.py     their answers merged into the service's: readiness, devices
   inventory.py the TPUs and pipeline lengths a host has, counted in a child process (for `auto`)
 
-Each worker listens on its own socket on the one port (SO_REUSEPORT), once its models are loaded; the
-kernel gives each new connection to one of them, by a hash of its addresses. See docs/launch.md
-("Several processes on one port").
+Each worker listens on its own socket on the one port (SO_REUSEPORT), made once its models are loaded
+(gunicorn makes none: its master holds the address without listening); the kernel gives each new
+connection to one of them, by a hash of its addresses. A killed worker fails the requests it holds and the
+connections queued on its socket (net.ipv4.tcp_migrate_req=1 moves those to another worker). See
+docs/launch.md ("Several processes on one port").
 """
 
 from app.processes.slots import Slot, current, join, process_settings, processes_for

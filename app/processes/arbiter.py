@@ -1,11 +1,12 @@
 """gunicorn's master for a host with many Edge TPUs: slots for its workers, HUP as an in-place reload.
 
 Through gunicorn's documented server hooks (a config module: app/gunicorn_conf.py, or `python -m app`'s
-own application: app/gunicorn_app.py), with one exception said below:
+own application: app/gunicorn_app.py), with two exceptions said below:
 
-  on_starting   the address reserved (each worker listens on a socket of its own, SO_REUSEPORT, once its
-                models are loaded); the group's directory (0700): each worker's socket and slot lock, and
-                the metrics files (PROMETHEUS_MULTIPROC_DIR); removed on exit
+  on_starting   the address reserved: the master's listeners are its reservations (bound, never listening),
+                so that gunicorn makes no listening socket of its own; each worker listens on a socket of its
+                own (SO_REUSEPORT, `listeners`) once its models are loaded; the group's directory (0700): each
+                worker's socket and slot lock, and the metrics files (PROMETHEUS_MULTIPROC_DIR); removed on exit
   pre_fork      the new worker's slot: the lowest one no live worker holds, so a worker that replaces a
                 dead one takes its slot, and its TPUs (app/processes/slots.py)
   child_exit    a dead worker's live gauges dropped from the metrics files (its counters stay: its
@@ -17,9 +18,12 @@ TPUs the old ones still hold. Here HUP reloads the models in every worker instea
 worker's registry loads a new version beside the one serving, swaps, and retires the old one when its
 last request ends), so no request fails and no TPU changes hands. USR2 (a new master beside the old)
 and TTIN/TTOU are refused for the same reason. That replaces the master's `handle_hup`, `handle_usr2`,
-`handle_ttin` and `handle_ttou` on the instance: the one place this reaches past the hooks, named by
-tests/test_gunicorn_worker.py and tested (tests/test_processes.py). gunicorn's control socket, whose commands
-bypass the signals, is off.
+`handle_ttin` and `handle_ttou` on the instance. The other place this reaches past the hooks is the master's
+`LISTENERS`, set to its reservations: gunicorn makes listening sockets only where none are set, and its own
+`reuse_port` would make each worker's at its fork, listening at once, so that a worker still loading (a
+replacement, after a crash) would queue connections that its first step then reset by closing that socket
+(measured under load: 4 requests failed for 3 clients). Both are named by tests/test_gunicorn_worker.py and
+tested (tests/test_processes.py). gunicorn's control socket, whose commands bypass the signals, is off.
 """
 
 from __future__ import annotations
@@ -76,10 +80,11 @@ def options(settings: Settings, workers: int) -> dict[str, Any]:
         "graceful_timeout": math.ceil(settings.drain_timeout_s + settings.close_timeout_s),
         "loglevel": settings.log_level,
         "control_socket_disable": True,
-        # each worker its own listening socket: the kernel spreads connections over them by a hash of their
-        # addresses, where one shared socket goes to whichever worker wakes first (8 connections opened
-        # together: all 8 to one worker in 11 tries of 12, measured); each listens once loaded
-        "reuse_port": True,
+        # gunicorn makes no listening socket: each worker makes its own once loaded (`listeners`, SO_REUSEPORT),
+        # the kernel spreading connections over them by a hash of their addresses, where one shared socket goes
+        # to whichever worker wakes first (8 connections opened one after another: all 8 to one worker in 11
+        # tries of 12, measured again for issue 42; by the hash, 4 to 7 of 8)
+        "reuse_port": False,
         "on_starting": on_starting,
         "pre_fork": pre_fork,
         "child_exit": child_exit,
@@ -95,7 +100,13 @@ def group_of(server) -> Group | None:
 # ---- the hooks -------------------------------------------------------------------------------
 
 def on_starting(server) -> None:
-    guards = [reserve(server, address) for address in server.cfg.address if isinstance(address, tuple)]
+    others = [address for address in server.cfg.address if not isinstance(address, tuple)]
+    if others:
+        raise RuntimeError(f"cannot bind {others}: the worker processes listen on TCP addresses only, each on a "
+                           "socket of its own once its models are loaded (--bind HOST:PORT)")
+    server.cfg.set("reuse_port", False)  # whatever the command line said: see the module's docstring
+    guards = [reserve(server, address) for address in server.cfg.address]
+    server.LISTENERS = [HeldAddress(guard) for guard in guards]
     run_dir = Path(tempfile.mkdtemp(prefix="edgetpu-serve-"))  # 0700
     metrics_dir(run_dir).mkdir()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir(run_dir))  # inherited by every worker
@@ -112,6 +123,19 @@ def on_starting(server) -> None:
     server.handle_ttou = lambda: refuse(server, "TTOU (one worker less)")
     server.log.info("edgetpu-serve: %d worker processes, each with its share of the TPUs; group files in %s",
                     server.cfg.workers, run_dir)
+    queued = {"1": "moved to another worker (net.ipv4.tcp_migrate_req=1)",
+              "0": "reset (net.ipv4.tcp_migrate_req=1 would move them to another worker: docs/launch.md)"}
+    server.log.info("edgetpu-serve: a killed worker fails the requests it holds; the connections queued on its "
+                    "socket are %s", queued.get(migrates_queued_connections(), "reset"))
+
+
+def migrates_queued_connections() -> str | None:
+    """net.ipv4.tcp_migrate_req (Linux 5.14+, per network namespace): "1" where the kernel moves the connections
+    queued on a closing listening socket to another of its SO_REUSEPORT group; None where there is no such setting."""
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_migrate_req").read_text().strip()
+    except OSError:
+        return None
 
 
 def reserve(server, address: tuple[str, int]) -> socket.socket:
@@ -143,6 +167,46 @@ def reserve(server, address: tuple[str, int]) -> socket.socket:
     return guard
 
 
+class HeldAddress:
+    """The master's hold on an address, as gunicorn's listeners list holds it (gunicorn logs it, hands it to each
+    worker, which closes its copy, and closes it at the end): a socket bound with SO_REUSEPORT that never
+    listens, so that gunicorn makes no listening socket of its own."""
+
+    def __init__(self, guard: socket.socket):
+        self.guard = guard
+
+    def __str__(self) -> str:
+        host, port = self.guard.getsockname()[:2]
+        return f"http://{host}:{port} (each worker once its models are loaded)"
+
+    def fileno(self) -> int:
+        return self.guard.fileno()
+
+    def getsockname(self):
+        return self.guard.getsockname()
+
+    def get_backlog(self) -> int:
+        return -1  # gunicorn's "not known": each worker's socket has its own line
+
+    def close(self) -> None:
+        self.guard.close()
+
+
+def listeners(cfg) -> list[socket.socket]:
+    """A worker's own listening sockets, one per address of gunicorn's `bind`, made once its models are loaded:
+    SO_REUSEPORT, so that the kernel spreads new connections over the workers listening; gunicorn's backlog."""
+    made = []
+    for host, port in cfg.address:
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listener.bind((host, port))
+        listener.listen(cfg.backlog)
+        listener.setblocking(False)
+        made.append(listener)
+    return made
+
+
 def pre_fork(server, worker) -> None:
     group = group_of(server)
     live = {w.service_slot.index for w in server.WORKERS.values() if getattr(w, "service_slot", None)}
@@ -167,7 +231,7 @@ def on_exit(server) -> None:
     group = group_of(server)
     if group is not None:
         for guard in group.guards:
-            guard.close()
+            guard.close()  # gunicorn closed them already, as its listeners, when it stopped the workers
         shutil.rmtree(group.run_dir, ignore_errors=True)
 
 

@@ -85,8 +85,8 @@ def test_separable_sets_get_the_middle_of_the_gap():
     assert (report.false_accept_rate, report.false_reject_rate, report.equal_error_rate) == (0, 0, 0)
     assert report.overlap is None and report.overlap_share == 0
     assert report.calibration == Calibration(0.4, 0.6, 0.1)
-    assert report.d_prime == pytest.approx((0.6 - 0.0667) / math.sqrt((np.var([.5, .7, .6]) + np.var([.1, -.2, .3])) / 2),
-                                           rel=1e-3)
+    spread = math.sqrt((np.var([.5, .7, .6]) + np.var([.1, -.2, .3])) / 2)
+    assert report.d_prime == pytest.approx((0.6 - 0.0667) / spread, rel=1e-3)
     assert any("overlap: none" in line for line in report.lines())
 
 

@@ -92,7 +92,8 @@ def test_landmarks_decode_as_retinaface_does():
     assert points.shape == (4420, 5, 2)
     i, k = 123, 3
     cx, cy, w, h = priors.boxes[i].astype(np.float64)
-    np.testing.assert_allclose(points[i, k], [cx + offsets[0, i, 2 * k] * 0.1 * w, cy + offsets[0, i, 2 * k + 1] * 0.1 * h])
+    dx, dy = offsets[0, i, 2 * k], offsets[0, i, 2 * k + 1]
+    np.testing.assert_allclose(points[i, k], [cx + dx * 0.1 * w, cy + dy * 0.1 * h])
 
 
 def test_softmax_and_logits_give_the_same_probabilities():
@@ -121,7 +122,8 @@ def test_scores_form_reads_the_tensors_range():
 
 def test_dequantize_is_tflites():
     q = np.array([-128, -1, 0, 127], np.int8)
-    assert dequantize(q, (0.05, -1)).tolist() == [float(np.float32(0.05) * np.float32(v + 1)) for v in (-128, -1, 0, 127)]
+    expected = [float(np.float32(0.05) * np.float32(v + 1)) for v in (-128, -1, 0, 127)]
+    assert dequantize(q, (0.05, -1)).tolist() == expected
     assert dequantize(np.array([0.5], np.float32)).tolist() == [0.5]
 
 

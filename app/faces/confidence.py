@@ -112,12 +112,8 @@ class Calibration:
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    out = np.empty_like(z)
-    positive = z >= 0
-    out[positive] = 1.0 / (1.0 + np.exp(-z[positive]))
-    e = np.exp(z[~positive])
-    out[~positive] = e / (1.0 + e)
-    return out
+    """1 / (1 + e^-z) without overflow: e^-log(1 + e^-z)."""
+    return np.exp(-np.logaddexp(0.0, -z))
 
 
 @dataclass(frozen=True)

@@ -381,12 +381,7 @@ def face_probabilities(scores: np.ndarray, form: str = PROBABILITIES) -> np.ndar
     if form != LOGITS:
         raise ValueError(f"scores are {PROBABILITIES!r} or {LOGITS!r}, not {form!r}")
     margin = scores[:, FACE] - scores[:, 1 - FACE]
-    out = np.empty_like(margin)
-    positive = margin >= 0
-    out[positive] = 1.0 / (1.0 + np.exp(-margin[positive]))
-    e = np.exp(margin[~positive])
-    out[~positive] = e / (1.0 + e)
-    return out
+    return np.exp(-np.logaddexp(0.0, -margin))  # sigmoid(l1 - l0), without overflow
 
 
 def decode_locations(locations: np.ndarray, priors: Priors, rows: np.ndarray | None = None) -> np.ndarray:

@@ -14,6 +14,7 @@ from app.tasks.priors import (BOXES_DECODED, BOXES_PRIORS, CENTERS_STRIDE, LOCAT
                               ULTRA_LIGHT, AnchorSpec, Priors, PriorsError, boxes_form, check_outputs,
                               decode_faces, decode_landmarks, decode_locations, dequantize, face_probabilities,
                               load_anchors, parse_anchors, scores_form, ultra_light_priors)
+from tests.conftest import ROOT
 
 # ULFD's fd_config.define_img_size: input size -> (widths, heights) of its four feature maps, as it lists them
 ULFD_TABLE = {128: ([16, 8, 4, 2], [12, 6, 3, 2]), 160: ([20, 10, 5, 3], [15, 8, 4, 2]),
@@ -280,3 +281,9 @@ def test_an_empty_prior_set_cannot_be_made():
     with pytest.raises(PriorsError):
         parse_anchors({"input": [8, 8], "boxes": []})
     assert len(AnchorSpec((8, 8), boxes=((0.5, 0.5, 1.0, 1.0),)).priors()) == 1
+
+
+def test_the_anchor_file_docs_faces_md_shows_is_ulfds():
+    page = (ROOT / "docs" / "faces.md").read_text(encoding="utf-8")
+    block = page.split("```json\n", 1)[1].split("```", 1)[0]
+    assert parse_anchors(json.loads(block), "docs/faces.md") == ULTRA_LIGHT

@@ -1,4 +1,5 @@
-"""bench/face_gallery.py runs, briefly, and prints its table: it must not rot. No timing is asserted."""
+"""bench/face_gallery.py runs, briefly, and prints its table: it must not rot. No timing is asserted; every
+search's answer is checked against the exhaustive one in the bench itself, and must be."""
 
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ def test_the_bench_runs_and_prints_its_rows(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("face gallery search, 60 people")
-    rows = [line.split() for line in lines[2:6]]
-    assert [(row[0], row[2], row[4], row[5]) for row in rows] == [
-        ("60", "1", "128", "60"), ("60", "1", "512", "60"), ("60", "3", "128", "180"), ("60", "3", "512", "180")]
-    assert all(float(value) > 0 for row in rows for value in row[6:])
-    assert lines[6].startswith("target: a search of 60 people")
-    assert lines[7].startswith("registration, 4 photos") and "p50" in lines[8] and "4 photos in" in lines[10]
+    rows = [line.split() for line in lines[2:14]]
+    expected = [(kind, dim, query) for kind in ("1 face", "3 faces, alike", "3 faces, unrelated")
+                for dim in ("128", "512") for query in ("registered", "stranger")]
+    found = [(" ".join(row[:-9]), row[-9], row[-7]) for row in rows]
+    assert found == expected
+    assert [row[-8] for row in rows] == ["60"] * 4 + ["180"] * 8
+    assert all(float(value) > 0 for row in rows for value in row[-6:-2])
+    assert all(row[-1] == "yes" for row in rows)  # every answer the exhaustive search's
+    assert lines[14].startswith("read again after a commit: 1 face 128:")
+    assert len([line for line in lines[15:21] if line.startswith("target: 60 people")]) == 6
+    assert lines[21].startswith("registration, 4 photos") and "p50" in lines[22] and "4 photos in" in lines[24]
     assert list(tmp_path.iterdir()) == []  # its gallery removed

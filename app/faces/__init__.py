@@ -8,10 +8,15 @@ them, in one SQLite file the service's processes share (docs/faces.md).
         gallery.register("ann", [NewFace(region, vector)], embedder_sha256)
         gallery.search(embedder_sha256, query_vectors)        # -> [Match(userid, similarity) or None]
 
+    face_input(photo, box, landmarks, (96, 112), margin)      # the embedder's input: aligned, or cropped
+    Calibration.from_json(model_json_face).confidence(similarity)   # what a client sees; 0.5 at the threshold
+
 No web framework here: errors are typed (app/faces/errors.py) and carry their HTTP status.
 """
 
+from app.faces.align import DEFAULT_MARGIN, aligned, cropped, face_input, region_input
 from app.faces.backup import BackupSummary, backup, check_backup, restore
+from app.faces.confidence import Calibration, CalibrationError, ThresholdReport, calibrate, pair_similarities
 from app.faces.errors import (BadBackup, CorruptBackup, DimensionMismatch, ForeignBackup, ForeignDatabase,
                               GalleryBusy, GalleryError, GalleryInputError, GalleryMoved, InvalidEmbedderId,
                               InvalidFace, InvalidUserId, InvalidVector, TooManyFaces, UnknownEmbedder, UnknownUser)
@@ -25,7 +30,8 @@ from app.faces.regions import FaceRegion, cut_region
 from app.faces.userids import check_userid
 
 __all__ = [
-    "BackupSummary", "BadBackup", "CorruptBackup", "Coverage", "Deletion", "DimensionMismatch", "EmbedderVectors",
+    "DEFAULT_MARGIN", "BackupSummary", "BadBackup", "Calibration", "CalibrationError", "ThresholdReport",
+    "aligned", "calibrate", "cropped", "face_input", "pair_similarities", "region_input", "CorruptBackup", "Coverage", "Deletion", "DimensionMismatch", "EmbedderVectors",
     "FACES_PER_PERSON_MAX", "FaceRegion", "ForeignBackup", "ForeignDatabase", "Gallery", "GalleryBusy",
     "GalleryError", "GalleryInputError", "GalleryMoved", "InvalidEmbedderId", "InvalidFace", "InvalidUserId",
     "InvalidVector", "Match", "Matrix", "NewFace", "Person", "Reembedding", "Registration", "StoredFace",

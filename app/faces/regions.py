@@ -58,7 +58,7 @@ class FaceRegion:
 
 def cut_region(image: Image.Image, box: Sequence[float], landmarks: Sequence[Sequence[float]] = ()) -> FaceRegion:
     """The region around the face at `box` (and its `landmarks`) in `image`, the decoded photo at full size."""
-    left, top, right, bottom = _box(box)
+    left, top, right, bottom = check_box(box)
     width, height = image.size
     if right <= 0 or bottom <= 0 or left >= width or top >= height:
         raise InvalidFace(f"the face box {tuple(box)} lies outside the {width}x{height} image")
@@ -82,7 +82,7 @@ def cut_region(image: Image.Image, box: Sequence[float], landmarks: Sequence[Seq
     out = io.BytesIO()
     region.save(out, format="JPEG", quality=JPEG_QUALITY, subsampling=0)
     return FaceRegion(out.getvalue(), region.width, region.height, (*place(left, top), *place(right, bottom)),
-                      tuple(place(*_point(p)) for p in landmarks))
+                      tuple(place(*check_point(p)) for p in landmarks))
 
 
 def check_region(region: object) -> FaceRegion:
@@ -107,16 +107,17 @@ def check_region(region: object) -> FaceRegion:
         raise InvalidFace(f"a face region is a JPEG or a PNG; got {found}")
     if size != (region.width, region.height):
         raise InvalidFace(f"a face region's image is {size[0]}x{size[1]}; it says {region.width}x{region.height}")
-    left, top, right, bottom = _box(region.box)
+    left, top, right, bottom = check_box(region.box)
     if right <= 0 or bottom <= 0 or left >= region.width or top >= region.height:
         raise InvalidFace(f"the face box {region.box} lies outside its {region.width}x{region.height} region")
     if len(region.landmarks) > LANDMARKS_MAX:
         raise InvalidFace(f"a face has at most {LANDMARKS_MAX} landmarks; got {len(region.landmarks)}")
-    landmarks = tuple(_point(p) for p in region.landmarks)
+    landmarks = tuple(check_point(p) for p in region.landmarks)
     return FaceRegion(bytes(region.image), region.width, region.height, (left, top, right, bottom), landmarks)
 
 
-def _box(box: object) -> Box:
+def check_box(box: object) -> Box:
+    """(left, top, right, bottom) as floats, if finite with right > left and bottom > top; InvalidFace otherwise."""
     try:
         left, top, right, bottom = (float(v) for v in box)
     except (TypeError, ValueError):
@@ -126,7 +127,8 @@ def _box(box: object) -> Box:
     return left, top, right, bottom
 
 
-def _point(point: object) -> Point:
+def check_point(point: object) -> Point:
+    """(x, y) as floats, if finite; InvalidFace otherwise."""
     try:
         x, y = (float(v) for v in point)
     except (TypeError, ValueError):

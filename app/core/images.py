@@ -1,9 +1,10 @@
 """The image work of a request, off the event loop: decode (EXIF orientation, colour mode), crop or resize as
-model.json says, quantize into the model's input tensor, on a few threads of its own; the tensor goes from the
-image thread straight to the leased pool's line."""
+model.json says, quantize into the model's input tensor, on a few threads of its own. The core schedules it once the
+request has its place in line, and hands the tensor to the ticket (Ticket.run): the pool schedules no image work."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,8 +16,8 @@ import numpy as np
 from app.imaging.decoding import decode_with_source
 from app.imaging.geometry import Geometry, to_pixels
 from app.imaging.quantization import InputQuantizer
-from app.pool import EnginePool, RunResult
-from app.registry import Lease
+from app.pool import EnginePool
+from app.registry import Ticket
 from app.threads import lower_this_thread
 
 
@@ -58,12 +59,31 @@ class ImageWork:
         # point): made at the pool's first image, dropped with the pool (a reload makes new pools)
         self._quantizers: WeakKeyDictionary[EnginePool, InputQuantizer] = WeakKeyDictionary()
 
-    async def run(self, data: bytes, lease: Lease) -> tuple[RunResult, Prepared]:
-        """Decode and preprocess on an image thread, which hands the tensor straight to the lease's pool (no hop
-        back through the event loop in between); the run's result, and what preprocessing made besides."""
-        return await lease.run_after(lambda: self._prepare(data, lease), self._executor)
+    def prepare(self, data: bytes, ticket: Ticket) -> asyncio.Future[tuple[np.ndarray, Prepared]]:
+        """Decode and preprocess on an image thread, for a request that holds its place in line: the model's input
+        tensor and what preprocessing made besides, awaited on the event loop (one future, settled by the thread). A
+        request that gave up while it waited for a thread costs no decoding; one whose place waited too long
+        (Ticket.overdue: an overloaded line's bound by time, the wait deadline) is refused without it."""
+        made = asyncio.get_running_loop().create_future()
+        self._executor.submit(self._prepare_for, made, data, ticket)
+        return made
 
-    def _prepare(self, data: bytes, lease: Lease) -> tuple[list[np.ndarray], Prepared]:
+    def _prepare_for(self, made: asyncio.Future, data: bytes, ticket: Ticket) -> None:
+        """On an image thread: the input tensor, or why not, handed to the waiting request's loop."""
+        if made.cancelled():  # its request gave up while this thread was busy with others
+            return
+        result, error = None, ticket.overdue()
+        if error is None:
+            try:
+                result = self._prepare(data, ticket)
+            except Exception as e:  # a bad image: the request's error
+                error = e
+        try:
+            made.get_loop().call_soon_threadsafe(_settle, made, result, error)
+        except RuntimeError:  # that event loop has ended: nobody is waiting any more
+            pass
+
+    def _prepare(self, data: bytes, lease: Ticket) -> tuple[np.ndarray, Prepared]:
         spec = lease.model_dir.manifest.input
         start = time.perf_counter()
         image, source = decode_with_source(data, spec, self.max_pixels, **self.decode_options)
@@ -71,9 +91,9 @@ class ImageWork:
         tensor = self.quantizer(lease)(to_pixels(image, spec))
         geometry = Geometry.of(source, image.size, spec)
         prepared = Prepared((decoded - start) * 1000, (time.perf_counter() - decoded) * 1000, geometry)
-        return [tensor], prepared  # the model's one input: the image
+        return tensor, prepared  # the model's one input: the image
 
-    def quantizer(self, lease: Lease) -> InputQuantizer:
+    def quantizer(self, lease: Ticket) -> InputQuantizer:
         """The quantizer of the leased pool's image input (the registry checked at load that it takes one)."""
         quantizer = self._quantizers.get(lease.pool)
         if quantizer is None:  # two image threads may both make it: the same table, kept once
@@ -84,3 +104,13 @@ class ImageWork:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)
+
+
+def _settle(made: asyncio.Future, result: object, error: BaseException | None) -> None:
+    """On the loop: the prepared input, or the error, unless its request stopped waiting."""
+    if made.done():
+        return
+    if error is None:
+        made.set_result(result)
+    else:
+        made.set_exception(error)

@@ -123,7 +123,7 @@ def measure(s: Split, device_ms: float, seconds: float, rounds: int) -> dict:
     finally:
         for pool in (whole, piped):
             pool.close()
-            pool.join(5)
+            pool.members.join(5)
     pipeline_req_s = median(got["pipeline"])
     whole_req_s = median(got["whole"])
     return {"model": s.model, "segments": len(s.segments_ms), "segments_ms": s.segments_ms,

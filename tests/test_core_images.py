@@ -1,8 +1,8 @@
 """The core's image step (app/core/images.py, app/core/runs.py): an image is decoded and preprocessed on an image
 thread once its request holds its place in line, and its tensor goes through the ticket (Ticket.run), the pool's one
-run: the pool never sees the image or the work on it. A request that gave up while it waited for an image thread
-costs no decoding, and one whose place waited too long (an overloaded line's bound by time, the wait deadline) is
-refused without it, and nothing reaches the line.
+run, queued by the image thread that made it: the pool never sees the image or the work on it. A request that gave
+up while it waited for an image thread costs no decoding, and one whose place waited too long (an overloaded line's
+bound by time, the wait deadline) is refused without it, and nothing reaches the line.
 
 The model is the committed classifier's directory and tensors; its interpreter is RecordingEngineDouble, a TEST
 DOUBLE that records what it ran and where, on a pool whose clock the tests move (tests/doubles/clock.py)."""
@@ -94,6 +94,9 @@ def test_an_image_is_prepared_on_an_image_thread_and_its_tensor_runs_through_the
     decoder = GatedDecoder(monkeypatch)
     engine = RecordingEngineDouble()
     ticket = ticket_on(engine, FakeClock())
+    queued_by = []
+    put = ticket.pool.put
+    monkeypatch.setattr(ticket.pool, "put", lambda job: queued_by.append(threading.current_thread().name) or put(job))
 
     async def scenario():
         async with ticket:
@@ -103,6 +106,7 @@ def test_an_image_is_prepared_on_an_image_thread_and_its_tensor_runs_through_the
         answer = asyncio.run(scenario())
         (tensor, lane), = engine.ran
         assert decoder.threads[0].startswith("image") and lane.startswith("pool-m/double")
+        assert queued_by == decoder.threads  # the image thread queued the tensor it made: no hop through the loop
         assert tensor.shape == INPUTS[0].shape and tensor.dtype == INPUTS[0].dtype  # the image's tensor, quantized
         assert {"decode", "preprocess", "queue", "inference"} <= set(answer.timing_ms)
         assert answer.backend == "double" and ticket.pool.line.admitted == 0  # its place given back at the end
@@ -198,7 +202,7 @@ def test_a_place_past_its_wait_deadline_is_refused_before_its_image_is_decoded(i
         ticket.admit()
         clock.advance(0.2)  # its place waited past the wait deadline (image threads busy elsewhere, say)
         with pytest.raises(Busy, match="no interpreter free within 0.1 s"):
-            await images.prepare(cat_png.read_bytes(), ticket)
+            await asyncio.wrap_future(images.prepare(cat_png.read_bytes(), ticket))
 
     try:
         asyncio.run(scenario())

@@ -65,7 +65,7 @@ def test_a_request_holding_a_version_before_a_reload_is_answered_by_it_which_clo
         old, result = asyncio.run(scenario())
         assert result.outputs[0].shape == (1, 1000)
         pool = old.pools["cpu"]
-        assert pool.join(ANSWER_S)  # the last request holding it ended: the interpreter threads closed it
+        assert pool.members.join(ANSWER_S)  # the last request holding it ended: the interpreter threads closed it
         with pytest.raises(Busy):
             pool.admit()  # a closed pool refuses at once; it never strands a request
         assert registry.active == 0 and registry.serving(DEFAULT_MODEL).number == 2
@@ -78,7 +78,7 @@ def test_a_version_nobody_holds_is_closed_at_once_on_reload(models_copy):
     try:
         old = registry.get(DEFAULT_MODEL)
         registry.reload(DEFAULT_MODEL)
-        assert old.pools["cpu"].join(ANSWER_S)
+        assert old.pools["cpu"].members.join(ANSWER_S)
     finally:
         registry.close()
 

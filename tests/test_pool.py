@@ -160,7 +160,7 @@ def test_a_closed_pool_refuses_at_once_and_its_thread_closes_the_engine():
     pool.close()
     with pytest.raises(Busy):
         pool.admit()
-    assert pool.join(5) and engine.closed
+    assert pool.members.join(5) and engine.closed
 
 
 def test_the_input_reaches_the_engine_byte_identical_and_the_output_comes_back():
@@ -232,6 +232,57 @@ class TimedEngineDouble:
 
     def close(self):
         pass
+
+
+def test_inputs_made_on_another_thread_are_queued_by_that_thread_and_its_failure_is_the_requests():
+    """Place.run with a concurrent Future of the inputs (an image thread's, in the service): the thread that makes
+    them queues the job (no hop through the event loop); a failure that made none reaches the request, and inputs
+    that are never made (their request gone) queue nothing."""
+    from concurrent.futures import Future
+
+    engine = GatedEngineDouble()
+    engine.gate.set()
+    pool = pool_of(engine, max_waiting=2)
+    queued_by = []
+    put = pool.put
+    pool.put = lambda job: queued_by.append(threading.current_thread().name) or put(job)
+
+    def make(made, value):
+        if value is None:
+            made.set_exception(ValueError("not an image"))
+        else:
+            made.set_result([np.array([[value, 9]], np.uint8)])
+
+    async def scenario():
+        made = Future()
+        with pool.admit() as place:
+            running = asyncio.ensure_future(place.run(made))
+            await asyncio.sleep(0)  # its job waits for its inputs, in no line
+            assert pool.line.waiting == 0 and not running.done()
+            maker = threading.Thread(target=make, args=(made, 7), name="maker")
+            maker.start()
+            result = await running
+        failed = Future()
+        with pool.admit() as place:
+            threading.Thread(target=make, args=(failed, None)).start()
+            with pytest.raises(ValueError, match="not an image"):
+                await place.run(failed)
+        gone = Future()
+        with pool.admit() as place:
+            given_up = asyncio.ensure_future(place.run(gone))
+            await asyncio.sleep(0)
+            given_up.cancel()
+            gone.cancel()  # never made: its request gave up before its turn
+            with pytest.raises(asyncio.CancelledError):
+                await given_up
+        return result
+
+    try:
+        result = asyncio.run(scenario())
+        assert result.outputs[0].tolist() == [[7, 9]] and queued_by == ["maker"]
+        assert pool.line.waiting == 0 and pool.line.admitted == 0
+    finally:
+        pool.close()
 
 
 def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only():

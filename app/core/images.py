@@ -1,13 +1,14 @@
 """The image work of a request, off the event loop: decode (EXIF orientation, colour mode), crop or resize as
 model.json says, quantize into the model's input tensor, on a few threads of its own. The core schedules it once the
-request has its place in line, and hands the tensor to the ticket (Ticket.run): the pool schedules no image work."""
+request has its place in line (`ImageWork.prepare`) and hands the tensor in the making to the ticket (Ticket.run):
+the image thread that makes it queues it in the pool's line at once, with no hop back through the event loop, and
+the pool schedules no image work."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
@@ -28,6 +29,13 @@ class Prepared:
     decode_ms: float
     preprocess_ms: float
     geometry: Geometry
+
+
+class Preparing(Future):
+    """The model's inputs (its one tensor, the image's) in the making on an image thread, whose callbacks run on that
+    thread; once they are made, `prepared` says what preprocessing made besides."""
+
+    prepared: Prepared | None = None
 
 
 def image_threads(setting: int | None, host_cpu: bool, cores: int | None = None) -> int:
@@ -59,29 +67,28 @@ class ImageWork:
         # point): made at the pool's first image, dropped with the pool (a reload makes new pools)
         self._quantizers: WeakKeyDictionary[EnginePool, InputQuantizer] = WeakKeyDictionary()
 
-    def prepare(self, data: bytes, ticket: Ticket) -> asyncio.Future[tuple[np.ndarray, Prepared]]:
-        """Decode and preprocess on an image thread, for a request that holds its place in line: the model's input
-        tensor and what preprocessing made besides, awaited on the event loop (one future, settled by the thread). A
-        request that gave up while it waited for a thread costs no decoding; one whose place waited too long
-        (Ticket.overdue: an overloaded line's bound by time, the wait deadline) is refused without it."""
-        made = asyncio.get_running_loop().create_future()
-        self._executor.submit(self._prepare_for, made, data, ticket)
-        return made
+    def prepare(self, data: bytes, ticket: Ticket) -> Preparing:
+        """Decode and preprocess on an image thread, for a request that holds its place in line: the model's inputs
+        in the making, for the ticket to run (Ticket.run). Cancelled before its thread comes to it (its request gave
+        up), it costs no decoding; one whose place waited too long (Ticket.overdue: an overloaded line's bound by
+        time, the wait deadline) is refused (Busy) without it."""
+        preparing = Preparing()
+        self._executor.submit(self._make, preparing, data, ticket)
+        return preparing
 
-    def _prepare_for(self, made: asyncio.Future, data: bytes, ticket: Ticket) -> None:
-        """On an image thread: the input tensor, or why not, handed to the waiting request's loop."""
-        if made.cancelled():  # its request gave up while this thread was busy with others
+    def _make(self, preparing: Preparing, data: bytes, ticket: Ticket) -> None:
+        """On an image thread: the input tensor, or why not, into `preparing` (whose callbacks run here)."""
+        if not preparing.set_running_or_notify_cancel():  # cancelled while this thread was busy with others
             return
-        result, error = None, ticket.overdue()
-        if error is None:
-            try:
-                result = self._prepare(data, ticket)
-            except Exception as e:  # a bad image: the request's error
-                error = e
         try:
-            made.get_loop().call_soon_threadsafe(_settle, made, result, error)
-        except RuntimeError:  # that event loop has ended: nobody is waiting any more
-            pass
+            late = ticket.overdue()
+            if late is not None:
+                raise late
+            tensor, preparing.prepared = self._prepare(data, ticket)
+        except Exception as e:  # a bad image, a place that waited too long: the request's error
+            preparing.set_exception(e)
+        else:
+            preparing.set_result([tensor])  # the model's one input: the image
 
     def _prepare(self, data: bytes, lease: Ticket) -> tuple[np.ndarray, Prepared]:
         spec = lease.model_dir.manifest.input
@@ -104,13 +111,3 @@ class ImageWork:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)
-
-
-def _settle(made: asyncio.Future, result: object, error: BaseException | None) -> None:
-    """On the loop: the prepared input, or the error, unless its request stopped waiting."""
-    if made.done():
-        return
-    if error is None:
-        made.set_result(result)
-    else:
-        made.set_exception(error)

@@ -33,15 +33,21 @@ class Run:
 
 
 async def run(ticket: Ticket, given: Given, images: ImageWork) -> Run:
-    """The input through the ticket's model: an image decoded and preprocessed on an image thread once its place in
-    line is taken (Ticket.admit: before any work on it), or a tensor checked against the model's input; then the
-    tensor through the pool (Ticket.run, which takes the place if it is not yet)."""
+    """The input through the ticket's model (Ticket.run, which takes the place in line if it is not yet): an image
+    decoded and preprocessed on an image thread once its place is taken (Ticket.admit: before any work on it), its
+    tensor queued by that thread the moment it is made; or a tensor checked against the model's input."""
     start = time.perf_counter()
     if isinstance(given, ImageInput):
         ticket.admit()
-        tensor, prepared = await images.prepare(given.data, ticket)
-        return _run(await ticket.run(tensor), start,
-                    {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms}, prepared.geometry)
+        preparing = images.prepare(given.data, ticket)
+        try:
+            result = await ticket.run(preparing)
+        except BaseException:
+            preparing.cancel()  # not begun yet (its request gave up, say): never decoded
+            raise
+        prepared = preparing.prepared
+        return _run(result, start, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms},
+                    prepared.geometry)
     spec = ticket.input
     tensor = given.tensor
     if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:

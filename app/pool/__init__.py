@@ -7,9 +7,10 @@ that takes a hung device out and re-creates it (watchdog.py) complete it. A requ
 
 from app.pool.admission import OVERLOAD_HOLD_S
 from app.pool.engine_pool import EnginePool, Place, departed_problem
+from app.pool.job import Inputs
 from app.pool.member import InterpreterMember, Member, Members, RunResult, Stage
 from app.pool.pipeline import Pipeline
 from app.pool.watchdog import Watchdog
 
-__all__ = ["OVERLOAD_HOLD_S", "EnginePool", "InterpreterMember", "Member", "Members", "Pipeline", "Place",
+__all__ = ["OVERLOAD_HOLD_S", "EnginePool", "Inputs", "InterpreterMember", "Member", "Members", "Pipeline", "Place",
            "RunResult", "Stage", "Watchdog", "departed_problem"]

@@ -9,11 +9,13 @@ know nothing of it:
     through the pool.
 
 A request takes a `Place` in line (`admit()`, after `check_room()` before its body was read) and runs its inputs
-through it (`Place.run`). Members join and leave while the pool serves (TPUs plugged in and unplugged: `add`,
-`leave`, `replace`); a pool whose every device left hands its line to the pool serving the model instead
-(`hand_over`: the same model version on its fallback backend) or answers it at once (`refuse_waiting`): every
-request gets its answer. Every change of health is made under the one lock, the one admission holds while it counts
-the healthy lanes, and notifies `changed`: tests and shutdown wait on it, no polling.
+through it (`Place.run`): inputs at hand, queued from the event loop, or inputs still being made on another thread
+(an image thread), queued by that thread the moment they are made, with no hop through the loop. Members join and
+leave while the pool serves (TPUs plugged in and unplugged: `add`, `leave`, `replace`); a pool whose every device
+left hands its line to the pool serving the model instead (`hand_over`: the same model version on its fallback
+backend) or answers it at once (`refuse_waiting`): every request gets its answer. Every change of health is made
+under the one lock, the one admission holds while it counts the healthy lanes, and notifies `changed`: tests and
+shutdown wait on it, no polling.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future
+from functools import partial
 
 import numpy as np
 
@@ -37,6 +41,7 @@ from app.pool.watchdog import Watchdog
 from app.threads import lower_this_thread
 
 log = logging.getLogger(__name__)
+
 
 def departed_problem(devices: Sequence[str]) -> str:
     """What a member whose devices left says (readiness, /v1/devices)."""
@@ -53,20 +58,42 @@ class Place:
         self.since = since  # the pool's clock at admission: the wait deadline runs from here
         self._held = True
 
-    def run(self, inputs: Inputs) -> Awaitable[RunResult]:
-        """Every input tensor through one member, within the line's deadlines: every output tensor. An awaitable
-        handed through, no coroutine of its own (each level a request awaits through runs twice)."""
+    def run(self, inputs: Inputs | Future[Inputs]) -> Awaitable[RunResult]:
+        """Every input tensor through one member, within the line's deadlines: every output tensor. `inputs` may
+        still be in the making on another thread (a `concurrent.futures.Future` of them, an image thread's): that
+        thread queues the job the moment they are made (the device never waits for the event loop in between),
+        and the failure that made none is the request's. An awaitable handed through, no coroutine of its own (each
+        level a request awaits through runs twice)."""
         pool = self.pool
-        job = Job(inputs, asyncio.get_running_loop(), pool.timers(), self.since)
+        made = inputs if isinstance(inputs, Future) else None
+        job = Job(inputs if made is None else None, asyncio.get_running_loop(), pool.timers(), self.since)
         # The timer is set before the job is queued: the lane that takes it runs only once this thread lets go of
         # the GIL, so what the loop does after the hand-off delays the device (about 10 us at one client).
         pool.deadlines.start(job)
         try:
-            pool.put(job)
+            if made is None:
+                pool.put(job)
+            else:  # its callback runs on the thread that makes them (here, if they are made already)
+                made.add_done_callback(partial(self._put_made, job))
         except BaseException:
             job.timer.cancel()
             raise
         return outcome(job)
+
+    def _put_made(self, job: Job, made: Future[Inputs]) -> None:
+        """On the thread that made the job's inputs: the job into the line; or the failure that made none (a bad
+        image, a place that waited too long), or the line full, to the request. None when it gave up."""
+        if made.cancelled():
+            return
+        error = made.exception()
+        if error is None:
+            job.inputs = made.result()
+            try:
+                return self.pool.put(job)
+            except Busy as full:
+                error = full
+        if job.claim():
+            job.answer(error=error)
 
     def overdue(self) -> Busy | None:
         """Busy when this place has waited too long to be worth any work (for an image thread, say): past the
@@ -141,8 +168,8 @@ class EnginePool:
             self.line.refuse_if_full(self._healthy_lanes())
 
     def admit(self) -> Place:
-        """A place in line, or an error at once: every device unhealthy, closed, or the line full. A pool that
-        handed its line over gives a place in its successor's."""
+        """A place in line (in the successor's, once handed over), or an error at once: every device unhealthy,
+        closed, or the line full."""
         successor = self.successor
         if successor is not None:
             return successor.admit()
@@ -176,9 +203,8 @@ class EnginePool:
                 if self._refusing is None:  # devices left a moment ago: wait in line for what follows (hand_over)
                     return 0
                 raise DeviceGone(f"{self.label}: {self._refusing}", self.retry_after_s)
-            raise DeviceHung(f"{self.label}: every device is unhealthy ("
-                             + "; ".join(f"{m.where} {m.problem}" for m in self.members)
-                             + ")", self.retry_after_s)
+            problems = "; ".join(f"{m.where} {m.problem}" for m in self.members)
+            raise DeviceHung(f"{self.label}: every device is unhealthy ({problems})", self.retry_after_s)
         if self.closed.is_set():
             raise Busy(f"{self.label}: closed (shutting down, or replaced by a reload)", self.retry_after_s)
         return healthy
@@ -195,8 +221,7 @@ class EnginePool:
             self.successor, self._refusing = None, None  # a device again: the line is this pool's again
             self._start(member)
             self.changed.notify_all()
-        log.info("%s: %s joined the pool (%d healthy)", self.label, member.where,
-                 len(self.members) - len(self.members.unhealthy))
+        log.info("%s: %s joined the pool (%d healthy)", self.label, member.where, sum(m.healthy for m in self.members))
         return True
 
     def leave(self, member: Member, problem: str, device: str | None = None) -> bool:
@@ -250,12 +275,10 @@ class EnginePool:
         device is back, are answered now (DeviceGone: 503 with Retry-After). How many were waiting."""
         with self.lock:
             self._refusing = reason
-        refused = 0
-        for job in self.line.take_waiting():
-            if job.claim():
-                job.answer(error=DeviceGone(f"{self.label}: {reason}", self.retry_after_s))
-                refused += 1
-        return refused
+        refused = [job for job in self.line.take_waiting() if job.claim()]
+        for job in refused:
+            job.answer(error=DeviceGone(f"{self.label}: {reason}", self.retry_after_s))
+        return len(refused)
 
     def take_out(self, member: Member, problem: str) -> bool:
         """Mark a healthy member unhealthy (out of the pool); False if it was already."""
@@ -334,7 +357,7 @@ class EnginePool:
 
     def close(self) -> None:
         """Stop taking work: each member's last lane closes it after the jobs queued before now (a hung one if its
-        invoke ever returns; the lanes of a member out for repair end now)."""
+        invoke ever returns; the lanes of a member out for repair end now). `members.join()` waits for them."""
         with self.lock:
             if self.closed.is_set():
                 return
@@ -342,12 +365,3 @@ class EnginePool:
             running = sum(len(m.threads) for m in self.members if m.healthy or m.repaired_in_place)
             self.changed.notify_all()
         self.line.stop(running)
-
-    def join(self, timeout_s: float) -> bool:
-        """Wait (bounded) until the lanes of the healthy members ended; False if some have not yet."""
-        deadline = time.monotonic() + timeout_s
-        for member in list(self.members):
-            if member.healthy:
-                for thread in member.threads:
-                    thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(m.healthy and any(t.is_alive() for t in m.threads) for m in self.members)

@@ -86,7 +86,8 @@ class Lane:
                 return happened
             job.finished = True
             if type(happened) is Answered:
-                job.answer(happened.result)  # last: the loop that wakes for it waits for this thread to let go of the GIL
+                # last: the loop that wakes for it waits for this thread to let go of the GIL
+                job.answer(happened.result)
             else:
                 job.answer(error=happened.error)
             if not member.healthy:  # the watchdog took it out meanwhile

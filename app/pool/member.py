@@ -14,6 +14,7 @@ up on an engine.
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -204,6 +205,15 @@ class Members(list[Member]):
     def departed(self) -> bool:
         """Every member is out because its device left: nothing can serve until one is back."""
         return all(m.departed and not m.healthy for m in self)
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the healthy members' lanes ended (their pool closed); False if some have not yet."""
+        deadline = time.monotonic() + timeout_s
+        for member in list(self):
+            if member.healthy:
+                for thread in member.threads:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(m.healthy and any(t.is_alive() for t in m.threads) for m in self)
 
 
 def timed_run(member: Member, inputs: Sequence[np.ndarray], clock: Callable[[], float],

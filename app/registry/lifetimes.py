@@ -39,7 +39,7 @@ class Lifetimes:
         self.loader = loader
         self.fallbacks = fallbacks
         self.lock = threading.Lock()  # the versions and states, and the requests holding versions
-        self.idle = threading.Condition(self.lock)  # notified when the last request holding a version ends while draining
+        self.idle = threading.Condition(self.lock)  # notified when the last request holding a version ends (draining)
         self.versions: dict[str, ModelVersion] = {}
         self.states: dict[str, ModelStatus] = {}
         self.paths: dict[str, Path] = {}

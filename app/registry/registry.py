@@ -235,7 +235,7 @@ class Registry:
         deadline = time.monotonic() + self.settings.close_timeout_s  # for the interpreters' threads to close them
         for version in to_close:
             for pool in version.pools.values():
-                pool.join(max(0.0, deadline - time.monotonic()))
+                pool.members.join(max(0.0, deadline - time.monotonic()))
 
     # -- what clients see ---------------------------------------------------------------------------
 

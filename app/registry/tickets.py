@@ -13,6 +13,7 @@ which model and backend it was for (`ServeError.target`), so a door can count a 
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import NamedTuple
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from app.engines import TensorSpec
 from app.errors import Busy, ServeError
 from app.model_dir.reading import ModelDir
-from app.pool import Place, RunResult
+from app.pool import Inputs, Place, RunResult
 from app.registry.lifetimes import Lifetimes
 from app.registry.versions import ModelVersion
 from app.tasks import OutputRoles, Task
@@ -95,12 +96,14 @@ class Ticket:
             self.place = self.pool.admit()
         return self.place
 
-    async def run(self, tensor: np.ndarray) -> RunResult:
+    async def run(self, tensor: np.ndarray | Future[Inputs]) -> RunResult:
         """The model's one input tensor through one member of the pool, within the line's deadlines (the place taken
-        first if it is not yet): every output tensor. A pool whose every device left hands its line to the version's
-        pool on the backend the model falls back to (EnginePool.hand_over): the ticket then says the backend that
-        ran it, and its outputs are read with that pool's roles."""
-        result = await (self.place or self.admit()).run([tensor])
+        first if it is not yet): every output tensor. The tensor may still be in the making on another thread (a
+        `concurrent.futures.Future` of the model's inputs: the core's image step), queued by that thread the moment
+        it is made (Place.run). A pool whose every device left hands its line to the version's pool on the backend
+        the model falls back to (EnginePool.hand_over): the ticket then says the backend that ran it, and its
+        outputs are read with that pool's roles."""
+        result = await (self.place or self.admit()).run([tensor] if isinstance(tensor, np.ndarray) else tensor)
         ran_on = result.backend
         if ran_on is not None and ran_on != self.backend and ran_on in self.version.pools:
             self.backend, self.pool = ran_on, self.version.pools[ran_on]

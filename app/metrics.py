@@ -16,7 +16,7 @@ where every worker serves it, `min`; the latest load, `max`; a count a process k
 worker, `each`, labelled with its slot). Process metrics (process_*) are per process and left out there.
 
 Label values are bounded: `model` and `backend` only ever take names the registry serves
-(the request counter, app/api/metrics.py, is told them by the request's lease once it has resolved the
+(the request counter, app/api/metrics.py, is told them by the request's ticket once it has resolved the
 model and backend, so a request refused from there on, a full line say, counts against that model),
 requests that never reach a model are counted under model="", backend="" and task="". Unknown names in URLs create no series. `task` (the
 model's task: classification, detection) follows from the model, so it adds no series of its own: it
@@ -183,14 +183,14 @@ class StateCollector(Collector):
                 continue
             g["model_loaded_timestamp_seconds"].add_metric([name], model.loaded_at)
             for backend, pool in model.pools.items():
-                labels = [name, backend]
-                g["pool_interpreters"].add_metric(labels, pool.interpreters)
+                labels, members = [name, backend], pool.members
+                g["pool_interpreters"].add_metric(labels, members.interpreters)
                 g["pool_interpreters_busy"].add_metric(labels, pool.busy)
-                g["pool_interpreters_unhealthy"].add_metric(labels, len(pool.unhealthy))
-                g["pool_queue_depth"].add_metric(labels, pool.waiting)
-                g["pool_load_seconds"].add_metric(labels, pool.load_ms / 1000)
-                if pool.first_inference_ms is not None:
-                    g["pool_first_inference_seconds"].add_metric(labels, pool.first_inference_ms / 1000)
+                g["pool_interpreters_unhealthy"].add_metric(labels, len(members.unhealthy))
+                g["pool_queue_depth"].add_metric(labels, pool.line.waiting)
+                g["pool_load_seconds"].add_metric(labels, members.load_ms / 1000)
+                if members.first_inference_ms is not None:
+                    g["pool_first_inference_seconds"].add_metric(labels, members.first_inference_ms / 1000)
         yield from g.values()
 
     def _plugins(self):

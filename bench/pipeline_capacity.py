@@ -94,7 +94,8 @@ def pipeline_pool(s: Split) -> EnginePool:
 
 async def drive(pool: EnginePool, concurrency: int, seconds: float, warmup_s: float) -> float:
     """Completions per second with `concurrency` clients, after a warm-up; bounded in time and count."""
-    x = [np.zeros(pool.inputs[0].shape, pool.inputs[0].dtype)]
+    spec = pool.members.inputs[0]
+    x = [np.zeros(spec.shape, spec.dtype)]
     loop = asyncio.get_running_loop()
     start_at = loop.time() + warmup_s
     end_at = start_at + seconds
@@ -102,7 +103,8 @@ async def drive(pool: EnginePool, concurrency: int, seconds: float, warmup_s: fl
 
     async def client():
         while loop.time() < end_at and done[0] < MAX_REQUESTS:
-            await pool.run(x)
+            with pool.admit() as place:  # a place in line, given back once answered
+                await place.run(x)
             if start_at <= loop.time() <= end_at:
                 done[0] += 1
 
@@ -121,7 +123,7 @@ def measure(s: Split, device_ms: float, seconds: float, rounds: int) -> dict:
     finally:
         for pool in (whole, piped):
             pool.close()
-            pool.join(5)
+            pool.members.join(5)
     pipeline_req_s = median(got["pipeline"])
     whole_req_s = median(got["whole"])
     return {"model": s.model, "segments": len(s.segments_ms), "segments_ms": s.segments_ms,

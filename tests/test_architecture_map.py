@@ -117,3 +117,65 @@ def test_a_task_naming_its_router_or_a_core_module_importing_fastapi_fails_the_c
     core.write_text(core.read_text(encoding="utf-8") + "\nfrom fastapi import Request\n", encoding="utf-8")
     assert door_leaks(root) == ["app/core/inputs.py: imports fastapi", "app/core/inputs.py: imports fastapi.Request",
                                 "app/tasks/classify.py: names 'app.api.classify:router'"]
+
+
+# -- no circle of imports inside the request path's packages ---------------------------------------------------
+
+# Each of these is made of modules with one concept each; a module that needs another's name for a type imports it
+# like any other, so an import only for type checking counts too: a type cycle is a design cycle.
+WITHOUT_CIRCLES = ("app/pool", "app/core", "app/registry")
+
+
+def package_imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules among `modules` that a file imports, every import counted (inside functions and under
+    `if TYPE_CHECKING:` too). `from package import module` imports that module (not the package's __init__)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            named = {f"{node.module}.{alias.name}" for alias in node.names} & modules
+            found.update(named)
+            if len(named) < len(node.names):  # a name of the package itself
+                found.add(node.module)
+    return found & modules
+
+
+def module_circles(root: Path, folder: str) -> list[str]:
+    """The circles of imports among the modules of one package (its __init__ included, as the package's dotted
+    name): each as 'a.py -> b.py -> a.py'."""
+    package = folder.replace("/", ".")
+    files = {(package if path.name == "__init__.py" else f"{package}.{path.stem}"): path
+             for path in sorted((root / folder).glob("*.py"))}
+    edges = {module: sorted(package_imports(path, set(files)) - {module}) for module, path in files.items()}
+    found: set[tuple[str, ...]] = set()
+
+    def walk(module: str, path: tuple[str, ...]) -> None:
+        if module in path:
+            circle = path[path.index(module):]
+            start = circle.index(min(circle))  # each circle once, whatever module it was entered by
+            found.add(circle[start:] + circle[:start])
+            return
+        for target in edges[module]:
+            walk(target, (*path, module))
+
+    for module in files:
+        walk(module, ())
+    name = {module: path.relative_to(root).as_posix() for module, path in files.items()}
+    return sorted(" -> ".join(name[m] for m in (*circle, circle[0])) for circle in found)
+
+
+@pytest.mark.parametrize("folder", WITHOUT_CIRCLES)
+def test_no_two_modules_of_the_request_path_import_each_other(folder):
+    assert module_circles(ROOT, folder) == []
+
+
+def test_a_circle_made_by_a_type_only_import_fails_the_check(tmp_path):
+    """In a copy of the code: the line's job naming the pool for a type, under TYPE_CHECKING, closes a circle."""
+    root = _copy_code(tmp_path)
+    job = root / "app" / "pool" / "job.py"
+    job.write_text(job.read_text(encoding="utf-8").replace(
+        "from typing import Protocol\n",
+        "from typing import TYPE_CHECKING, Protocol\n\nif TYPE_CHECKING:\n"
+        "    from app.pool.engine_pool import EnginePool\n"), encoding="utf-8")
+    assert "app/pool/engine_pool.py -> app/pool/job.py -> app/pool/engine_pool.py" in module_circles(root, "app/pool")

@@ -106,11 +106,11 @@ def registry_for(root, backends=("cpu", "emulated")) -> Registry:
 
 async def classify_on(registry: Registry, backend: str | None) -> tuple[str, int]:
     """One run through a lease, as the core makes it: the backend that served it and the top class."""
-    async with registry.lease(NAME, backend) as lease:
-        x = np.zeros(lease.input.shape, np.uint8)
+    async with registry.ticket(NAME, backend) as ticket:
+        x = np.zeros(ticket.input.shape, np.uint8)
         x[..., 0] = 255
-        result = await lease.run([x])
-        return lease.backend, int(np.argmax(result.outputs[0]))
+        result = await ticket.run(x)
+        return ticket.backend, int(np.argmax(result.outputs[0]))
 
 
 def test_a_model_the_emulator_cannot_run_serves_on_cpu_and_is_degraded_on_emulated(tmp_path, sin_model):

@@ -1,6 +1,6 @@
 """No class in app/ is over MAX_LINES lines or MAX_METHODS methods: a class that grows past either is doing
-more than one thing, and is split into parts that each hold one concept (app/pool/ did: the line, the lanes,
-the membership, composed by EnginePool).
+more than one thing, and is split into parts that each hold one concept (app/pool/ did: the line, the lanes and
+the deadlines know nothing of EnginePool, which owns the lock and the members).
 
 Read with Python's own parser, nothing imported. A class's lines run from its `class` line to its last
 (decorators left out, its docstring and comments in); its methods are every `def` and `async def` in its

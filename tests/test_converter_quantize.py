@@ -75,7 +75,7 @@ def test_keras_file_to_a_servable_model_directory(keras_model_file, photo_folder
     registry.configure()
     registry.load_all()
     pool = registry.get("tiny").pool("cpu")
-    assert pool.inputs[0].dtype == np.dtype(io_type) and pool.outputs[0].shape == (1, 4)
+    assert pool.members.inputs[0].dtype == np.dtype(io_type) and pool.members.outputs[0].shape == (1, 4)
 
 
 def test_saved_model_directory(keras_model_file, photo_folder, labels, tmp_path):

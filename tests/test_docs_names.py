@@ -289,18 +289,18 @@ def test_a_rename_in_the_code_fails_the_check(tmp_path):
 def test_the_checker_reads_the_forms_the_pages_use(tmp_path):
     """A page with one of each form, against this tree: what exists passes, what does not is named."""
     (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text("See `app/registry/versions.py` `Lease`, and `Lease.admit()`.\n")
+    (tmp_path / "README.md").write_text("See `app/registry/tickets.py` `Ticket`, and `Ticket.admit()`.\n")
     (tmp_path / "docs" / "page.md").write_text(
         "Run `uvicorn --http app.launch:Protocol app.main:app`; `app.engines.Backend.follow`.\n\n"
         "```python\nfrom app.settings import PluginSettings, plugin_config\n```\n\n"
         "| where | constant |\n|---|---|\n| `app/emulator/` | `MEMO_LIMIT` (libm.py), `NO_SUCH` (libm.py) |\n"
-        "Gone: app/nowhere.py, `Lease.nothing`, `app.engines.Nothing`, `app/registry/versions.py` `Nobody`.\n")
+        "Gone: app/nowhere.py, `Ticket.nothing`, `app.engines.Nothing`, `app/registry/tickets.py` `Nobody`.\n")
     for name in PACKAGES:
         (tmp_path / name).symlink_to(ROOT / name)
     assert stale(tmp_path) == [
         "docs/page.md: beside app/emulator/libm.py NO_SUCH: app/emulator/libm.py defines no NO_SUCH",
-        "docs/page.md: beside app/registry/versions.py Nobody: app/registry/versions.py defines no Nobody",
+        "docs/page.md: beside app/registry/tickets.py Nobody: app/registry/tickets.py defines no Nobody",
         "docs/page.md: dotted app.engines.Nothing: app.engines has no Nothing",
-        "docs/page.md: method Lease.nothing: class Lease has no nothing",
+        "docs/page.md: method Ticket.nothing: class Ticket has no nothing",
         "docs/page.md: path app/nowhere.py: no such file or folder",
     ]

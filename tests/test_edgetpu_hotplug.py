@@ -74,9 +74,9 @@ class Served:
         """`count` requests at once through the registry, as the core makes them: (backend, result) or the error."""
 
         async def one():
-            async with self.registry.lease(self.name, backend) as lease:
-                result = await lease.run([np.full(lease.input.shape, 127, np.uint8)])
-                return lease.backend, result
+            async with self.registry.ticket(self.name, backend) as ticket:
+                result = await ticket.run(np.full(ticket.input.shape, 127, np.uint8))
+                return ticket.backend, result
 
         async def all_of_them():
             return await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)

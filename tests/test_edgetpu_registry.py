@@ -20,6 +20,7 @@ from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.compiled_model_double import compiled_model_bytes
 from tests.doubles.edgetpu_models import plain_as_compiled, with_edgetpu_file
 from tests.doubles.libedgetpu import DEVICES, OPEN, VERSION, libedgetpu_double, log_delegates  # noqa: F401
+from tests.pool_requests import run_in
 
 
 @pytest.fixture
@@ -67,8 +68,8 @@ def test_every_tpu_gets_an_interpreter_warmed_up_on_its_own(tmp_path, libedgetpu
     assert [m.device for m in reg.members("edgetpu")] == [str(n) for n in pci_nodes]
 
     async def spread():  # as many requests at once as TPUs: each holds a different one
-        x = np.full(pool.inputs[0].shape, 127, np.uint8)
-        return await asyncio.gather(*(pool.run([x]) for _ in pool.members))
+        x = np.full(pool.members.inputs[0].shape, 127, np.uint8)
+        return await asyncio.gather(*(run_in(pool, [x]) for _ in pool.members))
 
     assert len({r.outputs[0].tobytes() for r in asyncio.run(spread())}) == 1
 

@@ -8,7 +8,6 @@ the test lets it go; nothing here needs a TPU.
 import asyncio
 import io
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -19,11 +18,11 @@ from app.engines import Backend, TensorSpec, register, unregister
 from app.errors import Busy, DeviceHung
 from app.main import create_app
 from app.pool import EnginePool, InterpreterMember, Stage, Watchdog
-from app.pool.job import Job
 from app.registry import Registry
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.clock import FakeClock, FakeTimers
+from tests.pool_requests import run_in
 
 WATCHDOG_S = 0.3
 RETRY_S = 0.05
@@ -117,15 +116,15 @@ def test_a_hung_invoke_takes_its_device_out_and_it_comes_back_re_created():
 
     async def scenario():
         HangingEngineDouble.hang_next.set()
-        request = asyncio.ensure_future(pool.run([x]))
+        request = asyncio.ensure_future(run_in(pool, [x]))
         await asyncio.to_thread(first.engine.hanging.wait, EVENTUALLY_S)
         assert not request.done() and first.healthy  # hanging, within the watchdog's time
         timers.advance(WATCHDOG_S)
         with pytest.raises(DeviceHung, match=r"tpu0 did not finish an invoke within 0.3 s \(watchdog\)") as hung:
             await request
         assert hung.value.retry_after_s == 1
-        assert not first.healthy and pool.unhealthy == [first]
-        served = await pool.run([x])  # the other TPU still serves
+        assert not first.healthy and pool.members.unhealthy == [first]
+        served = await run_in(pool, [x])  # the other TPU still serves
         recreate_gate.set()
         await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not first, "the hung member is replaced")
         return served
@@ -151,7 +150,7 @@ def test_a_hang_whose_client_has_gone_still_takes_the_device_out():
 
     async def scenario():
         HangingEngineDouble.hang_next.set()
-        request = asyncio.ensure_future(pool.run([x]))
+        request = asyncio.ensure_future(run_in(pool, [x]))
         await asyncio.to_thread(only.engine.hanging.wait, EVENTUALLY_S)
         request.cancel()  # the client leaves mid-invoke
         with pytest.raises(asyncio.CancelledError):
@@ -162,7 +161,7 @@ def test_a_hang_whose_client_has_gone_still_takes_the_device_out():
         assert "watchdog" in only.problem
         recreate_gate.set()
         await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not only, "re-created")
-        return await pool.run([x])
+        return await run_in(pool, [x])
 
     assert asyncio.run(scenario()).outputs[0].shape == (1, 1000)
 
@@ -175,13 +174,13 @@ def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
 
     async def scenario():
         HangingEngineDouble.hang_next.set()
-        request = asyncio.ensure_future(pool.run([x]))
+        request = asyncio.ensure_future(run_in(pool, [x]))
         await asyncio.to_thread(only.engine.hanging.wait, EVENTUALLY_S)
         request.cancel()  # the client leaves mid-invoke
         with pytest.raises(asyncio.CancelledError):
             await request
         only.engine.released.set()  # the invoke returns within the watchdog's time
-        served = await pool.run([x])  # the one interpreter is past that invoke
+        served = await run_in(pool, [x])  # the one interpreter is past that invoke
         assert timers.pending == 1  # the left request's check, watching its invoke
         timers.advance(WATCHDOG_S * 2)  # it runs: the invoke has ended, nothing to take out
         return served
@@ -190,44 +189,43 @@ def test_an_invoke_that_ends_after_its_client_left_leaves_the_device_healthy():
     assert only.healthy and pool.members == [only]
 
 
-@pytest.mark.parametrize("where", ["interpreter", "image thread"])
-def test_a_request_refused_late_whose_client_left_puts_no_device_out(monkeypatch, where):
-    """Refused as too late under overload (by the interpreter or the image thread that took it), its
-    client leaving while the refusal is on its way: no invoke ran, so the watchdog has nothing to watch."""
+def test_a_request_refused_late_whose_client_left_puts_no_device_out():
+    """Refused as too late under overload by the interpreter's lane that took it, its client leaving while the
+    refusal is on its way: no invoke ran, so the watchdog has nothing to watch. (The image step refuses before a job
+    exists: tests/test_core_images.py.)"""
     timers = FakeTimers(FakeClock())
     pool = pool_of(1, timers=timers)
-    pool.line.wait_timeout_s = WATCHDOG_S  # both of its deadlines pass when the test moves time
-    pool.admission.too_late = lambda since, now: Busy("overloaded", 1)
-    (only,) = pool.members
-    refusing, go_on, refused = threading.Event(), threading.Event(), threading.Event()
-    answer = Job.answer
+    pool.deadlines.wait_timeout_s = WATCHDOG_S  # both of its deadlines pass when the test moves time
+    refusing, go_on = threading.Event(), threading.Event()
+    late = [True]
 
-    def slow_refusal(job, result=None, error=None):
-        if isinstance(error, Busy):
-            refusing.set()
-            go_on.wait(EVENTUALLY_S)
-        answer(job, result, error)
-        if isinstance(error, Busy):
-            refused.set()
-    monkeypatch.setattr(Job, "answer", slow_refusal)
+    def slow_refusal(since, now):  # the lane has claimed the job; the refusal waits until its client left
+        if not late[0]:
+            return None
+        late[0] = False
+        refusing.set()
+        go_on.wait(EVENTUALLY_S)
+        return Busy("overloaded", 1)
+    pool.line.too_late = slow_refusal
+    (only,) = pool.members
     x = np.zeros((1, 224, 224, 3), np.uint8)
     errors = []
 
     async def scenario():
         asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
-        with ThreadPoolExecutor(1) as images:
-            request = asyncio.ensure_future(pool.run([x]) if where == "interpreter" else
-                                            pool.line.run_after(lambda: ([x], None), images))
-            await asyncio.to_thread(refusing.wait, EVENTUALLY_S)
-            request.cancel()  # the client leaves
-            with pytest.raises(asyncio.CancelledError):
-                await request
-            go_on.set()
-            # the refusal reaches the loop (queued before the thread's answer to this wait), then both deadlines pass
-            assert await asyncio.to_thread(refused.wait, EVENTUALLY_S)
-            timers.advance(WATCHDOG_S * 3)
+        request = asyncio.ensure_future(run_in(pool, [x]))
+        await asyncio.to_thread(refusing.wait, EVENTUALLY_S)
+        request.cancel()  # the client leaves
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        go_on.set()
+        # the lane answers the refusal, then takes the next request: its refusal has reached the loop before this
+        # answer; then both deadlines of the left request pass
+        served = await run_in(pool, [x])
+        timers.advance(WATCHDOG_S * 3)
+        return served
 
-    asyncio.run(scenario())
+    assert asyncio.run(scenario()).outputs[0].shape == (1, 1000)
     assert only.healthy and pool.members == [only] and errors == []
 
 
@@ -241,12 +239,12 @@ def test_with_every_device_hung_requests_fail_fast_until_one_is_back():
     async def scenario():
         HangingEngineDouble.hang_next.set()
         with pytest.raises(DeviceHung):
-            await pool.run([x])
+            await run_in(pool, [x])
         with pytest.raises(DeviceHung, match="every device is unhealthy"):
             pool.admit()  # refused at admission, before any waiting on a device that is not there
         recreate_gate.set()
         await asyncio.to_thread(eventually, pool, lambda: pool.members[0] is not only, "re-created")
-        return await pool.run([x])
+        return await run_in(pool, [x])
 
     assert not asyncio.run(scenario()).cold
     assert "re-creating it failed (attempt 3: device not listed yet)" in only.problem
@@ -265,7 +263,7 @@ def test_readiness_reflects_the_hung_device(tmp_path):
     async def hang():
         HangingEngineDouble.hang_next.set()
         with pytest.raises(DeviceHung):
-            await pool.run([np.zeros((1, 224, 224, 3), np.uint8)])
+            await run_in(pool, [np.zeros((1, 224, 224, 3), np.uint8)])
 
     try:
         asyncio.run(hang())
@@ -298,5 +296,5 @@ def test_readyz_over_http():
         assert ready.json()["models"][DEFAULT_MODEL]["state"] == "unhealthy"
         HangingEngineDouble.fail_loads = 0
         pool = registry.get(DEFAULT_MODEL).pool("hanging")
-        eventually(pool, lambda: not pool.unhealthy, "re-created")
+        eventually(pool, lambda: not pool.members.unhealthy, "re-created")
         assert client.get("/readyz").status_code == 200

@@ -72,8 +72,8 @@ def test_registry_serves_cpu_and_emulated_side_by_side(tmp_path):
     assert registry.ready()
     model = registry.get(DEFAULT_MODEL)
     pool = model.pool("emulated")
-    assert pool.warm and pool.load_ms > 0 and pool.first_inference_ms > 0
-    assert pool.inputs[0].dtype == np.uint8  # the image goes in quantized to uint8 (app/core/images.py ImageWork)
+    assert pool.members.warm and pool.members.load_ms > 0 and pool.members.first_inference_ms > 0
+    assert pool.members.inputs[0].dtype == np.uint8  # the image goes in quantized to uint8 (app/core/images.py ImageWork)
     registry.close()
 
 

@@ -85,8 +85,8 @@ def test_a_backend_registered_from_outside_is_served_like_any_other():
         assert EchoEngineDouble.loads[-3:] == [f"{DEFAULT_MODEL}_int8.tflite"] * 3
 
         async def one():
-            async with registry.lease(DEFAULT_MODEL) as lease:
-                return lease.backend, await lease.run([np.zeros((1, 224, 224, 3), np.uint8)])
+            async with registry.ticket(DEFAULT_MODEL) as ticket:
+                return ticket.backend, await ticket.run(np.zeros((1, 224, 224, 3), np.uint8))
 
         backend, result = asyncio.run(one())
         assert backend == "echo" and len(registry.get(DEFAULT_MODEL).pool("echo").members) == 3

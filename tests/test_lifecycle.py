@@ -1,4 +1,4 @@
-"""A model version's lifetime: leases across reloads, failed reloads, admission before the
+"""A model version's lifetime: tickets across reloads, failed reloads, admission before the
 body, and SIGTERM with requests in flight. Real models, real photos; the socket tests run
 `python -m app` on loopback."""
 
@@ -41,31 +41,31 @@ def loaded_registry(model_dir, **kw) -> Registry:
     return registry
 
 
-def zeros(registry: Registry) -> list[np.ndarray]:
-    """The model's inputs: its one image tensor, all zero points."""
-    spec = registry.get(DEFAULT_MODEL).pool("cpu").inputs[0]
-    return [np.full(spec.shape, spec.zero_point, spec.dtype)]
+def zeros(registry: Registry) -> np.ndarray:
+    """The model's one input, its image tensor, all zero points."""
+    spec = registry.get(DEFAULT_MODEL).pool("cpu").members.inputs[0]
+    return np.full(spec.shape, spec.zero_point, spec.dtype)
 
 
-# -- leases ----------------------------------------------------------------------------------------
+# -- tickets ----------------------------------------------------------------------------------------
 
-def test_a_request_leased_before_a_reload_is_answered_by_its_version_which_closes_after(models_copy):
+def test_a_request_holding_a_version_before_a_reload_is_answered_by_it_which_closes_after(models_copy):
     registry = loaded_registry(models_copy)
     x = zeros(registry)
 
     async def scenario():
-        async with registry.lease(DEFAULT_MODEL) as lease:
-            old = lease.version
+        async with registry.ticket(DEFAULT_MODEL) as ticket:
+            old = ticket.version
             await asyncio.to_thread(registry.reload, DEFAULT_MODEL)
             assert registry.serving(DEFAULT_MODEL) is not old and old.retired
-            result = await lease.run(x)  # the old interpreter: still open, it is leased
+            result = await ticket.run(x)  # the old interpreter: still open, the ticket holds it
         return old, result
 
     try:
         old, result = asyncio.run(scenario())
         assert result.outputs[0].shape == (1, 1000)
         pool = old.pools["cpu"]
-        assert pool.join(ANSWER_S)  # its last lease ended: the interpreter threads closed it
+        assert pool.members.join(ANSWER_S)  # the last request holding it ended: the interpreter threads closed it
         with pytest.raises(Busy):
             pool.admit()  # a closed pool refuses at once; it never strands a request
         assert registry.active == 0 and registry.serving(DEFAULT_MODEL).number == 2
@@ -73,17 +73,17 @@ def test_a_request_leased_before_a_reload_is_answered_by_its_version_which_close
         registry.close()
 
 
-def test_a_version_nobody_leases_is_closed_at_once_on_reload(models_copy):
+def test_a_version_nobody_holds_is_closed_at_once_on_reload(models_copy):
     registry = loaded_registry(models_copy)
     try:
         old = registry.get(DEFAULT_MODEL)
         registry.reload(DEFAULT_MODEL)
-        assert old.pools["cpu"].join(ANSWER_S)
+        assert old.pools["cpu"].members.join(ANSWER_S)
     finally:
         registry.close()
 
 
-def test_drain_refuses_new_leases_and_waits_for_the_admitted_ones(models_copy):
+def test_drain_refuses_new_tickets_and_waits_for_the_admitted_ones(models_copy):
     registry = loaded_registry(models_copy)
     x = zeros(registry)
 
@@ -91,16 +91,16 @@ def test_drain_refuses_new_leases_and_waits_for_the_admitted_ones(models_copy):
         released = asyncio.Event()
 
         async def admitted():
-            async with registry.lease(DEFAULT_MODEL) as lease:
+            async with registry.ticket(DEFAULT_MODEL) as ticket:
                 await released.wait()
-                return await lease.run(x)
+                return await ticket.run(x)
 
         request = asyncio.create_task(admitted())
-        await turns_until(lambda: registry.active == 1, "the request holding its lease")
+        await turns_until(lambda: registry.active == 1, "the request holding its ticket")
         drain = asyncio.create_task(registry.drain(ANSWER_S))
         await turns_until(lambda: registry.draining, "the drain started")
         with pytest.raises(ShuttingDown):
-            async with registry.lease(DEFAULT_MODEL):
+            async with registry.ticket(DEFAULT_MODEL):
                 pass
         assert not drain.done()
         released.set()
@@ -121,10 +121,10 @@ def test_a_hold_checks_the_line_at_once_and_takes_its_place_only_when_admitted(m
 
     async def scenario():
         async with core.hold(None, DEFAULT_MODEL) as reading:  # a request still reading its body
-            assert pool.admitted == 0  # holds no place: a slow body blocks nobody
+            assert pool.line.admitted == 0  # holds no place: a slow body blocks nobody
             async with core.hold(None, DEFAULT_MODEL) as ready:
-                ready.lease.admit()  # its body arrived first: it takes the only place
-                assert pool.admitted == 1
+                ready.admit()  # its body arrived first: it takes the only place
+                assert pool.line.admitted == 1
                 with pytest.raises(Busy) as refused:
                     async with core.hold(None, DEFAULT_MODEL):  # the room check refuses at once
                         pass
@@ -132,21 +132,21 @@ def test_a_hold_checks_the_line_at_once_and_takes_its_place_only_when_admitted(m
                 async with core.hold(None, DEFAULT_MODEL, room_checked=True) as checked:
                     assert checked.model == DEFAULT_MODEL  # its head had the check: not checked again
                 with pytest.raises(Busy):
-                    reading.lease.admit()  # the line filled while it read: refused before any work
-                await ready.lease.run(zeros(registry))
-            assert pool.admitted == 0
-            reading.lease.admit()
-            return await reading.lease.run(zeros(registry))
+                    reading.admit()  # the line filled while it read: refused before any work
+                await ready.run(zeros(registry))
+            assert pool.line.admitted == 0
+            reading.admit()
+            return await reading.run(zeros(registry))
 
     try:
         assert asyncio.run(scenario()).outputs[0].shape == (1, 1000)
-        assert pool.admitted == 0 and registry.active == 0
+        assert pool.line.admitted == 0 and registry.active == 0
     finally:
         registry.close()
         core.images.close()
 
 
-def test_labels_changed_on_disk_reach_new_requests_while_old_leases_keep_theirs(models_copy, cat_png):
+def test_labels_changed_on_disk_reach_new_requests_while_old_tickets_keep_theirs(models_copy, cat_png):
     registry = loaded_registry(models_copy)
     core = Core(registry, ImageWork(1, 50_000_000))
     data = cat_png.read_bytes()
@@ -154,21 +154,21 @@ def test_labels_changed_on_disk_reach_new_requests_while_old_leases_keep_theirs(
     manifest = json.loads((target / "model.json").read_text())
     labels_path = target / manifest["files"]["labels"]["path"]
 
-    async def top1(held):
-        return (await held.answer(ImageInput(data), ClassifyOptions(1, 0.0))).result.predictions[0]
+    async def top1(ticket):
+        return (await core.answer(ticket, ImageInput(data), ClassifyOptions(1, 0.0))).result.predictions[0]
 
     async def scenario():
-        async with core.hold(CLASSIFY, DEFAULT_MODEL) as old_lease:
-            before = await top1(old_lease)
+        async with core.hold(CLASSIFY, DEFAULT_MODEL) as old_ticket:
+            before = await top1(old_ticket)
             labels = labels_path.read_text().splitlines()
             labels[before.index] = "renamed class"
             labels_path.write_text("\n".join(labels) + "\n")  # a model update, recorded in model.json
             manifest["files"]["labels"].update(sha256=sha256_file(labels_path), bytes=labels_path.stat().st_size)
             (target / "model.json").write_text(json.dumps(manifest, indent=2))
             await asyncio.to_thread(registry.reload, DEFAULT_MODEL)
-            async with core.hold(CLASSIFY, DEFAULT_MODEL) as new_lease:
-                after = await top1(new_lease)
-            still = await top1(old_lease)
+            async with core.hold(CLASSIFY, DEFAULT_MODEL) as new_ticket:
+                after = await top1(new_ticket)
+            still = await top1(old_ticket)
         return before, after, still
 
     try:

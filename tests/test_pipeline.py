@@ -30,6 +30,7 @@ from bench.service import ServiceProcess
 from converter.segment import segment_model_dir
 from tests.conftest import MODELS
 from tests.doubles.libedgetpu import libedgetpu_double  # noqa: F401 (a fixture: the libedgetpu TEST DOUBLE)
+from tests.pool_requests import run_in
 
 EVENTUALLY_S = 10
 HANG_S = 0.3
@@ -73,7 +74,7 @@ def watched_pool(pipeline: Pipeline, reload=None, hang_s=HANG_S, watched=True) -
 
 def run(pool: EnginePool, value: int):
     """One request through the pool, from a thread of the test (each its own event loop)."""
-    return asyncio.run(pool.run([np.full((1, 4), value, np.int32)]))
+    return asyncio.run(run_in(pool, [np.full((1, 4), value, np.int32)]))
 
 
 def test_requests_flow_through_every_segment_in_order():
@@ -184,7 +185,7 @@ def test_a_hung_segment_fails_its_requests_and_is_re_created_alone():
         with pytest.raises(DeviceHung, match=r"segment 1 on tpu1 did not finish an invoke within 0.3 s") as lost:
             run(pool, 0)
         assert HANG_S <= time.monotonic() - start < HANG_S + 2 and lost.value.retry_after_s == 1
-        assert pool.wait_until(lambda: not pool.unhealthy, EVENTUALLY_S)
+        assert pool.wait_until(lambda: not pool.members.unhealthy, EVENTUALLY_S)
         assert [index for index, _ in created] == [1]  # that segment alone, on its device
         assert pool.members == [pipeline] and pipeline.stages[0].engine is first  # repaired in place
         assert int(run(pool, 5).outputs[0][0, 0]) == 7  # served by the new stage
@@ -246,7 +247,7 @@ def test_while_a_segment_is_being_re_created_requests_are_refused_at_once():
     assert time.monotonic() - start < HANG_S  # refused, not waited for
     assert pool.members[0].problem.startswith("segment 0 on tpu0")
     gate.set()
-    assert pool.wait_until(lambda: not pool.unhealthy, EVENTUALLY_S)
+    assert pool.wait_until(lambda: not pool.members.unhealthy, EVENTUALLY_S)
     assert int(run(pool, 1).outputs[0][0, 0]) == 2
     pool.close()
 
@@ -261,7 +262,7 @@ def test_invoke_timeout_is_the_error_where_no_watchdog_applies():
     hang.set()
     with pytest.raises(InvokeTimeout):
         run(pool, 0)
-    assert not pool.unhealthy
+    assert not pool.members.unhealthy
     slow.released.set()
     assert int(run(pool, 1).outputs[0][0, 0]) == 2
     pool.close()
@@ -452,8 +453,8 @@ def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmente
         x = np.zeros((1, 224, 224, 3), np.uint8)
 
         async def infer():
-            async with registry.lease("efficientnet_lite0_x3") as lease:
-                return await lease.run([x])
+            async with registry.ticket("efficientnet_lite0_x3") as ticket:
+                return await ticket.run(x)
 
         async def scenario():
             first = await infer()
@@ -464,7 +465,7 @@ def test_a_device_lost_mid_pipeline_gives_503_and_the_pipeline_recovers(segmente
             assert status.state == "unhealthy" and "segment 1 on segtpu" in status.error and not registry.ready()
             SegmentDeviceDouble.reloads.set()
             pool = registry.get("efficientnet_lite0_x3").pool("segtpu")
-            assert await asyncio.to_thread(pool.wait_until, lambda: not pool.unhealthy, EVENTUALLY_S)
+            assert await asyncio.to_thread(pool.wait_until, lambda: not pool.members.unhealthy, EVENTUALLY_S)
             assert registry.status("efficientnet_lite0_x3").state == "ready" and registry.ready()
             return first, lost.value, await infer()
 
@@ -518,8 +519,8 @@ def test_on_edgetpu_segment_i_runs_on_tpu_i(tmp_path, segmented_models, libedget
         assert (tmp_path / "log").read_text().splitlines() == [f"created device=:{i}" for i in range(3)]
 
         async def infer():
-            async with registry.lease("efficientnet_lite0_x3") as lease:
-                return await lease.run([np.full((1, 224, 224, 3), 127, np.uint8)])
+            async with registry.ticket("efficientnet_lite0_x3") as ticket:
+                return await ticket.run(np.full((1, 224, 224, 3), 127, np.uint8))
 
         result = asyncio.run(infer())
         assert result.outputs[0].shape == (1, 1000) and len(result.segments_ms) == 3

@@ -12,6 +12,7 @@ from app.model_dir.reading import read_model_dir
 from app.pool import OVERLOAD_HOLD_S, EnginePool, InterpreterMember, Stage
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.clock import FakeClock
+from tests.pool_requests import run_in
 from tests.waiting import turns_until
 
 
@@ -46,11 +47,11 @@ def test_real_engine_first_run_is_cold_then_warm():
     x = np.full(engine.inputs[0].shape, 127, np.uint8)
 
     async def two_runs():
-        return await pool.run([x]), await pool.run([x])
+        return await run_in(pool, [x]), await run_in(pool, [x])
 
     first, second = asyncio.run(two_runs())
     assert first.cold and not second.cold
-    assert pool.first_inference_ms == first.inference_ms > 0
+    assert pool.members.first_inference_ms == first.inference_ms > 0
     assert np.array_equal(first.outputs[0], second.outputs[0])  # the same input, the same answer
     assert first.outputs[0].shape == (1, 1000)
 
@@ -61,10 +62,10 @@ def test_full_line_is_refused_at_once_with_retry_after():
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
-        running = asyncio.create_task(pool.run([x]))
+        running = asyncio.create_task(run_in(pool, [x]))
         await asyncio.to_thread(engine.started.wait, 5)
         with pytest.raises(Busy) as refused:
-            await pool.run([x])
+            await run_in(pool, [x])
         engine.gate.set()
         await running
         return refused.value
@@ -79,26 +80,26 @@ def test_the_room_is_checked_once_by_check_room_and_once_by_admit_which_alone_ta
     body is here meets the line's rule exactly twice."""
     pool = pool_of(GatedEngineDouble(), max_waiting=1)  # room for 1 running + 1 waiting
     checks = []
-    refuse_if_full = pool.admission.refuse_if_full
+    refuse_if_full = pool.line.refuse_if_full
 
     def counted(healthy):
         checks.append(healthy)
         refuse_if_full(healthy)
-    pool.admission.refuse_if_full = counted
+    pool.line.refuse_if_full = counted
     try:
         pool.check_room()
-        assert (len(checks), pool.admitted) == (1, 0)
+        assert (len(checks), pool.line.admitted) == (1, 0)
         places = [pool.admit(), pool.admit()]
-        assert (len(checks), pool.admitted) == (3, 2)
+        assert (len(checks), pool.line.admitted) == (3, 2)
         with pytest.raises(Busy):
             pool.check_room()
         with pytest.raises(Busy):
             pool.admit()
-        assert (len(checks), pool.admitted) == (5, 2)
+        assert (len(checks), pool.line.admitted) == (5, 2)
         for place in places:
             place.release()
             place.release()  # a place is given back once, however often released
-        assert pool.admitted == 0
+        assert pool.line.admitted == 0
     finally:
         pool.close()
 
@@ -109,10 +110,10 @@ def test_waiting_request_times_out():
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
-        running = asyncio.create_task(pool.run([x]))
+        running = asyncio.create_task(run_in(pool, [x]))
         await asyncio.to_thread(engine.started.wait, 5)
         with pytest.raises(Busy, match="within 0.2 s"):
-            await pool.run([x])
+            await run_in(pool, [x])
         engine.gate.set()
         await running
 
@@ -125,10 +126,10 @@ def test_waiting_request_gets_the_interpreter_when_freed():
     x = np.ones((1, 2), np.uint8)
 
     async def scenario():
-        first = asyncio.create_task(pool.run([x]))
+        first = asyncio.create_task(run_in(pool, [x]))
         await asyncio.to_thread(engine.started.wait, 5)
-        second = asyncio.create_task(pool.run([x]))
-        await turns_until(lambda: pool.admitted == 2, "the second request's place in line")
+        second = asyncio.create_task(run_in(pool, [x]))
+        await turns_until(lambda: pool.line.admitted == 2, "the second request's place in line")
         engine.gate.set()
         return await first, await second
 
@@ -143,12 +144,12 @@ def test_an_invoke_past_its_deadline_is_answered_with_invoke_timeout():
 
     async def scenario():
         with pytest.raises(InvokeTimeout, match="within 0.2 s") as late:
-            await pool.run([x])
+            await run_in(pool, [x])
         engine.gate.set()
         return late.value
 
     assert asyncio.run(scenario()).retry_after_s == 2
-    assert pool.admitted == 0  # the place was given back
+    assert pool.line.admitted == 0  # the place was given back
 
 
 def test_a_closed_pool_refuses_at_once_and_its_thread_closes_the_engine():
@@ -159,7 +160,7 @@ def test_a_closed_pool_refuses_at_once_and_its_thread_closes_the_engine():
     pool.close()
     with pytest.raises(Busy):
         pool.admit()
-    assert pool.join(5) and engine.closed
+    assert pool.members.join(5) and engine.closed
 
 
 def test_the_input_reaches_the_engine_byte_identical_and_the_output_comes_back():
@@ -167,7 +168,7 @@ def test_the_input_reaches_the_engine_byte_identical_and_the_output_comes_back()
     engine.gate.set()
     pool = pool_of(engine)
     x = np.arange(2, dtype=np.uint8).reshape(1, 2)
-    result = asyncio.run(pool.run([x]))
+    result = asyncio.run(run_in(pool, [x]))
     assert result.outputs[0] is x  # the very array: no copy, no conversion on the way
 
 
@@ -180,19 +181,19 @@ def test_a_request_cancelled_while_waiting_is_skipped_by_the_interpreter():
     engine.run = lambda x: runs.append(x) or engine_run(x)
 
     async def scenario():
-        first = asyncio.create_task(pool.run([x]))
+        first = asyncio.create_task(run_in(pool, [x]))
         await asyncio.to_thread(engine.started.wait, 5)
-        second = asyncio.create_task(pool.run([x]))
-        await turns_until(lambda: pool.admitted == 2, "the second request's place in line")
+        second = asyncio.create_task(run_in(pool, [x]))
+        await turns_until(lambda: pool.line.admitted == 2, "the second request's place in line")
         second.cancel()  # the client went away while in line
         with contextlib.suppress(asyncio.CancelledError):
             await second  # the cancellation has reached the pool before the interpreter is free
         engine.gate.set()
         await first
-        return await pool.run([x])  # served next: the cancelled job was skipped, not run
+        return await run_in(pool, [x])  # served next: the cancelled job was skipped, not run
 
     asyncio.run(scenario())
-    assert len(runs) == 2 and pool.admitted == 0
+    assert len(runs) == 2 and pool.line.admitted == 0
 
 
 def test_busy_and_waiting_count_invokes_under_way_and_inputs_not_yet_taken():
@@ -202,18 +203,18 @@ def test_busy_and_waiting_count_invokes_under_way_and_inputs_not_yet_taken():
     x = np.ones((1, 2), np.uint8)
 
     async def scenario():
-        assert (pool.busy, pool.waiting) == (0, 0)
-        first = asyncio.create_task(pool.run([x]))
+        assert (pool.busy, pool.line.waiting) == (0, 0)
+        first = asyncio.create_task(run_in(pool, [x]))
         await asyncio.to_thread(engine.started.wait, 5)
-        second = asyncio.create_task(pool.run([x]))
-        await turns_until(lambda: pool.waiting == 1, "the second input in line")
-        during = pool.busy, pool.waiting
+        second = asyncio.create_task(run_in(pool, [x]))
+        await turns_until(lambda: pool.line.waiting == 1, "the second input in line")
+        during = pool.busy, pool.line.waiting
         engine.gate.set()
         await first, await second
         return during
 
     assert asyncio.run(scenario()) == (1, 1)
-    assert (pool.busy, pool.waiting) == (0, 0)
+    assert (pool.busy, pool.line.waiting) == (0, 0)
 
 
 class TimedEngineDouble:
@@ -233,59 +234,53 @@ class TimedEngineDouble:
         pass
 
 
-def test_an_input_prepared_on_another_thread_goes_straight_to_an_interpreter():
-    from concurrent.futures import ThreadPoolExecutor
+def test_inputs_made_on_another_thread_are_queued_by_that_thread_and_its_failure_is_the_requests():
+    """Place.run with a concurrent Future of the inputs (an image thread's, in the service): the thread that makes
+    them queues the job (no hop through the event loop); a failure that made none reaches the request, and inputs
+    that are never made (their request gone) queue nothing."""
+    from concurrent.futures import Future
 
     engine = GatedEngineDouble()
     engine.gate.set()
-    pool = pool_of(engine)
-    executor = ThreadPoolExecutor(1, thread_name_prefix="image")
-    threads = []
+    pool = pool_of(engine, max_waiting=2)
+    queued_by = []
+    put = pool.put
+    pool.put = lambda job: queued_by.append(threading.current_thread().name) or put(job)
 
-    def prepare():
-        threads.append(threading.current_thread().name)
-        return [np.array([[7, 9]], np.uint8)], "what the preparing thread gives back"
-
-    def bad():
-        raise ValueError("not an image")
-
-    async def scenario():
-        place = pool.admit()
-        try:
-            result, extra = await place.run_after(prepare, executor)
-        finally:
-            place.release()
-        with pytest.raises(ValueError, match="not an image"):  # the preparing thread's error reaches the request
-            await pool.admit().run_after(bad, executor)
-        return result, extra
-
-    try:
-        result, extra = asyncio.run(scenario())
-        assert threads[0].startswith("image") and result.outputs[0].tolist() == [[7, 9]]
-        assert extra == "what the preparing thread gives back"  # returned beside the result, not through a callback
-    finally:
-        executor.shutdown()
-        pool.close()
-
-
-def test_a_request_that_gave_up_before_its_input_was_prepared_costs_no_preparing():
-    engine = GatedEngineDouble()
-    engine.gate.set()
-    pool = pool_of(engine, max_waiting=4)
-    images = BusyImageThread()
+    def make(made, value):
+        if value is None:
+            made.set_exception(ValueError("not an image"))
+        else:
+            made.set_result([np.array([[value, 9]], np.uint8)])
 
     async def scenario():
-        request = asyncio.create_task(pool.admit().run_after(images.prepare, images.executor))
-        await turns_until(lambda: images.handed == 1, "its input handed to the (busy) image thread")
-        request.cancel()  # the client went away while its image waited for a thread
-        with contextlib.suppress(asyncio.CancelledError):
-            await request
-        images.free()
+        made = Future()
+        with pool.admit() as place:
+            running = asyncio.ensure_future(place.run(made))
+            await asyncio.sleep(0)  # its job waits for its inputs, in no line
+            assert pool.line.waiting == 0 and not running.done()
+            maker = threading.Thread(target=make, args=(made, 7), name="maker")
+            maker.start()
+            result = await running
+        failed = Future()
+        with pool.admit() as place:
+            threading.Thread(target=make, args=(failed, None)).start()
+            with pytest.raises(ValueError, match="not an image"):
+                await place.run(failed)
+        gone = Future()
+        with pool.admit() as place:
+            given_up = asyncio.ensure_future(place.run(gone))
+            await asyncio.sleep(0)
+            given_up.cancel()
+            gone.cancel()  # never made: its request gave up before its turn
+            with pytest.raises(asyncio.CancelledError):
+                await given_up
+        return result
 
     try:
-        asyncio.run(scenario())
-        images.close()
-        assert images.prepared == [] and pool.waiting == 0
+        result = asyncio.run(scenario())
+        assert result.outputs[0].tolist() == [[7, 9]] and queued_by == ["maker"]
+        assert pool.line.waiting == 0 and pool.line.admitted == 0
     finally:
         pool.close()
 
@@ -298,12 +293,12 @@ def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only
 
     async def scenario():
         for _ in range(3):  # the pool learns its invoke time (the first run is cold, not counted)
-            assert (await pool.run([x])).inference_ms == pytest.approx(20.0)
+            assert (await run_in(pool, [x])).inference_ms == pytest.approx(20.0)
         held = [pool.admit() for _ in range(5)]  # not overloaded: the whole line of 1 + 4, 100 ms deep
-        assert not pool.overloaded
+        assert not pool.line.overloaded
         with pytest.raises(Busy, match="4 requests already waiting"):
             pool.admit()  # the line overflows: the pool is overloaded from now
-        assert pool.overloaded
+        assert pool.line.overloaded
         for place in held[2:]:
             place.release()  # 1 running + 1 ahead: a new one would wait 2 x 20 ms
         extra = pool.admit()
@@ -312,14 +307,14 @@ def test_under_overload_the_line_is_bounded_by_time_and_until_then_by_count_only
         extra.release()
         held[1].release()
         clock.advance(OVERLOAD_HOLD_S + 0.001)  # no refusal for OVERLOAD_HOLD_S: no longer overloaded
-        assert not pool.overloaded
+        assert not pool.line.overloaded
         more = [pool.admit() for _ in range(4)]  # by count only again
         for place in more + held[:1]:
             place.release()
 
     try:
         asyncio.run(scenario())
-        assert pool.admitted == 0
+        assert pool.line.admitted == 0
     finally:
         pool.close()
 
@@ -331,11 +326,11 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
     x = np.zeros((1, 2), np.uint8)
 
     async def scenario():
-        first = asyncio.ensure_future(pool.run([x]))  # runs, held at the gate
+        first = asyncio.ensure_future(run_in(pool, [x]))  # runs, held at the gate
         await asyncio.to_thread(engine.started.wait, 5)
-        late = asyncio.ensure_future(pool.run([x]))   # joins the line before any overload
-        await turns_until(lambda: pool.waiting == 1, "its task's place taken and its input queued")
-        assert pool.admitted == 2
+        late = asyncio.ensure_future(run_in(pool, [x]))   # joins the line before any overload
+        await turns_until(lambda: pool.line.waiting == 1, "its task's place taken and its input queued")
+        assert pool.line.admitted == 2
         third = pool.admit()  # the line of 1 + 2 is full
         with pytest.raises(Busy):
             pool.admit()  # and overflows: overloaded from now
@@ -348,63 +343,6 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
 
     try:
         asyncio.run(scenario())
-        assert pool.admitted == 0
+        assert pool.line.admitted == 0
     finally:
         pool.close()
-
-
-def test_under_overload_an_input_that_waited_past_max_queue_ms_for_an_image_thread_is_not_prepared():
-    clock = FakeClock()
-    engine = GatedEngineDouble()
-    engine.gate.set()
-    pool = pool_of(engine, max_queue_ms=30, clock=clock)
-    images = BusyImageThread()
-
-    async def scenario():
-        place = pool.admit()
-        with pytest.raises(Busy):
-            pool.admit()  # the line of 1 overflows: overloaded
-        request = asyncio.ensure_future(place.run_after(images.prepare, images.executor))
-        await turns_until(lambda: images.handed == 1, "its input handed to the (busy) image thread")
-        clock.advance(0.060)  # past the 30 ms bound, waiting for the image thread
-        images.free()
-        with pytest.raises(Busy, match="waited .* ms in line"):
-            await request
-        place.release()
-
-    try:
-        asyncio.run(scenario())
-        assert images.prepared == [] and pool.admitted == 0  # refused without its decoding
-    finally:
-        images.close()
-        pool.close()
-
-
-class BusyImageThread:
-    """One image thread, held busy until `free()`; the work handed to it counted (`handed`), and a prepare()
-    that records that it ran."""
-
-    def __init__(self):
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.executor = ThreadPoolExecutor(1)
-        self.blocker, self.prepared = threading.Event(), []
-        self.executor.submit(self.blocker.wait, 10)
-        self.handed = 0
-        submit = self.executor.submit
-
-        def counted(fn, *args):
-            self.handed += 1
-            return submit(fn, *args)
-        self.executor.submit = counted
-
-    def prepare(self):
-        self.prepared.append(1)
-        return [np.zeros((1, 2), np.uint8)], None
-
-    def free(self):
-        self.blocker.set()
-
-    def close(self):
-        self.free()
-        self.executor.shutdown(wait=True)

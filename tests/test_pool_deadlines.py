@@ -17,6 +17,7 @@ from app.engines import TensorSpec
 from app.errors import Busy, InvokeTimeout
 from app.pool import EnginePool, InterpreterMember, Stage
 from tests.doubles.clock import FakeClock, FakeTimers
+from tests.pool_requests import run_in
 from tests.waiting import turns_until
 
 
@@ -66,9 +67,9 @@ def test_queue_wait_is_reported_for_the_request_that_waited():
     pool = pool_of(engine, FakeTimers(clock))
 
     async def two_at_once():
-        runs = [asyncio.ensure_future(pool.run([X])) for _ in range(2)]
+        runs = [asyncio.ensure_future(run_in(pool, [X])) for _ in range(2)]
         await engine.wait_started(0)
-        await turns_until(lambda: pool.waiting == 1, "the second input in line")
+        await turns_until(lambda: pool.line.waiting == 1, "the second input in line")
         engine.open(0)
         engine.open(1)
         return await asyncio.gather(*runs)
@@ -89,7 +90,7 @@ def test_an_invoke_longer_than_the_wait_deadline_is_not_refused_once_taken():
     pool = pool_of(engine, timers, wait_s=0.1, invoke_s=5.0)
 
     async def scenario():
-        request = asyncio.ensure_future(pool.run([X]))
+        request = asyncio.ensure_future(run_in(pool, [X]))
         await engine.wait_started(0)
         # three wait deadlines after it was queued, taken before the first: each check runs now, and a refusal
         # would settle the request with Busy before its invoke ends
@@ -110,16 +111,16 @@ def test_a_job_never_taken_is_refused_at_the_wait_deadline_and_skipped():
     pool = pool_of(engine, timers, wait_s=0.1, invoke_s=5.0)
 
     async def scenario():
-        first = asyncio.ensure_future(pool.run([X]))
+        first = asyncio.ensure_future(run_in(pool, [X]))
         await engine.wait_started(0)  # the one interpreter is held
-        second = asyncio.ensure_future(pool.run([X]))
-        await turns_until(lambda: pool.waiting == 1, "the second in line, behind it")
+        second = asyncio.ensure_future(run_in(pool, [X]))
+        await turns_until(lambda: pool.line.waiting == 1, "the second in line, behind it")
         timers.advance(0.1)  # its wait deadline
         with pytest.raises(Busy, match="no interpreter free within 0.1 s"):
             await second
         engine.open(0)
         await first
-        third = asyncio.ensure_future(pool.run([X]))  # in line after the refused one
+        third = asyncio.ensure_future(run_in(pool, [X]))  # in line after the refused one
         await engine.wait_started(1)
         engine.open(1)
         await third
@@ -127,7 +128,7 @@ def test_a_job_never_taken_is_refused_at_the_wait_deadline_and_skipped():
     try:
         asyncio.run(scenario())
         assert engine.runs == 2  # the first and the third: the refused job was skipped, never run
-        assert pool.admitted == 0
+        assert pool.line.admitted == 0
     finally:
         pool.close()
 
@@ -141,10 +142,10 @@ def test_the_invoke_deadline_runs_from_the_take_not_from_the_queueing():
     pool = pool_of(engine, timers, wait_s=5.0, invoke_s=0.2)
 
     async def scenario():
-        first = asyncio.ensure_future(pool.run([X]))
+        first = asyncio.ensure_future(run_in(pool, [X]))
         await engine.wait_started(0)
-        second = asyncio.ensure_future(pool.run([X]))
-        await turns_until(lambda: pool.waiting == 1, "the second in line")
+        second = asyncio.ensure_future(run_in(pool, [X]))
+        await turns_until(lambda: pool.line.waiting == 1, "the second in line")
         timers.advance(0.15)
         engine.open(0)
         await first
@@ -172,7 +173,7 @@ def test_an_invoke_taken_late_in_its_wait_still_times_out_at_its_own_limit():
 
     async def scenario():
         queued_at = clock()
-        runs = [asyncio.ensure_future(pool.run([X])) for _ in range(3)]
+        runs = [asyncio.ensure_future(run_in(pool, [X])) for _ in range(3)]
         for n in range(2):
             await engine.wait_started(n)
             engine.open(n)

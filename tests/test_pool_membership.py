@@ -18,6 +18,7 @@ from app.engines import TensorSpec
 from app.errors import Busy, DeviceGone
 from app.pool.pipeline import Pipeline
 from app.pool import EnginePool, InterpreterMember, Stage
+from tests.pool_requests import run_in
 from tests.waiting import turns_until
 
 EVENTUALLY_S = 10
@@ -78,7 +79,7 @@ def test_a_request_inside_a_device_that_leaves_is_answered_by_another():
     first.engine.hold.set()
 
     async def scenario():
-        inside = asyncio.ensure_future(pool.run([x()]))
+        inside = asyncio.ensure_future(run_in(pool, [x()]))
         await asyncio.to_thread(first.engine.inside.wait, EVENTUALLY_S)
         first.engine.plugged = False  # unplugged during its invoke
         first.engine.release.set()
@@ -87,7 +88,7 @@ def test_a_request_inside_a_device_that_leaves_is_answered_by_another():
     result = asyncio.run(scenario())
     assert answered_by(result) == 1 and result.backend == "edgetpu"
     assert not first.healthy and first.departed and "tpu0 not listed any more" in first.problem
-    assert pool.unhealthy == [first] and not pool.departed
+    assert pool.members.unhealthy == [first] and not pool.members.departed
     first.threads[0].join(EVENTUALLY_S)  # its lane ended, closing its interpreter: the device is released
     assert first.engine.closed.is_set()
 
@@ -100,7 +101,7 @@ def test_a_member_that_leaves_while_idle_is_closed_and_admission_counts_the_othe
 
     async def scenario():
         second.engine.hold.set()
-        running = asyncio.ensure_future(pool.run([x()]))
+        running = asyncio.ensure_future(run_in(pool, [x()]))
         await asyncio.to_thread(second.engine.inside.wait, EVENTUALLY_S)
         with pytest.raises(Busy, match="all 1 interpreters busy"):  # one healthy member, no waiting line
             pool.admit()
@@ -118,15 +119,15 @@ def test_a_member_added_while_serving_takes_requests():
     first.engine.hold.set()
 
     async def scenario():
-        held = asyncio.ensure_future(pool.run([x()]))
+        held = asyncio.ensure_future(run_in(pool, [x()]))
         await asyncio.to_thread(first.engine.inside.wait, EVENTUALLY_S)
-        other = await pool.run([x()])  # the first is busy: the new member answers
+        other = await run_in(pool, [x()])  # the first is busy: the new member answers
         first.engine.release.set()
         return other, await held
 
     other, held = asyncio.run(scenario())
     assert (answered_by(other), answered_by(held)) == (1, 0)
-    assert pool.interpreters == 2 and [m.device for m in pool.members] == ["tpu0", "tpu1"]
+    assert pool.members.interpreters == 2 and [m.device for m in pool.members] == ["tpu0", "tpu1"]
 
 
 def test_a_departed_member_comes_back_replaced_and_serves():
@@ -136,7 +137,7 @@ def test_a_departed_member_comes_back_replaced_and_serves():
     fresh = member(0)
     assert pool.replace(first, fresh)
     assert pool.members == [fresh] and fresh.healthy and not fresh.departed
-    assert answered_by(asyncio.run(pool.run([x()]))) == 0
+    assert answered_by(asyncio.run(run_in(pool, [x()]))) == 0
 
 
 def test_when_every_device_left_the_line_waits_then_goes_to_the_successor():
@@ -146,15 +147,15 @@ def test_when_every_device_left_the_line_waits_then_goes_to_the_successor():
     pool = pool_of(only)
     cpu = pool_of(member(7), backend="cpu")
     pool.leave(only, "is gone")
-    assert pool.departed and only.engine.closed.wait(EVENTUALLY_S)  # its lane retired
+    assert pool.members.departed and only.engine.closed.wait(EVENTUALLY_S)  # its lane retired
 
     async def scenario():
-        waiting = asyncio.ensure_future(pool.run([x()]))  # admitted: every device left a moment ago
-        await turns_until(lambda: pool.waiting == 1, "its input queued")
-        assert pool.admitted == 1
+        waiting = asyncio.ensure_future(run_in(pool, [x()]))  # admitted: every device left a moment ago
+        await turns_until(lambda: pool.line.waiting == 1, "its input queued")
+        assert pool.line.admitted == 1
         assert pool.hand_over(cpu) == 1
         handed = await waiting
-        after = await pool.run([x()])  # a place in the successor's line from now on
+        after = await run_in(pool, [x()])  # a place in the successor's line from now on
         return handed, after
 
     handed, after = asyncio.run(scenario())
@@ -169,8 +170,8 @@ def test_when_every_device_left_and_nothing_serves_instead_every_request_gets_a_
     assert only.engine.closed.wait(EVENTUALLY_S)
 
     async def scenario():
-        waiting = asyncio.ensure_future(pool.run([x()]))
-        await turns_until(lambda: pool.waiting == 1, "its input queued")
+        waiting = asyncio.ensure_future(run_in(pool, [x()]))
+        await turns_until(lambda: pool.line.waiting == 1, "its input queued")
         assert pool.refuse_waiting("every edgetpu device left") == 1
         with pytest.raises(DeviceGone, match="every edgetpu device left") as refused:
             await waiting
@@ -182,7 +183,7 @@ def test_when_every_device_left_and_nothing_serves_instead_every_request_gets_a_
     assert refused.status == at_admission.status == 503 and refused.retry_after_s == 2
     fresh = member(0)
     assert pool.replace(only, fresh)  # a device is back: the line is open again
-    assert answered_by(asyncio.run(pool.run([x()]))) == 0
+    assert answered_by(asyncio.run(run_in(pool, [x()]))) == 0
 
 
 def test_a_request_whose_every_device_leaves_in_turn_is_answered_503_not_lost():
@@ -193,7 +194,7 @@ def test_a_request_whose_every_device_leaves_in_turn_is_answered_503_not_lost():
 
     async def scenario():
         with pytest.raises(DeviceGone):
-            await pool.run([x()])
+            await run_in(pool, [x()])
 
     asyncio.run(scenario())  # handed back MAX_HAND_BACKS times, then answered
     assert all(not m.healthy for m in members)
@@ -210,7 +211,7 @@ def test_a_pipeline_whose_segment_device_leaves_is_repaired_in_place_and_loses_n
     back = UnpluggableEngineDouble(1)
 
     async def scenario():
-        request = asyncio.ensure_future(pool.run([x()]))
+        request = asyncio.ensure_future(run_in(pool, [x()]))
         await asyncio.to_thread(lambda: pool.wait_until(lambda: not pipeline.healthy, EVENTUALLY_S))
         assert pipeline.departed and "tpu1 not listed any more" in pipeline.problem and not request.done()
         renewed = pipeline.renew(lambda stage: Stage(back, 1.0, device=stage.device, index=stage.index))

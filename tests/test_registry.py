@@ -20,7 +20,7 @@ def test_load_warms_every_interpreter(models_copy):
     registry.load_all()
     assert registry.ready()
     pool = registry.get(DEFAULT_MODEL).pool("cpu")
-    assert len(pool.members) == 2 and pool.warm and pool.first_inference_ms > 0
+    assert len(pool.members) == 2 and pool.members.warm and pool.members.first_inference_ms > 0
     with pytest.raises(BackendNotAvailable, match="emulated"):
         registry.get(DEFAULT_MODEL).pool("emulated")
 
@@ -31,7 +31,7 @@ def test_reload_is_cold_and_swaps_whole_models(models_copy):
     before = registry.get(DEFAULT_MODEL)
     after = registry.reload(DEFAULT_MODEL)
     assert after is registry.get(DEFAULT_MODEL) and after is not before
-    assert not after.pool("cpu").warm and after.pool("cpu").first_inference_ms is None
+    assert not after.pool("cpu").members.warm and after.pool("cpu").members.first_inference_ms is None
 
 
 def test_corrupted_file_fails_the_load_and_a_reload_keeps_the_old_model(models_copy):
@@ -75,6 +75,6 @@ def test_the_limits_of_the_settings_reach_the_pools_and_the_close():
                             close_timeout_s=0.5)
     registry.load_all()
     try:
-        assert registry.get(DEFAULT_MODEL).pool("cpu").admission.hold_s == 7.5
+        assert registry.get(DEFAULT_MODEL).pool("cpu").line.hold_s == 7.5
     finally:
         registry.close()

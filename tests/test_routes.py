@@ -1,5 +1,5 @@
 """The table of inference routes (app/api/routes.py): a route declared on an inference router, and nowhere
-else, is shed from its head, counted in Prometheus, and admitted through the registry's lease."""
+else, is shed from its head, counted in Prometheus, and admitted through the registry's ticket."""
 
 from __future__ import annotations
 

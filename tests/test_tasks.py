@@ -95,8 +95,9 @@ router = APIRouter(prefix="/v1", tags=["embedding"], route_class=EmbeddingRoute)
 
 @router.post("/models/{name}/embed", response_model=EmbeddingResponse)
 async def embed_named(name: str, request: Request, backend: str | None = None) -> Response:
-    async with held(request, TASK, name, backend) as hold:
-        answer = await hold.answer(ImageInput(await image_bytes(request, request.app.state.settings.max_body_bytes)))
+    async with held(request, TASK, name, backend) as ticket:
+        given = ImageInput(await image_bytes(request, request.app.state.settings.max_body_bytes))
+        answer = await request.app.state.core.answer(ticket, given)
     return Response(EmbeddingResponse(**TASK.native(answer)).model_dump_json(), media_type="application/json")
 
 
@@ -243,8 +244,8 @@ def test_a_detectors_four_outputs_resolve_by_name_in_every_exporters_order(tmp_p
             assert [roles.index[role] for role in roles_in_order] == [0, 1, 2, 3]
 
             async def run():
-                async with registry.lease(f"detector_{order}") as lease:
-                    return await lease.run([image])
+                async with registry.ticket(f"detector_{order}") as ticket:
+                    return await ticket.run(image)
 
             outputs = asyncio.run(run()).outputs
             answers[order] = {role: roles.of(outputs, role) for role in four.roles}

@@ -63,7 +63,7 @@ def test_a_batch_takes_a_place_per_input_and_is_refused_whole_when_the_line_is_s
     assert [o["shape"] for o in fits.json()["outputs"]] == [[2, 10], [2, 10]]
     assert too_many.status_code == 503 and "retry-after" in too_many.headers
     assert "busy" in too_many.json()["error"]
-    assert pool(app, "cpu").admitted == 0  # every place given back, the refused batch's too
+    assert pool(app, "cpu").line.admitted == 0  # every place given back, the refused batch's too
     assert refused() == before + 1  # counted against the model whose line refused it
 
 
@@ -94,6 +94,6 @@ def test_the_named_backend_is_served_from_its_own_line(app):
     (r,) = post(app, tensor_request(2, "emulated"))
     assert r.status_code == 200, r.text
     assert r.json()["parameters"]["backend"] == "emulated"
-    assert pool(app, "cpu").admitted == 0 and pool(app, "emulated").admitted == 0
+    assert pool(app, "cpu").line.admitted == 0 and pool(app, "emulated").line.admitted == 0
     (unknown,) = post(app, tensor_request(1, "nope"))
     assert unknown.status_code == 400 and "nope" in unknown.json()["error"]

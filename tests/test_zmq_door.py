@@ -445,7 +445,7 @@ def test_registry_add_serves_a_new_directory_and_never_replaces(tmp_path):
                           output_names("tf2"))
         version = registry.add(added)
         assert registry.names() == ["first", "second"] and registry.serving("second") is version
-        assert registry.status("second").state == "ready" and version.pools["cpu"].warm
+        assert registry.status("second").state == "ready" and version.pools["cpu"].members.warm
         with pytest.raises(ModelDirError, match="served already"):
             registry.add(added)
         assert registry.serving("second") is version

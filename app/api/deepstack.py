@@ -136,7 +136,7 @@ async def _vision(request: Request, name: str | None, backend: str | None, comma
             check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "
                                       "API keys as the form field 'api_key' or as 'Authorization: Bearer <key>'")
         options = DetectOptions(min_confidence(fields.get(CONFIDENCE_FIELD)), default_min_score=DEFAULT_MIN_CONFIDENCE)
-        answer = await hold.answer(ImageInput(data), options)
+        answer = await state.core.answer(hold, ImageInput(data), options)
     provider = state.registry.plugins[answer.backend].execution_provider
     return Response(response_body(answer, command, provider, (time.perf_counter() - arrived) * 1000),
                     media_type="application/json")

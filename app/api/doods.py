@@ -201,7 +201,7 @@ async def doods_detect(request: Request) -> Response:
     thresholds = [*asked.detect.values(), *(v for r in asked.regions for v in r.detect.values())]
     options = DetectOptions(min_score=min(max(0.0, min(thresholds, default=100) / 100), 1.0))
     async with held(request, TASK, name, None) as hold:
-        answer = await hold.answer(ImageInput(image), options)
+        answer = await request.app.state.core.answer(hold, ImageInput(image), options)
     kept = filtered(answer.result.detections, asked.detect, asked.regions)
     return Response(orjson.dumps({"id": asked.id, "detections": kept,
                                   "duration": round((time.perf_counter() - arrived) * 1000, 3)}),

@@ -1,8 +1,8 @@
 """An HTTP front door's way into the core: `held(request, task, model, backend)` is `Core.hold` with what HTTP
 adds, the room check skipped when the request's head already had it (app/api/shedding.py), and the request
-counted (app/api/metrics.py) under the model and the backend the core reports: the backend that ran it, or, for
-a request that failed once its model was known, the error's `target`. `answer_image(...)` is the native routes'
-whole request: the hold, the image body read, the task's answer."""
+counted (app/api/metrics.py) under the model and the backend the core reports: the backend that ran it (the
+ticket's, after its run), or, for a request that failed once its model was known, the error's `target`.
+`answer_image(...)` is the native routes' whole request: the hold, the image body read, the task's answer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from fastapi import Request
 
 from app.api.body import image_bytes
 from app.api.metrics import count_as
-from app.core import Held, ImageInput
+from app.core import ImageInput, Ticket
 from app.errors import ServeError
 from app.tasks import Answer, Task
 
@@ -22,22 +22,22 @@ ROOM_CHECKED = "edgetpu_serve.room_checked"
 
 
 @asynccontextmanager
-async def held(request: Request, task: Task | None, model: str | None, backend: str | None) -> AsyncIterator[Held]:
+async def held(request: Request, task: Task | None, model: str | None, backend: str | None) -> AsyncIterator[Ticket]:
     core = request.app.state.core
     try:
-        async with core.hold(task, model, backend, room_checked=ROOM_CHECKED in request.scope) as hold:
-            yield hold
+        async with core.hold(task, model, backend, room_checked=ROOM_CHECKED in request.scope) as ticket:
+            yield ticket
     except ServeError as e:
         if e.target is not None:
             count_as(request, e.target.model, e.target.backend)
         raise
-    count_as(request, hold.model, hold.backend)
+    count_as(request, ticket.model, ticket.backend)
 
 
 async def answer_image(request: Request, task: Task, model: str | None, backend: str | None,
                        options: object = None) -> Answer:
     """One image, the request's body (multipart field `image`, or the raw body: app/api/body.py), through the model
     to the task's answer; the hold (and its room check) before the body is read."""
-    async with held(request, task, model, backend) as hold:
+    async with held(request, task, model, backend) as ticket:
         given = ImageInput(await image_bytes(request, request.app.state.settings.max_body_bytes))
-        return await hold.answer(given, options)
+        return await request.app.state.core.answer(ticket, given, options)

@@ -60,15 +60,16 @@ def describe(registry: Registry, name: str) -> ModelOut:
     status = registry.status(name)
     model_dir = registry.models.model_dir(name)
     version = registry.serving(name)
-    pools = version.pools if version else {}
+    loaded = {key: pool.members for key, pool in version.pools.items()} if version else {}
     manifest = model_dir.manifest
     plugins = registry.plugins.values()
     backends = {
-        key: BackendOut(interpreters=pool.interpreters, warm=pool.warm, load_ms=pool.load_ms,
-                        first_inference_ms=pool.first_inference_ms,
-                        input=_tensor(pool.inputs[0]), output=_tensor(pool.outputs[0]),
-                        **_added(BackendOut, (plugin.describe_backend(key, pool.engine, model_dir) for plugin in plugins)))
-        for key, pool in pools.items()
+        key: BackendOut(interpreters=members.interpreters, warm=members.warm, load_ms=members.load_ms,
+                        first_inference_ms=members.first_inference_ms,
+                        input=_tensor(members.inputs[0]), output=_tensor(members.outputs[0]),
+                        **_added(BackendOut, (plugin.describe_backend(key, members.engine, model_dir)
+                                              for plugin in plugins)))
+        for key, members in loaded.items()
     }
     return ModelOut(
         name=name, task=manifest.task, state=status.state, error=status.error, since=iso_time(status.since),

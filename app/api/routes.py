@@ -13,7 +13,7 @@ it is read by
     (and under which model and backend: the door notes what the core returns, app/api/held.py, or the
     request counts under model="" and backend="");
   - admission: the head's (task, model, backend) goes to the core's own resolution (Core.check_room), the
-    one a request's hold makes (Core.target).
+    one a request's hold makes (Core.hold).
 So a new inference endpoint is shed, counted and admitted by being declared on an inference router;
 nothing else lists it (tests/test_routes.py adds one).
 """

@@ -1,12 +1,14 @@
 """The image work of a request, off the event loop: decode (EXIF orientation, colour mode), crop or resize as
-model.json says, quantize into the model's input tensor, on a few threads of its own; the tensor goes from the
-image thread straight to the leased pool's line."""
+model.json says, quantize into the model's input tensor, on a few threads of its own. The core schedules it once the
+request has its place in line (`ImageWork.prepare`) and hands the tensor in the making to the ticket (Ticket.run):
+the image thread that makes it queues it in the pool's line at once, with no hop back through the event loop, and
+the pool schedules no image work."""
 
 from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
@@ -15,8 +17,8 @@ import numpy as np
 from app.imaging.decoding import decode_with_source
 from app.imaging.geometry import Geometry, to_pixels
 from app.imaging.quantization import InputQuantizer
-from app.pool import EnginePool, RunResult
-from app.registry import Lease
+from app.pool import EnginePool
+from app.registry import Ticket
 from app.threads import lower_this_thread
 
 
@@ -27,6 +29,13 @@ class Prepared:
     decode_ms: float
     preprocess_ms: float
     geometry: Geometry
+
+
+class Preparing(Future):
+    """The model's inputs (its one tensor, the image's) in the making on an image thread, whose callbacks run on that
+    thread; once they are made, `prepared` says what preprocessing made besides."""
+
+    prepared: Prepared | None = None
 
 
 def image_threads(setting: int | None, host_cpu: bool, cores: int | None = None) -> int:
@@ -58,12 +67,30 @@ class ImageWork:
         # point): made at the pool's first image, dropped with the pool (a reload makes new pools)
         self._quantizers: WeakKeyDictionary[EnginePool, InputQuantizer] = WeakKeyDictionary()
 
-    async def run(self, data: bytes, lease: Lease) -> tuple[RunResult, Prepared]:
-        """Decode and preprocess on an image thread, which hands the tensor straight to the lease's pool (no hop
-        back through the event loop in between); the run's result, and what preprocessing made besides."""
-        return await lease.run_after(lambda: self._prepare(data, lease), self._executor)
+    def prepare(self, data: bytes, ticket: Ticket) -> Preparing:
+        """Decode and preprocess on an image thread, for a request that holds its place in line: the model's inputs
+        in the making, for the ticket to run (Ticket.run). Cancelled before its thread comes to it (its request gave
+        up), it costs no decoding; one whose place waited too long (Ticket.overdue: an overloaded line's bound by
+        time, the wait deadline) is refused (Busy) without it."""
+        preparing = Preparing()
+        self._executor.submit(self._make, preparing, data, ticket)
+        return preparing
 
-    def _prepare(self, data: bytes, lease: Lease) -> tuple[list[np.ndarray], Prepared]:
+    def _make(self, preparing: Preparing, data: bytes, ticket: Ticket) -> None:
+        """On an image thread: the input tensor, or why not, into `preparing` (whose callbacks run here)."""
+        if not preparing.set_running_or_notify_cancel():  # cancelled while this thread was busy with others
+            return
+        try:
+            late = ticket.overdue()
+            if late is not None:
+                raise late
+            tensor, preparing.prepared = self._prepare(data, ticket)
+        except Exception as e:  # a bad image, a place that waited too long: the request's error
+            preparing.set_exception(e)
+        else:
+            preparing.set_result([tensor])  # the model's one input: the image
+
+    def _prepare(self, data: bytes, lease: Ticket) -> tuple[np.ndarray, Prepared]:
         spec = lease.model_dir.manifest.input
         start = time.perf_counter()
         image, source = decode_with_source(data, spec, self.max_pixels, **self.decode_options)
@@ -71,9 +98,9 @@ class ImageWork:
         tensor = self.quantizer(lease)(to_pixels(image, spec, (source.width, source.height)))
         geometry = Geometry.of(source, image.size, spec)
         prepared = Prepared((decoded - start) * 1000, (time.perf_counter() - decoded) * 1000, geometry)
-        return [tensor], prepared  # the model's one input: the image
+        return tensor, prepared  # the model's one input: the image
 
-    def quantizer(self, lease: Lease) -> InputQuantizer:
+    def quantizer(self, lease: Ticket) -> InputQuantizer:
         """The quantizer of the leased pool's image input (the registry checked at load that it takes one)."""
         quantizer = self._quantizers.get(lease.pool)
         if quantizer is None:  # two image threads may both make it: the same table, kept once

@@ -1,4 +1,5 @@
-"""One input through the leased model: the run (every output tensor, each stage's time, the input's geometry), and
+"""One input through the ticket's model: its place in line, the input prepared (an image decoded and preprocessed
+on an image thread, a tensor checked), the run (every output tensor, each stage's time, the input's geometry), and
 the end of its work (its timings, observed in /metrics)."""
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from app.core.inputs import Given, ImageInput
 from app.errors import RequestError
 from app.imaging.geometry import Geometry
 from app.pool import RunResult
-from app.registry import Lease
+from app.registry import Ticket
 
 
 @dataclass(frozen=True)
 class Run:
-    """One input through the leased model: every output tensor, in the model's order, and its stages."""
+    """One input through the ticket's model: every output tensor, in the model's order, and its stages."""
 
     outputs: list[np.ndarray]
     stages_ms: dict[str, float]  # decode and preprocess (an image input), queue, inference
@@ -31,22 +32,30 @@ class Run:
     geometry: Geometry  # where the model's input came from in the original (the identity for a raw tensor)
 
 
-async def run(lease: Lease, given: Given, images: ImageWork) -> Run:
-    """The input through the leased model: an image decoded and preprocessed on an image thread, a tensor checked
-    against the model's input; its place in line taken first (Lease.admit), before any work on it."""
+async def run(ticket: Ticket, given: Given, images: ImageWork) -> Run:
+    """The input through the ticket's model (Ticket.run, which takes the place in line if it is not yet): an image
+    decoded and preprocessed on an image thread once its place is taken (Ticket.admit: before any work on it), its
+    tensor queued by that thread the moment it is made; or a tensor checked against the model's input."""
     start = time.perf_counter()
     if isinstance(given, ImageInput):
-        result, prepared = await images.run(given.data, lease)
+        ticket.admit()
+        preparing = images.prepare(given.data, ticket)
+        try:
+            result = await ticket.run(preparing)
+        except BaseException:
+            preparing.cancel()  # not begun yet (its request gave up, say): never decoded
+            raise
+        prepared = preparing.prepared
         return _run(result, start, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms},
                     prepared.geometry)
-    spec = lease.input
+    spec = ticket.input
     tensor = given.tensor
     if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:
-        raise RequestError(f"model {lease.model_dir.name!r} on {lease.backend!r} takes a {spec.dtype.name} tensor "
+        raise RequestError(f"model {ticket.model!r} on {ticket.backend!r} takes a {spec.dtype.name} tensor "
                            f"of shape {list(spec.shape)}, got {tensor.dtype.name} {list(tensor.shape)}")
     geometry = _identity(spec.shape[2], spec.shape[1])
     # no decode or preprocess stage: none is timed (a zero would skew those histograms)
-    return _run(await lease.run([np.ascontiguousarray(tensor)]), start, {}, geometry)
+    return _run(await ticket.run(np.ascontiguousarray(tensor)), start, {}, geometry)
 
 
 # A raw tensor's geometry, made once per input size
@@ -58,7 +67,7 @@ def _run(result: RunResult, start: float, stages_ms: dict[str, float], geometry:
     return Run(result.outputs, stages_ms, result.segments_ms, result.cold, start, geometry)
 
 
-def finish(lease: Lease, run: Run, postprocess_start: float | None = None) -> dict[str, float]:
+def finish(ticket: Ticket, run: Run, postprocess_start: float | None = None) -> dict[str, float]:
     """The end of one input's work: its timings in ms (the stages, the task's post-processing from
     `postprocess_start`, the total, each segment's invoke), observed in /metrics once the event loop has run what it
     runs now: a door answers first (Prometheus' histograms took about 35 us of the loop's time before each answer
@@ -70,6 +79,5 @@ def finish(lease: Lease, run: Run, postprocess_start: float | None = None) -> di
     timing_ms["total"] = (end - run.started) * 1000
     if run.segments_ms is not None:
         timing_ms["segments"] = run.segments_ms
-    asyncio.get_running_loop().call_soon(metrics.observe_input, lease.model_dir.name, lease.backend, timing_ms,
-                                         run.cold)
+    asyncio.get_running_loop().call_soon(metrics.observe_input, ticket.model, ticket.backend, timing_ms, run.cold)
     return timing_ms

@@ -150,7 +150,7 @@ class EdgeTpuEngine(CpuEngine):
 
     def run(self, inputs):
         """As the CPU engine's; an invoke that fails on a TPU that is no longer listed is DeviceGone (its
-        request goes to another TPU, app/pool/lanes.py), any other failure is the request's."""
+        request goes to another TPU, app/pool/lane.py), any other failure is the request's."""
         try:
             return super().run(inputs)
         except RuntimeError as e:

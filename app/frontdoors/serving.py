@@ -69,8 +69,8 @@ class CoreDetectors:
         if model_dir.manifest.task == TASK.name:
             pool = next(iter(version.pools.values()), None) if version is not None else None
             spec = model_dir.manifest.input
-            shape = tuple(pool.inputs[0].shape) if pool else (1, spec.height, spec.width, spec.channels)
-            dtype = pool.inputs[0].dtype if pool else np.dtype(np.uint8)
+            shape = tuple(pool.members.inputs[0].shape) if pool else (1, spec.height, spec.width, spec.channels)
+            dtype = pool.members.inputs[0].dtype if pool else np.dtype(np.uint8)
             detector = ServedDetector(name, shape, dtype, family(model_dir), file_names(model_dir),
                                       loaded=pool is not None, state=state)
         self._seen[name] = (version, model_dir, detector)
@@ -80,10 +80,10 @@ class CoreDetectors:
         given = TensorInput(tensor)
         async with self.core.hold(TASK, model, None) as held:
             if family(held.model_dir) == SSD:
-                (ran,) = await held.tensors([given])
+                (ran,) = await self.core.tensors(held, [given])
                 values = ran.values
                 return ssd_rows(values[BOXES], values[CLASSES], values[SCORES], values[COUNT]), held.backend
-            answer = await held.answer(given, DetectOptions(min_score=SSD_MIN_SCORE, max_detections=ROWS))
+            answer = await self.core.answer(held, given, DetectOptions(min_score=SSD_MIN_SCORE, max_detections=ROWS))
             return detection_rows(answer.result), answer.backend
 
 

@@ -1,15 +1,16 @@
-"""The pools, one per (model, backend): admission to a bounded line and each request's deadlines (line.py),
-the members' threads (lanes.py), members joining and leaving (membership.py), composed by `EnginePool`
-(engine_pool.py); the members (member.py: an interpreter of a whole model; pipeline.py: one interpreter per
-segment), and the watchdog that takes a hung device out and re-creates it (watchdog.py)."""
+"""The pools, one per (model, backend). `EnginePool` (engine_pool.py) is the one owner of a pool's lock, members and
+their health; its parts know nothing of it: the line, a queue with admission counts (line.py, admission.py), the
+lanes, each a loop on one member that returns what happened (lane.py), and each request's deadlines (deadlines.py).
+The members (member.py: an interpreter of a whole model; pipeline.py: one interpreter per segment) and the watchdog
+that takes a hung device out and re-creates it (watchdog.py) complete it. A request runs through a `Place` in line.
+"""
 
-from app.pool.admission import OVERLOAD_HOLD_S, Admission
-from app.pool.engine_pool import EnginePool
-from app.pool.line import Place
-from app.pool.member import InterpreterMember, Member, RunResult, Stage
-from app.pool.membership import departed_problem
+from app.pool.admission import OVERLOAD_HOLD_S
+from app.pool.engine_pool import EnginePool, Place, departed_problem
+from app.pool.job import Inputs
+from app.pool.member import InterpreterMember, Member, Members, RunResult, Stage
 from app.pool.pipeline import Pipeline
 from app.pool.watchdog import Watchdog
 
-__all__ = ["OVERLOAD_HOLD_S", "Admission", "EnginePool", "InterpreterMember", "Member", "Pipeline", "Place",
+__all__ = ["OVERLOAD_HOLD_S", "EnginePool", "Inputs", "InterpreterMember", "Member", "Members", "Pipeline", "Place",
            "RunResult", "Stage", "Watchdog", "departed_problem"]

@@ -14,6 +14,7 @@ up on an engine.
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -145,6 +146,74 @@ class InterpreterMember(Member):
 
     def close(self) -> None:
         self.stages[0].engine.close()
+
+
+class Members(list[Member]):
+    """A pool's members, changed by the pool only (under its lock), and what they load: every member loads the
+    same model files, so the first one's tensors are the model's."""
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """The model's input tensors."""
+        return self[0].inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self[0].outputs
+
+    @property
+    def engine(self) -> Engine | None:
+        """A whole model's engine, for plug-ins that analyse its graph; None for a pipeline."""
+        return self[0].engine
+
+    @property
+    def interpreters(self) -> int:
+        """Interpreters loaded: one per member, one per segment of a pipeline."""
+        return sum(len(m.stages) for m in self)
+
+    @property
+    def lanes(self) -> int:
+        """Every member's lanes, healthy or not."""
+        return sum(m.lanes for m in self)
+
+    def healthy_lanes(self) -> int:
+        """The healthy members' lanes (a loop, not a generator: twice per request)."""
+        healthy = 0
+        for member in self:
+            if member.healthy:
+                healthy += member.lanes
+        return healthy
+
+    @property
+    def load_ms(self) -> float:
+        return sum(m.load_ms for m in self)
+
+    @property
+    def first_inference_ms(self) -> float | None:
+        """The first inference the pool ran (the warm-up, or the first request after a reload)."""
+        return self[0].first_inference_ms
+
+    @property
+    def warm(self) -> bool:
+        return all(m.warm for m in self)
+
+    @property
+    def unhealthy(self) -> list[Member]:
+        return [m for m in self if not m.healthy]
+
+    @property
+    def departed(self) -> bool:
+        """Every member is out because its device left: nothing can serve until one is back."""
+        return all(m.departed and not m.healthy for m in self)
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the healthy members' lanes ended (their pool closed); False if some have not yet."""
+        deadline = time.monotonic() + timeout_s
+        for member in list(self):
+            if member.healthy:
+                for thread in member.threads:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(m.healthy and any(t.is_alive() for t in m.threads) for m in self)
 
 
 def timed_run(member: Member, inputs: Sequence[np.ndarray], clock: Callable[[], float],

@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 class WatchedPool(Protocol):
-    """What the watchdog needs of a pool: its membership (app/pool/membership.py Membership)."""
+    """What the watchdog needs of a pool (app/pool/engine_pool.py EnginePool): the one owner of its members'
+    health, which the watchdog changes through it and never by hand."""
 
     label: str
     retry_after_s: float
@@ -35,7 +36,7 @@ class WatchedPool(Protocol):
     def take_out(self, member: Member, problem: str) -> bool: ...
     def note_problem(self, member: Member, problem: str) -> None: ...
     def replace(self, old: Member, fresh: Member) -> bool: ...
-    def warm_up_member(self, member: Member) -> None: ...
+    def warm_up(self, member: Member | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,9 @@ class Watchdog:
         threading.Thread(target=run, name=f"warm-up-{pool.label}", daemon=True).start()
         if not finished.wait(self.timeout_s):
             stalled = member.stalled(pool.clock(), 0.0)  # the one input in it: whatever still invokes hangs
-            member.healthy, member.problem = False, self.problem(member, stalled)
-            error = DeviceHung(f"{pool.label}: warm-up on {member.device or 'its device'}: {member.problem}",
+            problem = self.problem(member, stalled)
+            pool.take_out(member, problem)
+            error = DeviceHung(f"{pool.label}: warm-up on {member.device or 'its device'}: {problem}",
                                pool.retry_after_s)
             member.lose(stalled, error)
             raise error
@@ -95,7 +97,7 @@ class Watchdog:
             attempt += 1
             try:
                 fresh = old.renew(self.reload)
-                pool.warm_up_member(fresh)
+                pool.warm_up(fresh)
             except Exception as e:  # any failure: the device may still be resetting
                 pool.note_problem(old, f"{hung}; re-creating it failed (attempt {attempt}: {e}); "
                                       f"retrying in {self.retry_s} s")

@@ -10,7 +10,7 @@ calls its DeviceListener after each look. DeviceMoves then takes each model in t
 Each move is the reload that loses nothing (app/registry/lifetimes.py): a new version swapped in, warmed up first.
 
 DeviceFollower brings one pool up to date with what the plug-in offers now (`interpreters()`, one per device),
-through the pool's own membership calls (app/pool/membership.py):
+through the pool's own membership calls (app/pool/engine_pool.py):
   - a member on a device no longer offered leaves the pool (`leave`: departed);
   - a departed member whose devices are offered again is re-created on them, warmed up, and put back
     (`replace`); a pipeline has its lost segments re-created in place;
@@ -72,7 +72,7 @@ class DeviceFollower:
     def _come_back(self, pool: EnginePool, plugin: Backend, member: Member) -> None:
         try:
             fresh = member.renew(Reopener(self.loader, plugin))
-            pool.warm_up_member(fresh)
+            pool.warm_up(fresh)
         except Exception as e:  # still resetting, or gone again: tried again at the next look
             self._failed(pool, member.device or "", f"re-creating it failed: {e}")
             return
@@ -90,7 +90,7 @@ class DeviceFollower:
             self._failed(pool, device, f"loading the model on it failed: {e}")
             return
         try:
-            pool.warm_up_member(fresh)
+            pool.warm_up(fresh)
         except Exception as e:
             fresh.close()
             self._failed(pool, device, f"its warm-up failed: {e}")
@@ -143,7 +143,7 @@ class DeviceMoves:
                 if pool is None:
                     continue
                 self.follower.follow(pool, plugin, version.model_dir, offered)
-                if pool.departed:
+                if pool.members.departed:
                     self._move_off(name, key, version, pool)
 
     def _move_back(self, name: str, key: str, fallback: Fallback) -> None:
@@ -175,7 +175,8 @@ class DeviceMoves:
             return
         self.fallbacks.record(name, key, fallback)
         instead = version.pools.get(fallback.backend)
-        if instead is not None and (instead.inputs, instead.outputs) == (pool.inputs, pool.outputs):
+        tensors = pool.members.inputs, pool.members.outputs
+        if instead is not None and (instead.members.inputs, instead.members.outputs) == tensors:
             pool.hand_over(instead)
         try:
             self.models.reload(name, warm_up=True)

@@ -1,7 +1,9 @@
-"""Each model's lifetime: its state, and the version serving it now, swapped in whole.
+"""Each model's lifetime: its state, the version serving it now, swapped in whole, and the requests holding it.
 
 A load or reload builds a complete new version (app/registry/loading.py) and swaps it in under one lock;
-the version it replaces is retired, and closed when its last lease ends (the registry counts the leases).
+the version it replaces is retired, and closed when its last request ends: a request holds the version current
+when it starts (`hold`, by its ticket: app/registry/tickets.py) until it lets go (`let_go`), counted under the
+same lock, and a drain waits until none does (`wait_idle`).
 Loads and reloads of one model are serialized by its reload lock, which the caller holds. A reload that
 fails leaves the version before it serving and the model "degraded", with the reason and when; a model
 with no version that fails to load is "failed". A reload asked for by a client tries again the backends
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from app import metrics
 from app.engines import Fallback
-from app.errors import ServeError, ShuttingDown
+from app.errors import ModelNotFound, NotReady, ServeError, ShuttingDown
 from app.model_dir.reading import ModelDir, read_model_dir
 from app.registry.fallbacks import Fallbacks
 from app.registry.loading import Loader
@@ -36,15 +38,57 @@ class Lifetimes:
         self.settings = settings
         self.loader = loader
         self.fallbacks = fallbacks
-        self.lock = threading.Lock()  # the versions and states; the registry's leases count under it too
-        self.idle = threading.Condition(self.lock)  # notified when the last lease ends
+        self.lock = threading.Lock()  # the versions and states, and the requests holding versions
+        self.idle = threading.Condition(self.lock)  # notified when the last request holding a version ends (draining)
         self.versions: dict[str, ModelVersion] = {}
         self.states: dict[str, ModelStatus] = {}
         self.paths: dict[str, Path] = {}
         self.dirs: dict[str, ModelDir] = {}  # as last read: at start, or by the last load
         self.reload_locks: dict[str, threading.Lock] = {}
-        self.draining = False  # shutting down: nothing new is swapped in
+        self.draining = False  # shutting down: nothing new is swapped in, and no version is held any more
         self.loaded = threading.Event()  # load_each has finished (each model ready or failed)
+        self.active = 0  # requests holding a version now
+
+    # -- the requests holding versions -------------------------------------------------------------
+
+    def hold(self, name: str) -> ModelVersion:
+        """The version serving `name` now, held until `let_go`: a reload meanwhile retires it but never closes it
+        under the request. ShuttingDown while draining; ModelNotFound or NotReady when none serves."""
+        with self.lock:
+            if self.draining:
+                raise ShuttingDown("the service is shutting down")
+            version = self.versions.get(name)
+            if version is None:
+                raise self.not_serving(name)
+            version.holders += 1
+            self.active += 1
+            return version
+
+    def let_go(self, version: ModelVersion) -> None:
+        """A request holding `version` ended: the version closes if it was retired and this was its last."""
+        with self.lock:
+            version.holders -= 1
+            self.active -= 1
+            close = version.retired and version.holders == 0
+            if self.active == 0 and self.draining:  # only a drain waits for it
+                self.idle.notify_all()
+        if close:
+            version.close()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until no request holds a version, at most timeout_s (a drain: draining is set)."""
+        with self.idle:
+            return self.idle.wait_for(lambda: self.active == 0, timeout_s)
+
+    def not_serving(self, name: str) -> ServeError:
+        """Why no version of `name` serves: not a model here, or its state (loading, failed)."""
+        status = self.states.get(name)
+        if status is None:
+            return ModelNotFound(f"no model {name!r}; serving {sorted(self.paths)}")
+        detail = f": {status.error}" if status.error else ""
+        return NotReady(f"model {name!r} is {status.state}{detail}")
+
+    # -- loading and reloading ---------------------------------------------------------------------
 
     def add(self, models: Mapping[str, tuple[Path, ModelDir]]) -> None:
         """The models to serve (app/registry/startup.py find_models), each loading from now on."""
@@ -132,9 +176,9 @@ class Lifetimes:
         return self.loader.load_version(self.dirs[name], number, warm_up, decided)
 
     def retire(self, version: ModelVersion) -> bool:
-        """Under the lock: mark retired; True if no lease holds it (close it now)."""
+        """Under the lock: mark retired; True if no request holds it (close it now)."""
         version.retired = True
-        return version.leases == 0
+        return version.holders == 0
 
     def model_dir(self, name: str) -> ModelDir:
         """The model directory as last read (from the serving version, or at start)."""

@@ -144,8 +144,9 @@ class Loader:
         except BaseException:
             pool.close()
             raise
+        loaded = pool.members
         log.info("loaded %s on %s: %d interpreters, %.1f ms load, first inference %s ms",
-                 model_dir.name, key, pool.interpreters, pool.load_ms, _fmt(pool.first_inference_ms))
+                 model_dir.name, key, loaded.interpreters, loaded.load_ms, _fmt(loaded.first_inference_ms))
         return pool, roles
 
     def load_member(self, plugin: Backend, model_dir: ModelDir, layout: Layout) -> Member:

@@ -9,22 +9,17 @@ The registry composes its parts, each a module of this package, dependencies poi
     degraded on that backend only, and the model serves on the others);
   - lifetimes.py: each model's state and current version, swapped in whole on a reload;
   - devices.py: pools and models following their backend's devices (TPUs plugged in and unplugged);
-  - versions.py: a version and a request's lease on it; status.py: what clients see of a model's state.
+  - versions.py: a version; tickets.py: a request's hold on one and its place in line; status.py: what clients
+    see of a model's state.
 
-A model version is a unit of lifetime. A load or reload builds a complete new version and
-swaps it in under one lock; a request takes a lease on the version current when it starts
-(`lease()`) and holds it until it is answered, so it never meets a closed interpreter. A
-replaced version is retired: its interpreters are closed when its last lease ends. Reloads
-of one model are serialized; a reload that fails leaves the old version serving and the
-model "degraded", with the reason and when.
-
-Admission comes first: `lease()` holds the version, and the caller (app/core) checks the pool's
-bounded line (`Lease.check_room()`) before it reads a body, so an overloaded pool refuses in
-microseconds; the request takes its place in line (`Lease.admit()`, which `Lease.run` and
-`run_after` do first) once its input has arrived, before any work on it, so a client that sends
-its body slowly holds no place that others could use. `resolve()` is the same resolution of model and backend without a lease, for
-checks made before the application sees a request. Shutdown: `drain()` refuses new leases and
-waits (bounded) for the admitted ones, then `close()` closes every version.
+A model version is a unit of lifetime. A load or reload builds a complete new version and swaps it in under one
+lock; a request holds the version current when it starts through its ticket (`ticket()`: the version and its place
+in line on one of its pools, app/registry/tickets.py) until it is answered, so it never meets a closed interpreter.
+A replaced version is retired: its interpreters are closed when the last request holding it ends. Reloads of one
+model are serialized; a reload that fails leaves the old version serving and the model "degraded", with the reason
+and when. `resolve()` is the ticket's resolution of model and backend without holding anything, for checks made
+before the application sees a request. Shutdown: `drain()` refuses new tickets and waits (bounded) for the
+requests holding one, then `close()` closes every version.
 
 Clients see file names relative to the model directory; full paths go to the log only.
 """
@@ -39,7 +34,7 @@ from pathlib import Path
 
 from app import metrics
 from app.engines import BACKENDS, Backend, MemberView
-from app.errors import ModelDirError, ModelNotFound, NotReady, ServeError, ShuttingDown
+from app.errors import ModelDirError, ModelNotFound, ServeError, ShuttingDown
 from app.model_dir.reading import read_model_dir
 from app.pool import EnginePool
 from app.registry.devices import DeviceFollower, DeviceMoves
@@ -48,7 +43,8 @@ from app.registry.lifetimes import Lifetimes
 from app.registry.loading import Loader
 from app.registry.startup import Defaults, choose_defaults, find_models, make_plugins
 from app.registry.status import SERVING, ModelStatus, current_status
-from app.registry.versions import Lease, ModelVersion
+from app.registry.tickets import Ticket
+from app.registry.versions import ModelVersion
 from app.settings import Settings
 from app.tasks import TASKS, Task
 
@@ -69,13 +65,7 @@ class Registry:
         self.devices = DeviceFollower(self.loader)
         self.moves = DeviceMoves(self.models, self.fallbacks, self.plugins, self.devices, settings.retry_after_s)
         self.defaults = Defaults()  # each task's default model, settled by configure()
-        # what the lease path reads: the models' versions under their lock, and the leases held
-        self._lock, self._idle, self._versions = self.models.lock, self.models.idle, self.models.versions
-        self._active = 0
-
-    @property
-    def _draining(self) -> bool:
-        return self.models.draining
+        self._versions = self.models.versions  # the version serving each model now (swapped in place)
 
     # -- start -------------------------------------------------------------------------------
 
@@ -159,18 +149,24 @@ class Registry:
         with self.models.reload_locks[name]:
             return self.models.reload(name, warm_up=False, recheck=True)
 
-    # -- leases ------------------------------------------------------------------------------------
+    # -- tickets -----------------------------------------------------------------------------------
 
-    def lease(self, name: str, backend: str | None = None) -> Leasing:
-        """`async with registry.lease(name, backend) as lease`: hold the model's current version until the block
-        ends, for its pool on `backend` (default: the default backend). Refuses at once when the model is not
-        serving or the backend not loaded for it; the caller checks the pool's room (`Lease.check_room()`) before
-        it reads its input, and takes its place (`Lease.admit()`) once the input is here."""
-        return Leasing(self, name, backend)
+    def ticket(self, name: str, backend: str | None = None) -> Ticket:
+        """`async with registry.ticket(name, backend) as ticket`: the model's current version, held until the block
+        ends, and its pool on `backend` (default: the default backend), where the ticket takes its place in line.
+        Refuses at once when the model is not serving or the backend not loaded for it; the caller checks the
+        pool's room (`Ticket.check_room()`) before it reads its input, and takes its place (`Ticket.admit()`) once
+        the input is here."""
+        version = self.models.hold(name)
+        try:
+            return Ticket(version, self.backend_for(version, backend), self.models)
+        except BaseException:
+            self.models.let_go(version)
+            raise
 
     def resolve(self, name: str, backend: str | None = None) -> tuple[ModelVersion, str]:
         """The version serving `name` now and the backend a request naming `backend` (None: the
-        default) is served on, resolved as lease() does, without holding anything: for checks made
+        default) is served on, resolved as ticket() does, without holding anything: for checks made
         before the application sees the request (shedding from the request head). Raises what the
         request would get: ModelNotFound, NotReady, BackendNotAvailable."""
         version = self.get(name)
@@ -192,8 +188,8 @@ class Registry:
         return backend
 
     def pool_for(self, name: str, backend: str | None = None) -> tuple[str, EnginePool] | None:
-        """The backend and pool whose room lease(name, backend) would check now, without holding the
-        version (load shedding from a request's head: app/api/shedding.py); None where lease() would
+        """The backend and pool whose room ticket(name, backend) would check now, without holding the
+        version (load shedding from a request's head: app/api/shedding.py); None where ticket() would
         refuse for another reason (a model not serving, a backend not loaded for it)."""
         try:
             version, key = self.resolve(name, backend)
@@ -201,61 +197,37 @@ class Registry:
             return None
         return key, version.pool(key)
 
-    def _hold(self, name: str) -> ModelVersion:
-        with self._lock:
-            if self._draining:
-                raise ShuttingDown("the service is shutting down")
-            version = self._versions.get(name)
-            if version is None:
-                raise self._not_serving(name)
-            version.leases += 1
-            self._active += 1
-            return version
-
-    def _let_go(self, version: ModelVersion) -> None:
-        with self._lock:
-            version.leases -= 1
-            self._active -= 1
-            close = version.retired and version.leases == 0
-            if self._active == 0 and self._draining:  # only drain() waits for it
-                self._idle.notify_all()
-        if close:
-            version.close()
-
     @property
     def active(self) -> int:
-        """Leases held now: requests admitted and not yet answered."""
-        return self._active
+        """Requests holding a ticket now: admitted and not yet answered."""
+        return self.models.active
 
     @property
     def draining(self) -> bool:
-        """Shutting down (drain() or close() began): new leases are refused."""
-        return self._draining
+        """Shutting down (drain() or close() began): new tickets are refused."""
+        return self.models.draining
 
     # -- shutdown -----------------------------------------------------------------------------------
 
     async def drain(self, timeout_s: float) -> bool:
-        """Refuse new leases and wait until the admitted ones end, at most timeout_s. True if
-        every request was answered in time."""
-        with self._lock:
-            self.models.draining = True
-            if self._active == 0:
+        """Refuse new tickets and wait until the requests holding one end, at most timeout_s. True if every request
+        was answered in time."""
+        models = self.models
+        with models.lock:
+            models.draining = True
+            if models.active == 0:
                 return True
-        log.info("draining: %d request(s) in flight, up to %.1f s", self._active, timeout_s)
-        return await asyncio.to_thread(self._wait_idle, timeout_s)
-
-    def _wait_idle(self, timeout_s: float) -> bool:
-        with self._idle:
-            return self._idle.wait_for(lambda: self._active == 0, timeout_s)
+        log.info("draining: %d request(s) in flight, up to %.1f s", models.active, timeout_s)
+        return await asyncio.to_thread(models.wait_idle, timeout_s)
 
     def close(self) -> None:
-        """Stop following devices, close every version (a version still leased closes when its last lease
-        ends) and wait, bounded, for the interpreters to be released."""
-        with self._lock:
+        """Stop following devices, close every version (a version still held closes when the last request holding
+        it ends) and wait, bounded, for the interpreters to be released."""
+        with self.models.lock:
             self.models.draining = True
         for plugin in self.plugins.values():
             plugin.close()
-        with self._lock:
+        with self.models.lock:
             versions = list(self._versions.values())
             to_close = [v for v in versions if self.models.retire(v)]
         for version in to_close:
@@ -263,7 +235,7 @@ class Registry:
         deadline = time.monotonic() + self.settings.close_timeout_s  # for the interpreters' threads to close them
         for version in to_close:
             for pool in version.pools.values():
-                pool.join(max(0.0, deadline - time.monotonic()))
+                pool.members.join(max(0.0, deadline - time.monotonic()))
 
     # -- what clients see ---------------------------------------------------------------------------
 
@@ -290,18 +262,11 @@ class Registry:
         return self._versions.get(name)
 
     def get(self, name: str) -> ModelVersion:
-        """The version serving now (for describing it; requests take a lease instead)."""
+        """The version serving now (for describing it; requests hold theirs through a ticket instead)."""
         version = self._versions.get(name)
         if version is None:
-            raise self._not_serving(name)
+            raise self.models.not_serving(name)
         return version
-
-    def _not_serving(self, name: str) -> ServeError:
-        status = self.models.states.get(name)
-        if status is None:
-            return ModelNotFound(f"no model {name!r}; serving {sorted(self.models.paths)}")
-        detail = f": {status.error}" if status.error else ""
-        return NotReady(f"model {name!r} is {status.state}{detail}")
 
     @property
     def default_backend(self) -> str:
@@ -332,41 +297,3 @@ class Registry:
         reports = {key: plugin.report(self.members(key)) for key, plugin in self.plugins.items()}
         return {key: report for key, report in reports.items() if report is not None}
 
-
-class Leasing:
-    """Registry.lease(): the version held from the block's start to its end. A class rather than a generator
-    (asynccontextmanager): every request enters one, and the generator's machinery cost about 20 us of the event
-    loop's time a request at one client (cold, on 2 cores)."""
-
-    __slots__ = ("_registry", "_name", "_backend", "_version", "_lease")
-
-    def __init__(self, registry: Registry, name: str, backend: str | None):
-        self._registry = registry
-        self._name = name
-        self._backend = backend
-
-    def enter(self) -> Lease:
-        """The block's start (for a holder that is itself a context manager: app/core's)."""
-        registry = self._registry
-        version = registry._hold(self._name)
-        try:
-            key = registry.backend_for(version, self._backend)
-            lease = Lease(version, key, version.pool(key))
-        except BaseException:
-            registry._let_go(version)
-            raise
-        self._version, self._lease = version, lease
-        return lease
-
-    def exit(self) -> None:
-        """The block's end: the place in line given back, then the version."""
-        try:
-            self._lease.release()
-        finally:
-            self._registry._let_go(self._version)
-
-    async def __aenter__(self) -> Lease:
-        return self.enter()
-
-    async def __aexit__(self, *exc) -> None:
-        self.exit()

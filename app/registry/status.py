@@ -40,7 +40,7 @@ def current_status(stored: ModelStatus, version: ModelVersion | None,
                      else f"{key} requested, serving on {fallback.backend}: {fallback.reason}")
         state = "degraded"
     for backend, pool in version.pools.items():
-        sick = pool.unhealthy  # interpreters, or pipelines with a segment lost: every kind of member alike
+        sick = pool.members.unhealthy  # interpreters, or pipelines with a segment lost: every kind of member alike
         if sick:  # hung and being re-created, or a device gone (unplugged): fewer serve, or none
             notes.append(f"{backend}: " + "; ".join(f"{m.where} {m.problem}" for m in sick))
             everyone = len(sick) == len(pool.members)

@@ -3,7 +3,7 @@ one run's outputs (its result, and its answer's schema); and the same outputs as
 send tensors (OIP v2).
 
 A task turns a run's output tensors into an answer, as pycoral's adapters do beside a task-neutral run: engines,
-pools and pipelines move every output tensor and know no task, and a task knows no lease, pool, request or front
+pools and pipelines move every output tensor and know no task, and a task knows no ticket, pool, request or front
 door (it sits below the registry, which binds it at load, as a backend does; the core, app/core/, calls it).
 model.json names the task and, by role, the output tensors it reads (`outputs`: role -> tensor name in the model
 file). At load the registry has the task `bind` a pool's output specs: each role resolved to its tensor BY NAME

@@ -7,11 +7,11 @@ Its outputs are its task's named outputs (app/tasks/: Task.named_outputs), each 
 has two: `scores` FP32 [N, classes] (dequantized, softmax for logit models: the scores /v1 reports)
 and `raw` [N, classes], the output tensor as the model gave it (its scale and zero point in the
 model's config). N inputs run as N invokes spread over the pool, answered in order. No web
-framework here: the router hands this module an InferRequest and the core's hold on the model.
+framework here: the router hands this module an InferRequest, the core and the request's ticket on the model.
 
 Admission: the router holds the model through the core (the model version, and a 503 at once if
 the line is full) before it reads the body; once the body is here, a request of N inputs takes N
-places on that version before any decoding, all or none (Held.tensors): a line too short for the
+places on that version before any decoding, all or none (Core.tensors): a line too short for the
 whole batch refuses it at once (Busy, 503).
 """
 
@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.api.v2.wire import BYTES, InferRequest, InputTensor, OutputTensor, classification, datatype_of
-from app.core import Held, ImageInput, TensorInput
-from app.core.core import Tensors
+from app.core import Core, ImageInput, Tensors, TensorInput, Ticket
 from app.errors import RequestError
 from app.registry import ModelVersion
 from app.tasks import NamedOutput
@@ -47,7 +46,7 @@ def named_outputs(model: ModelVersion, backend: str) -> tuple[NamedOutput, ...]:
 
 
 def model_metadata(model: ModelVersion, backend: str) -> dict:
-    inp = model.pool(backend).inputs[0]
+    inp = model.pool(backend).members.inputs[0]
     return {
         "name": model.name,
         "versions": [VERSION],
@@ -85,12 +84,13 @@ def model_config(model: ModelVersion, backend: str, backends: list[str], limits:
     }
 
 
-async def infer(held: Held, backend: str, request: InferRequest, limits: Limits) -> tuple[list[OutputTensor], dict]:
+async def infer(core: Core, ticket: Ticket, backend: str, request: InferRequest,
+                limits: Limits) -> tuple[list[OutputTensor], dict]:
     """Run every input of the request on `backend` of the held version; the outputs asked for, and the timings
     as parameters."""
     start = time.perf_counter()
-    model = held.version
-    spec = held.input_of(backend)  # an unknown backend fails before any work
+    model = ticket.version
+    spec = ticket.input_on(backend)  # an unknown backend fails before any work
     outputs = named_outputs(model, backend)
     wanted = _wanted_outputs(request, limits, [out.name for out in outputs])
     tensor = _the_input(request)
@@ -109,7 +109,7 @@ async def infer(held: Held, backend: str, request: InferRequest, limits: Limits)
                                f"got {list(tensor.shape)}")
         _check_batch(tensor.shape[0], limits)
         inputs = [TensorInput(tensor.data[i:i + 1]) for i in range(tensor.shape[0])]
-    results = await held.tensors(inputs, backend)
+    results = await core.tensors(ticket, inputs, backend)
     answer = [_output(name, binary, k, results, model) for name, binary, k in wanted]
     parameters = {"backend": backend, "cold": any(r.cold for r in results)}
     for stage in ("decode", "preprocess", "queue", "inference"):

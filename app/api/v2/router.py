@@ -97,7 +97,7 @@ def _model(registry: Registry, name: str, version: str | None) -> ModelVersion:
 
 
 def _backend(registry: Registry, model: ModelVersion) -> str:
-    """The backend a request that names none is served on (the core's, Core.target)."""
+    """The backend a request that names none is served on (the ticket's: Registry.backend_for)."""
     return registry.backend_for(model, None)
 
 
@@ -236,6 +236,6 @@ async def _infer(request: Request, name: str, version: str | None) -> Response:
         parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
         del body
         backend = _requested(parsed.parameters.get("backend"), hold.backend)
-        outputs, parameters = await v2.infer(hold, backend, parsed, _limits(settings))
+        outputs, parameters = await v2.infer(request.app.state.core, hold, backend, parsed, _limits(settings))
     content, headers = encode_response(hold.model, version or v2.VERSION, parsed.id, outputs, parameters)
     return Response(content, headers=headers)

@@ -17,6 +17,13 @@ class ServeError(Exception):
     # the model and backend the failed request was for, once known (app/core: a door counts it under them)
     target: Any = None
 
+    def alone(self) -> ServeError:
+        """This error without the frames that raised it, nor the errors it was raised from: a refusal handed to
+        another thread or a future keeps nothing alive (those frames hold the request's body, and the future that
+        holds the error: a cycle that only a full collection frees). Its message already says what went wrong."""
+        self.__traceback__ = self.__cause__ = self.__context__ = None
+        return self
+
 
 class ModelDirError(ServeError):
     """A model directory is missing, malformed, or a file does not match its sha256."""

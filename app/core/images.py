@@ -14,6 +14,7 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from app.errors import ServeError
 from app.imaging.decoding import decode_with_source
 from app.imaging.geometry import Geometry, to_pixels
 from app.imaging.quantization import InputQuantizer
@@ -85,28 +86,32 @@ class ImageWork:
             if late is not None:
                 raise late
             tensor, preparing.prepared = self._prepare(data, ticket)
-        except Exception as e:  # a bad image, a place that waited too long: the request's error
+        except ServeError as e:  # a bad image, a place that waited too long: the request's error, without its frames
+            # (they hold the body, the ticket and this future: a cycle that kept each refused body until a full
+            # collection, issue 42's DOODS bodies)
+            preparing.set_exception(e.alone())
+        except Exception as e:  # a fault of ours: its frames kept for the log
             preparing.set_exception(e)
         else:
             preparing.set_result([tensor])  # the model's one input: the image
 
-    def _prepare(self, data: bytes, lease: Ticket) -> tuple[np.ndarray, Prepared]:
-        spec = lease.model_dir.manifest.input
+    def _prepare(self, data: bytes, ticket: Ticket) -> tuple[np.ndarray, Prepared]:
+        spec = ticket.model_dir.manifest.input
         start = time.perf_counter()
         image, source = decode_with_source(data, spec, self.max_pixels, **self.decode_options)
         decoded = time.perf_counter()
-        tensor = self.quantizer(lease)(to_pixels(image, spec, (source.width, source.height)))
+        tensor = self.quantizer(ticket)(to_pixels(image, spec, (source.width, source.height)))
         geometry = Geometry.of(source, image.size, spec)
         prepared = Prepared((decoded - start) * 1000, (time.perf_counter() - decoded) * 1000, geometry)
         return tensor, prepared  # the model's one input: the image
 
-    def quantizer(self, lease: Ticket) -> InputQuantizer:
-        """The quantizer of the leased pool's image input (the registry checked at load that it takes one)."""
-        quantizer = self._quantizers.get(lease.pool)
+    def quantizer(self, ticket: Ticket) -> InputQuantizer:
+        """The quantizer of the ticket pool's image input (the registry checked at load that it takes one)."""
+        quantizer = self._quantizers.get(ticket.pool)
         if quantizer is None:  # two image threads may both make it: the same table, kept once
-            image = lease.input
-            quantizer = InputQuantizer(lease.model_dir.manifest.input, image.dtype, image.scale, image.zero_point)
-            self._quantizers[lease.pool] = quantizer
+            image = ticket.input
+            quantizer = InputQuantizer(ticket.model_dir.manifest.input, image.dtype, image.scale, image.zero_point)
+            self._quantizers[ticket.pool] = quantizer
         return quantizer
 
     def close(self) -> None:

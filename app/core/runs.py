@@ -44,6 +44,9 @@ async def run(ticket: Ticket, given: Given, images: ImageWork) -> Run:
             result = await ticket.run(preparing)
         except BaseException:
             preparing.cancel()  # not begun yet (its request gave up, say): never decoded
+            # The error is also in `preparing`, and this frame joins its traceback: without the name, no cycle keeps
+            # the body alive until a full collection (issue 42's DOODS bodies)
+            del preparing
             raise
         prepared = preparing.prepared
         return _run(result, start, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms},

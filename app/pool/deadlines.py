@@ -103,3 +103,6 @@ async def outcome(job: Job) -> RunResult:
     finally:
         if not watched:
             job.timer.cancel()
+        # A failure is in job.done too, and this frame joins its traceback: without the name, no cycle keeps the
+        # job (and the request's input) alive until a full collection
+        del job

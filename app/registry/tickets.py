@@ -103,7 +103,9 @@ class Ticket:
         it is made (Place.run). A pool whose every device left hands its line to the version's pool on the backend
         the model falls back to (EnginePool.hand_over): the ticket then says the backend that ran it, and its
         outputs are read with that pool's roles."""
-        result = await (self.place or self.admit()).run([tensor] if isinstance(tensor, np.ndarray) else tensor)
+        running = (self.place or self.admit()).run([tensor] if isinstance(tensor, np.ndarray) else tensor)
+        del tensor  # a failure to make it is in it too, and this frame joins that error's traceback: no cycle
+        result = await running
         ran_on = result.backend
         if ran_on is not None and ran_on != self.backend and ran_on in self.version.pools:
             self.backend, self.pool = ran_on, self.version.pools[ran_on]

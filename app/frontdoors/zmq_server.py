@@ -206,7 +206,7 @@ def peer_of(transport: asyncio.BaseTransport) -> tuple:
         address = ipaddress.ip_address(peer[0].split("%", 1)[0])
         if address.version == 6 and address.ipv4_mapped is not None:
             address = address.ipv4_mapped
-        return address, f"{peer[0]}:{peer[1]}" if address.version == 4 else f"[{peer[0]}]:{peer[1]}"
+        return address, f"{address}:{peer[1]}" if address.version == 4 else f"[{address}]:{peer[1]}"
     sock = transport.get_extra_info("socket")
     try:
         pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))

@@ -16,8 +16,8 @@ import shutil
 import pytest
 
 from app.frontdoors.served import ServedDetector
-from app.frontdoors.uploads import ModelUploads
-from app.frontdoors.zmtp import HASH, SKIP
+from app.frontdoors.uploads import REFUSED, ModelUploads
+from app.frontdoors.zmtp import HASH
 from app.settings import Settings
 from bench.service import free_port
 from bench.zmtp_peer import RawPeer, frame_head
@@ -187,13 +187,13 @@ def test_each_upload_is_decided_from_its_name_and_size_before_its_bytes(tmp_path
 
     cases, off, uploads = asyncio.run(_admit_all(tmp_path))
     limits = {what: (t.limit, t.refusal) for what, t in cases.items()}
-    assert limits["a peer outside ZMQ_UPLOAD_FROM"][0] == SKIP and "ZMQ_UPLOAD_FROM" in limits["a peer outside ZMQ_UPLOAD_FROM"][1]
-    assert limits["too large"][0] == SKIP and "ZMQ_MAX_MODEL_BYTES" in limits["too large"][1]
-    assert limits["not tflite"][0] == SKIP
+    assert limits["a peer outside ZMQ_UPLOAD_FROM"][0] == REFUSED and "ZMQ_UPLOAD_FROM" in limits["a peer outside ZMQ_UPLOAD_FROM"][1]
+    assert limits["too large"][0] == REFUSED and "ZMQ_MAX_MODEL_BYTES" in limits["too large"][1]
+    assert limits["not tflite"][0] == REFUSED
     assert limits["answers (a file's name, case aside)"] == (HASH, None)
     assert limits["the writer"] == (100, None)  # the one upload held
     assert limits["the same name meanwhile"] == (HASH, None) and cases["the same name meanwhile"].joins is cases["the writer"]
-    assert limits["another meanwhile"][0] == SKIP and limits["another meanwhile"][1].startswith("busy")
-    assert off.limit == SKIP and "ZMQ_ACCEPT_MODELS" in off.refusal
+    assert limits["another meanwhile"][0] == REFUSED and limits["another meanwhile"][1].startswith("busy")
+    assert off.limit == REFUSED and "ZMQ_ACCEPT_MODELS" in off.refusal
     uploads.release(cases["the writer"])
     assert uploads.writing is None

@@ -27,7 +27,6 @@ from app.frontdoors.frigate import (
 from app.frontdoors.zmtp import (
     HASH,
     SCRATCH_BYTES,
-    SKIP,
     Dropped,
     FrameReader,
     ReaderLimits,
@@ -42,9 +41,10 @@ OPENING = greeting() + ready_command()
 
 
 class Owner:
-    """The reader's owner: every frame held up to `limit` (or SKIP/HASH past it), messages and commands kept."""
+    """The reader's owner: every frame held up to `limit`, past it read through a hash (past=HASH) or refused (the
+    reader drops the peer); messages and commands kept."""
 
-    def __init__(self, limit: int = 1 << 20, past: int = SKIP):
+    def __init__(self, limit: int = 1 << 20, past: int | None = None):
         self.limit, self.past = limit, past
         self.messages: list[list] = []
         self.commands: list[bytes] = []
@@ -52,7 +52,7 @@ class Owner:
 
     def frame_limit(self, frames, size):
         self.asked.append(size)
-        return self.limit if size <= self.limit else self.past
+        return self.limit if size <= self.limit or self.past is None else self.past
 
     def message(self, frames):
         self.messages.append(frames)
@@ -114,10 +114,11 @@ def test_a_large_frame_is_received_straight_into_its_own_buffer():
     (OPENING + b"\x10\x01x", "framing"),                                  # a reserved flag
     (OPENING + frame_head(1, more=True) + b"x" + command(b"PING", b"\0\0"), "framing"),  # a command in a message
     (OPENING + command(b"SUBSCRIBE", b"x"), "command"),
-    (OPENING + frame_head((1 << 26) + 1) , "frame_size"),                 # past what is ever read
+    (OPENING + frame_head((1 << 20) + 1), "frame_size"),                  # past its limit
+    (OPENING + frame_head(1 << 62), "frame_size"),
 ])
 def test_a_peer_is_dropped_at_the_first_thing_that_breaks_the_protocol(opening, reason):
-    reader = FrameReader(Owner(), ReaderLimits(skip_bytes=1 << 26))
+    reader = FrameReader(Owner())
     with pytest.raises(Dropped) as dropped:
         feed(reader, opening)
     assert dropped.value.reason == reason, dropped.value
@@ -140,16 +141,19 @@ def test_a_message_of_very_many_frames_is_dropped_at_its_limit_with_what_came_be
     assert len(owner.asked) == 16  # the 17th frame's head was the last thing read
 
 
-def test_a_frame_past_its_limit_is_read_and_dropped_or_hashed_never_held():
+def test_a_frame_past_its_limit_drops_its_peer_at_its_head_unless_it_is_to_be_hashed():
     body = bytes(range(256)) * 1000
-    for past in (SKIP, HASH):
-        owner = Owner(limit=1000, past=past)
-        reader = FrameReader(owner)
-        feed(reader, OPENING + message([b"", b"head", body]) + message([b"", b"next"]))
-        first, second = owner.messages
-        assert first[:2] == [b"", b"head"] and isinstance(first[2], Skipped) and len(first[2]) == len(body)
-        assert first[2].sha256 == (hashlib.sha256(body).hexdigest() if past == HASH else None)
-        assert second == [b"", b"next"]  # the next message read as usual
+    owner = Owner(limit=1000, past=HASH)
+    reader = FrameReader(owner)
+    feed(reader, OPENING + message([b"", b"head", body]) + message([b"", b"next"]))
+    first, second = owner.messages
+    assert first[:2] == [b"", b"head"] and isinstance(first[2], Skipped) and len(first[2]) == len(body)
+    assert first[2].sha256 == hashlib.sha256(body).hexdigest()
+    assert second == [b"", b"next"]  # the next message read as usual
+    reader = FrameReader(Owner(limit=1000))
+    with pytest.raises(Dropped) as dropped:
+        feed(reader, OPENING + message([b"", b"head", body])[:2 + 6 + 9])  # up to the body's head, nothing of it
+    assert dropped.value.reason == "frame_size" and dropped.value.frames == [b"", b"head"]
 
 
 def test_a_paused_reader_hands_over_nothing_until_resumed_and_stops_reading_when_full():
@@ -190,7 +194,7 @@ messages = st.lists(st.lists(st.binary(max_size=600) | st.integers(0, 40_000).ma
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sent=messages, cuts=st.lists(st.integers(1, 300_000), max_size=40), limit=st.integers(0, 50_000))
 def test_any_split_of_the_bytes_gives_the_same_messages(sent, cuts, limit):
-    owner = Owner(limit=limit)
+    owner = Owner(limit=limit, past=HASH)
     reader = FrameReader(owner)
     feed(reader, OPENING + b"".join(message(m) for m in sent), cuts)
     got = [[f if isinstance(f, Skipped) else bytes(f) for f in m] for m in owner.messages]
@@ -199,22 +203,23 @@ def test_any_split_of_the_bytes_gives_the_same_messages(sent, cuts, limit):
         for frame, data in zip(frames, wanted, strict=True):
             if len(data) <= limit:
                 assert frame == data
-            else:  # past its limit: never held, its size said
+            else:  # past its limit, read through its hash: never held
                 assert isinstance(frame, Skipped) and len(frame) == len(data)
+                assert frame.sha256 == hashlib.sha256(data).hexdigest()
 
 
 @settings(max_examples=300, deadline=None)
 @given(noise=st.binary(max_size=3000), cuts=st.lists(st.integers(1, 3000), max_size=20))
 def test_any_bytes_after_the_handshake_give_messages_or_a_drop_and_nothing_past_a_limit_is_held(noise, cuts):
     owner = Owner(limit=512)
-    reader = FrameReader(owner, ReaderLimits(max_frames=16, skip_bytes=1 << 20))
+    reader = FrameReader(owner, ReaderLimits(max_frames=16))
     try:
         feed(reader, OPENING + noise, [c + len(OPENING) for c in cuts])
     except Dropped as dropped:
         assert dropped.reason in {"framing", "command", "frames", "frame_size"}
     for frames in owner.messages:
         assert len(frames) <= 16
-        assert all(isinstance(f, Skipped) or len(f) <= 512 for f in frames)
+        assert all(len(f) <= 512 for f in frames)
     assert reader._frame is None or len(reader._frame) <= 512  # a frame under way is one within its limit
 
 
@@ -247,7 +252,7 @@ headers = st.fixed_dictionaries({}, optional={
 
 
 @settings(max_examples=400, deadline=None)
-@given(header=headers | json_values, payload=st.binary(max_size=2000) | st.integers(0, 500_000).map(Skipped),
+@given(header=headers | json_values, payload=st.binary(max_size=2000) | st.integers(0, 500_000).map(lambda n: Skipped(n, "0" * 64)),
        extra=st.lists(st.binary(max_size=4), max_size=2), raw=st.booleans())
 def test_any_message_is_read_as_a_request_or_refused_with_a_reason(header, payload, extra, raw):
     first = json.dumps(header).encode() if not raw else json.dumps(header).encode()[::-1]

@@ -55,7 +55,7 @@ async def open_doors(settings: Settings, core: Core, first_worker: bool = True) 
                            settings.zmq_max_uploaded_bytes)
     policy = PeerPolicy.from_settings(settings.zmq_allow_from, settings.zmq_upload_from, settings.zmq_allow_remote)
     door = ZmqDoor(zmq_endpoint(settings.zmq_endpoint), CoreDetectors(core), uploads, policy=policy,
-                   max_in_flight=settings.zmq_max_in_flight, max_model_bytes=settings.zmq_max_model_bytes,
+                   max_in_flight=settings.zmq_max_in_flight,
                    refusal_log_window_s=settings.refusal_log_window_s, max_connections=settings.zmq_max_connections,
                    peer_timeout_s=settings.zmq_peer_timeout_s)
     await door.start()

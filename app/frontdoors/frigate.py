@@ -134,6 +134,15 @@ def read_header(frame) -> dict:
     return header
 
 
+def header_problem(frame) -> str:
+    """Why a first frame is no header (read_header's refusal), for an answer given before its message has ended."""
+    try:
+        read_header(frame)
+    except Refused as refused:
+        return refused.message
+    return "the header was read"
+
+
 def header_of(frames: list) -> dict | None:
     """The first frame as Frigate's JSON header, or None when it is not one."""
     try:

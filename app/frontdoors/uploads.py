@@ -1,12 +1,12 @@
 """Frigate's model transfer (model_data): a .tflite a client sends, checked, written as a model directory, loaded.
 
 Only with ZMQ_ACCEPT_MODELS=true, from loopback, ipc and ZMQ_UPLOAD_FROM peers, at most ZMQ_MAX_MODEL_BYTES. Each
-upload is decided twice. First from its header and its frame's declared size, before any byte of the file is held
+upload is decided twice. First from its header and its frame's declared size, before any byte of the file is read
 (`admit`, as the frame's head arrives): a refusal then (uploads off, a peer not allowed, a name that makes no model,
-a size over the cap, another model being written, the caps on uploaded models reached) lets the file's bytes be read
-and dropped; a name that already answers, or the name being written now, lets them be read through a hash and
-dropped (nothing of them held); only the one upload that may be written is received whole. Then, once it has come
-(`receive`):
+a size over the cap, another model being written, the caps on uploaded models reached) is answered at once, and its
+peer dropped with nothing of the file read; a name that already answers, or the name being written now, lets the
+file be read through a hash (nothing of it held); only the one upload that may be written is received whole. Then,
+once it has come (`receive`):
 
     name, bytes --checks (app/importing: as `converter import` checks a file; here also: a detector ending in
                   TFLite_Detection_PostProcess with a uint8 [1, H, W, 3] input, what Frigate sends)
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from app.errors import ServeError
 from app.frontdoors.served import ServedDetector, UploadResult
-from app.frontdoors.zmtp import HASH, SKIP
+from app.frontdoors.zmtp import HASH
 from app.importing import ImportRefused, graph_facts, handed_over, read_tflite_source
 from app.model_dir.schema import EDGETPU, INT8, MANIFEST
 from app.model_dir.writing import write_model_dir
@@ -50,19 +50,28 @@ PROVENANCE = "uploaded by a Frigate ZMQ client"
 ROUTE = "uploaded"
 
 
+# A Ticket's limit when the upload is refused from its header: no frame is that small
+REFUSED = -1
+
+
 class Refusal(Exception):
-    """The upload is not kept; the message says why and what would work."""
+    """The upload is not kept; the message says why and what would work. `reason`: its label."""
+
+    def __init__(self, message: str, reason: str = "upload"):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(eq=False)
 class Ticket:
-    """One upload as admitted from its header: how its file's frame is read (`limit`: held up to its size, or SKIP,
-    or HASH), and what decides its answer once it has come."""
+    """One upload as admitted from its header: how its file's frame is read (`limit`: held up to its size, HASH, or
+    REFUSED: answered `refusal` at once), and what decides its answer once it has come."""
 
     name: str
     size: int
     limit: int
     refusal: str | None = None              # answered so, whatever the bytes
+    reason: str = "upload"                  # the refusal's label (metrics, log)
     model: str = ""                         # the model directory it becomes
     hashes: frozenset[str] = frozenset()    # a name that answers: that model's own files (same bytes: served)
     answers: ServedDetector | None = None
@@ -98,7 +107,7 @@ class ModelUploads:
         try:
             return self._admit(name, size, may_upload, served)
         except Refusal as e:
-            return Ticket(name, size, SKIP, refusal=str(e))
+            return Ticket(name, size, REFUSED, refusal=str(e), reason=e.reason)
 
     def _admit(self, name: str, size: int, may_upload: bool, served: Iterable[ServedDetector]) -> Ticket:
         if not self.accepting:
@@ -119,7 +128,7 @@ class ModelUploads:
             if writing.model.lower() == model.lower():
                 return Ticket(name, size, HASH, model=writing.model, joins=writing)
             raise Refusal(f"busy: {writing.name} is being written and loaded (one model at a time). Frigate does not "
-                          f"send it again by itself: restart its detector once {writing.model} serves")
+                          f"send it again by itself: restart its detector once {writing.model} serves", "busy")
         directory = next((p for p in self._directories() if p.name.lower() == model.lower()), None)
         if directory is not None:
             return Ticket(name, size, HASH, model=directory.name, directory=directory)

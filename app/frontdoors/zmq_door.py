@@ -9,8 +9,13 @@ the reply goes back on the connection it came on, in the envelope it came in (a 
 Limits bite before memory is spent: as each frame's head arrives, `frame_limit` says how large it may be from what
 came before it in its message. A header at most MAX_HEADER_BYTES; a tensor at most the largest input a served
 detector takes; a model file at most ZMQ_MAX_MODEL_BYTES, and only the one upload that may be written is held
-(app/frontdoors/zmq_models.py); anything else past its limit is read and dropped, never held, and the request is
-refused with the reason once its message has ended.
+(app/frontdoors/zmq_models.py). A frame past its limit is refused at its head: the request is answered with the
+reason and its peer dropped, before a byte of the frame is read (libzmq's REQ reads the answer, then connects
+again by itself).
+
+A peer whose requests keep being refused is paced: after REFUSALS_UNPACED refusals in a row, its next message is
+read only after a pause that doubles with each refusal, up to PACE_MAX_S (under Frigate's 200 ms timeout). Refusals
+cost the event loop little, but a peer that sends nothing else gets no more of it than that.
 
 Every request gets a reply, never silence: refused ones get zero rows with the reason (or a model message's JSON
 with it), logged (rate-limited, app/refusal_log.py) and counted in /metrics (protocol="zmq", and
@@ -44,6 +49,7 @@ from app.frontdoors.frigate import (
     Requests,
     TensorRequest,
     family_for,
+    header_problem,
     looks_like_json,
     model_reply,
     rows_reply,
@@ -52,7 +58,7 @@ from app.frontdoors.frigate import (
 from app.frontdoors.served import Detectors, ServedDetector
 from app.frontdoors.zmq_models import ModelMessages
 from app.frontdoors.zmq_server import BindError, Connection, PeerPolicy, ZmtpServer
-from app.frontdoors.zmtp import Dropped, ReaderLimits, Skipped
+from app.frontdoors.zmtp import Dropped, ReaderLimits
 from app.refusal_log import RefusalLog
 from app.settings import ZmqEndpoint
 
@@ -64,7 +70,10 @@ CLIENT_SEEN_S = 60.0
 STOP_WAIT_S = 5.0
 # The largest served input is asked of the models again after this long (a model uploaded or reloaded meanwhile)
 LARGEST_INPUT_S = 1.0
-MODEL_BYTES_SETTING = "EDGETPU_SERVE_ZMQ_MAX_MODEL_BYTES"
+# A peer refused this many times in a row is paced: its next message is read after PACE_FIRST_S, doubling up to
+# PACE_MAX_S with each refusal more, until one of its requests is answered
+REFUSALS_UNPACED = 8
+PACE_FIRST_S, PACE_MAX_S = 0.001, 0.1
 
 
 # ServeError class -> (reason, status) for the refusals a run can end in
@@ -74,7 +83,7 @@ RUN_REFUSALS = ((InvokeTimeout, "timeout"), (Busy, "busy"), (NotReady, "not_read
 
 class ZmqDoor:
     def __init__(self, endpoint: ZmqEndpoint, detectors: Detectors, uploads, *, policy: PeerPolicy = PeerPolicy(),
-                 max_in_flight: int, max_model_bytes: int, refusal_log_window_s: float, max_connections: int = 64,
+                 max_in_flight: int, refusal_log_window_s: float, max_connections: int = 64,
                  peer_timeout_s: float = 10.0):
         self.endpoint = endpoint
         self.detectors = detectors
@@ -84,7 +93,7 @@ class ZmqDoor:
         self.requests = Requests()
         self.models = ModelMessages(detectors, uploads, self)
         self.server = ZmtpServer(endpoint, self, policy, max_connections=max_connections, timeout_s=peer_timeout_s,
-                                 limits=ReaderLimits(skip_bytes=max_model_bytes, skip_setting=MODEL_BYTES_SETTING), refusals=self.refusals)
+                                 limits=ReaderLimits(), refusals=self.refusals)
         self.peers: dict[Connection, str] = {}   # connection -> the model its model_request named
         self.answered = 0
         self.refused: Counter[str] = Counter()
@@ -141,16 +150,26 @@ class ZmqDoor:
     def frame_limit(self, peer: Connection, frames: list, size: int) -> int:
         """How large the frame that follows `frames` may be, from what came before it: its message's header, at most
         MAX_HEADER_BYTES; after a tensor request's header, the largest served input; after a model_data header, what
-        the uploads admit; anything else, MAX_HEADER_BYTES. A frame past it is read and dropped, never held."""
+        the uploads admit; anything else, MAX_HEADER_BYTES. Dropped, saying why, for a frame past it."""
         body = _body(frames)
-        if len(body) != 1:
-            return MAX_HEADER_BYTES
-        header = self.requests.peek(body[0])
-        if header is None or header.get("model_request"):
-            return MAX_HEADER_BYTES
-        if header.get("model_data"):
-            return self.models.upload_limit(peer, header, size)
-        return self._largest_input()
+        if len(body) == 1:
+            header = self.requests.peek(body[0])
+            if header is not None and header.get("model_data"):
+                return self.models.upload_limit(peer, header, size)
+            if header is None or not header.get("model_request"):  # a tensor (or what follows a header unread)
+                largest = self._largest_input()
+                if size > largest:
+                    if header is None:
+                        raise Dropped("header", header_problem(body[0]))
+                    raise Dropped("size", f"the tensor frame has {size} bytes, more than any model here takes (at "
+                                          f"most {largest}): set Frigate's model width and height to those of the "
+                                          "model it names (GET /v1/models)")
+                return largest
+        if size > MAX_HEADER_BYTES:
+            what = "first frame" if not body else "frame"
+            raise Dropped("header" if not body else "frames", f"a {what} of {size} bytes where at most "
+                          f"{MAX_HEADER_BYTES} may come (a header; Frigate's are under 100 bytes)")
+        return MAX_HEADER_BYTES
 
     def message(self, peer: Connection, frames: list) -> None:
         if len(self._tasks) >= self.max_in_flight or self.problem is not None:
@@ -160,7 +179,8 @@ class ZmqDoor:
             envelope, body = _split(frames)
             self._count_refusal(peer, refused, None)
             self.models.settle(peer)
-            peer.send(envelope + self._refusal(body, refused))
+            peer.refused_in_a_row += 1
+            peer.send(envelope + self._refusal(body, refused), pace_s(peer.refused_in_a_row))
             return
         task = asyncio.get_running_loop().create_task(self._answer(peer, frames))
         self._tasks.add(task)
@@ -191,10 +211,14 @@ class ZmqDoor:
             reply = self._refusal(body, Refused("internal", "internal error: see the service's log", 500))
         finally:
             self.models.settle(peer)
-        peer.send(envelope + reply)
         if ran is not None:
+            peer.refused_in_a_row = 0
+            peer.send(envelope + reply)
             self.answered += 1
             metrics.answered(PROTOCOL, *ran, 200)
+        else:
+            peer.refused_in_a_row += 1
+            peer.send(envelope + reply, pace_s(peer.refused_in_a_row))
 
     async def _reply(self, peer: Connection, body: list) -> tuple[list[bytes], tuple[str, str] | None]:
         """The reply, and the model and backend that ran the tensor when it was answered with rows (None: refused,
@@ -278,6 +302,13 @@ class ZmqDoor:
         return largest
 
 
+def pace_s(refused_in_a_row: int) -> float:
+    """How long a peer refused so many times in a row waits before its next message is read."""
+    if refused_in_a_row <= REFUSALS_UNPACED:
+        return 0.0
+    return min(PACE_MAX_S, PACE_FIRST_S * 2 ** min(refused_in_a_row - REFUSALS_UNPACED - 1, 16))
+
+
 def fits(detector: ServedDetector, request: TensorRequest) -> None:
     """Refused unless the tensor is the model's input as it is (shape, dtype) and its type is Frigate's for it."""
     if not detector.loaded:
@@ -290,8 +321,6 @@ def fits(detector: ServedDetector, request: TensorRequest) -> None:
         raise Refused("dtype", f"model {detector.name!r} takes {detector.dtype.name}, this tensor is "
                                f"{request.dtype.name}: set Frigate's input_dtype to int (uint8)")
     family_for(request.model_type, detector.family)
-    if isinstance(request.data, Skipped):  # its size is no served input's: refused above; never run
-        raise Refused("size", f"the tensor frame has {len(request.data)} bytes, more than any model here takes")
 
 
 def _split(frames: list) -> tuple[list, list]:

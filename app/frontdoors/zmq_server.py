@@ -103,6 +103,7 @@ class Connection(asyncio.BufferedProtocol):
         self.may_upload = False
         self.connected_at = self.active_at = self.moved_at = time.monotonic()  # active: its last whole message
         self.answering = False     # a message handed to the door, not yet answered
+        self.refused_in_a_row = 0  # the door's: its requests refused since its last one answered
         self.closing_at: float | None = None
         self.transport: asyncio.Transport | None = None
         self.reader: FrameReader | None = None
@@ -164,13 +165,15 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- the door's --------------------------------------------------------------------------------------------
 
-    def send(self, frames: list[bytes]) -> None:
-        """The answer to the message being answered; the next message is read then."""
+    def send(self, frames: list[bytes], pace_s: float = 0.0) -> None:
+        """The answer to the message being answered; the next message is read then (after `pace_s`)."""
         if self.reader is None or self.closing_at is not None:
             return
         self.transport.write(encode(frames))
         self.answering = False
-        if self._feeding:  # answered while the reader hands over: it goes on once it has returned
+        if pace_s > 0:
+            asyncio.get_running_loop().call_later(pace_s, self._resume)
+        elif self._feeding:  # answered while the reader hands over: it goes on once it has returned
             asyncio.get_running_loop().call_soon(self._resume)
         else:
             self._resume()

@@ -13,14 +13,15 @@ A peer's bytes, in order:
 `FrameReader` is the state machine, fed the way asyncio's BufferedProtocol feeds a protocol: `buffer()` says where
 the next bytes go, `received(n)` says how many came. Frame heads, commands and small frames land in the reader's
 scratch (SCRATCH_BYTES); a frame that does not fit there is received straight into its own buffer, allocated once
-its declared size has passed its owner's limit (`frame_limit`), so that the kernel copies it once and nothing else
-does (only the part that came in the same read as its head is copied over). A frame over its limit is never held:
-its bytes are read into one process-wide buffer and dropped (hashed on the way where asked), up to
-`ReaderLimits.skip_bytes`; past that, or at the first thing that breaks the protocol or a limit (a greeting
-that is not ZMTP 3 or not NULL, a command too large, a reserved flag, more than `max_frames` frames in a message),
-the reader raises `Dropped` before buffering anything of it. Each call does bounded work: at most `max_frames`
-frame heads and one message handed over before the owner may pause it (`paused`), what came after waiting in the
-scratch.
+its declared size has passed its owner's limit (`frame_limit`, asked as each frame's head arrives), so that the
+kernel copies it once and nothing else does (only the part that came in the same read as its head is copied over).
+At the first thing that breaks the protocol or a limit (a greeting that is not ZMTP 3 or not NULL, a command too
+large, a reserved flag, more than `max_frames` frames in a message, a frame past its limit) the reader raises
+`Dropped`, with the message under way, before anything of it is held: nothing is read past the offending head.
+The one exception is a frame its owner wants to know without holding (HASH: an upload compared with a file it may
+equal): its bytes are read into one process-wide buffer, hashed and dropped. Each call does bounded work: at most
+`max_frames` frame heads and one message handed over before the owner may pause it (`paused`), what came after
+waiting in the scratch.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ PEER_TYPES = frozenset({"REQ", "DEALER", "ROUTER"})
 SCRATCH_BYTES = 16 * 1024
 COMMAND_MAX_BYTES = 4096   # a READY with its properties; PING; a larger command is no client's
 MAX_PROPERTY_NAME = 255
-# Bytes of frames that are not held land here, one buffer for the process: every reader consumes them at once
-_SKIP = memoryview(bytearray(256 * 1024))
-# frame_limit's answers for a frame over its limit: dropped, or dropped with their sha256 kept
-SKIP, HASH = -1, -2
+# Bytes of frames read through a hash land here, one buffer for the process: every reader consumes them at once
+_HASHED = memoryview(bytearray(256 * 1024))
+# frame_limit's answer for a frame to read through a hash, not held (its owner may also raise Dropped itself)
+HASH = -2
 
 
 class Dropped(Exception):
@@ -57,11 +58,11 @@ class Dropped(Exception):
 
 
 class Skipped:
-    """A frame over its limit, never held: its size, and its sha256 where the owner asked for it (HASH)."""
+    """A frame read through a hash (HASH), never held: its size and its sha256."""
 
     __slots__ = ("size", "sha256")
 
-    def __init__(self, size: int, sha256: str | None = None):
+    def __init__(self, size: int, sha256: str):
         self.size, self.sha256 = size, sha256
 
     def __len__(self) -> int:
@@ -76,7 +77,8 @@ class Owner(Protocol):
 
     def frame_limit(self, frames: list, size: int) -> int:
         """The frame of `size` bytes that follows `frames` (the message so far): held when `size` is at most the
-        number returned; SKIP or HASH: not held; or Dropped."""
+        number returned; HASH: read through a hash, not held; past the limit, or Dropped raised here, the peer is
+        dropped."""
 
     def message(self, frames: list) -> None:
         """A whole message: bytes, np.uint8 arrays (frames received in their own buffer) and Skipped."""
@@ -88,12 +90,10 @@ class Owner(Protocol):
 @dataclass(frozen=True)
 class ReaderLimits:
     max_frames: int = 16           # frames in one message (a REQ peer's: the empty one, the header, the tensor)
-    skip_bytes: int = 64 << 20     # a frame over its limit is read and dropped up to this size; beyond, the peer is
-    skip_setting: str = ""         # what sets skip_bytes, for the message
 
 
 GREETING_STAGE, HANDSHAKE_STAGE, MESSAGE_STAGE = range(3)
-_SCRATCH, _DIRECT, _DISCARD = range(3)
+_SCRATCH, _DIRECT, _HASHING = range(3)
 
 
 class FrameReader:
@@ -111,7 +111,7 @@ class FrameReader:
         self._frame: np.ndarray | None = None   # _DIRECT: the frame being received, and its view
         self._frame_view: memoryview | None = None
         self._got = 0
-        self._left = 0                          # _DISCARD: bytes of the frame still to come
+        self._left = 0                          # _HASHING: bytes of the frame still to come
         self._hash = None
         self._size = 0
         self._more = False
@@ -122,8 +122,8 @@ class FrameReader:
         """Where the next bytes go: the frame's own buffer, the process' drop buffer, or the scratch."""
         if self._mode == _DIRECT:
             return self._frame_view[self._got:]
-        if self._mode == _DISCARD:
-            return _SKIP[:min(self._left, len(_SKIP))]
+        if self._mode == _HASHING:
+            return _HASHED[:min(self._left, len(_HASHED))]
         if self._start:
             pending = self._end - self._start
             self._scratch[:pending] = self._view[self._start:self._end]
@@ -144,9 +144,8 @@ class FrameReader:
             if self._got == self._size:
                 frame, self._frame, self._frame_view, self._mode = self._frame, None, None, _SCRATCH
                 self._frame_done(frame)
-        elif self._mode == _DISCARD:
-            if self._hash is not None:
-                self._hash.update(_SKIP[:n])
+        elif self._mode == _HASHING:
+            self._hash.update(_HASHED[:n])
             self._left -= n
             if not self._left:
                 self._mode = _SCRATCH
@@ -211,7 +210,11 @@ class FrameReader:
         frames = self.frames
         if len(frames) >= self.limits.max_frames:
             raise Dropped("frames", f"a message of more than {self.limits.max_frames} frames", frames)
-        limit = self.owner.frame_limit(frames, size)
+        try:
+            limit = self.owner.frame_limit(frames, size)
+        except Dropped as dropped:
+            dropped.frames = frames
+            raise
         here = min(size, end - pos)
         if size <= limit:
             if here == size:
@@ -222,21 +225,18 @@ class FrameReader:
             self._frame_view[:here] = self._view[pos:end]
             self._got, self._size, self._mode = here, size, _DIRECT
             return end
-        if size > self.limits.skip_bytes:
-            setting = f", {self.limits.skip_setting}" if self.limits.skip_setting else ""
-            raise Dropped("frame_size", f"a frame of {size} bytes: more than any frame is read "
-                                        f"({self.limits.skip_bytes}{setting})", frames)
+        if limit != HASH:
+            raise Dropped("frame_size", f"a frame of {size} bytes where at most {max(limit, 0)} may come", frames)
         self._size = size
-        self._hash = hashlib.sha256(self._view[pos:pos + here]) if limit == HASH else None
+        self._hash = hashlib.sha256(self._view[pos:pos + here])
         if here == size:
             self._frame_done(self._skipped())
         else:
-            self._left, self._mode = size - here, _DISCARD
+            self._left, self._mode = size - here, _HASHING
         return pos + here
 
     def _skipped(self) -> Skipped:
-        digest = self._hash.hexdigest() if self._hash is not None else None
-        self._hash = None
+        digest, self._hash = self._hash.hexdigest(), None
         return Skipped(self._size, digest)
 
     def _frame_done(self, frame) -> None:

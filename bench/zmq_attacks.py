@@ -15,10 +15,15 @@ The attacks, the issue's first, then more of the same kinds:
   slow_greetings   200 connections each send one byte of their greeting a second
   idle             500 connections greet and then say nothing
   huge_command     connection after connection declares a command of 2**62 bytes
-  header_flood     4 peers send distinct 4 KiB headers nested as deep as the door reads, as fast as answered
+  header_flood     4 peers send distinct 4 KiB headers nested as deep as the door reads (int8: refused once read),
+                   as fast as answered
   garbage          connection after connection sends 4 KiB of random bytes instead of a greeting
-  interleaved      50 peers send tensor requests 512 bytes at a time, round robin
+  interleaved      50 peers send tensor requests of the input's size (int8: refused once whole) 512 bytes at a time,
+                   round robin
   pipelined        a peer sends 100,000 small requests back to back without reading a reply
+and a control, no attack at all:
+  busy_core        a process that only spins, taking a core as an attacker on this machine does: what sharing 2 cores
+                   costs the good client, apart from anything the door does
 
 `--design b` runs the same against design (b), libzmq with every limit it offers (bench/zmq_libzmq_server.py).
 
@@ -213,7 +218,7 @@ async def header_flood(port: int, stop: asyncio.Event) -> None:
     def make(i):
         nested = '{"a": [[{"b": [[{"c": [%d]}]]}]]}' % i
         filler = ", ".join(f'"k{j}": "{i:08d}{j:04d}"' for j in range(150))
-        header = ('{"shape": [1, 300, 300, 3], "dtype": "uint8", "deep": %s, %s}' % (nested, filler)).encode()
+        header = ('{"shape": [1, 300, 300, 3], "dtype": "int8", "deep": %s, %s}' % (nested, filler)).encode()
         return [header[:4096], bytes(int(np.prod(SHAPE)))]
 
     await asyncio.gather(*(_requests(port, stop, make) for _ in range(4)))
@@ -288,7 +293,8 @@ async def garbage(port: int, stop: asyncio.Event) -> None:
 
 
 async def interleaved(port: int, stop: asyncio.Event) -> None:
-    request = message([b"", HEADER, bytes(int(np.prod(SHAPE)))])
+    wrong = json.dumps({"shape": list(SHAPE), "dtype": "int8", "model_type": "ssd"}).encode()
+    request = message([b"", wrong, bytes(int(np.prod(SHAPE)))])
     peers = [await _greeted(port) for _ in range(50)]
     for reader, _ in peers:
         await reader.readexactly(64)
@@ -321,9 +327,19 @@ async def pipelined(port: int, stop: asyncio.Event) -> None:
     _close(writer)
 
 
+async def busy_core(port: int, stop: asyncio.Event) -> None:
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        await stop.wait()
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 ATTACKS = {"many_frames": many_frames, "stalled": stalled, "deep_header": deep_header, "model_flood": model_flood,
            "slow_greetings": slow_greetings, "idle": idle, "huge_command": huge_command,
-           "header_flood": header_flood, "garbage": garbage, "interleaved": interleaved, "pipelined": pipelined}
+           "header_flood": header_flood, "garbage": garbage, "interleaved": interleaved, "pipelined": pipelined,
+           "busy_core": busy_core}
 
 
 # -- one attack, measured ----------------------------------------------------------------------------------------
@@ -353,6 +369,12 @@ class RssSampler:
         self.thread.join(5)
 
 
+def cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user and system), s."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_attack(service: ServiceProcess, port: int, name: str, seconds: float, rate: float) -> dict:
     endpoint = f"tcp://127.0.0.1:{port}"
     alone = client_result(measure_client(endpoint, seconds, rate), seconds + 120)
@@ -370,14 +392,16 @@ def run_attack(service: ServiceProcess, port: int, name: str, seconds: float, ra
         except asyncio.TimeoutError:
             task.cancel()
 
+    cpu_before, started = cpu_s(service.process.pid), time.monotonic()
     with RssSampler(service) as rss:
         asyncio.run(attack())
+    cpu_share = (cpu_s(service.process.pid) - cpu_before) / (time.monotonic() - started)
     during = client_result(client, 120)
     time.sleep(2.0)  # what the attack left behind, once its connections are gone
     after_rss = service.memory_mb()["VmRSS"]
     after = client_result(measure_client(endpoint, seconds, rate), seconds + 120)
     return {"attack": name, "alone": alone, "during": during, "after": after, "rss_before": before,
-            "rss_peak": rss.peak, "rss_after": after_rss}
+            "rss_peak": rss.peak, "rss_after": after_rss, "service_cpu": cpu_share}
 
 
 def _client_cell(r: dict) -> str:
@@ -403,12 +427,12 @@ def verdict(row: dict) -> str:
 def print_rows(design: str, rows: list[dict]) -> None:
     print(f"\n### Design ({design}): {DESIGNS[design]}\n")
     print("| attack | good client p50 / p99 ms: alone | during | after | RSS MB: before, peak during, after "
-          "(growth) | targets |")
-    print("|---|---|---|---|---|---|")
+          "(growth) | service CPU during | targets |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['attack']} | {_client_cell(r['alone'])} | {_client_cell(r['during'])} | "
               f"{_client_cell(r['after'])} | {r['rss_before']:.0f}, {r['rss_peak']:.0f}, {r['rss_after']:.0f} "
-              f"(+{r['rss_peak'] - r['rss_before']:.0f}) | {verdict(r)} |")
+              f"(+{r['rss_peak'] - r['rss_before']:.0f}) | {r['service_cpu']:.0%} | {verdict(r)} |")
 
 
 def service_for(design: str, port: int, settings: dict[str, str]) -> ServiceProcess:

@@ -48,8 +48,14 @@ class Peer:
         self.address = address
         self.may_upload = True
         self.active_at = time.monotonic()
+        self.refused_in_a_row = 0
 
-    def send(self, frames: list[bytes]) -> None:
+    def send(self, frames: list[bytes], pace_s: float = 0.0) -> None:
+        """On the event loop. A paced answer is sent later: libzmq reads the peer's next message meanwhile anyway,
+        but a REQ peer sends none before its answer."""
+        if pace_s > 0:
+            self.server.loop.call_later(pace_s, self.send, frames)
+            return
         self.server.outbox.put([self.identity, *frames])
         self.server.wake.send(b"", zmq.NOBLOCK)
 
@@ -115,7 +121,10 @@ class LibzmqServer:
                             frames = self.outbox.get_nowait()
                         except queue.Empty:
                             break
-                        self.router.send_multipart(frames, zmq.NOBLOCK)
+                        try:
+                            self.router.send_multipart(frames, zmq.NOBLOCK)
+                        except zmq.ZMQError:  # a peer gone, or not reading: its answer dropped, as a ROUTER does
+                            pass
         for sock in (self.router, self.zap, self.monitor, wake_in):
             sock.close(linger=0)
 

@@ -243,13 +243,13 @@ class ZmqDoor:
 
     def _refusal(self, body: list, refused: Refused) -> list[bytes]:
         """The reply to a refused request: a model message's JSON where it was one, else zero rows (the reason in
-        the JSON form where the request came with a header, or one that started as JSON)."""
+        the JSON form unless its first frame is there and no JSON at all)."""
         header = refused.header if refused.header is not None else (self.requests.peek(body[0]) if body else None)
         if header is not None and header.get("model_request"):
             return model_reply(model_available=False, model_loaded=False, message=refused.message)
         if header is not None and header.get("model_data"):
             return model_reply(model_saved=False, model_loaded=False, message=refused.message)
-        return zero_reply(refused, header is not None or looks_like_json(body))
+        return zero_reply(refused, header is not None or not body or looks_like_json(body))
 
     def _count_refusal(self, peer: Connection, refused: Refused, model: str | None, inference: bool = True) -> None:
         """Every refusal by its reason; a tensor request's also among the requests answered (protocol="zmq"), as

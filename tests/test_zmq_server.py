@@ -13,6 +13,7 @@ import socket
 import threading
 
 import pytest
+import uvloop
 import zmq
 
 from app.frontdoors.zmq_server import BindError, Connection, IpcSocket, PeerPolicy, ZmtpServer
@@ -22,6 +23,13 @@ from app.settings import zmq_endpoint
 from bench.service import free_port
 
 TIMEOUT_MS = 30_000
+# The service runs on uvloop (uvicorn's loop="auto"); the door works on asyncio's own loop too
+LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
+
+
+def run(coroutine, loop: str = "uvloop"):
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        return runner.run(coroutine)
 
 
 class EchoHandler:
@@ -69,10 +77,11 @@ async def serving(endpoint: str, policy: PeerPolicy = PeerPolicy(), kinds=(zmq.R
         await door.stop()
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("scheme", ["tcp", "ipc"])
-def test_frigates_req_socket_and_a_dealer_are_answered(tmp_path, scheme):
+def test_frigates_req_socket_and_a_dealer_are_answered(tmp_path, scheme, loop):
     endpoint = f"tcp://127.0.0.1:{free_port()}" if scheme == "tcp" else f"ipc://{tmp_path}/door"
-    req, dealer = asyncio.run(serving(endpoint))
+    req, dealer = run(serving(endpoint), loop)
     assert req == [bytes(300_000), b"two", b"one"]
     assert dealer == [b"", bytes(300_000), b"two", b"one"]
     if scheme == "ipc":
@@ -86,7 +95,7 @@ def test_an_ipc_socket_a_live_process_serves_is_refused_and_left_alone(tmp_path)
     other.listen()
     try:
         with pytest.raises(BindError, match="another live process serves"):
-            asyncio.run(serving(f"ipc://{path}"))
+            run(serving(f"ipc://{path}"))
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         probe.connect(str(path))  # still the other's
         probe.close()
@@ -100,7 +109,7 @@ def test_a_stale_ipc_socket_is_replaced(tmp_path):
     gone.bind(str(path))
     gone.close()  # its file stays, nobody listens
     assert path.exists()
-    req, = asyncio.run(serving(f"ipc://{path}", kinds=(zmq.REQ,)))
+    req, = run(serving(f"ipc://{path}", kinds=(zmq.REQ,)))
     assert req[-1] == b"one"
 
 
@@ -108,20 +117,21 @@ def test_a_file_that_is_no_socket_is_not_replaced(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("mine")
     with pytest.raises(BindError, match="exists and is not a socket"):
-        asyncio.run(serving(f"ipc://{path}"))
+        run(serving(f"ipc://{path}"))
     assert path.read_text() == "mine"
 
 
 def test_the_directories_made_for_a_bind_that_fails_are_removed(tmp_path):
     path = tmp_path / "made" / "for" / ("x" * 120)  # longer than a unix socket's path may be: the bind fails
     with pytest.raises(BindError):
-        asyncio.run(serving(f"ipc://{path}"))
+        run(serving(f"ipc://{path}"))
     assert not (tmp_path / "made").exists()
 
 
-def test_an_abstract_ipc_socket_serves_where_allowed(tmp_path):
+@pytest.mark.parametrize("loop", LOOPS)
+def test_an_abstract_ipc_socket_serves_where_allowed(tmp_path, loop):
     name = f"edgetpu-serve-test-{os.getpid()}"
-    req, = asyncio.run(serving(f"ipc://@{name}", kinds=(zmq.REQ,)))
+    req, = run(serving(f"ipc://@{name}", kinds=(zmq.REQ,)), loop)
     assert req[-1] == b"one"
 
 
@@ -164,7 +174,7 @@ def test_a_connection_from_an_address_not_allowed_is_closed_before_a_byte_is_rea
             Connection(door).connection_made(transport)
         return door, outsider, insider
 
-    door, outsider, insider = asyncio.run(main())
+    door, outsider, insider = run(main())
     assert outsider.aborted and outsider.written == b"" and door.dropped == 1
     assert not insider.aborted and insider.written.startswith(b"\xff") and len(door.connections) == 1
     peer = next(iter(door.connections))

@@ -126,6 +126,8 @@ class Connection(asyncio.BufferedProtocol):
         return reader.buffer() if reader is not None else memoryview(bytearray(1))  # closing: nothing is read
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self.reader is None:  # closing: what came is dropped
+            return
         self.moved_at = time.monotonic()
         self._feed(self.reader.received, nbytes)
         reader = self.reader

@@ -8,7 +8,8 @@ Frigate does) is measured alone, during the attack and after it, and the service
 RSS growth under 100 MB, every request answered afterwards.
 
 The attacks, the issue's first, then more of the same kinds:
-  many_frames      one message of 300,000 one-byte frames, then one of 2,000,000 without its last frame
+  many_frames      messages of 300,000 one-byte frames, one after another, and beside them one of 2,000,000
+                   without its last frame
   stalled          8 connections each declare a 64 MiB frame, send 60 MiB of it, and stall
   deep_header      a header of 2,000 nested brackets (under 4 KiB), sent as fast as it is answered
   model_flood      32 connections each send a 60 MiB model_data at once (uploads off, the default)
@@ -147,23 +148,30 @@ async def _until_closed(reader, stop: asyncio.Event) -> None:
 async def many_frames(port: int, stop: asyncio.Event) -> None:
     head = frame_head(0, more=True) + frame_head(len(HEADER), more=True) + HEADER
     one = frame_head(1, more=True) + b"x"
-    reader, writer = await _greeted(port)  # the issue's: 300,000 one-byte frames, the message whole
-    try:
-        await reader.readexactly(64)
-        writer.write(head + one * 299_998 + frame_head(1) + b"x")
-        await writer.drain()
-        await asyncio.wait_for(_read_message(reader), 30)  # answered (and closed, or not)
-    except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
-        pass
-    _close(writer)
-    reader, writer = await _greeted(port)  # FACTS.md's: 2,000,000 of them, the last withheld
-    try:
-        writer.write(head + one * 2_000_000)
-        await writer.drain()
-    except OSError:
-        pass
-    await _until_closed(reader, stop)
-    _close(writer)
+
+    async def whole():  # the issue's: 300,000 one-byte frames, the message whole, again once answered
+        while not stop.is_set():
+            reader, writer = await _greeted(port)
+            try:
+                await reader.readexactly(64)
+                writer.write(head + one * 299_998 + frame_head(1) + b"x")
+                await writer.drain()
+                await asyncio.wait_for(_read_message(reader), 30)  # answered (and closed, or not)
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+                pass
+            _close(writer)
+
+    async def withheld():  # FACTS.md's: 2,000,000 of them, the last withheld until the attack ends
+        reader, writer = await _greeted(port)
+        try:
+            writer.write(head + one * 2_000_000)
+            await writer.drain()
+        except OSError:
+            pass
+        await _until_closed(reader, stop)
+        _close(writer)
+
+    await asyncio.gather(whole(), withheld())
 
 
 async def stalled(port: int, stop: asyncio.Event) -> None:

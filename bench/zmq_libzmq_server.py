@@ -1,5 +1,6 @@
 """Design (b) of issue 42, for measurement only: the ZMQ door's socket on libzmq instead of the door's own ZMTP reader
-(app/frontdoors/zmq_server.py). Not part of the product (docs/frigate.md, "Why not libzmq", says why).
+(app/frontdoors/zmq_server.py). Not part of the product (docs/frigate.md, "Why the door speaks ZMTP itself", says
+why).
 
 A ROUTER socket with everything libzmq offers against a hostile peer:
   - ZMQ_MAXMSGSIZE at the largest frame the door takes (the largest served input, or ZMQ_MAX_MODEL_BYTES with

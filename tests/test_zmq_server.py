@@ -16,7 +16,8 @@ import pytest
 import uvloop
 import zmq
 
-from app.frontdoors.zmq_server import BindError, Connection, IpcSocket, PeerPolicy, ZmtpServer
+from app.frontdoors.zmq_listen import peer_of
+from app.frontdoors.zmq_server import BindError, Connection, PeerPolicy, ZmtpServer
 from app.frontdoors.zmtp import ReaderLimits
 from app.refusal_log import RefusalLog
 from app.settings import zmq_endpoint
@@ -147,36 +148,30 @@ def test_who_may_connect_and_who_may_upload():
     assert not PeerPolicy(anyone=True).uploads(address("203.0.113.9"))
 
 
-class TransportDouble:
-    """TEST DOUBLE of an accepted connection's transport from another host (a loopback test cannot connect from one)."""
-
-    def __init__(self, peer):
-        self.peer, self.aborted, self.written = peer, False, b""
-
-    def get_extra_info(self, name, default=None):
-        return self.peer if name == "peername" else default
-
-    def set_write_buffer_limits(self, high):
-        pass
-
-    def write(self, data):
-        self.written += data
-
-    def abort(self):
-        self.aborted = True
-
-
-def test_a_connection_from_an_address_not_allowed_is_closed_before_a_byte_is_read():
+def test_a_connection_from_an_address_not_allowed_is_refused_before_its_transport_is_made():
     async def main():
         door = server("tcp://0.0.0.0:5555", PeerPolicy.from_settings(["192.168.1.0/24"], [], anyone=False))
-        outsider, insider = TransportDouble(("10.1.2.3", 4000)), TransportDouble(("::ffff:192.168.1.9", 4001, 0, 0))
-        for transport in (outsider, insider):
-            Connection(door).connection_made(transport)
-        return door, outsider, insider
+        outsider = Connection(door, *peer_of(None, ("10.1.2.3", 4000)))
+        insider = Connection(door, *peer_of(None, ("::ffff:192.168.1.9", 4001, 0, 0)))
+        return door, door.admit(outsider), door.admit(insider), insider
 
-    door, outsider, insider = run(main())
-    assert outsider.aborted and outsider.written == b"" and door.dropped == 1
-    assert not insider.aborted and insider.written.startswith(b"\xff") and len(door.connections) == 1
-    peer = next(iter(door.connections))
+    door, outsider, insider, peer = run(main())
+    assert not outsider and door.dropped == 1
+    assert insider and door.connections == {peer}
     assert peer.name == "192.168.1.9:4001" and peer.address == ipaddress.ip_address("192.168.1.9")
     assert not peer.may_upload
+
+
+def test_a_connection_beyond_the_cap_takes_the_place_of_the_quietest():
+    async def main():
+        door = server("tcp://127.0.0.1:5555", connections=2)
+        first, second, third = (Connection(door, *peer_of(None, ("127.0.0.1", port))) for port in (1, 2, 3))
+        first.answering = True  # being answered: never the one to go
+        assert door.admit(first) and door.admit(second) and door.admit(third)
+        fourth = Connection(door, *peer_of(None, ("127.0.0.1", 4)))
+        third.answering = True
+        return door, door.admit(fourth), second
+
+    door, fourth, second = run(main())
+    assert door.connections and second not in door.connections and second.closing_at is not None
+    assert not fourth and door.dropped == 2  # the second evicted; then every place is being answered

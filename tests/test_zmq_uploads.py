@@ -187,12 +187,14 @@ def test_each_upload_is_decided_from_its_name_and_size_before_its_bytes(tmp_path
 
     cases, off, uploads = asyncio.run(_admit_all(tmp_path))
     limits = {what: (t.limit, t.refusal) for what, t in cases.items()}
-    assert limits["a peer outside ZMQ_UPLOAD_FROM"][0] == REFUSED and "ZMQ_UPLOAD_FROM" in limits["a peer outside ZMQ_UPLOAD_FROM"][1]
+    outside = limits["a peer outside ZMQ_UPLOAD_FROM"]
+    assert outside[0] == REFUSED and "ZMQ_UPLOAD_FROM" in outside[1]
     assert limits["too large"][0] == REFUSED and "ZMQ_MAX_MODEL_BYTES" in limits["too large"][1]
     assert limits["not tflite"][0] == REFUSED
     assert limits["answers (a file's name, case aside)"] == (HASH, None)
     assert limits["the writer"] == (100, None)  # the one upload held
-    assert limits["the same name meanwhile"] == (HASH, None) and cases["the same name meanwhile"].joins is cases["the writer"]
+    assert limits["the same name meanwhile"] == (HASH, None)
+    assert cases["the same name meanwhile"].joins is cases["the writer"]
     assert limits["another meanwhile"][0] == REFUSED and limits["another meanwhile"][1].startswith("busy")
     assert off.limit == REFUSED and "ZMQ_ACCEPT_MODELS" in off.refusal
     uploads.release(cases["the writer"])

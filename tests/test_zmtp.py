@@ -244,7 +244,8 @@ def test_nesting_is_the_depth_of_any_json_text_counted_without_parsing(value):
 
 headers = st.fixed_dictionaries({}, optional={
     "shape": st.lists(st.integers(-2, 400), max_size=5) | st.text(max_size=4) | st.none(),
-    "dtype": st.sampled_from(["uint8", "int8", "float32", "float64", "complex64", "object", "U5", "nope", ""]) | st.integers(),
+    "dtype": st.sampled_from(["uint8", "int8", "float32", "float64", "complex64", "object", "U5", "nope", ""])
+    | st.integers(),
     "model_type": st.sampled_from(["ssd", "yologeneric", "yolox", "banana"]) | st.integers(),
     "model_request": st.booleans(), "model_data": st.booleans(),
     "model_name": st.text(max_size=12) | st.integers(),
@@ -252,7 +253,8 @@ headers = st.fixed_dictionaries({}, optional={
 
 
 @settings(max_examples=400, deadline=None)
-@given(header=headers | json_values, payload=st.binary(max_size=2000) | st.integers(0, 500_000).map(lambda n: Skipped(n, "0" * 64)),
+@given(header=headers | json_values,
+       payload=st.binary(max_size=2000) | st.integers(0, 500_000).map(lambda n: Skipped(n, "0" * 64)),
        extra=st.lists(st.binary(max_size=4), max_size=2), raw=st.booleans())
 def test_any_message_is_read_as_a_request_or_refused_with_a_reason(header, payload, extra, raw):
     first = json.dumps(header).encode() if not raw else json.dumps(header).encode()[::-1]

@@ -1,39 +1,34 @@
 """The ZMQ door's socket: ZMTP 3 over asyncio's tcp and unix-socket transports (app/frontdoors/zmtp.py reads the
 bytes), one `Connection` per peer, on the service's event loop. What libzmq's ROUTER socket gave the door, without
 its one flaw here: libzmq hands over a message only once all of it has come, and nothing bounds its frames, so a
-peer could make it hold any amount of memory before the door saw a byte (docs/frigate.md, "Why not libzmq").
+peer could make it hold any amount of memory before the door saw a byte (docs/frigate.md, "Why the door speaks ZMTP
+itself").
 
-Who may connect is decided when the connection is accepted (`PeerPolicy`: loopback always, ZMQ_ALLOW_FROM, or
-anyone with ZMQ_ALLOW_REMOTE; an ipc peer by the socket file's permissions), before a byte is read. At most
-ZMQ_MAX_CONNECTIONS are held: a new one beyond takes the place of the quietest one that has nothing being answered
-(one that never finished its greeting first), or is closed. A connection hands the door one message at a time:
-while it is answered, its bytes wait in its scratch and then in the kernel (a REQ peer sends one request at a time
-anyway). A peer that has not greeted within ZMQ_PEER_TIMEOUT_S, or whose message under way has not moved for as
-long, is dropped. Every peer dropped is logged (app/refusal_log.py, rate-limited) and counted
-(edgetpu_serve_zmq_dropped_peers_total by reason); one dropped in the middle of a message is answered first, when
-the door can tell what it asked (`Handler.refused_message`).
-
-ipc: an endpoint whose socket another live process holds is refused (probed by connecting to it first), a stale
-one (nobody answers) replaced; an abstract socket only where settings allow it; directories made for the socket
-are removed again when the bind fails, and the socket file when the door stops (if it is still ours).
+Who may connect is decided at the accept call, before a transport or a byte of the connection is made
+(`PeerPolicy`: loopback always, ZMQ_ALLOW_FROM, or anyone with ZMQ_ALLOW_REMOTE; an ipc peer by the socket file's
+permissions), ACCEPT_BATCH connections a turn of the event loop at most, so that a flood of them waits in the kernel's
+backlog while the loop answers the others. At most ZMQ_MAX_CONNECTIONS are held: a new one beyond takes the place of
+the quietest one that has nothing being answered (the longest without a whole message, or since it connected), or
+is closed. A connection hands the door one message at a time: while it is answered, its bytes wait in its scratch
+and then in the kernel (a REQ peer sends one request at a time anyway). A peer that has not greeted within
+ZMQ_PEER_TIMEOUT_S, or whose message under way has not moved for as long, is dropped. Every peer dropped is logged
+(app/refusal_log.py, rate-limited) and counted (edgetpu_serve_zmq_dropped_peers_total by reason); one dropped in the
+middle of a message is answered first, when the door can tell what it asked (`Handler.refused_message`). The
+listening sockets, tcp and ipc, are app/frontdoors/zmq_listen.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import ipaddress
 import logging
-import os
 import socket
-import stat
-import struct
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from app import metrics
+from app.frontdoors.zmq_listen import IpcSocket, peer_of, tcp_sockets
 from app.frontdoors.zmtp import GREETING, MESSAGE_STAGE, Dropped, FrameReader, ReaderLimits, encode, ready
 from app.refusal_log import RefusalLog
 from app.settings import ZmqEndpoint, zmq_network
@@ -46,7 +41,8 @@ SWEEP_S = 1.0
 CLOSE_WAIT_S = 2.0
 # Replies a peer has not read, buffered, before its connection stops being read (asyncio's high-water mark)
 WRITE_BUFFER_BYTES = 64 * 1024
-PROBE_TIMEOUT_S = 1.0
+# Connections accepted a turn of the event loop at most
+ACCEPT_BATCH = 16
 # What the door sends a peer as it connects: its greeting and its READY (NULL has nothing to wait for)
 OPENING = GREETING + ready()
 
@@ -96,11 +92,11 @@ class Handler(Protocol):
 class Connection(asyncio.BufferedProtocol):
     """One peer: its transport, its reader, the one message being answered."""
 
-    def __init__(self, server: ZmtpServer):
+    def __init__(self, server: ZmtpServer, address, name: str):
         self.server = server
-        self.name = "?"
-        self.address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None   # None: an ipc peer
-        self.may_upload = False
+        self.name = name
+        self.address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = address   # None: an ipc peer
+        self.may_upload = server.policy.uploads(address)
         self.connected_at = self.active_at = self.moved_at = time.monotonic()  # active: its last whole message
         self.answering = False     # a message handed to the door, not yet answered
         self.refused_in_a_row = 0  # the door's: its requests refused since its last one answered
@@ -113,11 +109,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        self.address, self.name = peer_of(transport)
-        transport.set_write_buffer_limits(WRITE_BUFFER_BYTES)
-        if not self.server.accept(self):
+        if self.closing_at is not None:  # evicted while its transport was being made
+            transport.abort()
             return
-        self.may_upload = self.server.policy.uploads(self.address)
+        transport.set_write_buffer_limits(WRITE_BUFFER_BYTES)
         self.reader = FrameReader(self, self.server.limits)
         transport.write(OPENING)
 
@@ -181,10 +176,11 @@ class Connection(asyncio.BufferedProtocol):
             self._resume()
 
     def close(self) -> None:
-        if self.transport is not None and self.closing_at is None:
+        if self.closing_at is None:
             self.closing_at = time.monotonic()
             self.reader = None
-            self.transport.close()
+            if self.transport is not None:
+                self.transport.close()
 
     def _resume(self) -> None:
         if self.reader is None or self.answering or self._write_paused:
@@ -204,22 +200,6 @@ class Connection(asyncio.BufferedProtocol):
             self._feeding = False
 
 
-def peer_of(transport: asyncio.BaseTransport) -> tuple:
-    """A peer's address (None over ipc) and its name for the log: ADDRESS:PORT, or the ipc peer's process."""
-    peer = transport.get_extra_info("peername")
-    if isinstance(peer, tuple) and peer:
-        address = ipaddress.ip_address(peer[0].split("%", 1)[0])
-        if address.version == 6 and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return address, f"{address}:{peer[1]}" if address.version == 4 else f"[{address}]:{peer[1]}"
-    sock = transport.get_extra_info("socket")
-    try:
-        pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        return None, f"ipc pid {pid} uid {uid}"
-    except (AttributeError, OSError, struct.error):
-        return None, "ipc peer"
-
-
 class ZmtpServer:
     """The endpoint's listening socket and its connections."""
 
@@ -234,7 +214,7 @@ class ZmtpServer:
         self.refusals = refusals
         self.connections: set[Connection] = set()
         self.dropped = 0
-        self._server: asyncio.AbstractServer | None = None
+        self._sockets: list[socket.socket] = []
         self._sweeper: asyncio.Task | None = None
         self._ipc: IpcSocket | None = None
 
@@ -243,50 +223,78 @@ class ZmtpServer:
         loop = asyncio.get_running_loop()
         try:
             if self.endpoint.scheme == "tcp":
-                host = None if self.endpoint.host == "*" else self.endpoint.host
-                self._server = await loop.create_server(self._connection, host, self.endpoint.port,
-                                                        family=socket.AF_INET if host is None else socket.AF_UNSPEC)
+                self._sockets = await tcp_sockets(self.endpoint)
             else:
                 self._ipc = IpcSocket(self.endpoint.path)
-                self._server = await self._ipc.listen(lambda path: loop.create_unix_server(self._connection, path))
+                self._sockets = [self._ipc.listen()]
         except OSError as e:
             raise BindError(f"cannot bind {self.endpoint.text}: {e.strerror or e}") from None
+        for sock in self._sockets:
+            loop.add_reader(sock.fileno(), self._accept, sock)
         self._sweeper = loop.create_task(self._sweep())
 
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self._server is not None:
-            self._server.close()
+        loop = asyncio.get_running_loop()
+        for sock in self._sockets:
+            loop.remove_reader(sock.fileno())
+            sock.close()
+        self._sockets = []
         for connection in list(self.connections):
             connection.close()
         if self._ipc is not None:
             self._ipc.remove()
 
-    def _connection(self) -> Connection:
-        return Connection(self)
+    def _accept(self, listening: socket.socket) -> None:
+        """The connections waiting, ACCEPT_BATCH at most a turn of the loop (a flood of them waits in the kernel's
+        backlog meanwhile, and the loop's other work goes on): each admitted, or closed before a transport or a byte
+        of it is made."""
+        loop = asyncio.get_running_loop()
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, peer = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # out of file descriptors, say: accepting waits a moment
+                log.warning("ZMQ door: accept failed on %s: %s", self.endpoint.text, e)
+                loop.remove_reader(listening.fileno())
+                loop.call_later(1.0, loop.add_reader, listening.fileno(), self._accept, listening)
+                return
+            address, name = peer_of(sock, peer)
+            connection = Connection(self, address, name)
+            if not self.admit(connection):
+                sock.close()
+                continue
+            sock.setblocking(False)
+            if sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # an answer is one small write
+            task = loop.create_task(loop.connect_accepted_socket(lambda c=connection: c, sock))
+            task.add_done_callback(lambda t, c=connection, s=sock: self._made(t, c, s))
 
-    def accept(self, connection: Connection) -> bool:
+    def _made(self, task: asyncio.Task, connection: Connection, sock: socket.socket) -> None:
+        if task.cancelled() or task.exception() is not None:  # the peer gone before its transport was made
+            sock.close()
+            self.lost(connection)
+
+    def admit(self, connection: Connection) -> bool:
         """Whether a new connection is kept: its address allowed, and a place for it."""
         if not self.policy.admits(connection.address):
-            self._refuse(connection, Dropped("not_allowed", f"{connection.address} is not in ZMQ_ALLOW_FROM"))
+            self._count(connection, Dropped("not_allowed", f"{connection.address} is not in ZMQ_ALLOW_FROM"))
             return False
         if len(self.connections) >= self.max_connections:
             quiet = [c for c in self.connections if not c.answering]
             if not quiet:
-                self._refuse(connection, Dropped("connections", f"{self.max_connections} connections are held "
-                                                                "(ZMQ_MAX_CONNECTIONS), each being answered"))
+                self._count(connection, Dropped("connections", f"{self.max_connections} connections are held "
+                                                               "(ZMQ_MAX_CONNECTIONS), each being answered"))
                 return False
-            # the quietest: one that never greeted before one that did; then the one longest without a message
-            oldest = min(quiet, key=lambda c: (c.reader is not None and c.reader.stage == MESSAGE_STAGE, c.active_at))
+            # the quietest: the one longest without a whole message (a slow greeting's since it connected)
+            oldest = min(quiet, key=lambda c: c.active_at)
             self.drop(oldest, Dropped("evicted", f"its place taken by a new connection ({self.max_connections} "
                                                  "held, ZMQ_MAX_CONNECTIONS); it was the quietest"))
+            self.lost(oldest)  # its place is free now, whenever its transport goes
         self.connections.add(connection)
         return True
-
-    def _refuse(self, connection: Connection, why: Dropped) -> None:
-        self._count(connection, why)
-        connection.transport.abort()
 
     def drop(self, connection: Connection, why: Dropped) -> None:
         """Close a peer's connection, answering the message under way where the door can."""
@@ -299,7 +307,7 @@ class ZmtpServer:
                 answer = self.handler.refused_message(connection, why.frames, why)
             except Exception:  # a bug: the drop goes on
                 log.exception("ZMQ door: answering %s before dropping it", connection.name)
-        if answer is not None:
+        if answer is not None and connection.transport is not None:
             connection.transport.write(encode(answer))
         connection.close()
 
@@ -321,84 +329,12 @@ class ZmtpServer:
             for connection in list(self.connections):
                 reader = connection.reader
                 if connection.closing_at is not None:
-                    if now - connection.closing_at > CLOSE_WAIT_S:
+                    if now - connection.closing_at > CLOSE_WAIT_S and connection.transport is not None:
                         connection.transport.abort()
-                elif reader is not None and reader.stage < MESSAGE_STAGE and now - connection.connected_at > self.timeout_s:
+                elif (reader is not None and reader.stage < MESSAGE_STAGE
+                      and now - connection.connected_at > self.timeout_s):
                     self.drop(connection, Dropped("greeting_timeout", f"no greeting and READY within "
                                                                       f"{self.timeout_s:g} s (ZMQ_PEER_TIMEOUT_S)"))
                 elif reader is not None and reader.under_way() and now - connection.moved_at > self.timeout_s:
                     self.drop(connection, Dropped("stalled", f"its message has not moved for {self.timeout_s:g} s "
                                                              "(ZMQ_PEER_TIMEOUT_S)", reader.frames))
-
-
-class IpcSocket:
-    """An ipc endpoint's file: refused when a live process holds it, replaced when stale; the directories made for
-    it removed when the bind fails, and the file when the door stops while it is still ours."""
-
-    def __init__(self, path: str):
-        self.abstract = path.startswith("@")
-        self.path = "\0" + path[1:] if self.abstract else path
-        self._made: list[Path] = []
-        self._inode: int | None = None
-
-    async def listen(self, create):
-        if not self.abstract:
-            self._prepare()
-        try:
-            server = await create(self.path)
-        except OSError:
-            self._unmake()
-            raise
-        if not self.abstract:
-            self._inode = os.stat(self.path).st_ino
-        return server
-
-    def _prepare(self) -> None:
-        path = Path(self.path)
-        missing = [p for p in reversed(path.parents) if not p.exists()]
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            st = None
-        if st is not None:
-            if not stat.S_ISSOCK(st.st_mode):
-                raise OSError(errno.EEXIST, f"{path} exists and is not a socket: not replaced")
-            if self._answers(path):
-                raise OSError(errno.EADDRINUSE, f"another live process serves {path} (it answered a connection): "
-                                                "stop it, or bind another path")
-            path.unlink()  # stale: its process is gone
-        for directory in missing:
-            directory.mkdir()
-            self._made.append(directory)
-
-    @staticmethod
-    def _answers(path: Path) -> bool:
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(PROBE_TIMEOUT_S)
-        try:
-            probe.connect(str(path))
-            return True
-        except (ConnectionRefusedError, FileNotFoundError):
-            return False
-        except OSError as e:  # no permission to connect, say: someone's, and not ours to replace
-            raise OSError(e.errno, f"{path} cannot be probed ({e.strerror}): not replaced") from None
-        finally:
-            probe.close()
-
-    def _unmake(self) -> None:
-        for directory in reversed(self._made):
-            try:
-                directory.rmdir()
-            except OSError:
-                break
-        self._made.clear()
-
-    def remove(self) -> None:
-        if self._inode is None:
-            return
-        try:
-            if os.stat(self.path).st_ino == self._inode:
-                os.unlink(self.path)
-        except OSError:
-            pass
-        self._unmake()

@@ -5,7 +5,9 @@ default (the person detector, the cpu backend): a good Frigate client (a pyzmq R
 tensor every 1/RATE s, Frigate's 200 ms timeout, after which it makes a new socket and asks for its model again, as
 Frigate does) is measured alone, during the attack and after it, and the service's RSS before, at its peak during
 (sampled every 20 ms) and after. Each row says whether the issue's targets hold: p99 under 50 ms during the attack,
-RSS growth under 100 MB, every request answered afterwards.
+RSS growth under 100 MB, every request answered afterwards. Beside the good client, a probe of the event loop alone:
+GET /healthz every 20 ms (the HTTP door shares the loop with the ZMQ door and /healthz needs nothing else), so that a
+loop held by the door is told apart from compute threads starved of the 2 cores.
 
 The attacks, the issue's first, then more of the same kinds:
   many_frames      messages of 300,000 one-byte frames, one after another, and beside them one of 2,000,000
@@ -98,6 +100,31 @@ def good_client(endpoint: str, seconds: float, rate: float) -> dict:
     ms = np.array(latencies) * 1000
     return {"requests": len(ms), "timeouts": timeouts, "p50_ms": percentile_or_none(ms, 50),
             "p99_ms": percentile_or_none(ms, 99)}
+
+
+def loop_probe(url: str, seconds: float) -> dict:
+    """GET /healthz every 20 ms on one keep-alive connection: the event loop's own delay (the HTTP door shares the
+    loop with the ZMQ door, and /healthz needs nothing else), apart from the compute threads the good client needs."""
+    import http.client
+
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    latencies = []
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        start = time.perf_counter()
+        connection.request("GET", "/healthz")
+        connection.getresponse().read()
+        latencies.append(time.perf_counter() - start)
+        time.sleep(0.02)
+    ms = np.array(latencies) * 1000
+    return {"requests": len(ms), "p50_ms": percentile_or_none(ms, 50), "p99_ms": percentile_or_none(ms, 99),
+            "max_ms": float(ms.max()) if len(ms) else None}
+
+
+def measure_probe(url: str, seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, __file__, "probe", url, str(seconds)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def measure_client(endpoint: str, seconds: float, rate: float) -> subprocess.Popen:
@@ -385,9 +412,12 @@ def cpu_s(pid: int) -> float:
 
 def run_attack(service: ServiceProcess, port: int, name: str, seconds: float, rate: float) -> dict:
     endpoint = f"tcp://127.0.0.1:{port}"
+    probe = measure_probe(service.url, seconds)
     alone = client_result(measure_client(endpoint, seconds, rate), seconds + 120)
+    probe_alone = client_result(probe, 120)
     before = service.memory_mb()["VmRSS"]
     client = measure_client(endpoint, seconds + 1, rate)
+    probe = measure_probe(service.url, seconds + 1)
     time.sleep(1.0)  # the client has started and asked for its model: the attack begins under it
 
     async def attack():
@@ -405,11 +435,13 @@ def run_attack(service: ServiceProcess, port: int, name: str, seconds: float, ra
         asyncio.run(attack())
     cpu_share = (cpu_s(service.process.pid) - cpu_before) / (time.monotonic() - started)
     during = client_result(client, 120)
+    probe_during = client_result(probe, 120)
     time.sleep(2.0)  # what the attack left behind, once its connections are gone
     after_rss = service.memory_mb()["VmRSS"]
     after = client_result(measure_client(endpoint, seconds, rate), seconds + 120)
     return {"attack": name, "alone": alone, "during": during, "after": after, "rss_before": before,
-            "rss_peak": rss.peak, "rss_after": after_rss, "service_cpu": cpu_share}
+            "rss_peak": rss.peak, "rss_after": after_rss, "service_cpu": cpu_share, "loop_alone": probe_alone,
+            "loop_during": probe_during}
 
 
 def _client_cell(r: dict) -> str:
@@ -418,6 +450,10 @@ def _client_cell(r: dict) -> str:
     p50, p99 = r.get("p50_ms"), r.get("p99_ms")
     timeouts = f", {r['timeouts']} timeouts" if r.get("timeouts") else ""
     return f"{p50:.1f} / {p99:.1f}{timeouts}" if p50 is not None else "none answered"
+
+
+def _loop_cell(r: dict) -> str:
+    return f"{r['p99_ms']:.1f} / {r['max_ms']:.1f}" if r.get("p99_ms") is not None else "-"
 
 
 def verdict(row: dict) -> str:
@@ -435,12 +471,13 @@ def verdict(row: dict) -> str:
 def print_rows(design: str, rows: list[dict]) -> None:
     print(f"\n### Design ({design}): {DESIGNS[design]}\n")
     print("| attack | good client p50 / p99 ms: alone | during | after | RSS MB: before, peak during, after "
-          "(growth) | service CPU during | targets |")
-    print("|---|---|---|---|---|---|---|")
+          "(growth) | service CPU during | event loop's delay (/healthz) p99 / max ms: alone, during | targets |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['attack']} | {_client_cell(r['alone'])} | {_client_cell(r['during'])} | "
               f"{_client_cell(r['after'])} | {r['rss_before']:.0f}, {r['rss_peak']:.0f}, {r['rss_after']:.0f} "
-              f"(+{r['rss_peak'] - r['rss_before']:.0f}) | {r['service_cpu']:.0%} | {verdict(r)} |")
+              f"(+{r['rss_peak'] - r['rss_before']:.0f}) | {r['service_cpu']:.0%} | {_loop_cell(r['loop_alone'])}, "
+              f"{_loop_cell(r['loop_during'])} | {verdict(r)} |")
 
 
 def service_for(design: str, port: int, settings: dict[str, str]) -> ServiceProcess:
@@ -476,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "client":
         endpoint, seconds, rate = argv[1], float(argv[2]), float(argv[3])
         print(json.dumps(good_client(endpoint, seconds, rate)))
+        return 0
+    if argv and argv[0] == "probe":
+        print(json.dumps(loop_probe(argv[1], float(argv[2]))))
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--design", default="a", help="a (the product), b (libzmq), or a,b side by side")

@@ -27,6 +27,7 @@ from app.frontdoors.frigate import (
 from app.frontdoors.zmtp import (
     HASH,
     SCRATCH_BYTES,
+    TRICKLE_READS,
     Dropped,
     FrameReader,
     ReaderLimits,
@@ -172,6 +173,22 @@ def test_a_paused_reader_hands_over_nothing_until_resumed_and_stops_reading_when
     assert len(owner.messages) == 1 and taken == SCRATCH_BYTES
     reader.resume()  # one message at a time: the owner pauses again after each
     assert len(owner.messages) > 1 and owner.messages[1] == [b"", b"two"]
+
+
+def test_a_large_frame_in_small_pieces_is_told_apart_from_one_sent_whole():
+    whole, pieces = FrameReader(Owner()), FrameReader(Owner())
+    data = OPENING + message([b"", b"head", bytes(300_000)])
+    feed(whole, data)  # as large reads as the reader takes
+    assert not whole.trickling()
+    head = len(OPENING) + 2 + 6 + 9
+    feed(pieces, data[:head + 1000])
+    flags = []
+    for start in range(head + 1000, head + 1000 + 40 * 512, 512):
+        feed(pieces, data[start:start + 512])
+        flags.append(pieces.trickling())
+    assert flags.index(True) == TRICKLE_READS  # the 33rd small read of the frame
+    feed(pieces, data[head + 1000 + 40 * 512:])
+    assert not pieces.trickling()  # the frame done: the next one starts afresh
 
 
 def test_a_ping_gets_its_pong_with_its_context():

@@ -118,9 +118,9 @@ class ZmqDoor:
         log.info("ZMQ door (Frigate's zmq detector) on %s for %s; model uploads %s", self.endpoint.text, who,
                  "accepted" if self.uploads.accepting else "refused (ZMQ_ACCEPT_MODELS)")
         if self.server.policy.anyone and not self.endpoint.loopback:
-            log.warning("ZMQ door: ZMQ_ALLOW_REMOTE=true: anyone who reaches %s can run models%s; "
-                        "ZMQ_ALLOW_FROM admits Frigate's address alone", self.endpoint.text,
-                        " and send some from ZMQ_UPLOAD_FROM" if self.uploads.accepting else "")
+            log.warning("ZMQ door: ZMQ_ALLOW_REMOTE=true: anyone who reaches %s can run the models served (models "
+                        "are taken from loopback and ZMQ_UPLOAD_FROM only); ZMQ_ALLOW_FROM would admit Frigate's "
+                        "address alone", self.endpoint.text)
 
     async def stop(self) -> None:
         """Stop reading; the requests being answered finish (bounded), then the connections close."""

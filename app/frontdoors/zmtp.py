@@ -41,7 +41,8 @@ GREETING = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 1]) + b"NULL".ljust(20, b"\0
 PEER_TYPES = frozenset({"REQ", "DEALER", "ROUTER"})
 SCRATCH_BYTES = 16 * 1024
 COMMAND_MAX_BYTES = 4096   # a READY with its properties; PING; a larger command is no client's
-MAX_PROPERTY_NAME = 255
+# A large frame read in more than TRICKLE_READS pieces of under TRICKLE_BYTES is trickling (FrameReader.trickling)
+TRICKLE_READS, TRICKLE_BYTES = 32, 16 * 1024
 # Bytes of frames read through a hash land here, one buffer for the process: every reader consumes them at once
 _HASHED = memoryview(bytearray(256 * 1024))
 # frame_limit's answer for a frame to read through a hash, not held (its owner may also raise Dropped itself)
@@ -115,6 +116,7 @@ class FrameReader:
         self._hash = None
         self._size = 0
         self._more = False
+        self._small_reads = 0                   # of the frame under way, past the scratch
 
     # -- what asyncio's BufferedProtocol asks -------------------------------------------------------------
 
@@ -134,11 +136,18 @@ class FrameReader:
         """The scratch holds nothing more: the owner stops reading until it resumes (only while paused)."""
         return self._mode == _SCRATCH and self._end - self._start == SCRATCH_BYTES
 
+    def trickling(self) -> bool:
+        """A frame too large for the scratch has come in more than TRICKLE_READS reads of under TRICKLE_BYTES each:
+        its peer writes it in small pieces (a frame sent whole comes in a few reads of 64 KiB and more)."""
+        return self._small_reads > TRICKLE_READS
+
     def under_way(self) -> bool:
         """A message (or a frame's head) has begun and not ended."""
         return bool(self.frames) or self._mode != _SCRATCH or (self._end > self._start and not self.paused)
 
     def received(self, n: int) -> None:
+        if self._mode != _SCRATCH and n < TRICKLE_BYTES:
+            self._small_reads += 1
         if self._mode == _DIRECT:
             self._got += n
             if self._got == self._size:
@@ -240,6 +249,7 @@ class FrameReader:
         return Skipped(self._size, digest)
 
     def _frame_done(self, frame) -> None:
+        self._small_reads = 0
         self.frames.append(frame)
         if not self._more:
             frames, self.frames = self.frames, []

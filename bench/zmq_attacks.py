@@ -491,6 +491,8 @@ def service_for(design: str, port: int, settings: dict[str, str]) -> ServiceProc
 def run(designs: list[str], attacks: list[str], seconds: float, rate: float, settings: dict[str, str]) -> dict:
     report = {}
     for design in designs:
+        print(f"  design ({design}), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at its start",
+              flush=True)
         port = free_port()
         service = service_for(design, port, settings)
         rows = []

@@ -64,6 +64,11 @@ MODEL_LOADS = Counter(f"{PREFIX}_model_loads", "Model loads and reloads, by resu
 ZMQ_REFUSALS = Counter(f"{PREFIX}_zmq_refusals", "Frigate ZMQ requests answered with zero rows or a refusal, by reason "
                        "(header, frames, size, shape, dtype, model_type, model, busy, not_ready, upload, ...)",
                        ("reason",))
+# ... and each peer whose connection it closed, by why (not_allowed, connections, evicted, greeting_timeout, stalled,
+# frames, frame_size, framing, greeting, handshake, ...)
+ZMQ_DROPPED = Counter(f"{PREFIX}_zmq_dropped_peers", "Frigate ZMQ peers whose connection the door closed, by reason "
+                      "(not_allowed, connections, evicted, greeting_timeout, stalled, frames, frame_size, framing, "
+                      "greeting, ...)", ("reason",))
 SEGMENT_SECONDS = Histogram(f"{PREFIX}_segment_seconds",
                             "Pipelined (segmented) models: the invoke of one segment, by segment index",
                             ("model", "backend", "segment"), buckets=LATENCY_BUCKETS)
@@ -118,6 +123,11 @@ def answered(protocol: str, model: str, backend: str, status: int) -> None:
 def zmq_refused(reason: str) -> None:
     """A ZMQ request refused: `reason` is one of the door's short labels (a bounded set)."""
     ZMQ_REFUSALS.labels(reason).inc()
+
+
+def zmq_dropped(reason: str) -> None:
+    """A ZMQ peer dropped: `reason` is one of the door's short labels (a bounded set)."""
+    ZMQ_DROPPED.labels(reason).inc()
 
 
 def model_loaded(model: str, ok: bool) -> None:

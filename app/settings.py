@@ -211,29 +211,58 @@ class Settings(BaseSettings):
     image_buffer_block_bytes: int = Field(default=4 * 1024 * 1024, ge=4096, le=1024 * 1024 * 1024, multiple_of=4096)
 
     # Frigate's ZMQ detector protocol (app/frontdoors, docs/frigate.md): the endpoint this service binds, e.g.
-    # tcp://127.0.0.1:5555 or ipc:///tmp/cache/zmq_detector; unset: no ZMQ door. The API keys do not cover it:
-    # anyone who reaches it can run models (and, with ZMQ_ACCEPT_MODELS, upload them).
+    # tcp://127.0.0.1:5555 or ipc:///tmp/cache/zmq_detector; unset: no ZMQ door. The API keys do not cover it: who
+    # may connect is decided by address (ZMQ_ALLOW_FROM) and, for ipc, by the file system.
     zmq_endpoint: str | None = Field(default=None, max_length=512)
-    # A tcp endpoint on an address other than loopback (tcp://0.0.0.0:5555, a LAN address) only with this set:
-    # anyone who reaches that port can run and upload models.
+    # Who may connect over tcp besides loopback (always allowed): addresses and CIDRs, comma-separated
+    # (192.168.1.20, 10.0.0.0/24, fd00::/64). A tcp bind beyond loopback needs it (or ZMQ_ALLOW_REMOTE).
+    zmq_allow_from: Annotated[list[str], NoDecode] = []
+    # Anyone who reaches the port may connect (the door warns at start): a bind beyond loopback without a list.
     zmq_allow_remote: bool = False
+    # Who may send a model (model_data) besides loopback and ipc peers: a narrower list than ZMQ_ALLOW_FROM.
+    zmq_upload_from: Annotated[list[str], NoDecode] = []
+    # An abstract ipc socket (ipc://@name: no file, so no file permissions decide who connects) only with this set.
+    zmq_allow_abstract: bool = False
     # Frigate's model transfer (model_data): a .tflite checked as `converter import` checks one, written into
     # MODEL_DIR as a model directory, loaded and warmed up before the reply. Off: refused, saying so.
     zmq_accept_models: bool = False
-    # The largest model file a client may send; the socket reads no frame beyond it and a bit (a larger one closes
-    # the connection unanswered: it is never read).
+    # The largest model file a client may send. Larger ones, and any frame over its own limit, are read and dropped
+    # up to this size, never held; a frame larger than this drops its peer.
     zmq_max_model_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=1024 * 1024 * 1024)
+    # Models uploaded into MODEL_DIR (by the door's provenance) at most, by count and by their files' bytes: an
+    # upload beyond is refused, saying so; none is ever removed to make room.
+    zmq_max_uploaded_models: int = Field(default=8, ge=1, le=1024)
+    zmq_max_uploaded_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024)
     # Requests being answered at once, over every connection; one beyond gets zero rows at once ("busy").
     zmq_max_in_flight: int = Field(default=64, ge=1, le=4096)
+    # Connections held at once; a new one beyond takes the place of the quietest one not being answered, or is
+    # closed. Each holds at most one frame of the largest served input (or one upload) while it is read.
+    zmq_max_connections: int = Field(default=64, ge=1, le=4096)
+    # A peer that has not finished its greeting this long after connecting, or whose message under way has not
+    # moved this long, is dropped.
+    zmq_peer_timeout_s: float = Field(default=10.0, gt=0, le=3600)
 
     _plugin_settings: dict[type, PluginSettings | None] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _zmq_endpoint_binds_safely(self):
-        problem = zmq_bind_problem(self.zmq_endpoint, self.zmq_allow_remote)
+        problem = zmq_bind_problem(self.zmq_endpoint, self.zmq_allow_remote, self.zmq_allow_from,
+                                   self.zmq_upload_from, self.zmq_allow_abstract)
         if problem is not None:
             raise ValueError(problem)
         return self
+
+    @field_validator("zmq_allow_from", "zmq_upload_from", mode="before")
+    @classmethod
+    def _zmq_networks(cls, value):
+        return words(value)
+
+    @field_validator("zmq_allow_from", "zmq_upload_from")
+    @classmethod
+    def _zmq_networks_read(cls, value):
+        for text in value:
+            zmq_network(text)  # ValueError naming the entry
+        return value
 
     def plugin_settings(self, plugin: type) -> PluginSettings | None:
         """A backend plug-in's own settings: its settings class from the environment, with what
@@ -297,29 +326,84 @@ class Settings(BaseSettings):
         return value
 
 
-def zmq_bind_problem(endpoint: str | None, allow_remote: bool) -> str | None:
-    """Why ZMQ_ENDPOINT cannot be bound as set (None: it can): tcp://HOST:PORT or ipc://PATH only, and a tcp HOST
-    other than loopback only with ZMQ_ALLOW_REMOTE."""
-    if endpoint is None:
-        return None
-    scheme, sep, rest = endpoint.partition("://")
-    if scheme == "ipc" and sep and rest:
-        return None
+@dataclass(frozen=True)
+class ZmqEndpoint:
+    """ZMQ_ENDPOINT read: tcp://HOST:PORT (HOST an address, `*` for every IPv4 one, `localhost`, or a name) or
+    ipc://PATH (`ipc://@NAME`: an abstract socket, Linux's, with no file)."""
+
+    text: str
+    scheme: str                    # tcp | ipc
+    host: str = ""
+    port: int = 0
+    path: str = ""
+
+    @property
+    def abstract(self) -> bool:
+        return self.scheme == "ipc" and self.path.startswith("@")
+
+    @property
+    def loopback(self) -> bool:
+        """A tcp endpoint only this host reaches (an ipc one is local by nature: its file decides)."""
+        if self.scheme != "tcp":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # "*", an interface name, a host name
+            return self.host == "localhost"
+
+
+def zmq_endpoint(text: str) -> ZmqEndpoint:
+    """ZMQ_ENDPOINT as parts; ValueError saying what an endpoint is."""
+    scheme, sep, rest = text.partition("://")
+    if scheme == "ipc" and sep and rest and rest != "@":
+        return ZmqEndpoint(text, "ipc", path=rest)
     if scheme != "tcp" or not sep:
-        return (f"ZMQ_ENDPOINT={endpoint!r}: tcp://HOST:PORT or ipc://PATH (Frigate's default: "
-                "ipc:///tmp/cache/zmq_detector)")
+        raise ValueError(f"ZMQ_ENDPOINT={text!r}: tcp://HOST:PORT or ipc://PATH (Frigate's default: "
+                         "ipc:///tmp/cache/zmq_detector)")
     host, colon, port = rest.rpartition(":")
     if not colon or not port.isdigit() or not 0 < int(port) < 65536 or not host:
-        return f"ZMQ_ENDPOINT={endpoint!r}: a tcp endpoint is tcp://HOST:PORT, e.g. tcp://127.0.0.1:5555"
+        raise ValueError(f"ZMQ_ENDPOINT={text!r}: a tcp endpoint is tcp://HOST:PORT, e.g. tcp://127.0.0.1:5555")
+    return ZmqEndpoint(text, "tcp", host=host.removeprefix("[").removesuffix("]"), port=int(port))
+
+
+def zmq_network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """An entry of ZMQ_ALLOW_FROM or ZMQ_UPLOAD_FROM: an address (one host) or a CIDR (its host bits ignored)."""
     try:
-        loopback = ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
-    except ValueError:  # "*", an interface name, a host name
-        loopback = host == "localhost"
-    if loopback or allow_remote:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an address or a CIDR (e.g. 192.168.1.20 or 192.168.1.0/24; host names "
+                         "are not taken: the door admits peers by the address they connect from)") from None
+
+
+def zmq_bind_problem(endpoint: str | None, allow_remote: bool, allow_from: Collection[str] = (),
+                     upload_from: Collection[str] = (), allow_abstract: bool = False) -> str | None:
+    """Why ZMQ_ENDPOINT cannot be bound as set (None: it can): tcp://HOST:PORT or ipc://PATH only; a tcp HOST other
+    than loopback only with ZMQ_ALLOW_FROM (who may connect) or ZMQ_ALLOW_REMOTE (anyone); an abstract ipc socket
+    only with ZMQ_ALLOW_ABSTRACT; ZMQ_UPLOAD_FROM only within who may connect."""
+    if endpoint is None:
         return None
-    return (f"ZMQ_ENDPOINT={endpoint!r} binds beyond this host, and the ZMQ door has no API key: anyone who reaches "
-            f"this port can run and upload models. Fix: bind tcp://127.0.0.1:{port} or an ipc:// path, or set "
-            f"{ENV_PREFIX}ZMQ_ALLOW_REMOTE=true on a network you trust")
+    try:
+        parts = zmq_endpoint(endpoint)
+    except ValueError as e:
+        return str(e)
+    if parts.abstract and not allow_abstract:
+        return (f"ZMQ_ENDPOINT={endpoint!r} is an abstract socket: it has no file, so no file permissions decide who "
+                f"connects (any process of this network namespace can). Fix: an ipc:// path in a directory only "
+                f"Frigate's user may enter, or {ENV_PREFIX}ZMQ_ALLOW_ABSTRACT=true where every process is trusted")
+    if parts.scheme == "tcp" and not parts.loopback and not (allow_from or allow_remote):
+        return (f"ZMQ_ENDPOINT={endpoint!r} binds beyond this host, and Frigate's protocol has no authentication: "
+                f"the door admits peers by address. Fix: set {ENV_PREFIX}ZMQ_ALLOW_FROM to Frigate's address (or its "
+                f"network, e.g. 192.168.1.0/24), or bind tcp://127.0.0.1:{parts.port} or an ipc:// path; "
+                f"{ENV_PREFIX}ZMQ_ALLOW_REMOTE=true lets anyone who reaches the port in")
+    if not allow_remote:
+        allowed = [zmq_network(text) for text in allow_from]
+        for text in upload_from:
+            network = zmq_network(text)
+            if not (network.network_address.is_loopback or any(
+                    network.version == a.version and network.subnet_of(a) for a in allowed)):
+                return (f"ZMQ_UPLOAD_FROM names {text}, which ZMQ_ALLOW_FROM does not let connect: uploads come from "
+                        "a narrower list than connections. Fix: add it to ZMQ_ALLOW_FROM too, or leave it out")
+    return None
 
 
 # The default model when DEFAULT_MODEL is unset and it is served: the committed ImageNet classifier.

@@ -15,6 +15,11 @@
   overload       10x more concurrent clients than the service admits (workers + MAX_WAITING),
                  each a new connection per request: 503 latency (by reason), admitted latency
                  vs the unloaded p99, and the CPU the service and the load generator each used
+  zmq            Frigate's ZMQ door (issue 42, bench/zmq_attacks.py): eleven attacks on a loopback
+                 endpoint (a message of 300,000 frames, stalled 64 MiB frames, a deep header, slow
+                 greetings, idle connections, ...), each with a good Frigate client's p50/p99 alone,
+                 during and after, and the service's RSS before, at its peak and after; --zmq-design
+                 a,b runs libzmq's design beside the door's own
 
 The overload clients are curl --parallel processes (C), so that no Python event loop of ours
 stands between the service's answer and the figure; the CPU the service and the load generator
@@ -24,10 +29,11 @@ or connections that mostly wait). Every loop is bounded in count and time; the s
 at the end.
 
 Example usage:
-    python bench/hostile.py                 # all seven, ~3 minutes
+    python bench/hostile.py                 # all eight
     python bench/hostile.py --only base64 --base64-bodies 16
     python bench/hostile.py --only bombs,slow --slow-clients 200
     python bench/hostile.py --only overload --overload-client python   # the old client, side by side
+    python bench/hostile.py --only zmq --zmq-design a,b --zmq-seconds 5
 """
 
 from __future__ import annotations
@@ -608,7 +614,7 @@ def large_images() -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="bombs,slow,bodies,base64,images,cost,overload",
+    parser.add_argument("--only", default="bombs,slow,bodies,base64,images,cost,overload,zmq",
                         help="scenarios to run, comma-separated")
     parser.add_argument("--slow-clients", type=int, default=200, help="slow connections at once")
     parser.add_argument("--deadline", type=float, default=5.0, help="HEADER_TIMEOUT_S and BODY_TIMEOUT_S for the "
@@ -632,6 +638,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="overload with curl: no Connection: close, curl reuses the connections of its pool")
     parser.add_argument("--max-waiting", type=int, default=32, help="overload: the service's MAX_WAITING")
     parser.add_argument("--workers", type=int, help="overload: the service's WORKERS (default: its own)")
+    parser.add_argument("--zmq-design", default="a", help="zmq: a (the door's own ZMTP reader), b (libzmq), or a,b")
+    parser.add_argument("--zmq-attacks", default=None, help="zmq: the attacks, comma-separated (default: all)")
+    parser.add_argument("--zmq-seconds", type=float, default=5.0, help="zmq: each window (alone, during, after)")
+    parser.add_argument("--zmq-rate", type=float, default=20.0, help="zmq: the good client's requests per second")
     args = parser.parse_args(argv)
     if args.keep_alive and args.overload_client != "curl":
         parser.error("--keep-alive needs --overload-client curl")
@@ -706,6 +716,12 @@ def main(argv: list[str] | None = None) -> int:
         protocol_cost(9, 2000)
     if "overload" in only:
         overload(args, small)
+    if "zmq" in only:
+        from bench import zmq_attacks
+
+        print("\n## Frigate's ZMQ door against hostile peers (bench/zmq_attacks.py)")
+        zmq_attacks.run(args.zmq_design.split(","), (args.zmq_attacks or ",".join(zmq_attacks.ATTACKS)).split(","),
+                        args.zmq_seconds, args.zmq_rate, {})
     return 0
 
 if __name__ == "__main__":

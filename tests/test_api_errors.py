@@ -1,4 +1,4 @@
-"""app/api/errors.py: refusals logged without a line per request; other 5xx one by one."""
+"""app/api/errors.py: refusals and other 5xx logged without a line per request (app/refusal_log.py)."""
 
 import asyncio
 import logging
@@ -26,10 +26,11 @@ def test_refusals_are_logged_first_in_full_then_summed_up_per_window(caplog):
         refusals.refused("POST", "/v1/classify", Busy("again", 1))
         timers.advance(10)
     lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines
     assert lines[0].startswith("POST /v1/classify: 503 m/cpu: all 1 interpreters busy")
-    assert lines[1] == "refused 100 more requests (503) in the last 10 s: 99 x Busy, 1 x NotReady"
-    assert lines[2].startswith("POST /v1/classify: 503 again")
+    assert lines[1].startswith("POST /v2/models/m/infer: 503 loading")  # a new kind in a flood of another: in full
+    assert lines[2] == "refused 99 more requests (503) in the last 10 s: 99 x Busy"
+    assert lines[3].startswith("POST /v1/classify: 503 again")
 
 
 def test_on_the_running_loop_a_window_closes_on_the_loops_timer():
@@ -56,7 +57,7 @@ def test_on_the_running_loop_a_window_closes_on_the_loops_timer():
     assert asyncio.run(main()) == "refused 1 more requests (503) in the last 0.01 s: 1 x Busy"
 
 
-def test_a_503_answer_is_unchanged_and_other_5xx_are_logged_each(caplog):
+def test_a_503_answer_is_unchanged_and_other_5xx_are_summed_up_too(caplog):
     app = FastAPI()
     errors.install(app)
 
@@ -76,7 +77,8 @@ def test_a_503_answer_is_unchanged_and_other_5xx_are_logged_each(caplog):
             assert client.get("/late").status_code == 504
     messages = [r.getMessage() for r in caplog.records if r.name == errors.log.name]
     assert sum("all busy" in m for m in messages) == 1  # one line for five refusals
-    assert sum("past its deadline" in m for m in messages) == 3
+    assert sum("past its deadline" in m for m in messages) == 1  # and one for three failures, at ERROR
+    assert [r.levelno for r in caplog.records if "past its deadline" in r.getMessage()] == [logging.ERROR]
 
 
 def _all_serve_errors():

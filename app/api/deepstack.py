@@ -34,7 +34,7 @@ from app.api.auth import check_inference_key_value, inference_key_in_head
 from app.api.body import IMAGE_FIELD, image_and_fields
 from app.api.classify import BackendQuery
 from app.api.direct import AnsweringRoute
-from app.api.errors import log_answered, retry_after
+from app.api.errors import log_answered, log_bug, retry_after
 from app.api.held import held
 from app.api.routes import Inference, v1_head
 from app.api.schemas import DeepStackError, DeepStackResponse
@@ -75,7 +75,7 @@ class DeepStackRoute(AnsweringRoute):
                                           for e in error.errors()) or "invalid request")
         if isinstance(error, StarletteHTTPException):
             return failure(error.status_code, str(error.detail), error.headers)
-        log.exception("%s %s", request.method, request.url.path)  # a bug: logged, answered in the protocol's shape
+        log_bug(request, error)  # a bug: logged (summed up per kind), answered in the protocol's shape
         return failure(500, f"internal error: {type(error).__name__}")
 
 

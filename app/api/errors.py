@@ -2,10 +2,11 @@
 {"error": "..."}, Retry-After on a refusal to retry.
 
 Logging: a 503 (a full line, a full body budget, a model not ready, devices out) is a refusal the
-client is told to retry, and under overload there is one per request: RefusalLog writes the first
-in full and then one line per window summing up the rest (app/refusal_log.py) (every one is still counted in
-Prometheus, app/metrics.py). Other 5xx (an invoke past its deadline, a bug) are logged one by one
-at ERROR; 4xx are the client's business and not logged (a hostile client would fill the log).
+client is told to retry, and under overload there is one per request; other 5xx (an invoke past its deadline, a
+bug) are failures a client can provoke as often. Both go through RefusalLog (app/refusal_log.py), the one place
+every door logs its refusals: the first of each kind in full (a failure at ERROR), then one line per window
+summing up the rest (every one is still counted in Prometheus, app/metrics.py). 4xx are the client's business
+and not logged (a hostile client would fill the log).
 """
 
 from __future__ import annotations
@@ -39,11 +40,17 @@ def error_response(status: int, message: str, headers: dict | None = None) -> JS
 
 
 def log_answered(request: Request, error: ServeError, status: int) -> None:
-    """An error answered with `status`, logged as the module says: a refusal summed up, another 5xx in full."""
+    """An error answered with `status`, logged as the module says: a refusal or another 5xx, summed up per kind."""
     if status == REFUSED:
         refusals.refused(request.method, request.scope["path"], error)
     elif status >= 500:
-        log.error("%s %s: %s", request.method, request.url.path, error)
+        refusals.failed(request.method, request.scope["path"], error, status)
+
+
+def log_bug(request: Request, error: Exception) -> None:
+    """An exception no handler expected, answered with a 500 in its protocol's shape: its traceback with the
+    first of its kind, then summed up (a client that can provoke it once can provoke it per request)."""
+    refusals.failed(request.method, request.scope["path"], error, 500, exc_info=True)
 
 
 async def _serve_error(request: Request, exc: ServeError) -> JSONResponse:

@@ -1,5 +1,7 @@
-"""Front doors that are not HTTP: Frigate's ZMQ detector protocol (zmq_door.py, its messages in frigate.py, its model
-transfer in uploads.py, the models it answers with in serving.py). Nothing here imports an HTTP framework.
+"""Front doors that are not HTTP: Frigate's ZMQ detector protocol (zmq_door.py; ZeroMQ's wire protocol, ZMTP 3, in
+zmtp.py, its connections in zmq_server.py; its messages in frigate.py, the model messages in zmq_models.py, the model
+transfer in uploads.py, the models it answers with in serving.py and served.py). Nothing here imports an HTTP
+framework, nor libzmq: the door speaks ZMTP itself, so that its limits bite as the bytes arrive.
 
 The app's lifespan opens them once the registry is made (`open_doors`) and closes them before it drains; /readyz,
 /v1/devices and /metrics cover them through `FrontDoors` (`problems`, `reports`) and app/metrics.py.
@@ -45,11 +47,16 @@ async def open_doors(settings: Settings, core: Core, first_worker: bool = True) 
     from app.frontdoors.serving import CoreDetectors
     from app.frontdoors.uploads import ModelUploads
     from app.frontdoors.zmq_door import ZmqDoor
+    from app.frontdoors.zmq_server import PeerPolicy
+    from app.settings import zmq_endpoint
 
     uploads = ModelUploads(core.registry.add, settings.model_dir, settings.zmq_max_model_bytes,
-                           settings.zmq_accept_models)
-    door = ZmqDoor(settings.zmq_endpoint, CoreDetectors(core), uploads,
-                   max_in_flight=settings.zmq_max_in_flight, max_model_bytes=settings.zmq_max_model_bytes,
-                   refusal_log_window_s=settings.refusal_log_window_s)
+                           settings.zmq_accept_models, settings.zmq_max_uploaded_models,
+                           settings.zmq_max_uploaded_bytes)
+    policy = PeerPolicy.from_settings(settings.zmq_allow_from, settings.zmq_upload_from, settings.zmq_allow_remote)
+    door = ZmqDoor(zmq_endpoint(settings.zmq_endpoint), CoreDetectors(core), uploads, policy=policy,
+                   max_in_flight=settings.zmq_max_in_flight,
+                   refusal_log_window_s=settings.refusal_log_window_s, max_connections=settings.zmq_max_connections,
+                   peer_timeout_s=settings.zmq_peer_timeout_s)
     await door.start()
     return FrontDoors({"zmq": door})

@@ -16,9 +16,12 @@ and reads any error, timeout or reply it cannot parse as "no objects" (after a t
 asks for its model again).
 
 A request this door refuses still gets a reply, never silence: zero rows in the multipart form with the reason in
-the header's "error" (what the reference server sends), or 480 zero bytes alone where the request had no JSON
-header; a model message gets its JSON answer with the reason in "message". `Refused` carries the reason as a short
+the header's "error" (what the reference server sends), or 480 zero bytes alone where the first frame is not JSON
+at all; a model message gets its JSON answer with the reason in "message". `Refused` carries the reason as a short
 label for /metrics and the log, and the status the HTTP doors would give for the same fault.
+
+A header is read only once it is known to be small (MAX_HEADER_BYTES) and shallow (MAX_HEADER_DEPTH, counted
+without recursion and without parsing: `nesting`), so that no header makes the JSON decoder recurse.
 
 `model_type`: Frigate sends its ModelTypeEnum's *name* (so `yolo-generic` arrives as "yologeneric"; before Frigate
 0.16.1 no model_type at all). The rows are the same whatever the family, so the type is checked against the
@@ -29,9 +32,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
+
+from app.frontdoors.zmtp import Skipped
 
 ROWS, COLUMNS = 20, 6
 REPLY_BYTES = ROWS * COLUMNS * 4
@@ -41,6 +47,8 @@ ZERO_ROWS = bytes(REPLY_BYTES)
 SSD_MIN_SCORE = 0.4
 # A JSON header bigger than this is not a header Frigate wrote (its own are under 100 bytes)
 MAX_HEADER_BYTES = 4096
+# Nor one that nests deeper (Frigate's: an object holding a list, 2)
+MAX_HEADER_DEPTH = 8
 # Tensor headers remembered as read (Requests): Frigate sends one per model size and type, the same bytes every frame
 HEADERS_KEPT = 64
 
@@ -62,9 +70,10 @@ class Refused(Exception):
     """A request answered without running a model: `reason` a short label (metrics, log), `message` what the
     client is told, `status` the HTTP status the other doors give the same fault."""
 
-    def __init__(self, reason: str, message: str, status: int = 400):
+    def __init__(self, reason: str, message: str, status: int = 400, header: dict | None = None):
         super().__init__(message)
         self.reason, self.message, self.status = reason, message, status
+        self.header = header  # the request's header, where it was read (the reply's form follows it)
 
 
 @dataclass(frozen=True)
@@ -90,21 +99,81 @@ class TensorRequest:
         return np.frombuffer(self.data, dtype=self.dtype).reshape(self.shape)
 
 
-def header_of(frames: list[memoryview]) -> dict | None:
-    """The first frame as Frigate's JSON header, or None when it is not one (the reply is then 480 zero bytes)."""
-    if not frames or len(frames[0]) > MAX_HEADER_BYTES:
-        return None
+# JSON string literals (escapes included), and a table that keeps only brackets: [ and { as 1, ] and } as -1
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[{]}")
+
+
+def nesting(data: bytes) -> int:
+    """How deep a JSON text's arrays and objects nest: its brackets outside string literals, summed in order (a
+    cumulative sum, no recursion and no parse). A text that is no JSON gets some number; the parser refuses it."""
+    brackets = _STRINGS.sub(b"", data).translate(_BRACKETS, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    return int(np.cumsum(np.frombuffer(brackets, np.int8), dtype=np.int32).max())
+
+
+def read_header(frame) -> dict:
+    """The first frame as Frigate's JSON header; Refused("header") saying why it is not one."""
+    size = len(frame)
+    if isinstance(frame, Skipped) or size > MAX_HEADER_BYTES:
+        raise Refused("header", f"the first frame has {size} bytes: a header is at most {MAX_HEADER_BYTES} (Frigate's "
+                                "are under 100)")
+    data = bytes(frame)
+    depth = nesting(data)
+    if depth > MAX_HEADER_DEPTH:
+        raise Refused("header", f"the header nests {depth} levels deep: at most {MAX_HEADER_DEPTH} are read "
+                                "(Frigate's nest 2)")
     try:
-        header = json.loads(bytes(frames[0]))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return header if isinstance(header, dict) else None
-
-
-def parse(frames: list[memoryview], header: dict | None) -> ModelCheck | ModelUpload | TensorRequest:
-    """What the request asks, or Refused with the reason. `header`: header_of(frames)."""
-    if header is None:
+        header = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        header = None
+    if not isinstance(header, dict):
         raise Refused("header", "the first frame is not a JSON object: Frigate's requests start with a JSON header")
+    return header
+
+
+def header_problem(frame) -> str:
+    """Why a first frame is no header (read_header's refusal), for an answer given before its message has ended."""
+    try:
+        read_header(frame)
+    except Refused as refused:
+        return refused.message
+    return "the header was read"
+
+
+def header_of(frames: list) -> dict | None:
+    """The first frame as Frigate's JSON header, or None when it is not one."""
+    try:
+        return read_header(frames[0]) if frames else None
+    except Refused:
+        return None
+
+
+def looks_like_json(frames: list) -> bool:
+    """Whether the first frame starts as a JSON object would: a refusal then says why in the JSON form."""
+    if not frames:
+        return False
+    first = frames[0]
+    return isinstance(first, Skipped) or bytes(first[:64]).lstrip()[:1] == b"{"  # one too large: said in JSON
+
+
+def parse(frames: list, header: dict | None = None) -> ModelCheck | ModelUpload | TensorRequest:
+    """What the request asks, or Refused with the reason (and the header, where it was read). `header`: the first
+    frame as read_header() reads it, where the caller has it."""
+    if not frames:
+        raise Refused("frames", "an empty message")
+    if header is None:
+        header = read_header(frames[0])
+    try:
+        return _parsed(frames, header)
+    except Refused as refused:
+        refused.header = header
+        raise
+
+
+def _parsed(frames: list, header: dict) -> ModelCheck | ModelUpload | TensorRequest:
     if header.get("model_request"):
         _frames(frames, 1, "a model_request")
         return ModelCheck(_model_name(header))
@@ -112,6 +181,15 @@ def parse(frames: list[memoryview], header: dict | None) -> ModelCheck | ModelUp
         _frames(frames, 2, "a model_data message (the header, then the model file)")
         return ModelUpload(_model_name(header), frames[1])
     _frames(frames, 2, "a tensor request (the header, then the tensor's bytes)")
+    shape, dtype = tensor_type(header)
+    expected = math.prod(shape) * dtype.itemsize
+    if len(frames[1]) != expected:
+        raise Refused("size", f"the tensor frame has {len(frames[1])} bytes; {dtype.name} {list(shape)} is {expected}")
+    return TensorRequest(shape, dtype, header.get("model_type"), frames[1])
+
+
+def tensor_type(header: dict) -> tuple[tuple[int, ...], np.dtype]:
+    """A tensor request's shape and dtype, checked; Refused saying what is wrong."""
     shape, dtype = header.get("shape"), header.get("dtype")
     if not (isinstance(shape, list) and 1 <= len(shape) <= 8
             and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 1 << 16 for d in shape)):
@@ -126,38 +204,47 @@ def parse(frames: list[memoryview], header: dict | None) -> ModelCheck | ModelUp
     model_type = header.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise Refused("model_type", f"model_type {str(model_type)[:40]} is not a name")
-    expected = math.prod(shape) * dtype.itemsize
-    if len(frames[1]) != expected:
-        raise Refused("size", f"the tensor frame has {len(frames[1])} bytes; {dtype.name} {shape} is {expected}")
-    return TensorRequest(tuple(shape), dtype, model_type, frames[1])
+    return tuple(shape), dtype
 
 
 class Requests:
-    """header_of() and parse() with each tensor request's header read once: Frigate sends the same header bytes with
-    every frame, so a header seen before is one dict lookup, and only the tensor frame's size is checked again (the
-    JSON and the checks took about 80 us of the event loop's time per request, cold, on 2 cores). HEADERS_KEPT
-    headers at most, forgotten all at once when full."""
+    """parse() with each tensor request's header read once: Frigate sends the same header bytes with every frame,
+    so a header seen before is one dict lookup, and only the tensor frame's size is checked again (the JSON and the
+    checks took about 80 us of the event loop's time per request, cold, on 2 cores). HEADERS_KEPT headers at most,
+    forgotten all at once when full."""
 
     def __init__(self, kept: int = HEADERS_KEPT):
         self.kept = kept
         # header bytes -> the header, and its tensor's shape, dtype, model_type and size in bytes
         self._tensors: dict[bytes, tuple[dict, tuple[int, ...], np.dtype, str | None, int]] = {}
 
-    def read(self, frames: list[memoryview]) -> tuple[dict | None, ModelCheck | ModelUpload | TensorRequest]:
-        """(its header, what the request asks), as header_of() and parse() give them, or Refused."""
-        known = self._tensors.get(bytes(frames[0])) if len(frames) == 2 and len(frames[0]) <= MAX_HEADER_BYTES \
-            else None
+    def peek(self, frame) -> dict | None:
+        """The header a first frame holds, or None where it holds none (it is refused once the message is whole).
+        For the door's limits while the message's next frame arrives."""
+        if isinstance(frame, bytes):
+            known = self._tensors.get(frame)
+            if known is not None:
+                return known[0]
+        try:
+            return read_header(frame)
+        except Refused:
+            return None
+
+    def read(self, frames: list) -> tuple[dict, ModelCheck | ModelUpload | TensorRequest]:
+        """(its header, what the request asks), or Refused saying why (with the header, where it was read)."""
+        first = frames[0] if frames else None
+        known = self._tensors.get(first) if len(frames) == 2 and isinstance(first, bytes) else None
         if known is not None:
             header, shape, dtype, model_type, size = known
             if len(frames[1]) != size:
                 parse(frames, header)  # Refused, saying why
             return header, TensorRequest(shape, dtype, model_type, frames[1])
-        header = header_of(frames)
+        header = read_header(first) if frames else None
         request = parse(frames, header)
-        if isinstance(request, TensorRequest):
+        if isinstance(request, TensorRequest) and isinstance(first, bytes):
             if len(self._tensors) >= self.kept:
                 self._tensors.clear()
-            self._tensors[bytes(frames[0])] = header, request.shape, request.dtype, request.model_type, len(frames[1])
+            self._tensors[first] = header, request.shape, request.dtype, request.model_type, len(frames[1])
         return header, request
 
 
@@ -200,9 +287,10 @@ def rows_reply(rows: np.ndarray) -> list[bytes]:
     return [np.ascontiguousarray(rows, np.float32).tobytes()]
 
 
-def zero_reply(error: Refused | None, header: dict | None) -> list[bytes]:
-    """Zero rows: with a header naming the reason where the request had a JSON header, else 480 bytes alone."""
-    if header is None:
+def zero_reply(error: Refused | None, json_form: bool) -> list[bytes]:
+    """Zero rows: with a header naming the reason where the request came with a JSON header (or one that started as
+    JSON), else 480 bytes alone."""
+    if not json_form:
         return [ZERO_ROWS]
     body = {"shape": [ROWS, COLUMNS], "dtype": "float32"}
     if error is not None:

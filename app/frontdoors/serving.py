@@ -17,7 +17,7 @@ import numpy as np
 
 from app.core import Core, TensorInput
 from app.frontdoors.frigate import COLUMNS, ROWS, SSD_MIN_SCORE, ssd_rows
-from app.frontdoors.zmq_door import ServedDetector
+from app.frontdoors.served import ServedDetector
 from app.model_dir.reading import ModelDir
 from app.model_dir.schema import POSTPROCESS
 from app.registry import ModelVersion
@@ -72,7 +72,7 @@ class CoreDetectors:
             shape = tuple(pool.members.inputs[0].shape) if pool else (1, spec.height, spec.width, spec.channels)
             dtype = pool.members.inputs[0].dtype if pool else np.dtype(np.uint8)
             detector = ServedDetector(name, shape, dtype, family(model_dir), file_names(model_dir),
-                                      loaded=pool is not None, state=state)
+                                      loaded=pool is not None, state=state, hashes=file_hashes(model_dir))
         self._seen[name] = (version, model_dir, detector)
         return detector
 
@@ -100,9 +100,20 @@ def detection_rows(result: Detection) -> np.ndarray:
 
 
 def file_names(model_dir: ModelDir) -> frozenset[str]:
-    """The names a model's files go by: as written in its directory, and as given when it was imported or uploaded."""
+    """The names a model's files go by, in lower case (a model_request's name is matched case aside): as written in
+    its directory, and as given when it was imported or uploaded."""
     names = {entry.path.rsplit("/", 1)[-1] for entry in model_dir.manifest.files.values()}
     imported = model_dir.manifest.imported
     if imported is not None:
-        names |= {f.name.rsplit("/", 1)[-1] for f in imported.files}
-    return frozenset(names)
+        names |= {f.name.replace("\\", "/").rsplit("/", 1)[-1] for f in imported.files}
+    return frozenset(name.lower() for name in names)
+
+
+def file_hashes(model_dir: ModelDir) -> frozenset[str]:
+    """The sha256 of a model's files, and of the files it was imported or uploaded from: an upload of one of them
+    is this model."""
+    hashes = {entry.sha256 for entry in model_dir.manifest.files.values()}
+    imported = model_dir.manifest.imported
+    if imported is not None:
+        hashes |= {f.sha256 for f in imported.files}
+    return frozenset(hashes)

@@ -1,25 +1,33 @@
-"""Frigate's ZMQ detector protocol on a ZeroMQ ROUTER socket, on the service's event loop.
+"""Frigate's ZMQ detector protocol on the service's event loop: ZMTP 3 on asyncio's transports
+(app/frontdoors/zmq_server.py), the messages app/frontdoors/frigate.py's.
 
 Frigate's side is a REQ socket (frigate/detectors/plugins/zmq_ipc.py): one request at a time per Frigate detector,
-each answered before the next. A ROUTER socket takes many of them at once (several Frigate instances, or several
-detectors of one), each request tagged with its peer's identity; each is answered on a task of its own, so a slow
-invoke for one peer holds up no other, and the reply goes back through the same identity. The messages are
-app/frontdoors/frigate.py's.
+each answered before the next. The door takes many of them at once (several Frigate instances, or several detectors
+of one), each connection's request answered on a task of its own, so a slow invoke for one peer holds up no other;
+the reply goes back on the connection it came on, in the envelope it came in (a REQ peer's empty frame).
+
+Limits bite before memory is spent: as each frame's head arrives, `frame_limit` says how large it may be from what
+came before it in its message. A header at most MAX_HEADER_BYTES; a tensor at most the largest input a served
+detector takes; a model file at most ZMQ_MAX_MODEL_BYTES, and only the one upload that may be written is held
+(app/frontdoors/zmq_models.py). A frame past its limit is refused at its head: the request is answered with the
+reason and its peer dropped, before a byte of the frame is read (libzmq's REQ reads the answer, then connects
+again by itself).
+
+A peer whose requests keep being refused is paced: after REFUSALS_UNPACED refusals in a row, its next message is
+read only after a pause that doubles with each refusal, up to PACE_MAX_S (under Frigate's 200 ms timeout). Refusals
+cost the event loop little, but a peer that sends nothing else gets no more of it than that.
 
 Every request gets a reply, never silence: refused ones get zero rows with the reason (or a model message's JSON
 with it), logged (rate-limited, app/refusal_log.py) and counted in /metrics (protocol="zmq", and
-edgetpu_serve_zmq_refusals by reason). The one exception is a frame larger than the socket reads
-(ZMQ_MAX_MODEL_BYTES and a little more): libzmq closes that connection without reading it, so Frigate's request
-times out and Frigate re-creates its socket.
+edgetpu_serve_zmq_refusals by reason). A peer dropped in the middle of a message (too many frames, a frame beyond
+ZMQ_MAX_MODEL_BYTES, a broken frame, a stall) is answered first when what it asked is known, then closed, logged and
+counted (edgetpu_serve_zmq_dropped_peers by reason).
 
-Which model answers a peer: the one its model_request named (matched by model directory name, or by the name of
-one of the model's files, as given or as written), remembered per peer identity (Frigate re-creates its socket,
-and so its identity, after any timeout, and then asks again). A peer the door has not heard a model_request from
-(the door restarted under it) gets the default detector, or the one served detector whose input its tensor fits.
-So two Frigate instances with different models are each answered with their own, over one endpoint.
-
-The models are reached through `Detectors` (app/frontdoors/serving.py gives the service's), uploads through
-`Uploads` (app/frontdoors/uploads.py).
+Which model answers a peer: the one its model_request named (app/frontdoors/zmq_models.py), remembered per
+connection (Frigate re-creates its socket, and so its connection, after any timeout, and then asks again). A peer
+the door has not heard a model_request from (the door restarted under it) gets the default detector, or the one
+served detector whose input its tensor fits. So two Frigate instances with different models are each answered with
+their own, over one endpoint.
 """
 
 from __future__ import annotations
@@ -27,94 +35,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, OrderedDict
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
+from collections import Counter
 
 import numpy as np
-import zmq
 
 from app import metrics
 from app.errors import Busy, InvokeTimeout, ModelNotFound, NotReady, RequestError, ServeError
 from app.frontdoors.frigate import (
+    MAX_HEADER_BYTES,
     ModelCheck,
     ModelUpload,
     Refused,
     Requests,
     TensorRequest,
     family_for,
-    header_of,
+    header_problem,
+    looks_like_json,
     model_reply,
     rows_reply,
     zero_reply,
 )
+from app.frontdoors.served import Detectors, ServedDetector
+from app.frontdoors.zmq_models import ModelMessages
+from app.frontdoors.zmq_server import BindError, Connection, PeerPolicy, ZmtpServer
+from app.frontdoors.zmtp import Dropped, ReaderLimits
 from app.refusal_log import RefusalLog
+from app.settings import ZmqEndpoint
 
 log = logging.getLogger(__name__)
 
 PROTOCOL = "zmq"
-# Peers remembered (identity -> model); the oldest forgotten first. Frigate makes a new identity after each timeout.
-PEERS_KEPT = 4096
 # A peer counts as a client in /v1/devices while it has sent a request this recently
 CLIENT_SEEN_S = 60.0
-# Room a message may take beyond the largest model file (its JSON header; libzmq's framing)
-FRAME_SLACK_BYTES = 64 * 1024
-# Messages libzmq keeps per peer before the door reads them (each up to the frame limit)
-RECEIVE_QUEUE = 16
 STOP_WAIT_S = 5.0
-# A model_request that comes while the models load waits for them this long: Frigate waits 30 s for the answer, and
-# gives up for good on "available but not loaded"
-SETTLE_WAIT_S = 25.0
-# Messages read per turn of the event loop before it runs its other work
-PUMP_BATCH = 32
-# pyzmq's flags and options as plain ints: its enums cost an enum operation per use on the hot path
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
-_SEND, _SEND_MORE = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE)
-
-
-@dataclass(frozen=True)
-class ServedDetector:
-    """A detection model as this door sees it: its input, its family (Frigate's model_type), whether it serves."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    family: str              # "ssd": ends in TFLite_Detection_PostProcess
-    names: frozenset[str]    # the file names it answers a model_request to, besides its own name
-    loaded: bool
-    state: str               # the registry's: ready, degraded, loading, failed, unhealthy
-
-
-class Detectors(Protocol):
-    """The detection models this door may answer with, and a run of one (the service's: app/frontdoors/serving.py)."""
-
-    def detectors(self) -> list[ServedDetector]: ...
-
-    def detector(self, name: str) -> ServedDetector | None:
-        """The one of detectors() named `name` (None: not a detector served here), without making the others."""
-
-    def default(self) -> str | None: ...
-
-    async def settled(self, timeout_s: float) -> None:
-        """Return once the models configured at start have loaded (or failed), at most timeout_s."""
-
-    async def rows(self, model: str, tensor: np.ndarray) -> tuple[np.ndarray, str]:
-        """Frigate's [20, 6] rows for one tensor, and the backend that ran it; a ServeError says why not."""
-
-
-class Uploads(Protocol):
-    accepting: bool
-
-    async def receive(self, name: str, data: memoryview) -> UploadResult: ...
-
-
-@dataclass(frozen=True)
-class UploadResult:
-    saved: bool
-    loaded: bool
-    model: str | None   # the model that answers this name from now on
-    message: str
+# The largest served input is asked of the models again after this long (a model uploaded or reloaded meanwhile)
+LARGEST_INPUT_S = 1.0
+# A peer refused this many times in a row is paced: its next message is read after PACE_FIRST_S, doubling up to
+# PACE_MAX_S with each refusal more, until one of its requests is answered
+REFUSALS_UNPACED = 8
+PACE_FIRST_S, PACE_MAX_S = 0.001, 0.1
 
 
 # ServeError class -> (reason, status) for the refusals a run can end in
@@ -123,62 +82,52 @@ RUN_REFUSALS = ((InvokeTimeout, "timeout"), (Busy, "busy"), (NotReady, "not_read
 
 
 class ZmqDoor:
-    def __init__(self, endpoint: str, detectors: Detectors, uploads: Uploads, *, max_in_flight: int,
-                 max_model_bytes: int, refusal_log_window_s: float):
+    def __init__(self, endpoint: ZmqEndpoint, detectors: Detectors, uploads, *, policy: PeerPolicy = PeerPolicy(),
+                 max_in_flight: int, refusal_log_window_s: float, max_connections: int = 64,
+                 peer_timeout_s: float = 10.0):
         self.endpoint = endpoint
         self.detectors = detectors
         self.uploads = uploads
         self.max_in_flight = max_in_flight
-        self.max_frame_bytes = max_model_bytes + FRAME_SLACK_BYTES
         self.refusals = RefusalLog(log, refusal_log_window_s, status=None)
         self.requests = Requests()
-        self.peers: OrderedDict[bytes, str] = OrderedDict()
-        self.seen: OrderedDict[bytes, float] = OrderedDict()
+        self.models = ModelMessages(detectors, uploads, self)
+        self.server = ZmtpServer(endpoint, self, policy, max_connections=max_connections, timeout_s=peer_timeout_s,
+                                 limits=ReaderLimits(), refusals=self.refusals)
+        self.peers: dict[Connection, str] = {}   # connection -> the model its model_request named
         self.answered = 0
         self.refused: Counter[str] = Counter()
         self.problem: str | None = "not started"
-        self._context: zmq.Context | None = None
-        self._socket: zmq.Socket | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._largest = (0, -LARGEST_INPUT_S)  # (bytes, when asked)
 
     # -- lifetime --------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Bind and serve. A bind that fails leaves the door not ready, saying why (/readyz), the service up."""
-        self._context = zmq.Context()
-        sock = self._context.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
-        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
-        sock.setsockopt(zmq.LINGER, 0)
         try:
-            if self.endpoint.startswith("ipc://"):
-                Path(self.endpoint.removeprefix("ipc://")).parent.mkdir(parents=True, exist_ok=True)
-            sock.bind(self.endpoint)
-        except (zmq.ZMQError, OSError) as e:
-            sock.close(linger=0)
-            self.problem = f"ZMQ door: cannot bind {self.endpoint}: {e}"
+            await self.server.start()
+        except BindError as e:
+            self.problem = f"ZMQ door: {e}"
             log.error("%s", self.problem)
             return
-        self._socket, self.problem = sock, None
-        self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(sock.getsockopt(zmq.FD), self._pump)
-        self._loop.call_soon(self._pump)  # anything that came with the connection
-        log.info("ZMQ door (Frigate's zmq detector) on %s; model uploads %s", self.endpoint,
+        self.problem = None
+        who = ("anyone who reaches it (ZMQ_ALLOW_REMOTE)" if self.server.policy.anyone else
+               "loopback" + "".join(f", {n}" for n in self.server.policy.allow_from)
+               if self.endpoint.scheme == "tcp" else "whoever may open the socket file")
+        log.info("ZMQ door (Frigate's zmq detector) on %s for %s; model uploads %s", self.endpoint.text, who,
                  "accepted" if self.uploads.accepting else "refused (ZMQ_ACCEPT_MODELS)")
+        if self.server.policy.anyone and not self.endpoint.loopback:
+            log.warning("ZMQ door: ZMQ_ALLOW_REMOTE=true: anyone who reaches %s can run the models served (models "
+                        "are taken from loopback and ZMQ_UPLOAD_FROM only); ZMQ_ALLOW_FROM would admit Frigate's "
+                        "address alone", self.endpoint.text)
 
     async def stop(self) -> None:
-        """Stop reading; the requests being answered finish (bounded), then the socket closes."""
-        if self._socket is not None and self._loop is not None:
-            self._loop.remove_reader(self._socket.getsockopt(zmq.FD))
+        """Stop reading; the requests being answered finish (bounded), then the connections close."""
         self.problem = "stopping"
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=STOP_WAIT_S)
-        if self._socket is not None:
-            self._socket.close(linger=0)
-            self._socket = None
-        if self._context is not None:
-            self._context.term()
+        await self.server.stop()
         self.problem = "stopped"
 
     def ready(self) -> str | None:
@@ -188,180 +137,133 @@ class ZmqDoor:
     def report(self) -> dict:
         """What /v1/devices says of the door."""
         now = time.monotonic()
-        return {"endpoint": self.endpoint, "serving": self.problem is None, "problem": self.problem,
+        connections = list(self.server.connections)
+        return {"endpoint": self.endpoint.text, "serving": self.problem is None, "problem": self.problem,
                 "accept_models": self.uploads.accepting, "in_flight": len(self._tasks),
-                "clients": sum(1 for t in self.seen.values() if now - t < CLIENT_SEEN_S),
+                "connections": len(connections), "dropped_peers": self.server.dropped,
+                "clients": sum(1 for c in connections if now - c.active_at < CLIENT_SEEN_S),
                 "answered": self.answered, "refused": dict(self.refused),
-                "peers": {self._peer_name(identity): model for identity, model in list(self.peers.items())[-16:]}}
+                "peers": {peer.name: model for peer, model in list(self.peers.items())[-16:]}}
 
-    # -- the socket --------------------------------------------------------------------------------------------
+    # -- the socket's handler (zmq_server.Handler) ----------------------------------------------------------
 
-    # The socket is driven from the event loop by its file descriptor, with non-blocking calls: a ROUTER never blocks
-    # on a send (a reply to a peer gone, or whose queue is full, is dropped), and libzmq's descriptor is
-    # edge-triggered, so after every send the socket is asked whether input waits. pyzmq's zmq.asyncio does the same
-    # with a future per call: about 110 us of CPU more per request here (a bare echo of a 320x320 tensor, 2 cores:
-    # 170-185 us against 275-300). The socket is asked whether a message waits (ZMQ_EVENTS, as libzmq documents for
-    # an edge-triggered descriptor) rather than read until zmq.Again: an exception per turn, and a message's frames are
-    # read by their `more` flag rather than through recv_multipart's option read per frame (together about 17 us of
-    # CPU per request less, warm).
+    def frame_limit(self, peer: Connection, frames: list, size: int) -> int:
+        """How large the frame that follows `frames` may be, from what came before it: its message's header, at most
+        MAX_HEADER_BYTES; after a tensor request's header, the largest served input; after a model_data header, what
+        the uploads admit; anything else, MAX_HEADER_BYTES. Dropped, saying why, for a frame past it."""
+        body = _body(frames)
+        if len(body) == 1:
+            header = self.requests.peek(body[0])
+            if header is not None and header.get("model_data"):
+                return self.models.upload_limit(peer, header, size)
+            if header is None or not header.get("model_request"):  # a tensor (or what follows a header unread)
+                largest = self._largest_input()
+                if size > largest:
+                    if header is None:
+                        raise Dropped("header", header_problem(body[0]))
+                    raise Dropped("size", f"the tensor frame has {size} bytes, more than any model here takes (at "
+                                          f"most {largest}): set Frigate's model width and height to those of the "
+                                          "model it names (GET /v1/models)")
+                return largest
+        if size > MAX_HEADER_BYTES:
+            what = "first frame" if not body else "frame"
+            raise Dropped("header" if not body else "frames", f"a {what} of {size} bytes where at most "
+                          f"{MAX_HEADER_BYTES} may come (a header; Frigate's are under 100 bytes)")
+        return MAX_HEADER_BYTES
 
-    def _pump(self) -> None:
-        """Read what has come, at most PUMP_BATCH messages, then yield to the loop (and come back if more waits)."""
-        sock = self._socket
-        if sock is None or self.problem is not None:
-            return
-        for _ in range(PUMP_BATCH):
-            try:
-                if not sock.getsockopt(_EVENTS) & _POLLIN:
-                    return
-                frame = sock.recv(_SEND, copy=False)
-                frames = [frame]
-                while frame.more:
-                    frame = sock.recv(_SEND, copy=False)
-                    frames.append(frame)
-            except zmq.Again:
-                return
-            except zmq.ZMQError as e:
-                if e.errno not in (zmq.ETERM, zmq.ENOTSOCK):
-                    log.warning("ZMQ door: receive failed: %s", e)
-                return
-            self._take(frames)
-        self._loop.call_soon(self._pump)
-
-    def _take(self, frames: list) -> None:
-        envelope, body = _split(frames)
-        if len(self._tasks) >= self.max_in_flight:
+    def message(self, peer: Connection, frames: list) -> None:
+        if len(self._tasks) >= self.max_in_flight or self.problem is not None:
             refused = Refused("busy", f"{self.max_in_flight} requests are being answered (ZMQ_MAX_IN_FLIGHT): "
-                                      "try again", 503)
-            self._count_refusal(envelope[0] if envelope else b"", refused, None)
-            self._send(envelope, self._refusal(body, refused))
+                                      "try again", 503) if self.problem is None else \
+                Refused("stopping", "the service is stopping", 503)
+            envelope, body = _split(frames)
+            self._count_refusal(peer, refused, None)
+            self.models.settle(peer)
+            peer.refused_in_a_row += 1
+            peer.send(envelope + self._refusal(body, refused), pace_s(peer.refused_in_a_row))
             return
-        task = self._loop.create_task(self._answer(envelope, body))
+        task = asyncio.get_running_loop().create_task(self._answer(peer, frames))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _send(self, envelope: list, reply: list[bytes]) -> None:
-        sock = self._socket
-        if sock is None:
-            return
-        *head, last = *envelope, *reply
-        try:
-            for frame in head:
-                sock.send(frame, _SEND_MORE)
-            sock.send(last, _SEND)
-        except zmq.ZMQError as e:  # the socket closing; a peer gone is dropped by the ROUTER without an error
-            log.warning("ZMQ door: reply not sent: %s", e)
-            return
-        if sock.getsockopt(_EVENTS) & _POLLIN:  # the send may have taken the descriptor's edge
-            self._loop.call_soon(self._pump)
+    def refused_message(self, peer: Connection, frames: list, dropped: Dropped) -> list[bytes] | None:
+        """The answer to a message cut short by its peer's drop: what it asked refused with the drop's reason."""
+        if not frames:
+            return None
+        envelope, body = _split(frames)
+        self.refused[dropped.reason] += 1
+        metrics.zmq_refused(dropped.reason)
+        return envelope + self._refusal(body, Refused(dropped.reason, dropped.message))
 
-    async def _answer(self, envelope: list, body: list) -> None:
-        identity = envelope[0] if envelope else b""
-        ran = None
-        try:
-            reply, ran = await self._reply(identity, body)
-        except Exception:  # a bug: logged, and still answered
-            log.exception("ZMQ door: request from %s", self._peer_name(identity))
-            reply = self._refusal(body, Refused("internal", "internal error: see the service's log", 500))
-        self._send(envelope, reply)
-        # the bookkeeping once the reply is on its way: at one client, the loop's time before it is the client's
-        self.seen[identity] = time.monotonic()
-        self.seen.move_to_end(identity)
-        while len(self.seen) > PEERS_KEPT:
-            self.seen.popitem(last=False)
-        if ran is not None:
-            self.answered += 1
-            metrics.answered(PROTOCOL, *ran, 200)
+    def peer_lost(self, peer: Connection) -> None:
+        self.peers.pop(peer, None)
+        self.models.settle(peer)
 
     # -- requests -----------------------------------------------------------------------------------------------
 
-    async def _reply(self, identity: bytes, body: list) -> tuple[list[bytes], tuple[str, str] | None]:
+    async def _answer(self, peer: Connection, frames: list) -> None:
+        envelope, body = _split(frames)
+        ran = None
+        try:
+            reply, ran = await self._reply(peer, body)
+        except Exception as e:  # a bug: logged (summed up per kind), and still answered
+            self.refusals.failed("ZMQ", f"{self.endpoint.text} from {peer.name}", e, exc_info=True)
+            reply = self._refusal(body, Refused("internal", "internal error: see the service's log", 500))
+        finally:
+            self.models.settle(peer)
+        if ran is not None:
+            peer.refused_in_a_row = 0
+            peer.send(envelope + reply)
+            self.answered += 1
+            metrics.answered(PROTOCOL, *ran, 200)
+        else:
+            peer.refused_in_a_row += 1
+            peer.send(envelope + reply, pace_s(peer.refused_in_a_row))
+
+    async def _reply(self, peer: Connection, body: list) -> tuple[list[bytes], tuple[str, str] | None]:
         """The reply, and the model and backend that ran the tensor when it was answered with rows (None: refused,
         and counted; a model message)."""
-        views = [frame.buffer for frame in body]
-        header = model = None
+        model = None
         try:
-            header, request = self.requests.read(views)
+            header, request = self.requests.read(body)
             if isinstance(request, ModelCheck):
-                await self.detectors.settled(SETTLE_WAIT_S)
-                return self._check(identity, request), None
+                return await self.models.check(peer, request), None
             if isinstance(request, ModelUpload):
-                return await self._upload(identity, request), None
-            detector = self._detector_for(identity, request)
+                return await self.models.upload(peer, request), None
+            detector = self._detector_for(peer, request)
             model = detector.name
             fits(detector, request)
             rows, backend = await self._run(detector, request)
         except Refused as refused:
-            if header is None:  # refused as it was read
-                header = header_of(views)
+            header = refused.header
             model_message = header is not None and bool(header.get("model_request") or header.get("model_data"))
-            self._count_refusal(identity, refused, model, inference=not model_message)
-            return self._refusal(body, refused, header), None
+            self._count_refusal(peer, refused, model, inference=not model_message)
+            return self._refusal(body, refused), None
         return rows_reply(rows), (model, backend)
 
-    def _refusal(self, body: list, refused: Refused, header: dict | None = ...) -> list[bytes]:
-        """The reply to a refused request: a model message's JSON where it was one, else zero rows."""
-        if header is ...:
-            header = header_of([frame.buffer for frame in body])
+    def _refusal(self, body: list, refused: Refused) -> list[bytes]:
+        """The reply to a refused request: a model message's JSON where it was one, else zero rows (the reason in
+        the JSON form unless its first frame is there and no JSON at all)."""
+        header = refused.header if refused.header is not None else (self.requests.peek(body[0]) if body else None)
         if header is not None and header.get("model_request"):
             return model_reply(model_available=False, model_loaded=False, message=refused.message)
         if header is not None and header.get("model_data"):
             return model_reply(model_saved=False, model_loaded=False, message=refused.message)
-        return zero_reply(refused, header)
+        return zero_reply(refused, header is not None or not body or looks_like_json(body))
 
-    def _count_refusal(self, identity: bytes, refused: Refused, model: str | None, inference: bool = True) -> None:
+    def _count_refusal(self, peer: Connection, refused: Refused, model: str | None, inference: bool = True) -> None:
         """Every refusal by its reason; a tensor request's also among the requests answered (protocol="zmq"), as
         the model messages' answers are not."""
         self.refused[refused.reason] += 1
         metrics.zmq_refused(refused.reason)
         if inference:
             metrics.answered(PROTOCOL, model or "", "", refused.status)
-        self.refusals.refused("ZMQ", f"{self.endpoint} from {self._peer_name(identity)} ({refused.reason})", refused,
+        self.refusals.refused("ZMQ", f"{self.endpoint.text} from {peer.name} ({refused.reason})", refused,
                               refused.status)
 
-    def _check(self, identity: bytes, request: ModelCheck) -> list[bytes]:
-        """model_request: the model of that name (or file name), else the default detector where uploads are off."""
-        served = self.detectors.detectors()
-        found = match(request.name, served)
-        if found is None and not self.uploads.accepting:
-            found = next((d for d in served if d.name == self.detectors.default()), None)
-            if found is not None:
-                log.info("ZMQ door: %s asks for %r, not served here (uploads off: ZMQ_ACCEPT_MODELS): answering with "
-                         "the default detector %s", self._peer_name(identity), request.name, found.name)
-                self._remember(identity, found.name)
-                return model_reply(model_available=True, model_loaded=found.loaded, model_name=request.name,
-                                   message=f"no model {request.name!r} here: the default detector {found.name!r} "
-                                           "answers (its class ids must be those of Frigate's labelmap)")
-        if found is None:
-            message = (f"no model {request.name!r} here: send it (model_data)" if self.uploads.accepting else
-                       f"no model {request.name!r} here and no detector to answer with")
-            return model_reply(model_available=False, model_loaded=False, model_name=request.name, message=message)
-        self._remember(identity, found.name)
-        message = (f"{found.name} serves" if found.loaded else f"{found.name} is {found.state}: see /readyz")
-        return model_reply(model_available=True, model_loaded=found.loaded, model_name=request.name, message=message)
-
-    async def _upload(self, identity: bytes, request: ModelUpload) -> list[bytes]:
-        if not self.uploads.accepting:
-            raise Refused("upload", f"model uploads are off here (set EDGETPU_SERVE_ZMQ_ACCEPT_MODELS=true to accept "
-                                    f"them), and {request.name!r} is not served: name a served model in Frigate's "
-                                    "model.path", 403)
-        result = await self.uploads.receive(request.name, request.data)
-        if result.model is not None and result.loaded:
-            self._remember(identity, result.model)
-        if not (result.saved and result.loaded):
-            self.refused["upload"] += 1
-            metrics.zmq_refused("upload")
-            log.warning("ZMQ door: model upload %r from %s: %s", request.name, self._peer_name(identity),
-                        result.message)
-        else:
-            log.info("ZMQ door: model upload %r from %s: %s", request.name, self._peer_name(identity), result.message)
-        return model_reply(model_saved=result.saved, model_loaded=result.loaded, model_name=request.name,
-                           message=result.message)
-
-    def _detector_for(self, identity: bytes, request: TensorRequest) -> ServedDetector:
-        name = self.peers.get(identity)
+    def _detector_for(self, peer: Connection, request: TensorRequest) -> ServedDetector:
+        name = self.peers.get(peer)
         if name is not None:
-            self.peers.move_to_end(identity)
             detector = self.detectors.detector(name)
         else:  # no model_request heard from this peer: the default detector, or the one its tensor fits
             served = {d.name: d for d in self.detectors.detectors()}
@@ -383,18 +285,28 @@ class ZmqDoor:
         except ServeError as e:
             reason = next((why for cls, why in RUN_REFUSALS if isinstance(e, cls)), "internal")
             if reason == "internal":
-                log.error("ZMQ door: model %s: %s", detector.name, e)
+                self.refusals.failed("ZMQ", f"{self.endpoint.text} model {detector.name}", e)
             raise Refused(reason, str(e), e.status) from None
 
-    def _remember(self, identity: bytes, model: str) -> None:
-        self.peers[identity] = model
-        self.peers.move_to_end(identity)
-        while len(self.peers) > PEERS_KEPT:
-            self.peers.popitem(last=False)
+    def remember(self, peer: Connection, model: str) -> None:
+        """The model that answers this peer's tensors from now on (its model_request's, or its upload's)."""
+        self.peers[peer] = model
 
-    @staticmethod
-    def _peer_name(identity: bytes) -> str:
-        return identity.hex() or "?"
+    def _largest_input(self) -> int:
+        """The most bytes a served detector's input takes (asked of the models again after LARGEST_INPUT_S)."""
+        largest, asked = self._largest
+        now = time.monotonic()
+        if now - asked >= LARGEST_INPUT_S:
+            largest = max((d.input_bytes for d in self.detectors.detectors()), default=0)
+            self._largest = (largest, now)
+        return largest
+
+
+def pace_s(refused_in_a_row: int) -> float:
+    """How long a peer refused so many times in a row waits before its next message is read."""
+    if refused_in_a_row <= REFUSALS_UNPACED:
+        return 0.0
+    return min(PACE_MAX_S, PACE_FIRST_S * 2 ** min(refused_in_a_row - REFUSALS_UNPACED - 1, 16))
 
 
 def fits(detector: ServedDetector, request: TensorRequest) -> None:
@@ -412,23 +324,16 @@ def fits(detector: ServedDetector, request: TensorRequest) -> None:
 
 
 def _split(frames: list) -> tuple[list, list]:
-    """A ROUTER message's envelope (the identity, and a REQ peer's empty delimiter) and its body."""
-    for i, frame in enumerate(frames[1:], start=1):
-        if len(frame) == 0:
-            return [f.bytes for f in frames[:i + 1]], frames[i + 1:]
-    return [frames[0].bytes] if frames else [], frames[1:]
+    """A message's envelope (up to its first empty frame: a REQ peer's delimiter, after a DEALER's routing ids) and
+    its body; a message without an empty frame is all body (a DEALER that sends none)."""
+    for i, frame in enumerate(frames):
+        if not len(frame):
+            return list(frames[:i + 1]), frames[i + 1:]
+    return [], frames
 
 
-def match(name: str, served: list[ServedDetector]) -> ServedDetector | None:
-    """The model a model_request's name means: a model of that name (with or without .tflite), else the one whose
-    files go by that name (as uploaded or imported, or as written); several: the first by name, logged."""
-    stem = name.removesuffix(".tflite")
-    for wanted in (name, stem):
-        exact = next((d for d in served if d.name == wanted), None)
-        if exact is not None:
-            return exact
-    by_file = sorted((d for d in served if name in d.names), key=lambda d: d.name)
-    if len(by_file) > 1:
-        log.warning("ZMQ door: %r names files of %s: answering with %s", name, [d.name for d in by_file],
-                    by_file[0].name)
-    return by_file[0] if by_file else None
+def _body(frames: list) -> list:
+    for i, frame in enumerate(frames):
+        if not len(frame):
+            return frames[i + 1:]
+    return frames

@@ -21,7 +21,7 @@ from app.api.auth import check_inference_key
 from app.api.body import hold_more, read_limited
 from app.api.deps import RegistryDep, SettingsDep
 from app.api.direct import AnsweringRoute
-from app.api.errors import REFUSED, refusals
+from app.api.errors import REFUSED, log_bug, refusals
 from app.api.held import held
 from app.api.routes import Inference
 from app.api.schemas import ErrorResponse
@@ -51,8 +51,8 @@ class V2Route(AnsweringRoute):
             return JSONResponse({"error": str(error)}, status_code=status, headers=retry_after(error))
         if isinstance(error, (RequestValidationError, StarletteHTTPException)):
             return None  # the app's own handlers answer these with their 4xx
-        # a bug: logged, answered, connection kept
-        log.exception("%s %s", request.method, request.url.path)
+        # a bug: logged (summed up per kind), answered, connection kept
+        log_bug(request, error)
         return JSONResponse({"error": f"internal error: {type(error).__name__}"}, status_code=500)
 
 

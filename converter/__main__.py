@@ -69,6 +69,18 @@ def _positive(text: str) -> int:
     return value
 
 
+TASK_CHOICES = ("classification", "detection", "segmentation", "pose", "embedding")
+TASK_ALIASES = {"embed": "embedding"}  # the route's verb, as the issue and users write it
+
+
+def _task(text: str) -> str:
+    """--task: model.json's task names, or an alias of one."""
+    task = TASK_ALIASES.get(text, text)
+    if task not in TASK_CHOICES:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(TASK_CHOICES)})")
+    return task
+
+
 def _sub(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help, description=help, epilog=f"example:\n  {example}",
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -145,8 +157,9 @@ def _add_quantize(sub) -> None:
 def _add_import(sub) -> None:
     """`import FILE [FILE]`: a .tflite the user already has, served as it is."""
     imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier, "
-                              "a detector ending in TFLite_Detection_PostProcess, a segmenter or MoveNet SinglePose) -> "
-                              "a model directory, served as it is",
+                              "a detector (TFLite_Detection_PostProcess, a YOLO head, a face detector with prior "
+                              "boxes), a segmenter, MoveNet SinglePose or an embedder) -> a model directory, served "
+                              "as it is",
                "python -m converter import mobilenet_v1_1.0_224_quant.tflite --name mobilenet_v1 --labels labels.txt")
     imp.add_argument("files", type=Path, nargs="+", metavar="FILE",
                      help="the plain full-integer .tflite, its _edgetpu.tflite, or both (checked to be the same model)")
@@ -176,10 +189,12 @@ def _add_import(sub) -> None:
     imp.add_argument("--scores", choices=("logits", "probabilities"), default=None,
                      help="a classifier's output, or a YOLO head's class scores (default: read from the graph and the "
                           "tensor's quantization; asked for where a compiled file hides it)")
-    imp.add_argument("--task", choices=("classification", "detection", "segmentation", "pose"), default=None,
+    imp.add_argument("--task", type=_task, default=None, metavar="{" + ",".join(TASK_CHOICES) + "}",
                      help="what the model does, where its outputs cannot tell (default: read from the graph: one score "
-                          "per class, TFLite_Detection_PostProcess or a YOLO head, a class map or per-pixel scores at "
-                          "the input's size, MoveNet's 17 keypoints)")
+                          "per class, TFLite_Detection_PostProcess, a YOLO head or a face detector's boxes and scores, "
+                          "a class map or per-pixel scores at the input's size, MoveNet's 17 keypoints, pooled "
+                          "features). embedding (or embed): the model's output vector [1, D] is an embedding "
+                          "(MobileFaceNet's 128 values look like a classifier's scores otherwise)")
     imp.add_argument("--replace", action="store_true", help="replace <out>/<name>/ whole if it exists")
     det = imp.add_argument_group("detectors", "what a detector's file cannot tell (default: read from the file; "
                                               "the import stops and names the flag where it cannot)")
@@ -196,11 +211,22 @@ def _add_import(sub) -> None:
     det.add_argument("--reg-max", type=int, default=None, help="YOLO DFL: bins per box side (default 16)")
     det.add_argument("--output", action="append", default=[], metavar="ROLE=TENSOR",
                      help="name a role's output tensor where shapes cannot tell (roles: predictions, class_logits, "
-                          "box_distributions); repeatable")
+                          "box_distributions; a face detector's boxes, scores, landmarks; an embedder's embedding); "
+                          "repeatable")
+    det.add_argument("--boxes", choices=("priors", "decoded"), default=None,
+                     help="a face detector with prior boxes: its boxes are raw locations against the priors, or "
+                          "corners decoded in the graph (an is_test=True export) (default: told by running the model "
+                          "once on a synthetic image)")
+    det.add_argument("--anchors", type=Path, default=None, metavar="FILE.json",
+                     help="a face detector with prior boxes: its priors (docs/faces.md, \"Anchor files\"; stored in "
+                          "the model directory) (default: Ultra-Light-Fast-Generic-Face-Detector's or RetinaFace's, "
+                          "whichever count the outputs' rows at the input's size)")
     det.add_argument("--min-score", type=float, default=None,
-                     help="the model's default score threshold (requests may override; default 0.25 for YOLO)")
+                     help="the model's default score threshold (requests may override; default 0.25 for YOLO, 0.6 "
+                          "for a face detector with prior boxes)")
     det.add_argument("--nms-iou", type=float, default=None,
-                     help="YOLO: suppress a box overlapping a better one by more than this IoU (default 0.45)")
+                     help="YOLO, face detectors: suppress a box overlapping a better one by more than this IoU "
+                          "(default 0.45 for YOLO, 0.3 for faces)")
     det.add_argument("--max-detections", type=int, default=None, help="at most this many objects (default 100)")
     det.add_argument("--class-agnostic", action="store_true", default=None,
                      help="YOLO: suppress overlapping boxes across classes (default: within each class)")
@@ -424,7 +450,7 @@ def detector_options(args: argparse.Namespace):
     return DetectorOptions(classes=args.classes, box_scale=args.box_scale, box_format=args.box_format,
                            strides=args.strides, reg_max=args.reg_max, outputs=outputs, min_score=args.min_score,
                            nms_iou=args.nms_iou, max_detections=args.max_detections,
-                           class_agnostic=args.class_agnostic)
+                           class_agnostic=args.class_agnostic, boxes=args.boxes, anchors=args.anchors)
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -37,6 +37,9 @@ Example usage:
     # what quantization cost: float vs int8 on labelled images (one folder per class)
     python -m converter evaluate models/flowers --data test_photos/ --float my_model.keras
 
+    # an embedder's face match threshold, from photos of people you know (one folder per person)
+    python -m converter face-threshold --models models --detector ulfd --embedder mobilefacenet people/
+
 Exit codes (every subcommand):
     0  done; for inspect and compile: every operator runs (would run) on the Edge TPU
     1  failed: the message on stderr says what was wrong
@@ -92,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_build, _add_quantize, _add_import, _add_inspect, _add_compile, _add_segment, _add_evaluate,
-                _add_estimate):
+                _add_estimate, _add_face_threshold):
         add(sub)
     return parser
 
@@ -308,6 +311,26 @@ def _add_estimate(sub) -> None:
     est.add_argument("--json", action="store_true", help="print the estimate as JSON")
     est.add_argument("--record", action="store_true",
                      help="model directory: write the estimate into its model.json (edgetpu_estimate)")
+
+
+def _add_face_threshold(sub) -> None:
+    """`face-threshold`: an embedder's match threshold from photos of known people, into its model.json."""
+    face = _sub(sub, "face-threshold", "an embedder's match threshold from photos of people you know (one folder per "
+                                       "person): the separation printed, face.calibration written into its model.json",
+                "python -m converter face-threshold --models models --detector ulfd --embedder mobilefacenet people/")
+    face.add_argument("people", type=Path, metavar="PEOPLE_DIR",
+                      help="a folder with one sub-folder of photos per person (at least two people, one of them with "
+                           "two photos or more)")
+    face.add_argument("--models", type=Path, default=Path("models"), help="models root (default: models)")
+    face.add_argument("--detector", required=True, help="the face detector's model name (a detection model)")
+    face.add_argument("--embedder", required=True, help="the embedder's model name (an embedding model): its "
+                                                        "model.json gets face.calibration")
+    face.add_argument("--backend", choices=("cpu", "emulated"), default="cpu",
+                      help="run the models on the service's cpu backend or its emulator (default cpu)")
+    face.add_argument("--false-accept-rate", type=float, default=None, metavar="RATE",
+                      help="the lowest threshold whose false accepts are at most RATE (default: the equal-error "
+                           "threshold)")
+    face.add_argument("--no-record", action="store_true", help="print the threshold without writing model.json")
 
 
 def run_build(args: argparse.Namespace) -> Path:
@@ -571,6 +594,15 @@ def run_estimate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_face_threshold(args: argparse.Namespace) -> int:
+    from converter.face_threshold import face_threshold
+
+    report = face_threshold(args.models, args.detector, args.embedder, args.people, args.backend,
+                            args.false_accept_rate, record=not args.no_record, say=_say)
+    print(f"{report.threshold:.6f}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     from app.errors import ServeError
     from converter.builds import BuildBelowBar
@@ -580,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     from converter.datasets import DatasetError
     from converter.estimate import EstimateError
     from converter.evaluate import EvaluateError
+    from converter.face_threshold import FaceThresholdError
     from converter.fashion_mnist import DataNotInstalled
     from converter.imagenet_labels import LabelsError
     from converter.importer import ImportRefused
@@ -607,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_segment(args, argv)
         elif args.command == "estimate":
             return run_estimate(args)
+        elif args.command == "face-threshold":
+            return run_face_threshold(args)
     except CompileError as e:
         _say(f"converter: {e}")
         if e.stderr and e.stderr.strip() not in str(e):
@@ -614,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except (QuantizeError, CalibrationError, LabelsError, WeightsError, PhotosNotInstalled, ServeError, DatasetError,
             EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, SegmentError, EstimateError,
-            ImportRefused, OSError) as e:
+            ImportRefused, FaceThresholdError, OSError) as e:
         _say(f"converter: {e}")
         return EXIT_FAILED
     return EXIT_OK

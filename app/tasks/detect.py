@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,7 +43,6 @@ from pydantic import BaseModel, Field
 
 from app.errors import ModelDirError, RequestError
 from app.imaging.geometry import Geometry
-from app.model_dir.reading import sha256_file
 from app.model_dir.schema import ANCHORS, ANCHORS_IN_FILE, LANDMARKS, POSTPROCESS, PRIORS, YOLO, DetectionSpec
 from app.tasks import priors as prior_boxes
 from app.tasks import yolo
@@ -308,11 +308,14 @@ def _priors(model: str, anchors: str, anchor_file: tuple[str, str] | None, width
             raise ModelDirError(f"model {model!r}: detection.anchors 'file' but model.json lists no {ANCHORS!r} file")
         else:
             path, sha256 = anchor_file
-            actual = sha256_file(Path(path)) if Path(path).is_file() else "missing"
-            if actual != sha256:
-                raise ModelDirError(f"model {model!r}: its anchor file {path} is {actual}, model.json expects sha256 "
-                                    f"{sha256}: import the model again")
-            anchor_spec = prior_boxes.load_anchors(path)
+            try:
+                data = Path(path).read_bytes()
+            except OSError as e:
+                raise ModelDirError(f"model {model!r}: cannot read its anchor file {path}: {e}") from None
+            if hashlib.sha256(data).hexdigest() != sha256:
+                raise ModelDirError(f"model {model!r}: its anchor file {path} is not the one model.json lists (sha256 "
+                                    f"{sha256}): the file was changed after the import; import the model again")
+            anchor_spec = prior_boxes.anchors_of(data, path)
         if (anchor_spec.center_variance, anchor_spec.size_variance) != variances:
             if anchors == ANCHORS_IN_FILE:
                 raise ModelDirError(f"model {model!r}: its anchor file's variances are "

@@ -172,6 +172,9 @@ def _roles(outputs: list[Tensor], options: DetectorOptions, file_name: str) -> P
                                   f"{', '.join(_describe(t) for t in outputs)})")
     chosen = {role: by_name[tensor] for role, tensor in named.items()}
     rest = [t for t in outputs if t not in chosen.values()]
+    needs = (f"{file_name}'s outputs ({', '.join(_describe(t) for t in outputs)}) with --output "
+             f"{', '.join(f'{r}={t}' for r, t in named.items())}: a face detector with prior boxes has boxes [1, N, 4], "
+             "scores [1, N, 2] and optionally landmarks [1, N, 2L]")
     for role, last in ((BOXES, 4), (SCORES, 2)):
         if role not in chosen:
             fits = [t for t in rest if t.shape[2] == last]
@@ -180,20 +183,18 @@ def _roles(outputs: list[Tensor], options: DetectorOptions, file_name: str) -> P
                     raise DetectorRefused(f"{file_name} has {len(fits)} outputs [1, N, {last}] "
                                           f"({', '.join(_describe(t) for t in fits)}): which holds the {role} cannot "
                                           f"be told by shape; give --output {role}=TENSOR")
+                if named:
+                    raise DetectorRefused(needs)
                 return None
             chosen[role] = fits[0]
             rest.remove(fits[0])
     if LANDMARKS not in chosen and rest:
         chosen[LANDMARKS] = rest[0]
-    if chosen[BOXES].shape[2] != 4 or chosen[SCORES].shape[2] != 2:
-        raise DetectorRefused(f"{file_name}: a prior-box detector's boxes are [1, N, 4] and its scores [1, N, 2] "
-                              f"(background, face); --output names {_describe(chosen[BOXES])} and "
-                              f"{_describe(chosen[SCORES])}")
     landmarks = chosen.get(LANDMARKS)
-    if landmarks is not None and (landmarks.shape[2] % 2 or landmarks.shape[2] < 2):
-        if LANDMARKS in named:
-            raise DetectorRefused(f"--output {LANDMARKS}={landmarks.name}: landmarks are [1, N, 2L] (x, y of L "
-                                  f"points); {_describe(landmarks)}")
+    wrong_landmarks = landmarks is not None and (landmarks.shape[2] % 2 or landmarks.shape[2] < 2)
+    if chosen[BOXES].shape[2] != 4 or chosen[SCORES].shape[2] != 2 or (wrong_landmarks and named):
+        raise DetectorRefused(needs)
+    if wrong_landmarks:
         return None
     return PriorOutputs(chosen[BOXES], chosen[SCORES], landmarks)
 

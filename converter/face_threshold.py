@@ -12,7 +12,8 @@ client of the face routes).
       --> models/<embedder>/model.json face.calibration {threshold, same, different}, written whole and atomically
 
 The models run in this process on the service's own backends and tasks (converter/local_models.py: `cpu`, or the
-emulator), so the similarities are the service's. A photo where the detector finds no face is skipped and listed.
+emulator), so the similarities are the service's. A photo that cannot be read, or where the detector finds no face,
+is skipped and listed.
 
 Example usage:
 
@@ -97,7 +98,11 @@ def embed_people(people: dict[str, list[Path]], detector: LocalModel, embedder: 
     for person, photos in people.items():
         vectors = faces.by_person.setdefault(person, [])
         for path in photos:
-            photo = open_photo(path)
+            try:
+                photo = open_photo(path)
+            except FaceThresholdError as e:
+                faces.skipped.append((path, str(e).removeprefix(f"{path}: ")))
+                continue
             found = detector.answer(photo, DetectOptions()).detections
             if not found:
                 faces.skipped.append((path, "no face found"))

@@ -70,7 +70,7 @@ class LocalModel:
         model_dir = read_model_dir(path)
         manifest = model_dir.manifest
         if task is not None and manifest.task != task:
-            raise LocalModelError(f"model {model_dir.name!r} is a {manifest.task} model; a {task} model is needed")
+            raise LocalModelError(f"model {model_dir.name!r} has task {manifest.task!r}; {task!r} is needed here")
         found = TASKS.get(manifest.task)
         if found is None:
             raise LocalModelError(f"model {model_dir.name!r}: no task module for {manifest.task!r}")

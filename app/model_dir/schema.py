@@ -264,9 +264,9 @@ class FaceCalibration(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    threshold: float = Field(gt=-1.0, lt=1.0)
-    same: float | None = Field(default=None, gt=-1.0, lt=1.0)
-    different: float | None = Field(default=None, gt=-1.0, lt=1.0)
+    threshold: float = Field(gt=-1.0, lt=1.0, strict=True)
+    same: float | None = Field(default=None, gt=-1.0, lt=1.0, strict=True)
+    different: float | None = Field(default=None, gt=-1.0, lt=1.0, strict=True)
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -284,7 +284,7 @@ class FaceSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    crop_margin: float = Field(default=DEFAULT_CROP_MARGIN, ge=0.0, le=CROP_MARGIN_MAX)
+    crop_margin: float = Field(default=DEFAULT_CROP_MARGIN, ge=0.0, le=CROP_MARGIN_MAX, strict=True)  # never `true`
     calibration: FaceCalibration | None = None
 
 

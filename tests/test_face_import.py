@@ -110,7 +110,8 @@ def test_anchors_that_do_not_fit_are_refused_with_both_counts(tmp_path, capsys):
     anchors = write(tmp_path / "fewer.json", json.dumps(fewer.to_json()))
     source = write(tmp_path / "ulfd.tflite", tiny_face_detector())
     code, _, err = run(capsys, "import", source, "--name", "x", "--out", tmp_path, "--anchors", anchors)
-    assert code == 1 and f"these priors number 2400 at ulfd.tflite's 320x240 input; its outputs have {PRIORS} rows" in err
+    assert code == 1
+    assert f"these priors number 2400 at ulfd.tflite's 320x240 input; its outputs have {PRIORS} rows" in err
     bad = write(tmp_path / "bad.json", '{"version": 1, "input": [320, 240], "layers": [{"stride": 8, "min_size": 10}]}')
     code, _, err = run(capsys, "import", source, "--name", "x", "--out", tmp_path, "--anchors", bad)
     assert code == 1 and "unknown field(s) ['min_size']" in err and not (tmp_path / "x").exists()

@@ -194,8 +194,8 @@ def test_a_retinaface_style_detector_gives_its_landmarks_in_the_photos_pixels(se
     meta = client.get("/v2/models/retina").json()
     assert {o["name"]: o["shape"] for o in meta["outputs"]}["landmarks"] == [-1, 100, 5, 2]
     tensor = np.zeros((1, RETINA_SIZE, RETINA_SIZE, 3), np.int8)
-    r = client.post("/v2/models/retina/infer", json={"inputs": [{"name": "image", "shape": list(tensor.shape),
-                                                                  "datatype": "INT8", "data": tensor.ravel().tolist()}]})
+    r = client.post("/v2/models/retina/infer", json={"inputs": [{
+        "name": "image", "shape": list(tensor.shape), "datatype": "INT8", "data": tensor.ravel().tolist()}]})
     out = {o["name"]: np.asarray(o["data"], np.float32).reshape(o["shape"][1:]) for o in r.json()["outputs"]}
     assert int(out["count"][0]) == 1
     np.testing.assert_allclose(out["landmarks"][0], face_landmarks(), atol=1e-4)
@@ -267,3 +267,21 @@ def test_a_detector_is_not_an_embedder_and_back(served):
     assert r.status_code == 400 and "has task 'embedding'" in r.json()["error"]
     r = client.post("/v1/embed", files={"image": image})  # two embedders, no default: a request names one
     assert r.status_code == 404
+
+
+def test_the_face_decode_bench_runs_end_to_end():
+    """bench/face_decode.py, briefly, in its own process (it pins BLAS to one thread): a row per model, every figure
+    parseable and positive, p50 <= p90; the detectors find faces in its photos."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "bench" / "face_decode.py"), "-n", "20"], capture_output=True,
+                          text=True, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("ulfd", "retinaface", "mobilefacenet"))]
+    assert len(rows) == 6, done.stdout
+    for row in rows:
+        found, p50, p90, invoke = (float(v) for v in row.split()[-4:])
+        assert found > 0 and 0 < p50 <= p90 and invoke > 0, row

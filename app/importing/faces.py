@@ -173,8 +173,8 @@ def _roles(outputs: list[Tensor], options: DetectorOptions, file_name: str) -> P
     chosen = {role: by_name[tensor] for role, tensor in named.items()}
     rest = [t for t in outputs if t not in chosen.values()]
     needs = (f"{file_name}'s outputs ({', '.join(_describe(t) for t in outputs)}) with --output "
-             f"{', '.join(f'{r}={t}' for r, t in named.items())}: a face detector with prior boxes has boxes [1, N, 4], "
-             "scores [1, N, 2] and optionally landmarks [1, N, 2L]")
+             f"{', '.join(f'{r}={t}' for r, t in named.items())}: a face detector with prior boxes has boxes "
+             "[1, N, 4], scores [1, N, 2] and optionally landmarks [1, N, 2L]")
     for role, last in ((BOXES, 4), (SCORES, 2)):
         if role not in chosen:
             fits = [t for t in rest if t.shape[2] == last]

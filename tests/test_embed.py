@@ -5,35 +5,26 @@ letterbox), the embedding then the model's own for that input to the last bit.""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import re
-import threading
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from ai_edge_litert.interpreter import Interpreter
 from PIL import Image
 
 from app.engines import TensorSpec
 from app.errors import ModelDirError, ServeError
-from app.http_server import config
-from app.main import create_app
 from app.model_dir.reading import ModelDir
 from app.model_dir.schema import Manifest
 from app.settings import Settings
 from app.tasks import TASKS
 from app.tasks.base import OutputRoles
 from app.tasks.embed import TASK, embedding_of
-from bench.service import free_port
 from converter.importer import ImportOptions, import_model
 from tests.face_models import tiny_face_embedder
-from tests.waiting import until
-
-EVENTUALLY_S = 60
-
+from tests.test_tasks import served
 
 def spec(dtype, scale=0.0, zero_point=0, shape=(1, 64)) -> TensorSpec:
     return TensorSpec("embedding", tuple(shape), np.dtype(dtype), scale, zero_point)
@@ -85,23 +76,6 @@ def test_its_named_outputs_are_the_unit_vector_and_the_raw_tensor():
 
 # ---- over a real socket ---------------------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def served(settings: Settings):
-    app = create_app(settings)
-    server = uvicorn.Server(config(app, settings, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        def started() -> bool:
-            assert thread.is_alive(), "the service's thread ended"
-            return server.started and app.state.registry.wait_loaded(0)
-        until(started, EVENTUALLY_S, "the service started")
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-
-
 def photo(width: int, height: int) -> Image.Image:
     """A smooth picture with detail everywhere (a crop or a pad shows)."""
     y, x = np.mgrid[0:height, 0:width].astype(np.float64)
@@ -140,7 +114,7 @@ def test_a_non_square_input_is_made_exactly_as_model_json_says(tmp_path):
     interpreter.allocate_tensors()
     (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
     settings = Settings(model_dir=models, backends=["cpu"], workers=1)
-    with served(settings) as url, httpx.Client(base_url=url, timeout=60) as client:
+    with served(settings) as (_, url), httpx.Client(base_url=url, timeout=60) as client:
         for width, height in ((200, 150), (90, 300), (96, 112)):
             image = photo(width, height)
             data = io.BytesIO()
@@ -160,7 +134,7 @@ def test_v1_embed_goes_to_the_only_embedder_and_refuses_what_is_not_an_image(tmp
     source = tmp_path / "mobilefacenet.tflite"
     source.write_bytes(tiny_face_embedder("int8", "last"))
     import_model([source], ImportOptions(name="mfn", out=models, task="embedding"))
-    with served(Settings(model_dir=models, backends=["cpu"], workers=1)) as url, \
+    with served(Settings(model_dir=models, backends=["cpu"], workers=1)) as (_, url), \
             httpx.Client(base_url=url, timeout=60) as client:
         image = io.BytesIO()
         photo(96, 112).save(image, "PNG")

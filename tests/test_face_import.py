@@ -19,19 +19,9 @@ from tests.detection_models import tiny_detector
 from tests.doubles.compiled_model_double import compiled_model_bytes
 from tests.face_import_models import RETINA_PRIORS, embedding_extractor, retinaface_like, two_vectors
 from tests.face_models import PRIORS, tiny_face_detector, tiny_face_embedder
+from tests.test_converter_import import run, write
 
 FORMS = [("priors", "softmax"), ("priors", "logits"), ("decoded", "softmax"), ("decoded", "logits")]
-
-
-def write(path: Path, data: bytes | str) -> Path:
-    path.write_bytes(data if isinstance(data, bytes) else data.encode())
-    return path
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def detection(tmp_path: Path, name: str) -> dict:

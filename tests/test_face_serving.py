@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.importing.detectors import DetectorOptions
 from app.model_dir.reading import read_model_dir
 from app.tasks.priors import LOGITS, PROBABILITIES, decode_faces, dequantize, ultra_light_priors
 from app.tflite_file import read_tflite
@@ -27,7 +26,7 @@ from converter.importer import ImportOptions, import_model
 from tests.conftest import Service
 from tests.detection_models import square_image, tiny_detector
 from tests.face_import_models import RETINA_SIZE, face_box, face_landmarks, retinaface_like
-from tests.face_models import DETECTOR_SIZE, detector_input, draw_face, embedder_input, face_photo
+from tests.face_models import detector_input, draw_face, embedder_input, face_photo
 from tests.face_models import tiny_face_detector, tiny_face_embedder
 
 pytestmark = pytest.mark.slow

@@ -37,6 +37,9 @@ Example usage:
     # what quantization cost: float vs int8 on labelled images (one folder per class)
     python -m converter evaluate models/flowers --data test_photos/ --float my_model.keras
 
+    # an embedder's face match threshold, from photos of people you know (one folder per person)
+    python -m converter face-threshold --models models --detector ulfd --embedder mobilefacenet people/
+
 Exit codes (every subcommand):
     0  done; for inspect and compile: every operator runs (would run) on the Edge TPU
     1  failed: the message on stderr says what was wrong
@@ -69,6 +72,18 @@ def _positive(text: str) -> int:
     return value
 
 
+TASK_CHOICES = ("classification", "detection", "segmentation", "pose", "embedding")
+TASK_ALIASES = {"embed": "embedding"}  # the route's verb, as the issue and users write it
+
+
+def _task(text: str) -> str:
+    """--task: model.json's task names, or an alias of one."""
+    task = TASK_ALIASES.get(text, text)
+    if task not in TASK_CHOICES:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(TASK_CHOICES)})")
+    return task
+
+
 def _sub(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help, description=help, epilog=f"example:\n  {example}",
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_build, _add_quantize, _add_import, _add_inspect, _add_compile, _add_segment, _add_evaluate,
-                _add_estimate):
+                _add_estimate, _add_face_threshold):
         add(sub)
     return parser
 
@@ -145,8 +160,9 @@ def _add_quantize(sub) -> None:
 def _add_import(sub) -> None:
     """`import FILE [FILE]`: a .tflite the user already has, served as it is."""
     imp = _sub(sub, "import", "a .tflite you already have (uint8 or int8, plain and/or _edgetpu.tflite; a classifier, "
-                              "a detector ending in TFLite_Detection_PostProcess, a segmenter or MoveNet SinglePose) -> "
-                              "a model directory, served as it is",
+                              "a detector (TFLite_Detection_PostProcess, a YOLO head, a face detector with prior "
+                              "boxes), a segmenter, MoveNet SinglePose or an embedder) -> a model directory, served "
+                              "as it is",
                "python -m converter import mobilenet_v1_1.0_224_quant.tflite --name mobilenet_v1 --labels labels.txt")
     imp.add_argument("files", type=Path, nargs="+", metavar="FILE",
                      help="the plain full-integer .tflite, its _edgetpu.tflite, or both (checked to be the same model)")
@@ -176,10 +192,12 @@ def _add_import(sub) -> None:
     imp.add_argument("--scores", choices=("logits", "probabilities"), default=None,
                      help="a classifier's output, or a YOLO head's class scores (default: read from the graph and the "
                           "tensor's quantization; asked for where a compiled file hides it)")
-    imp.add_argument("--task", choices=("classification", "detection", "segmentation", "pose"), default=None,
+    imp.add_argument("--task", type=_task, default=None, metavar="{" + ",".join(TASK_CHOICES) + "}",
                      help="what the model does, where its outputs cannot tell (default: read from the graph: one score "
-                          "per class, TFLite_Detection_PostProcess or a YOLO head, a class map or per-pixel scores at "
-                          "the input's size, MoveNet's 17 keypoints)")
+                          "per class, TFLite_Detection_PostProcess, a YOLO head or a face detector's boxes and scores, "
+                          "a class map or per-pixel scores at the input's size, MoveNet's 17 keypoints, pooled "
+                          "features). embedding (or embed): the model's output vector [1, D] is an embedding "
+                          "(MobileFaceNet's 128 values look like a classifier's scores otherwise)")
     imp.add_argument("--replace", action="store_true", help="replace <out>/<name>/ whole if it exists")
     det = imp.add_argument_group("detectors", "what a detector's file cannot tell (default: read from the file; "
                                               "the import stops and names the flag where it cannot)")
@@ -196,11 +214,22 @@ def _add_import(sub) -> None:
     det.add_argument("--reg-max", type=int, default=None, help="YOLO DFL: bins per box side (default 16)")
     det.add_argument("--output", action="append", default=[], metavar="ROLE=TENSOR",
                      help="name a role's output tensor where shapes cannot tell (roles: predictions, class_logits, "
-                          "box_distributions); repeatable")
+                          "box_distributions; a face detector's boxes, scores, landmarks; an embedder's embedding); "
+                          "repeatable")
+    det.add_argument("--boxes", choices=("priors", "decoded"), default=None,
+                     help="a face detector with prior boxes: its boxes are raw locations against the priors, or "
+                          "corners decoded in the graph (an is_test=True export) (default: told by running the model "
+                          "once on a synthetic image)")
+    det.add_argument("--anchors", type=Path, default=None, metavar="FILE.json",
+                     help="a face detector with prior boxes: its priors (docs/faces.md, \"Anchor files\"; stored in "
+                          "the model directory) (default: Ultra-Light-Fast-Generic-Face-Detector's or RetinaFace's, "
+                          "whichever count the outputs' rows at the input's size)")
     det.add_argument("--min-score", type=float, default=None,
-                     help="the model's default score threshold (requests may override; default 0.25 for YOLO)")
+                     help="the model's default score threshold (requests may override; default 0.25 for YOLO, 0.6 "
+                          "for a face detector with prior boxes)")
     det.add_argument("--nms-iou", type=float, default=None,
-                     help="YOLO: suppress a box overlapping a better one by more than this IoU (default 0.45)")
+                     help="YOLO, face detectors: suppress a box overlapping a better one by more than this IoU "
+                          "(default 0.45 for YOLO, 0.3 for faces)")
     det.add_argument("--max-detections", type=int, default=None, help="at most this many objects (default 100)")
     det.add_argument("--class-agnostic", action="store_true", default=None,
                      help="YOLO: suppress overlapping boxes across classes (default: within each class)")
@@ -282,6 +311,26 @@ def _add_estimate(sub) -> None:
     est.add_argument("--json", action="store_true", help="print the estimate as JSON")
     est.add_argument("--record", action="store_true",
                      help="model directory: write the estimate into its model.json (edgetpu_estimate)")
+
+
+def _add_face_threshold(sub) -> None:
+    """`face-threshold`: an embedder's match threshold from photos of known people, into its model.json."""
+    face = _sub(sub, "face-threshold", "an embedder's match threshold from photos of people you know (one folder per "
+                                       "person): the separation printed, face.calibration written into its model.json",
+                "python -m converter face-threshold --models models --detector ulfd --embedder mobilefacenet people/")
+    face.add_argument("people", type=Path, metavar="PEOPLE_DIR",
+                      help="a folder with one sub-folder of photos per person (at least two people, one of them with "
+                           "two photos or more)")
+    face.add_argument("--models", type=Path, default=Path("models"), help="models root (default: models)")
+    face.add_argument("--detector", required=True, help="the face detector's model name (a detection model)")
+    face.add_argument("--embedder", required=True, help="the embedder's model name (an embedding model): its "
+                                                        "model.json gets face.calibration")
+    face.add_argument("--backend", choices=("cpu", "emulated"), default="cpu",
+                      help="run the models on the service's cpu backend or its emulator (default cpu)")
+    face.add_argument("--false-accept-rate", type=float, default=None, metavar="RATE",
+                      help="the lowest threshold whose false accepts are at most RATE (default: the equal-error "
+                           "threshold)")
+    face.add_argument("--no-record", action="store_true", help="print the threshold without writing model.json")
 
 
 def run_build(args: argparse.Namespace) -> Path:
@@ -424,7 +473,7 @@ def detector_options(args: argparse.Namespace):
     return DetectorOptions(classes=args.classes, box_scale=args.box_scale, box_format=args.box_format,
                            strides=args.strides, reg_max=args.reg_max, outputs=outputs, min_score=args.min_score,
                            nms_iou=args.nms_iou, max_detections=args.max_detections,
-                           class_agnostic=args.class_agnostic)
+                           class_agnostic=args.class_agnostic, boxes=args.boxes, anchors=args.anchors)
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -545,6 +594,15 @@ def run_estimate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_face_threshold(args: argparse.Namespace) -> int:
+    from converter.face_threshold import face_threshold
+
+    report = face_threshold(args.models, args.detector, args.embedder, args.people, args.backend,
+                            args.false_accept_rate, record=not args.no_record, say=_say)
+    print(f"{report.threshold:.6f}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     from app.errors import ServeError
     from converter.builds import BuildBelowBar
@@ -554,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     from converter.datasets import DatasetError
     from converter.estimate import EstimateError
     from converter.evaluate import EvaluateError
+    from converter.face_threshold import FaceThresholdError
     from converter.fashion_mnist import DataNotInstalled
     from converter.imagenet_labels import LabelsError
     from converter.importer import ImportRefused
@@ -581,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_segment(args, argv)
         elif args.command == "estimate":
             return run_estimate(args)
+        elif args.command == "face-threshold":
+            return run_face_threshold(args)
     except CompileError as e:
         _say(f"converter: {e}")
         if e.stderr and e.stderr.strip() not in str(e):
@@ -588,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except (QuantizeError, CalibrationError, LabelsError, WeightsError, PhotosNotInstalled, ServeError, DatasetError,
             EvaluateError, DataNotInstalled, BuildBelowBar, CompilerLogError, SegmentError, EstimateError,
-            ImportRefused, OSError) as e:
+            ImportRefused, FaceThresholdError, OSError) as e:
         _say(f"converter: {e}")
         return EXIT_FAILED
     return EXIT_OK

@@ -5,8 +5,10 @@ everywhere, or TF2 int8 with uint8, int8 or float edges) and often their `_edget
 labels packed inside (TFLite metadata: app/importing/metadata.py). This module reads what such a
 file says about itself and writes the same model directory a build writes (app/model_dir/):
 
-    FILE.tflite [FILE_edgetpu.tflite] --> checks: one image input, full-integer, a classifier or a
-        detector ending in TFLite_Detection_PostProcess, the two files the same model
+    FILE.tflite [FILE_edgetpu.tflite] --> checks: one image input, full-integer, a classifier, a
+        detector (TFLite_Detection_PostProcess, a YOLO head, a face detector with prior boxes, which is run
+        once on a synthetic image to tell its box form), a segmenter, a pose model or an embedder, the two
+        files the same model
       --> labels (--labels, else the file's own), the input spec (size, normalization, resize),
           the outputs by role, provenance "imported" --> models/<name>/ (model.json, labels.txt,
           <name>_int8.tflite and/or <name>_int8_edgetpu.tflite)
@@ -21,6 +23,8 @@ Example usage:
     python -m converter import model.tflite model_edgetpu.tflite --name birds --labels labels.txt
     python -m converter import ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite --name ssd \\
         --labels coco_labels.txt --licence Apache-2.0
+    python -m converter import version-RFB-320_int8.tflite --name ulfd_rfb320 --licence MIT
+    python -m converter import mobilefacenet_int8.tflite --name mobilefacenet --task embedding
 """
 
 from __future__ import annotations
@@ -35,13 +39,16 @@ from pathlib import Path
 import numpy as np
 
 from app.detection_postprocess import POSTPROCESS_OP
+from app.errors import ServeError
 from app.edgetpu.compat import EIGHT_BIT, CompatReport, analyze
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP, read_compiled_model
 from app.importing import EDGE_OPS, GraphFacts, ImportRefused, TfliteSource, graph_facts, producer, read_tflite_source
 from app.importing.detectors import DetectorOptions, Family
+from app.importing.faces import FACE_LABEL
 from app.importing.metadata import Metadata
 from app.importing.preprocessing import InputChoice, NormalizationRefused, choose_input, convention, maker_of
-from app.importing.tasks import KEYPOINT_NAMES, full_integer_twin
+from app.importing.tasks import EMBEDDING, KEYPOINT_NAMES, full_integer_twin
+from app.tasks.embed import MIN_DIMENSION
 from app.model_dir.schema import (
     EDGETPU,
     INT8,
@@ -213,6 +220,11 @@ def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) ->
     """--labels if given, else the file's own (metadata, or the one text file packed in it), fitted to the outputs;
     a pose model's keypoints are COCO's 17 unless --labels renames them."""
     count = facts.classes
+    if facts.task == EMBEDDING:
+        if given is not None:
+            raise ImportRefused(f"--labels {given}: an embedder has no classes to name (its output is a "
+                                f"{count}-value vector)")
+        return Labels([], "none: an embedder has no classes")
     if given is None and facts.task == "pose":
         return Labels(list(KEYPOINT_NAMES), f"COCO's {count} keypoint names, in MoveNet's order (the file names none)")
     if given is not None:
@@ -231,6 +243,9 @@ def resolve_labels(given: Path | None, source: SourceFile, facts: GraphFacts) ->
     metadata = source.metadata
     name = _packed_label_name(source)
     if name is None:
+        if facts.task == "detection" and count == 1 and FACE_LABEL in source.path.name.lower():
+            return Labels([FACE_LABEL], f"one class and no labels in the file, named {FACE_LABEL!r} after the file's "
+                                        f"name ({source.path.name}); --labels to name it otherwise")
         # a segmenter's class map does not say how many classes it has: blank lines keep the count
         lines = [""] * count if facts.task == "segmentation" else []
         return Labels(lines, "none: the file carries no labels and --labels was not given; classes are named by number",
@@ -327,7 +342,7 @@ class ImportOptions:
     crop_fraction: float = 0.875
     convention: str | None = None  # whose preprocessing (coral, ultralytics), where the file names none or wrongly
     scores: str | None = None
-    task: str | None = None    # where the graph cannot tell: classification, detection, segmentation or pose
+    task: str | None = None    # where the graph cannot tell: classification, detection, segmentation, pose, embedding
     replace: bool = False
     command: str = ""
     # a detector's decoding, where the file cannot tell it (--classes, --box-scale, ...: app/importing/detectors.py)
@@ -365,7 +380,8 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
         notes += check_pair(plain, compiled)
     try:
         facts = graph_facts(main, dataclasses.replace(options.detector, scores=options.detector.scores or
-                                                      options.scores), options.task)
+                                                      options.scores), options.task,
+                            probe=lambda tensor: _probe(main, tensor), labelled=options.labels is not None)
     except ImportRefused as e:
         raise ImportRefused(_with_twin(str(e), main.path, options)) from None
     notes += facts.notes
@@ -379,10 +395,19 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
                                                     facts.detector, facts.raw_input)
     if facts.task == "classification":
         scores, scores_origin = choose_scores(plain, compiled, facts.output, options.scores)
+        if scores == "logits" and not labels.lines and facts.classes >= MIN_DIMENSION and options.task is None:
+            notes.append(f"a classifier of {facts.classes} unnamed classes whose output is no softmax's: if it is an "
+                         f"embedder (a face embedder's {facts.classes} values), import it with --task embedding")
     elif facts.task in ("segmentation", "pose"):
         scores, scores_origin = "probabilities", (
             "a segmenter: the class of a pixel is its highest score, whatever their scale" if facts.task ==
             "segmentation" else "a pose model: keypoint scores as the model gives them (0-1)")
+    elif facts.task == EMBEDDING:
+        scores, scores_origin = "probabilities", ("an embedder: its output vector, dequantized and L2-normalized "
+                                                  "(no scores)")
+        unused = [main.graph.tensors[t].name for t in main.graph.outputs if main.graph.tensors[t] is not facts.output]
+        if unused:
+            notes.append(f"outputs {unused} are not read: the embedding is {facts.output.name!r}")
     else:
         family = facts.detector
         scores, scores_origin = "probabilities", f"a detector, {family.name}: {family.origin}"
@@ -416,6 +441,8 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
                     route="imported", tools=tool_versions("ai-edge-litert", "flatbuffers", "numpy")),
         edgetpu_estimate=estimate, imported=record)
     written = {kind: (filename, s.data) for s, kind, filename in given}
+    if facts.detector is not None:
+        written.update(facts.detector.files)  # a face detector's --anchors file
     if labels.lines:
         written[LABELS] = (LABELS_FILE, ("\n".join(labels.lines) + "\n").encode())
     path = write_model_dir(options.out, manifest, written, replace=True)
@@ -426,13 +453,30 @@ def import_model(files: list[Path], options: ImportOptions, say=lambda message: 
     say(f"convention: {spec.convention.name} ({spec.convention.why})")
     if facts.task == "classification":
         say(f"output: {facts.classes} classes, {scores_origin}")
+    elif facts.task == EMBEDDING:
+        say(f"embedder: {facts.classes} values, {facts.why}")
     elif facts.task == "detection":
-        say(f"detector: {facts.detector.name}, {facts.classes} classes; {facts.detector.origin}")
+        say(f"detector: {facts.detector.name}, {facts.classes} class{'es' if facts.classes != 1 else ''}; "
+            f"{facts.detector.origin}")
     else:
         say(f"task: {facts.task}, {facts.why}")
     for note in notes:
         say(f"note: {note}")
     return Imported(path, analysed, notes)
+
+
+def _probe(source: SourceFile, tensor: np.ndarray) -> dict[str, np.ndarray]:
+    """The file run once on `tensor` on the service's cpu backend (the emulator where TFLite's runtime is missing):
+    its outputs by tensor name. ImportRefused where it cannot run here."""
+    from converter.local_models import run_once
+    from app.engines import ENGINES
+
+    backend = "cpu" if "cpu" in ENGINES else "emulated"
+    try:
+        return run_once(source.path, tensor, backend)
+    except ServeError as e:
+        raise ImportRefused(f"{source.path.name} could not be run here to tell its box form ({e}): give --boxes "
+                            "priors or --boxes decoded") from None
 
 
 def _with_twin(message: str, path: Path, options: ImportOptions) -> str:

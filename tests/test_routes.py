@@ -50,7 +50,8 @@ def test_the_table_holds_the_inference_routes_of_both_protocols():
     assert routes.paths == ["/v1/classify", "/v1/models/{name}/classify", "/v1/detect", "/v1/models/{name}/detect",
                             "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer",
                             "/v1/vision/detection", "/v1/vision/custom/{name}", "/detect",
-                            "/v1/pose", "/v1/models/{name}/pose", "/v1/segment", "/v1/models/{name}/segment"]
+                            "/v1/embed", "/v1/models/{name}/embed", "/v1/pose", "/v1/models/{name}/pose",
+                            "/v1/segment", "/v1/models/{name}/segment"]
     assert routes.protocol_of("POST", "/v1/models/m/classify") == "v1"
     assert routes.protocol_of("POST", "/detect") == "doods"
     assert routes.protocol_of("POST", "/v1/models/m/detect") == "v1"

@@ -1,8 +1,8 @@
 """The task seam (app/tasks/): a model's task checks its outputs at load, by tensor name, and a third task
 is its module, its schema and its route.
 
-A throwaway third task, "embedding" (the dequantized output vector), lives in this file only: its
-module (EmbeddingTask: roles, `read`), its schema (EmbeddingResponse) and its route (`router`, a front door
+A throwaway task, "features" (the dequantized output vector), lives in this file only: its
+module (FeaturesTask: roles, `read`), its schema (FeaturesResponse) and its route (`router`, a front door
 calling the core). Registered with app.tasks.register and app.api.doors.add, it is served over a real socket on
 a tiny model built here, with nothing else touched. The roles check is shown on the shared tiny detectors
 (tests/detection_models.py: TF1 and TF2 output orders) with a throwaway four-role task, and on
@@ -53,56 +53,56 @@ from tests.waiting import until
 EVENTUALLY_S = 60
 
 
-# ---- the throwaway third task: its module, its schema, its route -------------------------------------
+# ---- the throwaway task: its module, its schema, its route -------------------------------------
 
-class EmbeddingResponse(BaseModel):
+class FeaturesResponse(BaseModel):
     model: str
     backend: str
-    embedding: list[float]
+    features: list[float]
     timing_ms: Timing
 
 
 @dataclass(frozen=True)
-class Embedding:
-    embedding: list[float]
+class Features:
+    features: list[float]
 
 
-class EmbeddingTask(Task):
-    """The model's output vector, dequantized: an image embedding."""
+class FeaturesTask(Task):
+    """The model's output vector, dequantized."""
 
-    name = "embedding"
-    roles = ("embedding",)
-    schema = EmbeddingResponse
+    name = "features"
+    roles = ("features",)
+    schema = FeaturesResponse
 
-    def read(self, outputs: Outputs, options) -> Embedding:
-        spec = outputs.spec("embedding")
-        values = outputs.of("embedding").reshape(-1).astype(np.float64)
+    def read(self, outputs: Outputs, options) -> Features:
+        spec = outputs.spec("features")
+        values = outputs.of("features").reshape(-1).astype(np.float64)
         if spec.scale > 0:
             values = (values - spec.zero_point) * spec.scale
-        return Embedding(values.tolist())
+        return Features(values.tolist())
 
 
-TASK = EmbeddingTask()
+TASK = FeaturesTask()
 
 
-class EmbeddingRoute(DirectRoute):
+class FeaturesRoute(DirectRoute):
     checks = (check_inference_key,)
     inference = Inference("v1", v1_head(TASK))
 
 
-router = APIRouter(prefix="/v1", tags=["embedding"], route_class=EmbeddingRoute)
+router = APIRouter(prefix="/v1", tags=["features"], route_class=FeaturesRoute)
 
 
-@router.post("/models/{name}/embed", response_model=EmbeddingResponse)
-async def embed_named(name: str, request: Request, backend: str | None = None) -> Response:
+@router.post("/models/{name}/features", response_model=FeaturesResponse)
+async def features_named(name: str, request: Request, backend: str | None = None) -> Response:
     async with held(request, TASK, name, backend) as ticket:
         given = ImageInput(await image_bytes(request, request.app.state.settings.max_body_bytes))
         answer = await request.app.state.core.answer(ticket, given)
-    return Response(EmbeddingResponse(**TASK.native(answer)).model_dump_json(), media_type="application/json")
+    return Response(FeaturesResponse(**TASK.native(answer)).model_dump_json(), media_type="application/json")
 
 
 @pytest.fixture
-def embedding_task():
+def features_task():
     tasks.register(TASK)
     doors.add(router)
     try:
@@ -114,7 +114,7 @@ def embedding_task():
 
 # ---- tiny models ------------------------------------------------------------------------------------------
 
-def embedder(order: str) -> bytes:
+def vectors(order: str) -> bytes:
     """uint8 [1, 2, 2, 3] -> `features` [1, 12] (the pixels, reshaped) and `pooled` [1, 1, 1, 3] (a 2x2 max
     pool), listed in `order` ("features,pooled" or the reverse)."""
     g = GraphBuilder()
@@ -173,47 +173,50 @@ def served(settings: Settings):
 
 # ---- a third task, over HTTP ----------------------------------------------------------------------------
 
-def test_a_third_task_is_its_module_its_schema_and_its_route(tmp_path, embedding_task, cat_png):
-    for name, order in (("embed_a", "features,pooled"), ("embed_b", "pooled,features")):
-        model_dir(tmp_path, name, embedder(order), "embedding", 2, {"embedding": "features"})
-    settings = Settings(model_dir=tmp_path, models=["embed_a", "embed_b"], default_model="embed_a",
+def test_a_task_is_its_module_its_schema_and_its_route(tmp_path, features_task, cat_png):
+    for name, order in (("features_a", "features,pooled"), ("features_b", "pooled,features")):
+        model_dir(tmp_path, name, vectors(order), "features", 2, {"features": "features"})
+    settings = Settings(model_dir=tmp_path, models=["features_a", "features_b"], default_model="features_a",
                         backends=["cpu", "emulated"], workers=1)
     # dequantized: q * scale, the scale as the model file stores it (float32 1/255)
     expected = (PIXELS.reshape(-1).astype(np.float64) * float(np.float32(1 / 255))).tolist()
     with served(settings) as (app, url), httpx.Client(base_url=url, timeout=60) as client:
-        assert "/v1/models/{name}/embed" in app.state.inference_routes.paths  # shed, counted, admitted
-        for name in ("embed_a", "embed_b"):  # its output found by name, first or second
+        assert "/v1/models/{name}/features" in app.state.inference_routes.paths  # shed, counted, admitted
+        for name in ("features_a", "features_b"):  # its output found by name, first or second
             for backend in ("cpu", "emulated"):
-                r = client.post(f"/v1/models/{name}/embed?backend={backend}", content=png(PIXELS),
+                r = client.post(f"/v1/models/{name}/features?backend={backend}", content=png(PIXELS),
                                 headers={"content-type": "image/png"})
                 assert r.status_code == 200, r.text
                 body = r.json()
                 assert body["model"] == name and body["backend"] == backend
-                assert body["embedding"] == expected
+                assert body["features"] == expected
                 assert {"decode", "preprocess", "queue", "inference", "postprocess", "total"} <= set(body["timing_ms"])
         # OIP v2: the task's named outputs, by default each role's tensor as the model gave it
-        meta = client.get("/v2/models/embed_b").json()
-        assert meta["outputs"] == [{"name": "embedding", "datatype": "UINT8", "shape": [-1, 12]}]
-        v2 = client.post("/v2/models/embed_b/infer", json={"inputs": [{
+        meta = client.get("/v2/models/features_b").json()
+        assert meta["outputs"] == [{"name": "features", "datatype": "UINT8", "shape": [-1, 12]}]
+        v2 = client.post("/v2/models/features_b/infer", json={"inputs": [{
             "name": "image", "shape": [1, 2, 2, 3], "datatype": "UINT8", "data": PIXELS.reshape(-1).tolist()}]})
         assert v2.status_code == 200, v2.text
         assert v2.json()["outputs"][0]["data"] == PIXELS.reshape(-1).tolist()
-        # the classification route refuses it, saying why; the embedding route refuses a classifier's
-        wrong = client.post("/v1/models/embed_a/classify", content=png(PIXELS), headers={"content-type": "image/png"})
+        # the classification route refuses it, saying why
+        wrong = client.post("/v1/models/features_a/classify", content=png(PIXELS),
+                            headers={"content-type": "image/png"})
         assert wrong.status_code == 400
-        assert wrong.json()["error"] == "model 'embed_a' has task 'embedding'; this route answers classification models only"
+        assert wrong.json()["error"] == ("model 'features_a' has task 'features'; this route answers classification "
+                                         "models only")
 
 
 def test_without_its_module_a_task_is_refused_at_load_naming_the_known_ones(tmp_path):
-    model_dir(tmp_path, "embed", embedder("features,pooled"), "embedding", 2, {"embedding": "features"})
+    model_dir(tmp_path, "features", vectors("features,pooled"), "features", 2, {"features": "features"})
     registry = Registry(Settings(model_dir=tmp_path, backends=["cpu"], workers=1))
     registry.configure()
     registry.load_all()
     try:
-        status = registry.status("embed")
+        status = registry.status("features")
         assert status.state == "failed"
-        assert status.error == ("model 'embed': model.json says task 'embedding', which this service has no task "
-                                "module for; known tasks: ['classification', 'detection', 'pose', 'segmentation']")
+        assert status.error == ("model 'features': model.json says task 'features', which this service has no task "
+                                "module for; known tasks: ['classification', 'detection', 'embedding', 'pose', "
+                                "'segmentation']")
     finally:
         registry.close()
 
@@ -328,10 +331,11 @@ def test_an_image_input_is_float32_or_an_integer_tensor_with_a_positive_scale():
 
 
 def test_the_tasks_on_main_and_their_doors():
-    assert set(tasks.TASKS) == {"classification", "detection", "segmentation", "pose"}
+    assert set(tasks.TASKS) == {"classification", "detection", "segmentation", "pose", "embedding"}
     paths = {route.path for router in doors.inference_routers() for route in router.routes}
     assert {"/v1/models/{name}/detect", "/v1/vision/custom/{name}", "/v1/models/{name}/classify",
-            "/v2/models/{name}/infer", "/v1/models/{name}/segment", "/v1/models/{name}/pose"} <= paths
+            "/v2/models/{name}/infer", "/v1/models/{name}/segment", "/v1/models/{name}/pose",
+            "/v1/models/{name}/embed", "/v1/embed"} <= paths
     models = Path(__file__).parents[1] / "models"
     assert read_model_dir(models / "efficientnet_lite0").manifest.task == "classification"
     assert read_model_dir(models / "ssdlite_mobilenet_v2_person").manifest.task == "detection"

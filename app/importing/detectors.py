@@ -37,6 +37,7 @@ import ast
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from app.importing.metadata import Metadata
 from app.importing.preprocessing import Maker
@@ -93,6 +94,8 @@ class DetectorOptions:
     nms_iou: float | None = None
     max_detections: int | None = None
     class_agnostic: bool | None = None
+    boxes: str | None = None              # a prior-box detector's: priors (raw locations) | decoded (corners)
+    anchors: Path | None = None           # a prior-box detector's anchor file (docs/faces.md "Anchor files")
 
     def thresholds(self) -> dict:
         return {k: v for k, v in dict(min_score=self.min_score, nms_iou=self.nms_iou,
@@ -113,6 +116,7 @@ class Family:
     resize: str = "letterbox"                  # how images meet the input: YOLO heads are trained letterboxed
     notes: tuple[str, ...] = ()
     maker: Maker | None = None                 # whose preprocessing the file says it follows (Ultralytics')
+    files: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # kind -> (file name, bytes) it brings along
 
     @property
     def classes(self) -> int:
@@ -249,10 +253,13 @@ def recognise(graph: Subgraph, width: int, height: int, metadata: Metadata, opti
     shaped = [t for t in outputs if len(_shape(t)) == 2 and min(_shape(t)) >= 1]
     if not shaped or len(shaped) != len(outputs):
         return None
-    unknown = sorted(set(options.outputs) - set(DECODER_ROLES[YOLO]) - set(DECODER_ROLES[YOLO_DFL]))
+    yolo_roles = DECODER_ROLES[YOLO] + DECODER_ROLES[YOLO_DFL]
+    unknown = sorted(set(options.outputs) - set(yolo_roles))
     if unknown:
-        raise DetectorRefused(f"--output {unknown[0]}=...: a YOLO detector's roles are "
-                              f"{DECODER_ROLES[YOLO] + DECODER_ROLES[YOLO_DFL]}")
+        raise DetectorRefused(f"--output {unknown[0]}=...: {file_name}'s outputs ({_describe(outputs)}) are not a "
+                              f"detector's that reads {unknown[0]!r}; a YOLO detector's roles are {yolo_roles}, a "
+                              f"face detector's with prior boxes boxes, scores and landmarks ([1, N, 4], [1, N, 2], "
+                              f"[1, N, 2L]), an embedder's embedding (with --task embedding)")
     if len(outputs) == 1 and _one_head_tensor(outputs[0]):
         return _one_tensor(graph, outputs[0], width, height, meta, options, file_name, compiled)
     if len(outputs) in (2, 3):

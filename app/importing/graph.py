@@ -22,6 +22,7 @@ from app.detection_postprocess import (
 )
 from app.edgetpu.compat import EIGHT_BIT
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
+from app.importing import faces
 from app.importing.detectors import DetectorOptions, DetectorRefused, Family, postprocess_family
 from app.importing.detectors import recognise as recognise_detector
 from app.importing.metadata import Metadata, MetadataError, read_metadata
@@ -89,12 +90,12 @@ def read_tflite_source(path: Path, data: bytes) -> TfliteSource:
 @dataclass(frozen=True)
 class GraphFacts:
     input: Tensor
-    task: str                 # classification | detection | segmentation | pose
+    task: str                 # classification | detection | segmentation | pose | embedding
     classes: int              # classification: outputs; detection: the model's classes; segmentation: classes;
-                              # pose: keypoints
-    output: Tensor | None     # a classifier's, segmenter's or pose model's one output
+                              # pose: keypoints; embedding: its dimension
+    output: Tensor | None     # a classifier's, segmenter's, pose model's or embedder's output
     detector: Family | None   # a detector: its family, outputs by role and decoding (app/importing/detectors.py)
-    outputs: dict[str, str] = field(default_factory=dict)  # segmentation, pose: role -> tensor name
+    outputs: dict[str, str] = field(default_factory=dict)  # segmentation, pose, embedding: role -> tensor name
     why: str = ""             # how the task was read from the graph
     raw_input: bool = False   # an 8-bit input without quantization, cast to float by the model (MoveNet)
     notes: tuple[str, ...] = ()
@@ -105,9 +106,12 @@ def producer(graph: Subgraph, tensor: int):
     return next((op for op in graph.operators if tensor in op.outputs), None)
 
 
-def graph_facts(source: TfliteSource, detector: DetectorOptions | None = None, task: str | None = None) -> GraphFacts:
+def graph_facts(source: TfliteSource, detector: DetectorOptions | None = None, task: str | None = None,
+                probe: faces.Probe | None = None, labelled: bool = False) -> GraphFacts:
     """What the graph is (the task `--task` names, when the graph alone cannot tell), or ImportRefused saying why
-    the service cannot serve it."""
+    the service cannot serve it. `probe` runs the model once (a face detector's box form is told by a run:
+    app/importing/faces.py); without it such a detector is refused unless --boxes says its form. `labelled`:
+    --labels was given (a model with labels is a classifier, never an embedder, unless --task says so)."""
     detector = detector or DetectorOptions()
     graph, name = source.graph, source.path.name
     if len(source.model.subgraphs) != 1 and not source.compiled:
@@ -131,7 +135,7 @@ def graph_facts(source: TfliteSource, detector: DetectorOptions | None = None, t
                             "the Edge TPU needs a fixed size; export the model with batch 1 and a fixed image size")
     try:  # app/importing/tasks.py: float parts around 8-bit layers, segmentation and pose
         parts = integer_parts(graph, name)
-        recognised = recognise_task(graph, tensor, name, task)
+        recognised = recognise_task(graph, tensor, name, task, detector.outputs, labelled)
     except TaskRefused as e:
         raise ImportRefused(str(e)) from None
     if tensor.type in EIGHT_BIT and tensor.quantization is None and not parts.raw_input:
@@ -148,7 +152,11 @@ def graph_facts(source: TfliteSource, detector: DetectorOptions | None = None, t
         return GraphFacts(tensor, recognised.task, recognised.classes, recognised.output, None, recognised.outputs,
                           recognised.why, parts.raw_input, notes)
     try:
-        family = recognise_detector(graph, shape[2], shape[1], source.metadata, detector, name, source.compiled)
+        face_detector = faces.recognise(graph, shape[2], shape[1], detector, name)
+        if face_detector is not None:
+            family = face_detector.family(None if source.compiled else probe, tensor)
+        else:
+            family = recognise_detector(graph, shape[2], shape[1], source.metadata, detector, name, source.compiled)
     except DetectorRefused as e:
         raise ImportRefused(str(e)) from None
     if family is not None:
@@ -161,8 +169,10 @@ def graph_facts(source: TfliteSource, detector: DetectorOptions | None = None, t
         raise ImportRefused(f"{name} has {len(graph.outputs)} outputs ({names}) and no {POSTPROCESS_OP} op: the "
                             "service serves classifiers (one output of class scores), SSD-style detectors "
                             f"ending in {POSTPROCESS_OP}, YOLO heads (Ultralytics' one tensor [1, 4 + C, N], or "
-                            "class logits [1, N, C] with DFL boxes [1, N, 64]), segmenters (one class map or "
-                            "per-pixel scores) and MoveNet SinglePose (one output of 17 keypoints)")
+                            "class logits [1, N, C] with DFL boxes [1, N, 64]), face detectors with prior boxes "
+                            "(boxes [1, N, 4] and scores [1, N, 2]), segmenters (one class map or per-pixel scores), "
+                            "MoveNet SinglePose (one output of 17 keypoints) and embedders (--task embedding: an "
+                            "output vector [1, D], e.g. MobileFaceNet's 128 values beside a [1, 2] mask output)")
     output = graph.tensors[graph.outputs[0]]
     if len(output.shape) < 2 or int(np.prod(output.shape[:-1])) != 1 or output.shape[-1] < 2:
         raise ImportRefused(f"{name}'s output {output.name!r} has shape {list(output.shape)}: a classifier's output "

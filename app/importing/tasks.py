@@ -11,6 +11,10 @@
                     an ARG_MAX over the channels, int32/int64 [1, H, W]   -> segmentation (a class map: DeepLab)
                     per-pixel class scores [1, H, W, C] at the input size -> segmentation (U-Net)
                     float32 [1, 1, 17, 3] (y, x, score)                   -> pose (MoveNet SinglePose)
+                    a vector [1, D], D >= 32, made by pooling (AVERAGE_POOL_2D, MEAN) or L2_NORMALIZATION, and no
+                    labels                                                -> embedding (Coral's embedding extractor)
+                  with --task embedding (or --output embedding=TENSOR), the one output vector [1, D] among the
+                  model's outputs (MobileFaceNet's 128 values beside a [1, 2] mask classifier), or the one named;
                   or None: the importer's classifier and detector rules decide.
               --> raw_input(): an 8-bit input without quantization that the model casts to float itself
                   (MoveNet): the pixels go in as they are
@@ -32,12 +36,14 @@ from dataclasses import dataclass
 from app.detection_postprocess import POSTPROCESS_OP
 from app.edgetpu.compat import EIGHT_BIT
 from app.edgetpu.compiled_model import EDGETPU_CUSTOM_OP
+from app.tasks.embed import MIN_DIMENSION, VECTOR
 from app.tasks.pose import KEYPOINT_NAMES, KEYPOINTS
 from app.tasks.segment import CLASS_MAP, CLASS_MAP_TYPES
 from app.tflite_file import Operator, Subgraph, Tensor
 
-CLASSIFICATION, DETECTION, SEGMENTATION, POSE = "classification", "detection", "segmentation", "pose"
-TASKS = (CLASSIFICATION, DETECTION, SEGMENTATION, POSE)
+CLASSIFICATION, DETECTION, SEGMENTATION, POSE, EMBEDDING = (
+    "classification", "detection", "segmentation", "pose", "embedding")
+TASKS = (CLASSIFICATION, DETECTION, SEGMENTATION, POSE, EMBEDDING)
 # What each task needs of a file, said when --task asks for one the graph is not.
 NEEDS = {
     CLASSIFICATION: "one output of class scores, [1, classes]",
@@ -45,7 +51,12 @@ NEEDS = {
     SEGMENTATION: "one output: an ARG_MAX class map int32/int64 [1, H, W], or per-pixel class scores [1, H, W, C]",
     POSE: f"one output of {len(KEYPOINT_NAMES)} keypoints, float32 [1, 1, {len(KEYPOINT_NAMES)}, 3] as (y, x, "
           "score) normalized to the input (MoveNet SinglePose)",
+    EMBEDDING: f"an output vector [1, D] of D >= {MIN_DIMENSION} values, 8-bit or float32 (in a model with several "
+               "outputs, the only one, or the one --output embedding=TENSOR names)",
 }
+# What makes an output an embedding without --task: pooled features (Coral's embedding extractor: MobileNet v1
+# without its classifier, AVERAGE_POOL_2D then a reshape), or a normalized vector (FaceNet-like exports).
+EMBEDDING_MAKERS = ("AVERAGE_POOL_2D", "MEAN", "L2_NORMALIZATION")
 # Coral's PoseNet and BodyPix decoder: a custom op in libcoral (coral/pose_estimation/posenet_decoder_op.cc).
 POSENET_DECODER = "PosenetDecoderOp"
 # Operators that carry weights: in a full-integer model they compute on 8-bit tensors. Float ones make a float
@@ -188,11 +199,17 @@ def _describe(tensor: Tensor) -> str:
     return f"{tensor.name!r} {tensor.type.lower()} {list(tensor.shape)}"
 
 
-def recognise(graph: Subgraph, image: Tensor, name: str, given: str | None = None) -> Recognised | None:
-    """Segmentation or pose from the graph's outputs, or None (a classifier or detector: the importer's own rules);
-    TaskRefused for what the service cannot serve as it is, and where only --task can tell."""
+def recognise(graph: Subgraph, image: Tensor, name: str, given: str | None = None,
+              named: dict[str, str] | None = None, labelled: bool = False) -> Recognised | None:
+    """Segmentation, pose or an embedding from the graph's outputs, or None (a classifier or detector: the
+    importer's own rules); TaskRefused for what the service cannot serve as it is, and where only --task can tell.
+    `named`: the roles --output names (role -> tensor); `labelled`: --labels was given (a classifier's, then)."""
     if given is not None and given not in TASKS:
         raise TaskRefused(f"--task {given!r}: the service serves {', '.join(TASKS)}")
+    named = named or {}
+    if given == EMBEDDING or (given is None and VECTOR in named):
+        return _embedding(graph, name, named.get(VECTOR), "--task embedding" if given else
+                          f"--output {VECTOR}={named.get(VECTOR)}")
     decoder = next((op for op in graph.operators if op.opcode == POSENET_DECODER), None)
     if decoder is not None:
         raise TaskRefused(
@@ -209,7 +226,8 @@ def recognise(graph: Subgraph, image: Tensor, name: str, given: str | None = Non
     index = graph.outputs[0]
     output = graph.tensors[index]
     found = (_class_map(graph, index, output, name) or _keypoints(output, name)
-             or _scores_map(output, image, name, given))
+             or _scores_map(output, image, name, given)
+             or (None if given or labelled else _pooled_vector(graph, index, output)))
     if found is None:
         if given in (SEGMENTATION, POSE):
             raise TaskRefused(f"{name}'s output {_describe(output)} does not fit --task {given}: it needs "
@@ -281,3 +299,53 @@ def _scores_map(output: Tensor, image: Tensor, name: str, given: str | None) -> 
     return Recognised(SEGMENTATION, classes, output, {CLASS_MAP: output.name},
                       f"its output {_describe(output)} holds {classes} class scores per pixel ({why}): the class of "
                       "a pixel is the highest-scoring one")
+
+
+def _is_vector(tensor: Tensor) -> bool:
+    """[1, D] (or [1, 1, 1, D]) of D >= MIN_DIMENSION values, 8-bit quantized or float32."""
+    shape = tuple(tensor.shape)
+    fits = len(shape) >= 2 and all(d == 1 for d in shape[:-1]) and shape[-1] >= MIN_DIMENSION
+    return fits and (tensor.type == "FLOAT32" or tensor.type in EIGHT_BIT and tensor.quantization is not None)
+
+
+def _embedding(graph: Subgraph, name: str, tensor_name: str | None, asked: str) -> Recognised:
+    """The embedding output --task embedding asks for: the one named, else the model's only output vector."""
+    outputs = [graph.tensors[i] for i in graph.outputs]
+    listed = ", ".join(_describe(t) for t in outputs)
+    if tensor_name is not None:
+        chosen = [t for t in outputs if t.name == tensor_name]
+        if not chosen:
+            raise TaskRefused(f"--output {VECTOR}={tensor_name}: {name} has no output {tensor_name!r} (its outputs: "
+                              f"{listed})")
+        if not _is_vector(chosen[0]):
+            raise TaskRefused(f"--output {VECTOR}={tensor_name}: {_describe(chosen[0])} is not an embedding: "
+                              f"{NEEDS[EMBEDDING]}")
+        why = f"--output {VECTOR}={tensor_name} as given"
+    else:
+        chosen = [t for t in outputs if _is_vector(t)]
+        if len(chosen) != 1:
+            if not chosen:
+                raise TaskRefused(f"{asked}: {name} has no output an embedding can be ({listed}); it needs "
+                                  f"{NEEDS[EMBEDDING]}")
+            raise TaskRefused(f"{asked}: {name} has {len(chosen)} outputs that could be the embedding "
+                              f"({', '.join(_describe(t) for t in chosen)}): give --output {VECTOR}=TENSOR with the "
+                              "one that is")
+        why = f"{asked}: its one output vector" if len(outputs) == 1 else \
+            f"{asked}: its only output vector among {len(outputs)} outputs ({listed})"
+    output = chosen[0]
+    dimension = int(output.shape[-1])
+    return Recognised(EMBEDDING, dimension, output, {VECTOR: output.name},
+                      f"{why}: {_describe(output)}, a {dimension}-value embedding")
+
+
+def _pooled_vector(graph: Subgraph, index: int, output: Tensor) -> Recognised | None:
+    """A vector made by pooling or L2_NORMALIZATION: features, not class scores (Coral's embedding extractor)."""
+    op = _made_by(graph, index)
+    if op is None or op.opcode not in EMBEDDING_MAKERS or not _is_vector(output):
+        return None
+    dimension = int(output.shape[-1])
+    return Recognised(EMBEDDING, dimension, output, {VECTOR: output.name},
+                      f"its one output {_describe(output)} comes from {op.opcode} (operator #{op.index}): "
+                      f"{dimension} pooled features, not class scores (a classifier ends in a FULLY_CONNECTED, a "
+                      "convolution or a SOFTMAX), as Coral's embedding extractor; --task classification if it is a "
+                      "classifier")

@@ -18,6 +18,8 @@ MANIFEST = "model.json"
 INT8 = "int8"
 EDGETPU = "edgetpu"
 LABELS = "labels"
+ANCHORS = "anchors"             # a prior-box detector's anchor file (`converter import --anchors`): docs/faces.md
+ANCHORS_FILE = "anchors.json"
 
 
 def int8_filename(name: str) -> str:
@@ -99,18 +101,23 @@ class OutputSpec(BaseModel):
 
 # ---- a detector's decoding (model.json `detection`) ----------------------------------------------------
 
-POSTPROCESS, YOLO, YOLO_DFL = "postprocess", "yolo", "yolo_dfl"
+POSTPROCESS, YOLO, YOLO_DFL, PRIORS = "postprocess", "yolo", "yolo_dfl", "priors"
 # Each decoder's roles in model.json `outputs` (role -> the output tensor's name in the model file):
 #   postprocess  TFLite_Detection_PostProcess's four outputs (SSD, EfficientDet-Lite): the op decodes and suppresses;
 #   yolo         Ultralytics' one tensor: [1, 4 + C, N] or [1, N, 4 + C] (box, then class scores; YOLOv5: box,
 #                objectness, class scores), no NMS in the graph;
 #   yolo_dfl     the Coral layout Frigate serves: class logits [1, N, C] and DFL box distributions
-#                [1, N, 4 * reg_max] (left, top, right, bottom; reg_max bins each), anchors at the grid cells.
+#                [1, N, 4 * reg_max] (left, top, right, bottom; reg_max bins each), anchors at the grid cells;
+#   priors       a face detector's raw outputs against N prior boxes (app/tasks/priors.py): box locations (or, exported
+#                with is_test=True, decoded corners) [1, N, 4] and scores [1, N, 2] (column 1 the face), and with
+#                `landmarks` their offsets [1, N, 2L] (RetinaFace's five points: role `landmarks`).
 DECODER_ROLES: dict[str, tuple[str, ...]] = {
     POSTPROCESS: ("boxes", "classes", "scores", "count"),
     YOLO: ("predictions",),
     YOLO_DFL: ("class_logits", "box_distributions"),
+    PRIORS: ("boxes", "scores"),
 }
+LANDMARKS = "landmarks"  # the priors decoder's optional role
 # What the decoders fall back on when model.json does not say (the values Ultralytics' and YOLOv5's predict use
 # for conf and iou; at most 100 objects, as the SSD exports' post-process op usually keeps).
 DEFAULT_MIN_SCORE = 0.25
@@ -118,6 +125,14 @@ DEFAULT_NMS_IOU = 0.45
 DEFAULT_MAX_DETECTIONS = 100
 DEFAULT_STRIDES = (8, 16, 32)
 DEFAULT_REG_MAX = 16
+# The priors decoder's: ULFD's own (its TFLite predictor's conf_threshold 0.6 and NMS IoU 0.3), its variances
+PRIORS_MIN_SCORE = 0.6
+PRIORS_NMS_IOU = 0.3
+PRIORS_VARIANCES = (0.1, 0.2)
+# The prior sets built in (app/tasks/priors.py), by model.json's detection.anchors; "file": the model directory's
+# anchor file (files.anchors)
+BUILT_IN_ANCHORS = ("ultra_light", "retinaface")
+ANCHORS_IN_FILE = "file"
 
 
 def grid_cells(width: int, height: int, strides) -> int:
@@ -130,15 +145,15 @@ class DetectionSpec(BaseModel):
     """How a detector's output tensors become objects: which decoder, and its parameters. Absent from model.json:
     the `postprocess` decoder (the op in the file decodes and suppresses), as every detector before YOLO.
 
-    The YOLO decoders run on the CPU in numpy after the model (app/tasks/yolo.py), the same on every backend, and
-    give the rows the post-process op gives: boxes (ymin, xmin, ymax, xmax) normalized to the model's input,
-    class ids and scores, best first. Their thresholds here are the model's defaults; a request may override
-    min_score and max_detections (/v1/detect, DeepStack's min_confidence).
+    The YOLO and priors decoders run on the CPU in numpy after the model (app/tasks/yolo.py, app/tasks/priors.py),
+    the same on every backend, and give the rows the post-process op gives: boxes (ymin, xmin, ymax, xmax)
+    normalized to the model's input, class ids and scores, best first. Their thresholds here are the model's
+    defaults; a request may override min_score and max_detections (/v1/detect, DeepStack's min_confidence).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    decoder: Literal["postprocess", "yolo", "yolo_dfl"] = POSTPROCESS
+    decoder: Literal["postprocess", "yolo", "yolo_dfl", "priors"] = POSTPROCESS
     classes: int | None = Field(default=None, ge=1)  # C: class scores per candidate
     # yolo: where the box is in the tensor ([1, 4 + C, N]: attributes first, Ultralytics' export; [1, N, 4 + C]:
     # anchors first, a transposed export and YOLOv5), its format (xywh: centre and size; xyxy: corners) and scale
@@ -150,8 +165,16 @@ class DetectionSpec(BaseModel):
     # yolo_dfl: the grid strides, in input pixels, in the order the anchors are listed; bins per box side
     strides: list[int] | None = Field(default=None, min_length=1)
     reg_max: int | None = Field(default=None, ge=1, le=64)
-    # class scores as the tensor holds them: sigmoid (logits, the decoder applies a sigmoid) or none (probabilities)
-    score_activation: Literal["sigmoid", "none"] | None = None
+    # class scores as the tensor holds them: sigmoid (logits, the decoder applies a sigmoid), softmax (priors: the
+    # two columns' logits, the decoder applies a softmax) or none (probabilities)
+    score_activation: Literal["sigmoid", "softmax", "none"] | None = None
+    # priors: the boxes as raw locations against the priors ("priors") or corners decoded in the graph ("decoded",
+    # an is_test=True export); the priors (BUILT_IN_ANCHORS at the model's input size, or "file": files.anchors)
+    # and their variances [centre, size]; the landmarks each prior gives (RetinaFace: 5), None for none
+    box_encoding: Literal["priors", "decoded"] | None = None
+    anchors: Literal["ultra_light", "retinaface", "file"] | None = None
+    variances: list[float] | None = Field(default=None, min_length=2, max_length=2)
+    landmarks: int | None = Field(default=None, ge=1, le=68)
     nms_iou: float | None = Field(default=None, gt=0.0, le=1.0)  # suppress a box overlapping a better one by more
     class_agnostic: bool | None = None  # NMS across classes (true) or within each class (false)
     min_score: float | None = Field(default=None, ge=0.0, le=1.0)  # the default threshold
@@ -160,11 +183,14 @@ class DetectionSpec(BaseModel):
     @model_validator(mode="after")
     def _fits_its_decoder(self):
         """Each decoder's parameters filled with their defaults; a parameter of another decoder refused."""
+        priors_only = ("box_encoding", "anchors", "variances", "landmarks")
+        yolo_only = ("layout", "box_format", "box_scale", "objectness")
         foreign = {
-            POSTPROCESS: ("layout", "box_format", "box_scale", "objectness", "strides", "reg_max", "score_activation",
-                          "nms_iou", "class_agnostic"),
-            YOLO: ("strides", "reg_max"),
-            YOLO_DFL: ("layout", "box_format", "box_scale", "objectness"),
+            POSTPROCESS: (*yolo_only, "strides", "reg_max", "score_activation", "nms_iou", "class_agnostic",
+                          *priors_only),
+            YOLO: ("strides", "reg_max", *priors_only),
+            YOLO_DFL: (*yolo_only, *priors_only),
+            PRIORS: (*yolo_only, "strides", "reg_max"),
         }[self.decoder]
         given = [name for name in foreign if getattr(self, name) is not None]
         if given:
@@ -180,10 +206,32 @@ class DetectionSpec(BaseModel):
             if self.classes is None:
                 raise ValueError("detection.decoder 'yolo_dfl' needs classes")
             self._fill(strides=list(DEFAULT_STRIDES), reg_max=DEFAULT_REG_MAX, score_activation="sigmoid")
+        elif self.decoder == PRIORS:
+            self._fits_priors()
+        if self.decoder != PRIORS and self.score_activation == "softmax":
+            raise ValueError(f"detection.decoder {self.decoder!r}: score_activation 'softmax' is the priors decoder's "
+                             "(two columns, background and face); its scores are 'sigmoid' or 'none'")
         if self.decoder != POSTPROCESS:
             self._fill(nms_iou=DEFAULT_NMS_IOU, class_agnostic=False, min_score=DEFAULT_MIN_SCORE,
                        max_detections=DEFAULT_MAX_DETECTIONS)
         return self
+
+    def _fits_priors(self) -> None:
+        """A face detector's: one class (column 1 of its scores), its box encoding said, scores softmax or none."""
+        if self.box_encoding is None:
+            raise ValueError("detection.decoder 'priors' needs box_encoding: 'priors' (raw locations against the "
+                             "priors) or 'decoded' (corners, an is_test=True export); python -m converter import "
+                             "tells them apart by running the model")
+        if self.classes not in (None, 1):
+            raise ValueError(f"detection.decoder 'priors' reads one class (scores [1, N, 2]: background, face); "
+                             f"classes {self.classes}")
+        if self.score_activation == "sigmoid":
+            raise ValueError("detection.decoder 'priors': score_activation is 'softmax' (logits of the two "
+                             "columns) or 'none' (probabilities)")
+        if self.variances is not None and not all(0 < v < 10 for v in self.variances):
+            raise ValueError(f"detection.variances are two positive numbers [centre, size]; got {self.variances}")
+        self._fill(classes=1, anchors="ultra_light", variances=list(PRIORS_VARIANCES), score_activation="none",
+                   nms_iou=PRIORS_NMS_IOU, class_agnostic=True, min_score=PRIORS_MIN_SCORE)
 
     def _fill(self, **defaults) -> None:
         for name, value in defaults.items():
@@ -192,12 +240,52 @@ class DetectionSpec(BaseModel):
 
     @property
     def roles(self) -> tuple[str, ...]:
-        return DECODER_ROLES[self.decoder]
+        return DECODER_ROLES[self.decoder] + ((LANDMARKS,) if self.landmarks else ())
 
 
 # The spec of a detector whose model.json has no `detection`, made once: every request to a detector asks for its
 # spec, and a pydantic model's construction took about 50 us of the event loop's time per request (cold, on 2 cores)
 POSTPROCESS_SPEC = DetectionSpec()
+
+
+# ---- an embedder's face facts (model.json `face`) ------------------------------------------------------
+
+EMBEDDING = "embedding"  # model.json's task of an embedder (app/tasks/embed.py)
+# The crop around a face box without landmarks, enlarged 1 + margin times (app/faces/align.py DEFAULT_MARGIN and
+# MARGIN_MAX, which tests/test_model_dir_face.py holds these to)
+DEFAULT_CROP_MARGIN = 0.2
+CROP_MARGIN_MAX = 3.0
+
+
+class FaceCalibration(BaseModel):
+    """The embedder's confidence map (app/faces/confidence.py Calibration): the threshold (confidence 0.5) and the
+    typical same-person and different-person similarities, different < threshold < same, inside (-1, 1); a
+    threshold alone (set by hand) has neither, and the map spreads them from it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(gt=-1.0, lt=1.0, strict=True)
+    same: float | None = Field(default=None, gt=-1.0, lt=1.0, strict=True)
+    different: float | None = Field(default=None, gt=-1.0, lt=1.0, strict=True)
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if (self.same is None) != (self.different is None):
+            raise ValueError("face.calibration gives both `same` and `different`, or neither")
+        if self.same is not None and not self.different < self.threshold < self.same:
+            raise ValueError(f"face.calibration has different < threshold < same; got different {self.different}, "
+                             f"threshold {self.threshold}, same {self.same}")
+        return self
+
+
+class FaceSpec(BaseModel):
+    """What the face routes need of an embedder beyond its input: how a face box without landmarks is cropped, and
+    the calibration that maps its similarities to a client's confidence (`python -m converter face-threshold`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    crop_margin: float = Field(default=DEFAULT_CROP_MARGIN, ge=0.0, le=CROP_MARGIN_MAX, strict=True)  # never `true`
+    calibration: FaceCalibration | None = None
 
 
 class FileEntry(BaseModel):
@@ -314,6 +402,8 @@ class Manifest(BaseModel):
     outputs: dict[str, str] = Field(default_factory=dict)
     # a detector's decoder and its parameters (DetectionSpec); absent: TFLite_Detection_PostProcess's rows
     detection: DetectionSpec | None = None
+    # an embedder's face facts (FaceSpec: crop margin, calibration); absent: the defaults, no calibration
+    face: FaceSpec | None = None
     quantization: Quantization | None = None
     edgetpu_analysis: str | None = None
     quality: Quality | None = None
@@ -346,6 +436,8 @@ class Manifest(BaseModel):
     @model_validator(mode="after")
     def _detection_fits(self):
         """`detection` belongs to a detector, and `outputs` names only its decoder's roles."""
+        if self.face is not None and self.task != EMBEDDING:
+            raise ValueError(f"`face` (an embedder's crop margin and calibration) in a model of task {self.task!r}")
         if self.detection is None:
             return self
         if self.task != "detection":

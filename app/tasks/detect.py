@@ -8,7 +8,12 @@ names, by role, the tensors it reads (app/model_dir/schema.py DetectionSpec):
   in another order (TF2 and Model Maker exports: scores, boxes, count, classes) reads the same;
 - `yolo` (Ultralytics' one tensor `predictions`) and `yolo_dfl` (the Coral layout's `class_logits` and
   `box_distributions`): decoded here on the CPU in numpy, the same on every backend (app/tasks/yolo.py, with NMS
-  from app/tasks/nms.py).
+  from app/tasks/nms.py);
+- `priors` (face detectors: ULFD, RetinaFace): `boxes` [1, N, 4] against N prior boxes (raw locations, or corners
+  an is_test=True export decoded), `scores` [1, N, 2] (column 1 the face), and with `landmarks` their offsets
+  [1, N, 2L]: decoded here in numpy (app/tasks/priors.py), the priors made once per model (built in at the input's
+  size, or the model directory's anchor file). An object of such a detector carries its landmarks (x, y in the
+  original image's pixels, not clipped: a face at the edge keeps its eyes where they are).
 The roles are bound at load from the model's decoder (DetectionTask.bind). A box goes back to the original image
 through the geometry preprocessing used (app/imaging/geometry.py Geometry: stretch, center crop or letterbox, a
 JPEG decoded at reduced scale, EXIF orientation), is clipped to the image, and a box with nothing left inside it
@@ -19,14 +24,18 @@ op gives, scoring at least the front door's default), `labels` (only these class
 400 before any work). Its native answer (`DetectResponse`): the model, the backend, the original image's size,
 `detections` best first, the timings; front doors shape it for their protocols (DeepStack's, DOODS', Frigate's
 rows from `box_normalized`). As named tensors (OIP v2): the post-process op's four tensors as the model gave them;
-a YOLO head's decoded into the same four, `boxes` [K, 4], `classes` [K], `scores` [K] and `count` [1], FP32, K
-its max_detections, at its model.json thresholds, rows past `count` zero.
+a YOLO head's or a priors detector's decoded into the same four, `boxes` [K, 4], `classes` [K], `scores` [K] and
+`count` [1], FP32, K its max_detections, at its model.json thresholds, rows past `count` zero (and `landmarks`
+[K, L, 2], (x, y) normalized to the input, for a detector that gives them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,7 +43,8 @@ from pydantic import BaseModel, Field
 
 from app.errors import ModelDirError, RequestError
 from app.imaging.geometry import Geometry
-from app.model_dir.schema import POSTPROCESS, YOLO, DetectionSpec
+from app.model_dir.schema import ANCHORS, ANCHORS_IN_FILE, LANDMARKS, POSTPROCESS, PRIORS, YOLO, DetectionSpec
+from app.tasks import priors as prior_boxes
 from app.tasks import yolo
 from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup, resolve_roles
 from app.tasks.yolo import Raw, Rows
@@ -64,6 +74,20 @@ class DetectedObject:
     score: float
     box: Box              # the original image's pixels (as a viewer shows it)
     box_normalized: Box   # the same box as fractions of the original image's width and height
+
+
+@dataclass(frozen=True)
+class Point:
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class LandmarkedObject(DetectedObject):
+    """An object of a detector that gives landmarks (RetinaFace's five: eyes, nose tip, mouth corners, left to
+    right as the image shows them), in the original image's pixels, not clipped."""
+
+    landmarks: tuple[Point, ...]
 
 
 @dataclass(frozen=True)
@@ -97,12 +121,21 @@ class BoxOut(BaseModel):
     y_max: float = Field(description="its bottom edge")
 
 
+class PointOut(BaseModel):
+    x: float
+    y: float
+
+
 class DetectedObjectOut(BaseModel):
     label: str = Field(description="the class's line in labels.txt; a class without a label: its id")
     class_id: int = Field(description="the model's class id (0-based, without background)")
     score: float
     box: BoxOut = Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation applied)")
     box_normalized: BoxOut = Field(description="the same box as fractions of the original image's width and height")
+    landmarks: list[PointOut] | None = Field(
+        default=None, description="only from a detector that gives landmarks (a RetinaFace-style face detector: "
+                                  "eyes, nose tip, mouth corners, left to right as the image shows them), in the "
+                                  "original image's pixels, not clipped to it; absent otherwise")
 
 
 class ImageSizeOut(BaseModel):
@@ -143,6 +176,8 @@ class DetectionTask(Task):
             return dataclasses.replace(roles, named=tuple(self.named_outputs(roles)))
         return dataclasses.replace(roles, named=tuple(decoded_outputs(spec)))
 
+    # -- read, check and named_values below, by decoder
+
     def ready(self, options: DetectOptions, model_dir: ModelDir) -> DetectOptions:
         """The labels asked for as the model's class ids: a 400 for one it lacks, before any work."""
         if options.labels is None:
@@ -156,11 +191,14 @@ class DetectionTask(Task):
         if min_score is None:
             min_score = spec.min_score if spec.min_score is not None else options.default_min_score
         limit = options.max_detections or spec.max_detections
+        landmarks = None
         if spec.decoder == POSTPROCESS:
             rows = postprocess_rows(outputs.roles, outputs.tensors)
+        elif spec.decoder == PRIORS:
+            rows, landmarks = decode_priors(outputs, spec, min_score, None if options.class_ids is not None else limit)
         else:  # with a class filter, NMS keeps what it keeps and the filter and the limit come after, as for the op
             rows = decode(outputs, spec, min_score, None if options.class_ids is not None else limit)
-        found = objects_of(rows, geometry, outputs.model_dir.labels, min_score, limit, options.class_ids)
+        found = objects_of(rows, geometry, outputs.model_dir.labels, min_score, limit, options.class_ids, landmarks)
         return Detection(ImageSize(geometry.width, geometry.height), found)
 
     def check(self, model_dir: ModelDir, roles: OutputRoles) -> None:
@@ -168,6 +206,8 @@ class DetectionTask(Task):
         spec = model_dir.manifest.detection_spec()
         if spec.decoder == POSTPROCESS:
             _check_postprocess(model_dir, roles)
+        elif spec.decoder == PRIORS:
+            _check_priors(model_dir, roles, spec)
         else:
             _check_yolo(model_dir, roles, spec)
 
@@ -175,6 +215,9 @@ class DetectionTask(Task):
         spec = outputs.model_dir.manifest.detection_spec()
         if spec.decoder == POSTPROCESS:
             return super().named_values(outputs)
+        if spec.decoder == PRIORS:
+            rows, landmarks = decode_priors(outputs, spec, spec.min_score, spec.max_detections)
+            return decoded_values(rows, spec.max_detections, landmarks, spec.landmarks)
         return decoded_values(decode(outputs, spec, spec.min_score, spec.max_detections), spec.max_detections)
 
 
@@ -223,6 +266,84 @@ def _check_yolo(model_dir: ModelDir, roles: OutputRoles, spec: DetectionSpec) ->
                             f"names {found}: {'; '.join(problems)}")
 
 
+def _check_priors(model_dir: ModelDir, roles: OutputRoles, spec: DetectionSpec) -> None:
+    """A prior-box detector's tensors: 8-bit (quantized) or float32, boxes [1, N, 4], scores [1, N, 2] (landmarks
+    [1, N, 2L]) with N its priors at its input size; the anchor file's variances model.json's."""
+    specs = roles.specs
+    found = ", ".join(f"{role} {s.name!r} {s.dtype.name} {list(s.shape)}" for role, s in specs.items())
+    where = f"model {model_dir.name!r} (detection, decoder 'priors'): model.json `outputs` names {found}"
+    wrong = [f"{role} is {s.dtype.name}" for role, s in specs.items()
+             if s.dtype not in (*EIGHT_BIT, np.dtype(np.float32)) or (s.dtype in EIGHT_BIT and not s.scale > 0)]
+    if wrong:
+        raise ModelDirError(f"{where}: {'; '.join(wrong)}")
+    priors = model_priors(model_dir, spec)
+    landmarks = specs[LANDMARKS].shape if LANDMARKS in specs else None
+    try:
+        prior_boxes.check_outputs(priors, specs["boxes"].shape, specs["scores"].shape, landmarks)
+    except prior_boxes.PriorsError as e:
+        raise ModelDirError(f"{where}: {e} (detection.anchors {spec.anchors!r})") from None
+    if landmarks is not None and landmarks[2] != 2 * spec.landmarks:
+        raise ModelDirError(f"{where}: detection.landmarks {spec.landmarks} needs landmarks [1, N, "
+                            f"{2 * spec.landmarks}]")
+
+
+def model_priors(model_dir: ModelDir, spec: DetectionSpec) -> prior_boxes.Priors:
+    """The priors of a prior-box detector at its input size, with model.json's variances: made once per model
+    (and anchor file), kept for its requests. The anchor file's sha256 is checked when they are made."""
+    size = model_dir.manifest.input
+    entry = model_dir.manifest.files.get(ANCHORS) if spec.anchors == ANCHORS_IN_FILE else None
+    anchor_file = (str(model_dir.path / entry.path), entry.sha256) if entry is not None else None
+    return _priors(model_dir.name, spec.anchors, anchor_file, size.width, size.height, tuple(spec.variances))
+
+
+@functools.lru_cache(maxsize=64)
+def _priors(model: str, anchors: str, anchor_file: tuple[str, str] | None, width: int, height: int,
+            variances: tuple[float, float]) -> prior_boxes.Priors:
+    """The priors by what makes them: a built-in set, or an anchor file by its path and sha256 (a reload's new
+    file, or a changed one, makes new ones)."""
+    try:
+        if anchors != ANCHORS_IN_FILE:
+            anchor_spec = prior_boxes.BUILT_IN[anchors]
+        elif anchor_file is None:
+            raise ModelDirError(f"model {model!r}: detection.anchors 'file' but model.json lists no {ANCHORS!r} file")
+        else:
+            path, sha256 = anchor_file
+            try:
+                data = Path(path).read_bytes()
+            except OSError as e:
+                raise ModelDirError(f"model {model!r}: cannot read its anchor file {path}: {e}") from None
+            if hashlib.sha256(data).hexdigest() != sha256:
+                raise ModelDirError(f"model {model!r}: its anchor file {path} is not the one model.json lists (sha256 "
+                                    f"{sha256}): the file was changed after the import; import the model again")
+            anchor_spec = prior_boxes.anchors_of(data, path)
+        if (anchor_spec.center_variance, anchor_spec.size_variance) != variances:
+            if anchors == ANCHORS_IN_FILE:
+                raise ModelDirError(f"model {model!r}: its anchor file's variances are "
+                                    f"{[anchor_spec.center_variance, anchor_spec.size_variance]}, model.json's "
+                                    f"detection.variances {list(variances)}: import it again")
+            anchor_spec = dataclasses.replace(anchor_spec, center_variance=variances[0], size_variance=variances[1])
+        return anchor_spec.for_input(width, height).priors()
+    except prior_boxes.PriorsError as e:
+        raise ModelDirError(f"model {model!r}: {e}") from None
+
+
+def decode_priors(outputs: Outputs, spec: DetectionSpec, min_score: float,
+                  max_detections: int | None) -> tuple[Rows, np.ndarray | None]:
+    """A prior-box detector's tensors -> its rows (class 0, the face) and their landmarks [K, L, 2] (x, y
+    normalized to the input; None without them); max_detections None: every box NMS keeps."""
+    def real(role: str) -> np.ndarray:
+        tensor, tensor_spec = outputs.of(role), outputs.spec(role)
+        quantized = tensor_spec.dtype in EIGHT_BIT
+        return prior_boxes.dequantize(tensor, (tensor_spec.scale, tensor_spec.zero_point) if quantized else None)
+
+    faces = prior_boxes.decode_faces(
+        real("boxes"), real("scores"), model_priors(outputs.model_dir, spec), min_score=min_score,
+        iou_threshold=spec.nms_iou, max_detections=max_detections, form=spec.box_encoding,
+        scores_are=prior_boxes.LOGITS if spec.score_activation == "softmax" else prior_boxes.PROBABILITIES,
+        landmarks=real(LANDMARKS) if spec.landmarks else None)
+    return Rows(faces.boxes, np.zeros(len(faces), np.int64), faces.scores), faces.landmarks
+
+
 TASK = DetectionTask()
 
 
@@ -262,18 +383,28 @@ def decode(outputs: Outputs, spec: DetectionSpec, min_score: float, max_detectio
 
 
 def decoded_outputs(spec: DetectionSpec) -> list[NamedOutput]:
-    """A YOLO head's named outputs (OIP v2): its rows as the post-process op gives its own, K = max_detections."""
+    """A decoder's named outputs (OIP v2): its rows as the post-process op gives its own, K = max_detections (and
+    the landmarks [K, L, 2] of a detector that gives them)."""
     rows, f32 = spec.max_detections, np.dtype(np.float32)
-    return [NamedOutput(BOXES, f32, (rows, 4)), NamedOutput(CLASSES, f32, (rows,)), NamedOutput(SCORES, f32, (rows,)),
-            NamedOutput(COUNT, f32, (1,))]
+    named = [NamedOutput(BOXES, f32, (rows, 4)), NamedOutput(CLASSES, f32, (rows,)),
+             NamedOutput(SCORES, f32, (rows,)), NamedOutput(COUNT, f32, (1,))]
+    if spec.decoder == PRIORS and spec.landmarks:
+        named.append(NamedOutput(LANDMARKS, f32, (rows, spec.landmarks, 2)))
+    return named
 
 
-def decoded_values(rows: Rows, size: int) -> dict[str, np.ndarray]:
-    """Rows padded with zeros to `size`, as decoded_outputs() names them."""
+def decoded_values(rows: Rows, size: int, landmarks: np.ndarray | None = None,
+                   points: int | None = None) -> dict[str, np.ndarray]:
+    """Rows padded with zeros to `size`, as decoded_outputs() names them (the landmarks [K, points, 2] too)."""
     count = min(len(rows), size)
     boxes, classes, scores = np.zeros((size, 4), np.float32), np.zeros(size, np.float32), np.zeros(size, np.float32)
     boxes[:count], classes[:count], scores[:count] = rows.boxes[:count], rows.classes[:count], rows.scores[:count]
-    return {BOXES: boxes, CLASSES: classes, SCORES: scores, COUNT: np.array([count], np.float32)}
+    values = {BOXES: boxes, CLASSES: classes, SCORES: scores, COUNT: np.array([count], np.float32)}
+    if points:
+        values[LANDMARKS] = np.zeros((size, points, 2), np.float32)
+        if landmarks is not None:
+            values[LANDMARKS][:count] = landmarks[:count]
+    return values
 
 
 def postprocess_rows(roles: OutputRoles, outputs) -> Rows:
@@ -295,9 +426,11 @@ def objects(roles: OutputRoles, outputs: list[np.ndarray], geometry: Geometry, l
 
 
 def objects_of(rows: Rows, geometry: Geometry, labels: tuple[str, ...], min_score: float,
-               max_detections: int | None = None, wanted: frozenset[int] | None = None) -> list[DetectedObject]:
+               max_detections: int | None = None, wanted: frozenset[int] | None = None,
+               landmarks: np.ndarray | None = None) -> list[DetectedObject]:
     """Rows -> objects, best first: those scoring at least min_score, their boxes in the original image's pixels
-    (clipped; a box with no area left is dropped), in `wanted` classes only, at most max_detections."""
+    (clipped; a box with no area left is dropped), in `wanted` classes only, at most max_detections; with the
+    rows' landmarks ([K, L, 2], (x, y) normalized to the input), LandmarkedObjects, their points mapped alike."""
     scores = np.asarray(rows.scores, np.float64)
     keep = np.flatnonzero(scores >= min_score)  # NaN never passes
     if wanted is not None:
@@ -311,10 +444,18 @@ def objects_of(rows: Rows, geometry: Geometry, labels: tuple[str, ...], min_scor
     left, right = np.clip(left, 0, width), np.clip(right, 0, width)
     top, bottom = np.clip(top, 0, height), np.clip(bottom, 0, height)
     inside = (right > left) & (bottom > top)  # NaN coordinates fail this too
+    points = None
+    if landmarks is not None:
+        xs, ys = geometry.to_original(landmarks[keep, :, 0], landmarks[keep, :, 1])
+        points = np.stack([xs, ys], -1).tolist()
     found = []
     for i in np.flatnonzero(inside).tolist()[:max_detections]:
         class_id = int(rows.classes[keep[i]])
         x0, y0, x1, y1 = float(left[i]), float(top[i]), float(right[i]), float(bottom[i])
-        found.append(DetectedObject(label_of(class_id, labels), class_id, float(scores[keep[i]]), Box(x0, y0, x1, y1),
-                                    Box(x0 / width, y0 / height, x1 / width, y1 / height)))
+        fields = (label_of(class_id, labels), class_id, float(scores[keep[i]]), Box(x0, y0, x1, y1),
+                  Box(x0 / width, y0 / height, x1 / width, y1 / height))
+        if points is None:
+            found.append(DetectedObject(*fields))
+        else:
+            found.append(LandmarkedObject(*fields, tuple(Point(x, y) for x, y in points[i])))
     return found

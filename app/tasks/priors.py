@@ -139,6 +139,14 @@ class AnchorSpec:
 
 ULTRA_LIGHT = AnchorSpec(ULFD_INPUT, tuple(Layer((s, s), tuple((m, m) for m in sizes))
                                            for s, sizes in zip(ULFD_STRIDES, ULFD_MIN_SIZES)))
+# RetinaFace (biubug6/Pytorch_Retinaface, cfg_mnet and cfg_re50): strides 8, 16, 32 with min sizes [16, 32],
+# [64, 128], [256, 512], centres at (x + 0.5) * stride / input, not clipped; its maps are ceil(input / stride), so
+# any input size (640x640: 16800 priors)
+RETINAFACE = AnchorSpec((640, 640), tuple(Layer((s, s), tuple((m, m) for m in sizes))
+                                          for s, sizes in zip((8, 16, 32), ((16, 32), (64, 128), (256, 512)))),
+                        centers=CENTERS_STRIDE, clip=False)
+# The prior sets built in, by model.json's detection.anchors (app/model_dir/schema.py BUILT_IN_ANCHORS)
+BUILT_IN = {"ultra_light": ULTRA_LIGHT, "retinaface": RETINAFACE}
 
 
 @dataclass(frozen=True)
@@ -202,20 +210,35 @@ def _grid(spec: AnchorSpec) -> np.ndarray:
 
 def load_anchors(path: str | Path) -> AnchorSpec:
     """The anchor file at `path`, checked (PriorsError says what is wrong and where)."""
+    return read_anchor_file(path)[0]
+
+
+def read_anchor_file(path: str | Path) -> tuple[AnchorSpec, bytes]:
+    """The anchor file at `path`, checked, and its bytes as read (what an import stores beside the model)."""
     path = Path(path)
     try:
         size = path.stat().st_size
         if size > ANCHOR_FILE_MAX_BYTES:
             raise PriorsError(f"{path}: an anchor file is at most {ANCHOR_FILE_MAX_BYTES >> 20} MiB; this one is "
                               f"{size} bytes")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        data = path.read_bytes()
+    except OSError as error:
         raise PriorsError(f"{path}: cannot read the anchor file: {error}") from None
+    return anchors_of(data, str(path)), data
+
+
+def anchors_of(data: bytes, source: str = "the anchor file") -> AnchorSpec:
+    """An anchor file's bytes (UTF-8 JSON) as an AnchorSpec, checked."""
+    if len(data) > ANCHOR_FILE_MAX_BYTES:
+        raise PriorsError(f"{source}: an anchor file is at most {ANCHOR_FILE_MAX_BYTES >> 20} MiB; this one is "
+                          f"{len(data)} bytes")
     try:
-        document = json.loads(text)
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise PriorsError(f"{source}: cannot read the anchor file: {error}") from None
     except json.JSONDecodeError as error:
-        raise PriorsError(f"{path}: not JSON: {error}") from None
-    return parse_anchors(document, str(path))
+        raise PriorsError(f"{source}: not JSON: {error}") from None
+    return parse_anchors(document, source)
 
 
 def parse_anchors(document: object, source: str = "the anchor file") -> AnchorSpec:
@@ -417,6 +440,11 @@ def boxes_form(boxes: np.ndarray, priors: Priors) -> str:
     Decoded corners have x2 > x1 and y2 > y1 and a centre within one prior size of their prior's (a trained
     detector moves a centre by l * 0.1 * size, |l| a few at most), for at least DECODED_SHARE of the rows; raw
     locations scatter around 0 and pass both tests for a small share of the rows only."""
+    return BOXES_DECODED if corner_share(boxes, priors) >= DECODED_SHARE else BOXES_PRIORS
+
+
+def corner_share(boxes: np.ndarray, priors: Priors) -> float:
+    """The share of the boxes [.., N, 4] that read as corners near their priors (boxes_form's measure)."""
     values = np.asarray(boxes, np.float64).reshape(-1, 4)
     if len(values) != len(priors):
         raise PriorsError(f"{len(values)} boxes for {len(priors)} priors")
@@ -425,7 +453,7 @@ def boxes_form(boxes: np.ndarray, priors: Priors) -> str:
     centers = (values[:, :2] + values[:, 2:]) / 2
     near = (np.abs(centers - prior[:, :2]) <= prior[:, 2:]).all(1)
     corners = (sizes > 0).all(1) & near & np.isfinite(values).all(1)
-    return BOXES_DECODED if corners.mean() >= DECODED_SHARE else BOXES_PRIORS
+    return float(corners.mean())
 
 
 def decode_faces(boxes: np.ndarray, scores: np.ndarray, priors: Priors, *, min_score: float,

@@ -273,7 +273,7 @@ def _manifest(directory: Path) -> dict | None:
 
 
 def uploaded_files(directory: Path) -> dict[str, str] | None:
-    """A directory this door wrote: its files' sha256 -> their kind (int8, edgetpu); None for any other."""
+    """A directory this door wrote: its files' sha256 -> their kind (int8 or compiled); None for any other."""
     manifest = _manifest(directory)
     if manifest is None or (manifest.get("build") or {}).get("route") != ROUTE:
         return None

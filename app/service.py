@@ -33,7 +33,7 @@ from app import metrics, processes
 from app.core import Core, ImageWork, image_threads
 from app.frontdoors import zmq_door
 from app.imaging.decoding import reuse_image_buffers
-from app.processes.siblings import Siblings, reload_everywhere, reload_here
+from app.processes.siblings import Siblings, reload_here, reload_others
 from app.registry import Registry
 from app.settings import Settings
 
@@ -223,7 +223,9 @@ class Service:
     async def reload(self, name: str) -> None:
         """Reload `name` here, then in every other worker of the group (each in place); ReloadIncomplete names the
         workers that did not."""
-        await reload_everywhere(self.registry, self.siblings, name)
+        await self.core.reload(name)  # here first: its failure is the answer, as with one process
+        if self.siblings is not None:
+            await reload_others(self.siblings, name)
 
     def device_reports(self) -> dict[str, dict]:
         """What each available backend plug-in says about itself and its devices, by key. Blocking (a plug-in may

@@ -1,18 +1,22 @@
 """python -m app: serve with the settings from the environment (EDGETPU_SERVE_*).
 
-One process, or, where EDGETPU_SERVE_PROCESSES asks for more (auto: more than one TPU found), that many
-worker processes on the one port under gunicorn, each with its own share of the TPUs (app/processes).
+One process (the Service, app/service.py, its HTTP server one of its doors), or, where EDGETPU_SERVE_PROCESSES asks
+for more (auto: more than one TPU found), that many worker processes on the one port under gunicorn, each with its own
+share of the TPUs (app/processes).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import sys
 
 from app.errors import ServeError
 from app.launch import SettingsRefused, settings_from_environment
+from app.memory import tune_malloc
 from app.processes.inventory import process_count
+from app.settings import Settings
 
 
 log = logging.getLogger("app")
@@ -38,15 +42,27 @@ def main() -> int:
         from app.gunicorn_app import serve as serve_processes
 
         return serve_processes(settings, processes)
-    from app.http_server import serve
-    from app.main import create_app
+    return serve(settings)
 
+
+def serve(settings: Settings) -> int:
+    """One process: the Service, its HTTP server the last door it opens; until SIGTERM or SIGINT."""
+    from app.http_server import ServerFailed
+    from app.service import Service
+
+    if settings.tune_malloc and not tune_malloc():
+        log.info("not glibc: malloc left as it is")
     try:
-        app = create_app(settings)
+        service = Service(settings)
+        server = service.open_http()
     except ServeError as e:
         print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr)
         return 2
-    serve(app, settings)
+    try:
+        with asyncio.Runner(loop_factory=server.loop_factory()) as runner:  # uvloop where installed, as uvicorn's
+            runner.run(service.serve())
+    except ServerFailed as e:
+        return e.status
     return 0
 
 

@@ -14,6 +14,7 @@ def import_the_service() -> None:
     imported (a second or more of imports saved), and shares their memory until it writes to it. Nothing
     they import starts a thread or opens a device; the metrics take their multiprocess values in the worker
     (app/metrics.py use_multiprocess)."""
+    import app.api.app  # noqa: F401  (the HTTP door, which the service imports only when asked for it)
     import app.main  # noqa: F401
 
 

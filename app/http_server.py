@@ -18,7 +18,7 @@ adds, per connection:
 each as {"error": "..."} with `Connection: close`. A refused connection is half-closed and
 drained for LINGER_S, so the client reads the answer instead of a reset. Graceful shutdown
 is uvicorn's own (timeout_graceful_shutdown = DRAIN_TIMEOUT_S); a second SIGTERM ends the drain
-at once. The keep-alive timeout is the protocol's too, so every launch idles connections alike.
+at once. Under `python -m app` the server is one of the service's doors (`ServerDoor`, app/service.py). The keep-alive timeout is the protocol's too, so every launch idles connections alike.
 
 The protocol takes its limits and head check from the app: the app's lifespan puts them in the
 ASGI lifespan state (`lifespan_state()`), which uvicorn hands to each connection's protocol. So
@@ -36,10 +36,11 @@ changed one; uvicorn is pinned within the minor version they were read from (pyp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,6 @@ import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from app.memory import tune_malloc
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 # Request line framing not seen by the parser callbacks: "METHOD SP ... SP HTTP/1.1 CRLF" + final CRLF.
 LINE_OVERHEAD = 32
 HEADER_OVERHEAD = 4  # ": " and CRLF
+START_POLL_S = 0.05  # how often a starting server's door looks whether it listens yet
 
 
 @dataclass(frozen=True)
@@ -307,15 +308,63 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app, settings: Settings, **overrides: Any) -> None:
-    """Run the app until SIGINT/SIGTERM. SIGTERM stops accepting and lets admitted requests finish
-    within DRAIN_TIMEOUT_S; the lifespan then closes the interpreters (app/main.py)."""
-    if settings.tune_malloc and not tune_malloc():
-        log.info("not glibc: malloc left as it is")
-    server = _Server(config(app, settings, **overrides))
-    # A SIGTERM before uvicorn installs its handlers (or the one uvicorn re-raises once it is done)
-    # asks the server to exit: never ignored, and the process exits 0.
-    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
-    server.run()
-    if not server.started:
-        raise SystemExit(3)
+class _ServiceServer(_Server):
+    """uvicorn's server as one of a Service's doors: the Service takes SIGTERM and SIGINT (app/service.py), not the
+    server, which would otherwise set its own handlers for them while it serves (`Server.capture_signals`)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ServerFailed(RuntimeError):
+    """The HTTP server did not start (its address in use, say: uvicorn logged why); `status` is the exit status."""
+
+    def __init__(self, status: int):
+        super().__init__(f"the HTTP server did not start (status {status})")
+        self.status = status
+
+
+class ServerDoor:
+    """The HTTP server as one of the Service's doors (python -m app): uvicorn with our protocol on the service's event
+    loop, running `app`, whose lifespan hands the protocol its limits. Opened last, closed first: it stops accepting
+    and lets its requests finish within DRAIN_TIMEOUT_S (uvicorn's graceful shutdown); `force()` ends that at once."""
+
+    def __init__(self, app, settings: Settings, **overrides: Any):
+        self.server = _ServiceServer(config(app, settings, **overrides))
+        self.status: int | None = None  # the exit status uvicorn asked for, where it gave up
+        self._serving: asyncio.Task | None = None
+
+    def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop] | None:
+        """The event loop the server is made for (uvicorn's `loop`, auto: uvloop where it is installed); the service
+        runs on it."""
+        return self.server.config.get_loop_factory()
+
+    async def start(self) -> None:
+        """Serve; return once listening. ServerFailed where the server gave up instead (uvicorn logged why)."""
+        self._serving = asyncio.ensure_future(self._serve())
+        while not self.server.started:  # uvicorn says it listens only by this flag
+            if self._serving.done():
+                raise ServerFailed(self.status if self.status is not None else 3)
+            await asyncio.wait({self._serving}, timeout=START_POLL_S)
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve()
+        except SystemExit as e:  # uvicorn exits where it cannot bind, or its app's startup failed
+            self.status = e.code if isinstance(e.code, int) else 1
+
+    async def stop(self) -> None:
+        if self._serving is not None:
+            self.server.should_exit = True
+            await self._serving
+
+    def force(self) -> None:
+        """Stop waiting for the requests in flight (a second SIGTERM)."""
+        self.server.force_exit = True
+
+    def ready(self) -> str | None:
+        return None
+
+    def report(self) -> dict | None:
+        return None

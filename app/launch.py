@@ -56,8 +56,18 @@ HOW_TO_START = """Start it with one of:
   gunicorn -c python:app.gunicorn_conf [--workers N] [--bind HOST:PORT] app.main:app
 (see docs/launch.md)"""
 
-_protocol_in_use = False
-_built: dict[str, Any] = {}  # entry point -> its app: a server may look the entry up more than once
+
+
+class ThisProcess:
+    """How this process was launched. Module state, because a launch is the process's: the server that runs it says
+    once whether it runs our protocol, and looks an entry point up more than once for one app."""
+
+    def __init__(self) -> None:
+        self.runs_our_protocol = False
+        self.built: dict[str, Any] = {}  # entry point -> its app
+
+
+THIS_PROCESS = ThisProcess()
 
 
 class LaunchRefused(RuntimeError):
@@ -72,8 +82,7 @@ def __getattr__(name: str) -> Any:
     its server runs. A plain `Protocol = LimitedHttpToolsProtocol` would be there whether or not uvicorn was told
     to use it; importing this module marks nothing (docs/launch.md)."""
     if name == PROTOCOL_NAME:
-        global _protocol_in_use
-        _protocol_in_use = True
+        THIS_PROCESS.runs_our_protocol = True
         from app.http_server import LimitedHttpToolsProtocol
 
         return LimitedHttpToolsProtocol
@@ -82,8 +91,7 @@ def __getattr__(name: str) -> Any:
 
 def mark_protocol_in_use() -> None:
     """For a launcher that runs our protocol itself (the gunicorn worker)."""
-    global _protocol_in_use
-    _protocol_in_use = True
+    THIS_PROCESS.runs_our_protocol = True
 
 
 def refusal(why: str) -> str:
@@ -111,7 +119,7 @@ class RefuseOtherServers:
         self.entry = entry
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "lifespan" and not _protocol_in_use:
+        if scope["type"] == "lifespan" and not THIS_PROCESS.runs_our_protocol:
             await receive()  # lifespan.startup
             why = (f"{self.entry} was started by a server that does not run the service's HTTP protocol, so its "
                    "limits (request head size, head and body deadlines, connection cap) would not hold.")
@@ -169,8 +177,9 @@ def environment_settings() -> Settings:
 def app_for_server(entry: str, create_app: Callable[[Settings], Any]) -> Any:
     """The app `entry` names, built once from the environment's settings, wrapped so that its lifespan refuses a
     server that does not run our protocol (RefuseOtherServers) before anything loads."""
-    if entry in _built:
-        return _built[entry]
+    built = THIS_PROCESS.built
+    if entry in built:
+        return built[entry]
     settings = environment_settings()
     slot = processes.current()
     if slot is not None:  # one of several workers: its share of the TPUs and of the host's limits
@@ -183,5 +192,5 @@ def app_for_server(entry: str, create_app: Callable[[Settings], Any]) -> Any:
         print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr, flush=True)
         raise SystemExit(CANNOT_START) from None
     app.add_middleware(RefuseOtherServers, entry=entry)  # outermost: it sees the lifespan first
-    _built[entry] = app
+    built[entry] = app
     return app

@@ -213,22 +213,27 @@ class StateCollector(Collector):
             yield from families
 
 
-_collector: StateCollector | None = None
+class Watched:
+    """The registry whose state this process's scrapes report. Module state, because prometheus_client's REGISTRY is
+    the process's: one registry watched per process, the last one."""
+
+    collector: StateCollector | None = None
+
+
+THIS_PROCESS = Watched()
 
 
 def watch(registry, prometheus: CollectorRegistry = REGISTRY) -> None:
     """Report this registry's state at each scrape (one registry per process: the last one watched)."""
-    global _collector
     unwatch(prometheus)
-    _collector = StateCollector(registry)
-    prometheus.register(_collector)
+    THIS_PROCESS.collector = StateCollector(registry)
+    prometheus.register(THIS_PROCESS.collector)
 
 
 def unwatch(prometheus: CollectorRegistry = REGISTRY) -> None:
-    global _collector
-    if _collector is not None:
-        prometheus.unregister(_collector)
-        _collector = None
+    if THIS_PROCESS.collector is not None:
+        prometheus.unregister(THIS_PROCESS.collector)
+        THIS_PROCESS.collector = None
 
 
 def exposition(prometheus: CollectorRegistry = REGISTRY) -> bytes:

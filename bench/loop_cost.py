@@ -120,6 +120,16 @@ async def loop_ms(app, req, n: int, expect: int) -> float:
     return (time.thread_time() - start) / n * 1000
 
 
+def registry_of(app):
+    """The app's registry: through the Service it is a door of (app/api/deps.py), or, on a checkout from before the
+    Service, its state."""
+    try:
+        from app.api.deps import service_of
+    except ImportError:
+        return app.state.registry
+    return service_of(app).registry
+
+
 def build_app(root: Path):
     from app.main import create_app
     from app.settings import Settings
@@ -135,7 +145,7 @@ def build_app(root: Path):
 async def ready(app, timeout_s: float = 120.0) -> None:
     """Wait for the lifespan's background load."""
     deadline = time.monotonic() + timeout_s
-    while not app.state.registry.ready():
+    while not registry_of(app).ready():
         if time.monotonic() > deadline:
             raise RuntimeError("the model did not load")
         await asyncio.sleep(0.05)
@@ -158,7 +168,7 @@ async def measure(root: Path, rounds: int, n: int, only: list[str]) -> dict[str,
     figures["harness"] = []
     async with app.router.lifespan_context(app):
         await ready(app)
-        pool = app.state.registry.get(MODEL).pool("cpu")
+        pool = registry_of(app).get(MODEL).pool("cpu")
         for _ in range(rounds):
             figures["harness"].append(await loop_ms(_answer_at_once, requests.v1, n, 503))
             for scenario in only:
@@ -184,7 +194,7 @@ async def profile(root: Path, scenario: str, n: int, lines: int, sort: str = "cu
     req = Requests(root, _photo_224()).of(scenario)
     async with app.router.lifespan_context(app):
         await ready(app)
-        place = app.state.registry.get(MODEL).pool("cpu").admit() if scenario.endswith("503") else None
+        place = registry_of(app).get(MODEL).pool("cpu").admit() if scenario.endswith("503") else None
         await loop_ms(app, req, 50, int(scenario[-3:]))
         profiler = cProfile.Profile()
         profiler.enable()

@@ -8,6 +8,7 @@ import ast
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def test_the_picture_is_drawn(tmp_path):
 
 # The web frameworks, and the front doors (the HTTP ones in app/api/; every door added beside them is named here).
 FRAMEWORKS = ("fastapi", "starlette", "uvicorn", "httptools", "h11")
-FRONT_DOORS = ("app.api", "app.main", "app.lifespan")
+FRONT_DOORS = ("app.api", "app.main", "app.service", "app.frontdoors")
 BELOW_THE_DOORS = ("app/core", "app/tasks")
 
 
@@ -119,63 +120,150 @@ def test_a_task_naming_its_router_or_a_core_module_importing_fastapi_fails_the_c
                                 "app/tasks/classify.py: names 'app.api.classify:router'"]
 
 
-# -- no circle of imports inside the request path's packages ---------------------------------------------------
+# -- no circle of imports, module by module, in app/, converter/ and bench/ -------------------------------------
 
-# Each of these is made of modules with one concept each; a module that needs another's name for a type imports it
-# like any other, so an import only for type checking counts too: a type cycle is a design cycle.
-WITHOUT_CIRCLES = ("app/pool", "app/core", "app/registry")
+# Each is made of modules with one concept each; a module that needs another's name for a type imports it like any
+# other, so an import only for type checking counts too (a type cycle is a design cycle), and so does one inside a
+# function. A package's __init__ is a module of its own, under the package's dotted name.
+WITHOUT_CIRCLES = ("app", "converter", "bench")
+
+
+def tree_modules(root: Path, folder: str) -> dict[str, Path]:
+    """Every module of a tree by its dotted name (a package's __init__ under the package's)."""
+    modules = {}
+    for path in sorted((root / folder).rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
 
 
 def package_imports(path: Path, modules: set[str]) -> set[str]:
     """The modules among `modules` that a file imports, every import counted (inside functions and under
-    `if TYPE_CHECKING:` too). `from package import module` imports that module (not the package's __init__)."""
+    `if TYPE_CHECKING:` too). `from package import module` imports that module (not the package's __init__);
+    `import a.b.c` and `from a.b import name` import the nearest of them that is a module here."""
+
+    def nearest(dotted: str) -> str | None:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.update(filter(None, (nearest(alias.name) for alias in node.names)))
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             named = {f"{node.module}.{alias.name}" for alias in node.names} & modules
             found.update(named)
-            if len(named) < len(node.names):  # a name of the package itself
-                found.add(node.module)
-    return found & modules
+            if len(named) < len(node.names) and (module := nearest(node.module)) is not None:  # a name of it
+                found.add(module)
+    return found
 
 
 def module_circles(root: Path, folder: str) -> list[str]:
-    """The circles of imports among the modules of one package (its __init__ included, as the package's dotted
-    name): each as 'a.py -> b.py -> a.py'."""
-    package = folder.replace("/", ".")
-    files = {(package if path.name == "__init__.py" else f"{package}.{path.stem}"): path
-             for path in sorted((root / folder).glob("*.py"))}
+    """The circles of imports among the modules of one tree: each group of modules that reach each other (a strongly
+    connected component), said as its shortest circle through its first module, 'a.py -> b.py -> a.py', followed by
+    the other modules of the group in brackets."""
+    files = tree_modules(root, folder)
     edges = {module: sorted(package_imports(path, set(files)) - {module}) for module, path in files.items()}
-    found: set[tuple[str, ...]] = set()
-
-    def walk(module: str, path: tuple[str, ...]) -> None:
-        if module in path:
-            circle = path[path.index(module):]
-            start = circle.index(min(circle))  # each circle once, whatever module it was entered by
-            found.add(circle[start:] + circle[:start])
-            return
-        for target in edges[module]:
-            walk(target, (*path, module))
-
-    for module in files:
-        walk(module, ())
     name = {module: path.relative_to(root).as_posix() for module, path in files.items()}
-    return sorted(" -> ".join(name[m] for m in (*circle, circle[0])) for circle in found)
+    found = []
+    for group in strongly_connected(edges):
+        first = min(group)
+        circle = shortest_circle(first, edges, group)
+        others = sorted(set(group) - set(circle))
+        found.append(" -> ".join(name[m] for m in (*circle, first)) + (f" [{', '.join(name[m] for m in others)}]"
+                                                                        if others else ""))
+    return sorted(found)
+
+
+def strongly_connected(edges: dict[str, list[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one module, iteratively (no recursion on a long chain of imports)."""
+    index, low, on_stack, stack, groups, counter = {}, {}, set(), [], [], 0
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, iter(edges[start]))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            module, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = counter
+                    counter += 1
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(edges[target])))
+                elif target in on_stack:
+                    low[module] = min(low[module], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[module])
+            if low[module] == index[module]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == module:
+                        break
+                if len(group) > 1:
+                    groups.append(group)
+    return groups
+
+
+def shortest_circle(first: str, edges: dict[str, list[str]], group: list[str]) -> list[str]:
+    """The shortest path of imports from `first` back to it, inside its group (breadth first)."""
+    inside, came_from, frontier = set(group), {}, [first]
+    while frontier:
+        following = []
+        for module in frontier:
+            for target in edges[module]:
+                if target == first:
+                    path = [module]
+                    while path[-1] != first:
+                        path.append(came_from[path[-1]])
+                    return path[::-1]
+                if target in inside and target not in came_from:
+                    came_from[target] = module
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"{first} is in a group of imports but on no circle")
 
 
 @pytest.mark.parametrize("folder", WITHOUT_CIRCLES)
-def test_no_two_modules_of_the_request_path_import_each_other(folder):
+def test_no_two_modules_import_each_other(folder):
     assert module_circles(ROOT, folder) == []
 
 
 def test_a_circle_made_by_a_type_only_import_fails_the_check(tmp_path):
-    """In a copy of the code: the line's job naming the pool for a type, under TYPE_CHECKING, closes a circle."""
+    """In a copy of the code: the line's job naming the pool for a type, under TYPE_CHECKING, closes a circle; so
+    does the core naming the Service, across packages."""
     root = _copy_code(tmp_path)
     job = root / "app" / "pool" / "job.py"
     job.write_text(job.read_text(encoding="utf-8").replace(
         "from typing import Protocol\n",
         "from typing import TYPE_CHECKING, Protocol\n\nif TYPE_CHECKING:\n"
         "    from app.pool.engine_pool import EnginePool\n"), encoding="utf-8")
-    assert "app/pool/engine_pool.py -> app/pool/job.py -> app/pool/engine_pool.py" in module_circles(root, "app/pool")
+    core = root / "app" / "core" / "inputs.py"
+    core.write_text(core.read_text(encoding="utf-8") + "\ndef service():\n    from app.service import Service\n",
+                    encoding="utf-8")
+    circles = module_circles(root, "app")
+    assert any("app/pool/engine_pool.py" in circle and "app/pool/job.py" in circle for circle in circles), circles
+    assert any("app/core/inputs.py" in circle and "app/service.py" in circle for circle in circles), circles
+    (pool,) = module_circles(root, "app/pool")  # one group, said as its shortest circle and its other modules
+    assert pool.startswith("app/pool/deadlines.py -> app/pool/job.py -> app/pool/engine_pool.py -> "
+                           "app/pool/deadlines.py [")
+
+
+def test_importing_the_service_loads_no_web_framework():
+    """app.service composes everything and starts every door, HTTP one among them: in a fresh interpreter, importing
+    it loads no web framework (the HTTP door's app is imported only when a launch asks for it)."""
+    loaded = subprocess.run([sys.executable, "-c", "import sys, app.service; print(' '.join(sorted(sys.modules)))"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert [m for m in loaded if m.split(".")[0] in FRAMEWORKS] == []
+    assert "app.service" in loaded and "app.frontdoors" in loaded  # it was imported, with the doors' package

@@ -1,6 +1,7 @@
 """API keys: the dependencies on a small app of their own, and the real service with keys set."""
 
 import hmac
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -8,6 +9,9 @@ from fastapi import APIRouter, FastAPI
 from starlette.testclient import TestClient
 
 from app.api import auth, errors
+from app.api.deps import HttpDoor, attach
+from app.api.keys import ApiKeys
+from app.api.routes import InferenceRoutes
 from app.errors import ServeError
 from app.settings import Settings
 from tests.conftest import Service
@@ -19,8 +23,9 @@ def keyed_app(**settings) -> FastAPI:
     """Two routes, one per level, guarded as app/main.py guards the real routers."""
     settings = Settings(**settings)
     app = FastAPI()
-    app.state.settings = settings
-    app.state.api_keys = auth.ApiKeys.from_settings(settings)
+    # a service double: the key checks read its settings only
+    attach(app, HttpDoor(SimpleNamespace(settings=settings, core=None), ApiKeys.from_settings(settings),
+                         InferenceRoutes.of([])))
     errors.install(app)
     inference, admin = APIRouter(), APIRouter()
     inference.get("/infer")(lambda: {"ok": True})
@@ -82,7 +87,7 @@ def test_keys_from_files_as_docker_and_kubernetes_secrets_mount_them(tmp_path):
 
 def test_an_unreadable_key_file_stops_the_start(tmp_path):
     with pytest.raises(ServeError, match="cannot read API keys"):
-        auth.ApiKeys.from_settings(Settings(api_keys_file=tmp_path / "missing"))
+        ApiKeys.from_settings(Settings(api_keys_file=tmp_path / "missing"))
 
 
 def test_keys_stay_out_of_the_settings_repr():

@@ -25,13 +25,14 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
+from app.api.deps import service_of
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
 from app.engines import BACKENDS
 from app.imaging.decoding import Source, decode, decode_with_source
 from app.imaging.geometry import Geometry, to_pixels
 from app.imaging.quantization import InputQuantizer
-from app.main import inference_routers
+from app.api.app import inference_routers
 from app.model_dir.reading import read_model_dir
 from app.settings import Settings
 from app.tasks import OutputRoles
@@ -193,7 +194,7 @@ def test_boxes_map_back_to_the_original_pixels_exactly(tiny, case, fmt, orientat
     _, client = tiny
     model, (width, height), box, (cell_w, cell_h), jpeg_scale = GEOMETRIES[case]
     data = encode(rectangle(width, height, box), fmt, orientation)
-    spec = read_model_dir(tiny[0].state.settings.model_dir / model).manifest.input
+    spec = read_model_dir(service_of(tiny[0]).settings.model_dir / model).manifest.input
     image, source = decode_with_source(data, spec, 10**8)
     assert (source.width, source.height) == (width, height)  # as a viewer shows it, whatever the file stores
     assert source.scale == (jpeg_scale if fmt == "JPEG" else 1)  # a JPEG's DCT draft: 1/s of each side decoded
@@ -204,7 +205,7 @@ def test_boxes_map_back_to_the_original_pixels_exactly(tiny, case, fmt, orientat
 
 def test_labels_with_gaps_name_the_right_classes(tiny):
     _, client = tiny
-    model_dir = read_model_dir(tiny[0].state.settings.model_dir / "tiny_gaps")
+    model_dir = read_model_dir(service_of(tiny[0]).settings.model_dir / "tiny_gaps")
     assert model_dir.labels == ("square", "", "", "circle")  # line i names class id i; blank: no label
     answer = detect(client, "tiny_gaps", png(rectangle(SIZE, SIZE, (0, 0, 8, 8))))
     assert {d["label"] for d in answer["detections"]} == {"square"}
@@ -235,9 +236,9 @@ def test_max_detections_and_the_labels_filter(tiny):
 
 def test_a_full_line_is_refused_in_each_protocols_shape(tiny):
     app, client = tiny
-    registry = app.state.registry
+    registry = service_of(app).registry
     routes = InferenceRoutes.of(route for router in inference_routers() for route in router.routes)
-    check = HeadAdmission(app.state.core, routes)
+    check = HeadAdmission(service_of(app).core, routes)
     place = registry.get("tiny_tf1_dequantize").pool("cpu").admit()  # the line of 1 is full
     try:
         assert check(b"POST", b"/v1/detect").fields == {}

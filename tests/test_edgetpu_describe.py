@@ -15,6 +15,7 @@ from app.engines.cpu import CpuEngine
 from app.engines.edgetpu import EdgeTpuBackend
 from app.engines.emulated import EmulatedEngine
 from app.main import create_app
+from app.api.deps import service_of
 from app.model_dir.reading import read_model_dir
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -111,7 +112,7 @@ def test_v1_models_merges_every_plugins_keys_and_keeps_the_edgetpu_ones():
                             workers=1, warmup_at_start=False)
         app = create_app(settings)
         with TestClient(app) as client:
-            assert app.state.registry.wait_loaded(60)
+            assert service_of(app).registry.wait_loaded(60)
             detail = client.get(f"/v1/models/{DEFAULT_MODEL}").json()
             listed = client.get("/v1/models").json()["models"][0]
             schemas = client.get("/openapi.json").json()["components"]["schemas"]
@@ -130,7 +131,7 @@ def test_v1_models_merges_every_plugins_keys_and_keeps_the_edgetpu_ones():
     assert detail["edgetpu_estimate"] == recorded.model_dump()
     assert list(detail)[-2:] == ["edgetpu_estimate", "note_board"]  # the core's fields first, as before
     # the keys each plug-in declares are in the API's schema, with what they mean; the core's stay its own
-    model_out, backend_out = schemas["ModelOut"], schemas["BackendOut"]
+    model_out, backend_out = schemas["ModelDescription"], schemas["BackendDescription"]
     assert model_out["additionalProperties"] is True and backend_out["additionalProperties"] is True
     assert model_out["properties"]["note_board"]["description"] == "the board that saw the model (plug-in 'note')"
     assert model_out["properties"]["name"] == {"title": "Name", "type": "string"}

@@ -17,6 +17,7 @@ from PIL import Image
 from app.engines import Backend, TensorSpec, register, unregister
 from app.errors import Busy, DeviceHung
 from app.main import create_app
+from app.api.deps import service_of
 from app.pool import EnginePool, InterpreterMember, Stage, Watchdog
 from app.registry import Registry
 from app.settings import Settings
@@ -282,7 +283,7 @@ def test_readyz_over_http():
                         watchdog_timeout_s=WATCHDOG_S, watchdog_retry_s=RETRY_S, models=[DEFAULT_MODEL])
     app = create_app(settings)
     with TestClient(app) as client:
-        registry = app.state.registry
+        registry = service_of(app).registry
         assert registry.wait_loaded(EVENTUALLY_S) and client.get("/readyz").status_code == 200
         HangingEngineDouble.fail_loads = 1000
         HangingEngineDouble.hang_next.set()

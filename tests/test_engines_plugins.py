@@ -23,6 +23,7 @@ from app.engines import (
 )
 from app.errors import ServeError
 from app.main import create_app
+from app.api.deps import service_of
 from app.registry import Registry
 from app.settings import Settings, plugin_config
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -158,7 +159,7 @@ def test_a_plugin_registered_from_outside_shows_in_devices_metrics_and_readyz(th
                         workers=1, plugins={"throwaway": {"refuse": ["fashion_mnist"]}})
     app = create_app(settings)
     with TestClient(app) as client:
-        registry = app.state.registry
+        registry = service_of(app).registry
         assert registry.wait_loaded(30)
         assert registry.get(DEFAULT_MODEL).pool("throwaway").watchdog is not None  # watched: its plug-in says so
         assert registry.get(DEFAULT_MODEL).pool("cpu").watchdog is None

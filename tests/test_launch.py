@@ -85,8 +85,7 @@ def test_an_app_built_for_another_server_is_built_once_and_refuses_at_its_lifesp
 
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(launch, "_built", {})
-    monkeypatch.setattr(launch, "_protocol_in_use", False)
+    monkeypatch.setattr(launch, "THIS_PROCESS", launch.ThisProcess())
     app = main.app
     assert main.app is app
     with pytest.raises(launch.LaunchRefused):

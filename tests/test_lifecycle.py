@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from app.core import Core, ImageInput, ImageWork
 from app.errors import Busy, ShuttingDown
 from app.main import create_app
+from app.api.deps import service_of
 from app.model_dir.reading import sha256_file
 from app.registry import Registry
 from app.settings import Settings
@@ -187,7 +188,7 @@ def test_corrupted_model_file_fails_the_reload_the_old_version_serves_and_says_d
     good = tflite.read_bytes()
     app = create_app(Settings(model_dir=models_copy, workers=1))
     with TestClient(app) as client:
-        assert app.state.registry.wait_loaded(LOAD_S)
+        assert service_of(app).registry.wait_loaded(LOAD_S)
         tflite.write_bytes(good[:1000])
         reload = client.post(f"/v1/models/{DEFAULT_MODEL}/reload")
         assert reload.status_code == 409 and "sha256" in reload.json()["error"]
@@ -214,7 +215,7 @@ def test_a_model_that_failed_to_load_is_reported_from_the_registry(models_copy):
     tflite.write_bytes(tflite.read_bytes()[:1000])
     app = create_app(Settings(model_dir=models_copy, workers=1))
     with TestClient(app) as client:
-        assert app.state.registry.wait_loaded(LOAD_S)
+        assert service_of(app).registry.wait_loaded(LOAD_S)
         ready = client.get("/readyz")
         assert ready.status_code == 503 and ready.json()["models"][DEFAULT_MODEL]["state"] == "failed"
         shutil.rmtree(models_copy / DEFAULT_MODEL)  # /v1/models serves what the registry read, not the disk
@@ -281,8 +282,8 @@ def test_a_full_line_answers_503_before_reading_the_body(cat_png):
     # time bound would then depend on how soon this machine's image thread starts the next request
     app = create_app(Settings(model_dir=MODELS, models=[DEFAULT_MODEL], workers=1, max_waiting=0,
                               retry_after_s=2, warmup_at_start=False, max_queue_ms=0))
-    app.state.registry.load_all()  # the lifespan does this in a real process
-    place = app.state.registry.get(DEFAULT_MODEL).pool("cpu").admit()  # the line of 1 is full
+    service_of(app).registry.load_all()  # the lifespan does this in a real process
+    place = service_of(app).registry.get(DEFAULT_MODEL).pool("cpu").admit()  # the line of 1 is full
     try:
         with TestClient(app) as client:
             r = client.post("/v1/classify", content=b"not an image", headers={"content-type": "image/png"})
@@ -293,8 +294,8 @@ def test_a_full_line_answers_503_before_reading_the_body(cat_png):
             assert r.status_code == 200, r.text
     finally:
         place.release()
-        app.state.registry.close()
-        app.state.images.close()
+        service_of(app).registry.close()
+        service_of(app).images.close()
 
 
 def test_sigterm_after_reloads_answers_the_admitted_request_and_exits_0(cat_png):

@@ -13,7 +13,9 @@ from starlette.testclient import TestClient
 from app.api import classify
 from app.api.routes import InferenceRoutes
 from app.api.shedding import HeadAdmission
-from app.main import create_app, inference_routers
+from app.api.app import inference_routers
+from app.main import create_app
+from app.api.deps import app_door, service_of
 from app.settings import Settings
 from tests.conftest import MODELS
 
@@ -66,9 +68,9 @@ def test_a_route_declared_once_is_shed_counted_and_admitted(new_route, cat_png):
     settings = Settings(model_dir=MODELS, models=[MODEL], default_model=MODEL, backends=["cpu"], workers=1,
                         max_waiting=0, retry_after_s=2)
     app = create_app(settings)
-    assert "/v1" + NEW_PATH in app.state.inference_routes.paths
+    assert "/v1" + NEW_PATH in app_door(app).routes.paths
     with TestClient(app) as client:  # the lifespan loads the model
-        registry = app.state.registry
+        registry = service_of(app).registry
         assert registry.wait_loaded(60)
         image = cat_png.read_bytes()
         ok = answered("200")
@@ -79,7 +81,7 @@ def test_a_route_declared_once_is_shed_counted_and_admitted(new_route, cat_png):
         place = registry.get(MODEL).pool("cpu").admit()  # the line of 1 is full
         try:
             # shed: the HTTP server's head check refuses it before any body, in the app's words
-            check = HeadAdmission(app.state.core, app.state.inference_routes)
+            check = HeadAdmission(service_of(app).core, app_door(app).routes)
             refused = answered("503")
             refusal = check(b"POST", new_route.encode())
             assert refusal is not None and refusal.status == 503 and refusal.headers == {"Retry-After": "2"}

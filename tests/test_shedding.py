@@ -15,7 +15,9 @@ from app.api.held import ROOM_CHECKED
 from app.api.shedding import HeadAdmission
 from app.http_server import _Server, config
 from app.api.routes import InferenceRoutes
-from app.main import create_app, inference_routers
+from app.api.app import inference_routers
+from app.main import create_app
+from app.api.deps import service_of
 from app.settings import Settings
 from bench.service import free_port
 from tests.conftest import DEFAULT_MODEL, MODELS
@@ -51,7 +53,7 @@ def served():
             return False
     until(ready, 60, "the server ready", poll_s=0.05)
     try:
-        yield settings.port, app.state.registry, app.state.core
+        yield settings.port, service_of(app).registry, service_of(app).core
     finally:
         server.should_exit = True
         thread.join(ANSWER_S)

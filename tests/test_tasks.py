@@ -38,6 +38,7 @@ from app.engines import TensorSpec
 from app.errors import ModelDirError
 from app.http_server import config
 from app.main import create_app
+from app.api.deps import app_door, door_of, service_of
 from app.model_dir.reading import ModelDir, read_model_dir
 from app.model_dir.schema import Manifest
 from app.registry import Registry
@@ -96,8 +97,8 @@ router = APIRouter(prefix="/v1", tags=["features"], route_class=FeaturesRoute)
 @router.post("/models/{name}/features", response_model=FeaturesResponse)
 async def features_named(name: str, request: Request, backend: str | None = None) -> Response:
     async with held(request, TASK, name, backend) as ticket:
-        given = ImageInput(await image_bytes(request, request.app.state.settings.max_body_bytes))
-        answer = await request.app.state.core.answer(ticket, given)
+        given = ImageInput(await image_bytes(request, door_of(request).settings.max_body_bytes))
+        answer = await door_of(request).core.answer(ticket, given)
     return Response(FeaturesResponse(**TASK.native(answer)).model_dump_json(), media_type="application/json")
 
 
@@ -163,7 +164,7 @@ def served(settings: Settings):
     try:
         def started() -> bool:
             assert thread.is_alive(), "the service's thread ended"
-            return server.started and app.state.registry.wait_loaded(0)
+            return server.started and service_of(app).registry.wait_loaded(0)
         until(started, EVENTUALLY_S, "the service started")
         yield app, f"http://127.0.0.1:{server.config.port}"
     finally:
@@ -181,7 +182,7 @@ def test_a_task_is_its_module_its_schema_and_its_route(tmp_path, features_task, 
     # dequantized: q * scale, the scale as the model file stores it (float32 1/255)
     expected = (PIXELS.reshape(-1).astype(np.float64) * float(np.float32(1 / 255))).tolist()
     with served(settings) as (app, url), httpx.Client(base_url=url, timeout=60) as client:
-        assert "/v1/models/{name}/features" in app.state.inference_routes.paths  # shed, counted, admitted
+        assert "/v1/models/{name}/features" in app_door(app).routes.paths  # shed, counted, admitted
         for name in ("features_a", "features_b"):  # its output found by name, first or second
             for backend in ("cpu", "emulated"):
                 r = client.post(f"/v1/models/{name}/features?backend={backend}", content=png(PIXELS),

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from app.main import create_app
+from app.api.deps import service_of
 from app.settings import Settings
 from tests.conftest import MODELS
 
@@ -25,10 +26,10 @@ def app():
     # one interpreter and one waiting place per pool: a line of 2
     app = create_app(Settings(model_dir=MODELS, models=[MODEL], default_model=MODEL, backends=["cpu", "emulated"],
                               workers=1, max_waiting=1, warmup_at_start=False))
-    app.state.registry.load_all()  # the lifespan does this in a real process
+    service_of(app).registry.load_all()  # the lifespan does this in a real process
     yield app
-    app.state.registry.close()
-    app.state.images.close()
+    service_of(app).registry.close()
+    service_of(app).images.close()
 
 
 def tensor_request(n: int, backend: str | None = None) -> bytes:
@@ -48,7 +49,7 @@ def post(app, *requests: bytes) -> list[httpx.Response]:
 
 
 def pool(app, backend: str):
-    return app.state.registry.get(MODEL).pool(backend)
+    return service_of(app).registry.get(MODEL).pool(backend)
 
 
 def refused(backend: str = "cpu") -> float:

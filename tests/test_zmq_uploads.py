@@ -16,6 +16,7 @@ import shutil
 import pytest
 
 from app.frontdoors.served import ServedDetector
+from app.api.deps import service_of
 from app.frontdoors.uploads import REFUSED, ModelUploads
 from app.frontdoors.zmtp import HASH
 from app.settings import Settings
@@ -78,7 +79,7 @@ def test_two_frigates_sending_the_same_model_at_once_both_end_up_ready(door):
         got = answer(raw)
         assert got["model_saved"] and got["model_loaded"], got
     assert "shared" in model_dirs(root)
-    assert app.state.registry.serving("shared") is not None
+    assert service_of(app).registry.serving("shared") is not None
 
 
 def test_another_file_under_the_same_name_meanwhile_is_refused(door):
@@ -132,7 +133,7 @@ def test_uploaded_models_are_capped_and_none_is_evicted(door):
     got = answer(raw)
     assert not got["model_saved"] and "2 uploaded models" in got["message"] and "none is removed" in got["message"]
     assert {"up0", "up1"} <= model_dirs(root) and "third" not in model_dirs(root)
-    assert all(app.state.registry.serving(name) is not None for name in ("up0", "up1"))
+    assert all(service_of(app).registry.serving(name) is not None for name in ("up0", "up1"))
 
 
 def test_a_writer_that_goes_away_frees_the_write(door):

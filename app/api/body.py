@@ -10,6 +10,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect
 
+from app.api.deps import door_of
 from app.errors import BodyTooLarge, ClientGone, EmptyBody, RequestError, UnsupportedMediaType
 from app.memory import ByteBudget, Reservation
 
@@ -60,7 +61,7 @@ class HoldBodyBudget:
 async def _reserve(request: Request, size: int) -> Reservation | None:
     reservation = request.scope.get(BUDGET_SCOPE_KEY)
     if reservation is not None:
-        await reservation.reserve(size, request.app.state.settings.wait_timeout_s)
+        await reservation.reserve(size, door_of(request).settings.wait_timeout_s)
     return reservation
 
 

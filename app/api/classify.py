@@ -20,6 +20,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.auth import check_inference_key
 from app.api.body import OPENAPI_REQUEST_BODY
+from app.api.deps import door_of
 from app.api.direct import DirectRoute
 from app.api.held import answer_image
 from app.api.routes import Inference, v1_head
@@ -49,8 +50,8 @@ BackendQuery = Annotated[str | None, Query(max_length=32, description="a backend
 
 async def _classify(request: Request, name: str | None, top_k: int, threshold: float,
                     backend: str | None) -> Response:
-    # The app's state read here, not through Depends (bench/loop_cost.py).
-    settings = request.app.state.settings
+    # The settings read here, not through Depends (bench/loop_cost.py).
+    settings = door_of(request).settings
     if top_k > settings.max_top_k:
         raise InvalidParameter(f"top_k is {top_k}; at most {settings.max_top_k} (EDGETPU_SERVE_MAX_TOP_K)")
     answer = await answer_image(request, TASK, name, backend, ClassifyOptions(top_k, threshold))

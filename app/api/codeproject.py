@@ -22,6 +22,7 @@ from starlette.formparsers import FormParser, MultiPartException, MultiPartParse
 from app.api.auth import check_inference_key_value, inference_key_in_head
 from app.api.body import read_limited
 from app.api.deepstack import DeepStackRoute, KEY_FIELD, MODULE_ID
+from app.api.deps import door_of
 from app.errors import RequestError
 from app.tasks.detect import TASK
 
@@ -44,17 +45,16 @@ def _version() -> dict:
 @router.post("/vision/custom/list", summary="CodeProject.AI: the custom (detection) models served")
 async def custom_list(request: Request) -> Response:
     arrived = time.perf_counter()
-    state = request.app.state
     if not inference_key_in_head(request):
         fields = await _form_fields(bytes(await read_limited(request, LIST_BODY_BYTES)), request)
         check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "
                                   "API keys as the form field 'api_key' or as 'Authorization: Bearer <key>'")
-    registry = state.registry
-    models = [name for name in registry.names() if registry.models.model_dir(name).manifest.task == TASK.name]
+    core = door_of(request).core
     return Response(orjson.dumps({
-        "success": True, "models": models, "message": "", "moduleId": MODULE_ID, "moduleName": MODULE_ID,
-        "command": "list", "statusData": None,
-        "inferenceDevice": registry.plugins[registry.default_backend].execution_provider, "analysisRoundTripMs": round((time.perf_counter() - arrived) * 1000),
+        "success": True, "models": core.models(TASK.name), "message": "", "moduleId": MODULE_ID,
+        "moduleName": MODULE_ID, "command": "list", "statusData": None,
+        "inferenceDevice": core.provider(core.backends()[0]),
+        "analysisRoundTripMs": round((time.perf_counter() - arrived) * 1000),
         "processedBy": MODULE_ID, "timestampUTC": formatdate(usegmt=True)}), media_type="application/json")
 
 

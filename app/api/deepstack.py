@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.auth import check_inference_key_value, inference_key_in_head
 from app.api.body import IMAGE_FIELD, image_and_fields
 from app.api.classify import BackendQuery
+from app.api.deps import door_of
 from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, log_bug, retry_after
 from app.api.held import held
@@ -127,17 +128,17 @@ def min_confidence(value: str | None) -> float | None:
 
 async def _vision(request: Request, name: str | None, backend: str | None, command: str) -> Response:
     arrived = time.perf_counter()
-    state = request.app.state
-    settings = state.settings
+    core = door_of(request).core
     keyed = inference_key_in_head(request)  # else the key comes as the form field, checked once it is read
     async with held(request, TASK, name, backend) as hold:
-        data, fields = await image_and_fields(request, settings.max_body_bytes, (KEY_FIELD, CONFIDENCE_FIELD))
+        data, fields = await image_and_fields(request, door_of(request).settings.max_body_bytes,
+                                              (KEY_FIELD, CONFIDENCE_FIELD))
         if not keyed:
             check_inference_key_value(request, fields.get(KEY_FIELD), "Incorrect api key: send one of the service's "
                                       "API keys as the form field 'api_key' or as 'Authorization: Bearer <key>'")
         options = DetectOptions(min_confidence(fields.get(CONFIDENCE_FIELD)), default_min_score=DEFAULT_MIN_CONFIDENCE)
-        answer = await state.core.answer(hold, ImageInput(data), options)
-    provider = state.registry.plugins[answer.backend].execution_provider
+        answer = await core.answer(hold, ImageInput(data), options)
+    provider = core.provider(answer.backend)
     return Response(response_body(answer, command, provider, (time.perf_counter() - arrived) * 1000),
                     media_type="application/json")
 

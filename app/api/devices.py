@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.api.deps import RegistryDep
+from app.api.deps import ServiceDep
 from app.processes import views
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
@@ -42,12 +42,11 @@ class DevicesOut(BaseModel):
 
 @router.get("", response_model=DevicesOut, response_model_exclude_none=True,
             summary="Each backend's devices, their health, and its runtime")
-async def list_devices(request: Request, registry: RegistryDep):
-    siblings = request.app.state.siblings
-    doors = getattr(request.app.state, "frontdoors", None)
-    frontdoors = (doors.reports() or None) if doors is not None else None
+async def list_devices(service: ServiceDep):
+    siblings = service.siblings
+    frontdoors = service.doors.reports() or None  # the service's doors that report (Frigate's ZMQ door)
     if siblings is not None:
         backends, workers = views.devices(await siblings.everyone("devices"))
         return DevicesOut(backends=backends, frontdoors=frontdoors, workers=[WorkerDevicesOut(**w) for w in workers])
     # a plug-in may enumerate devices (libusb can take a moment): off the event loop
-    return DevicesOut(backends=await asyncio.to_thread(registry.reports), frontdoors=frontdoors)
+    return DevicesOut(backends=await asyncio.to_thread(service.device_reports), frontdoors=frontdoors)

@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import check_inference_key, check_inference_key_value
 from app.api.body import read_limited
+from app.api.deps import door_of
 from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, retry_after
 from app.api.held import held
@@ -45,7 +46,7 @@ DETECTOR_TYPE = "tflite"  # DOODS' name for what runs these models
 
 def check_doods_key(request: Request) -> None:
     """DOODS' header, else the usual ones: 401 unless one carries an inference key (nothing while none is set)."""
-    if not request.app.state.api_keys.inference:
+    if not door_of(request).keys.inference:
         return
     given = request.headers.get(KEY_HEADER)
     if given is None:
@@ -140,17 +141,15 @@ class DoodsResponse(BaseModel):
 
 @router.get("/detectors", response_model=DetectorsOut, summary="DOODS: the detectors served")
 async def detectors(request: Request) -> Response:
-    registry = request.app.state.registry
-    default = registry.default_for(TASK.name)
+    core = door_of(request).core
+    default = core.default_model(TASK.name)
     found = []
-    for name in registry.names():
-        model_dir = registry.models.model_dir(name)
-        if model_dir.manifest.task != TASK.name:
-            continue
-        spec = model_dir.manifest.input
-        files = [entry.path for entry in model_dir.manifest.files.values() if entry.path.endswith(".tflite")]
+    for name in core.models(TASK.name):
+        model = core.describe(name)
+        files = [entry.path for entry in model.files.values() if entry.path.endswith(".tflite")]
         entry = {"name": name, "type": DETECTOR_TYPE, "model": files[0] if files else name,
-                 "labels": [label for label in model_dir.labels if label], "width": spec.width, "height": spec.height}
+                 "labels": [label for label in core.labels(name) if label], "width": model.input["width"],
+                 "height": model.input["height"]}
         found.append(entry)
         if name == default:
             found.append({**entry, "name": DEFAULT_NAME})
@@ -184,7 +183,7 @@ DETECT_BODY = {"requestBody": {"required": True, "content": {"application/json":
              summary="DOODS: detect objects in a base64 image")
 async def doods_detect(request: Request) -> Response:
     arrived = time.perf_counter()
-    settings = request.app.state.settings
+    settings = door_of(request).settings
     # the body holds the image as base64: 4/3 of MAX_BODY_BYTES, and the request around it
     # with what decoding holds beside it (app/api/json_image.py)
     body = await read_limited(request, settings.max_body_bytes * 4 // 3 + REST_BYTES, scratch=SCRATCH_BYTES)
@@ -201,7 +200,7 @@ async def doods_detect(request: Request) -> Response:
     thresholds = [*asked.detect.values(), *(v for r in asked.regions for v in r.detect.values())]
     options = DetectOptions(min_score=min(max(0.0, min(thresholds, default=100) / 100), 1.0))
     async with held(request, TASK, name, None) as hold:
-        answer = await request.app.state.core.answer(hold, ImageInput(image), options)
+        answer = await door_of(request).core.answer(hold, ImageInput(image), options)
     kept = filtered(answer.result.detections, asked.detect, asked.regions)
     return Response(orjson.dumps({"id": asked.id, "detections": kept,
                                   "duration": round((time.perf_counter() - arrived) * 1000, 3)}),

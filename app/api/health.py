@@ -8,10 +8,10 @@ own view under `workers`; /healthz answers for the worker that took the connecti
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from app.api.deps import RegistryDep
+from app.api.deps import ServiceDep
 from app.api.schemas import LiveOut, ModelStateOut, ReadyOut, WorkerStateOut
 from app.processes import views
 from app.registry import iso_time
@@ -25,8 +25,8 @@ async def healthz():
 
 
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
-async def readyz(request: Request, registry: RegistryDep):
-    siblings = request.app.state.siblings
+async def readyz(service: ServiceDep):
+    siblings, core = service.siblings, service.core
     if siblings is not None:  # several worker processes: every one's state, merged (app/processes/views.py)
         ready, states, workers = views.readiness(await siblings.everyone("status"))
         models = {name: ModelStateOut(state=m["state"], error=m["error"], since=iso_time(m["since"]))
@@ -34,12 +34,11 @@ async def readyz(request: Request, registry: RegistryDep):
         workers = [WorkerStateOut(**w) for w in workers]
     else:
         models, workers = {}, None
-        for name in registry.names():
-            status = registry.status(name)
+        for name in core.models():
+            status = core.status(name)
             models[name] = ModelStateOut(state=status.state, error=status.error, since=iso_time(status.since))
-        ready = registry.ready()
-    doors = getattr(request.app.state, "frontdoors", None)  # the doors that are not HTTP (app/frontdoors)
-    closed = doors.problems() if doors is not None else {}
+        ready = core.ready()
+    closed = service.doors.problems()  # the service's doors that do not serve (Frigate's ZMQ door, say)
     if ready and not closed:
         return ReadyOut(ready=True, models=models, workers=workers)
     waiting = sorted(name for name, m in models.items() if m.state not in ("ready", "degraded"))

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import Request
 
 from app.api.body import image_bytes
+from app.api.deps import door_of
 from app.api.metrics import count_as
 from app.core import ImageInput, Ticket
 from app.errors import ServeError
@@ -23,7 +24,7 @@ ROOM_CHECKED = "edgetpu_serve.room_checked"
 
 @asynccontextmanager
 async def held(request: Request, task: Task | None, model: str | None, backend: str | None) -> AsyncIterator[Ticket]:
-    core = request.app.state.core
+    core = door_of(request).core
     try:
         async with core.hold(task, model, backend, room_checked=ROOM_CHECKED in request.scope) as ticket:
             yield ticket
@@ -39,5 +40,6 @@ async def answer_image(request: Request, task: Task, model: str | None, backend:
     """One image, the request's body (multipart field `image`, or the raw body: app/api/body.py), through the model
     to the task's answer; the hold (and its room check) before the body is read."""
     async with held(request, task, model, backend) as ticket:
-        given = ImageInput(await image_bytes(request, request.app.state.settings.max_body_bytes))
-        return await request.app.state.core.answer(ticket, given, options)
+        door = door_of(request)
+        given = ImageInput(await image_bytes(request, door.settings.max_body_bytes))
+        return await door.core.answer(ticket, given, options)

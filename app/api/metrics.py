@@ -15,6 +15,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 
 from app import metrics
 from app.api import auth
+from app.api.deps import ServiceDep
 from app.api.routes import InferenceRoutes
 
 router = APIRouter(tags=["metrics"])
@@ -24,8 +25,8 @@ SCOPE_KEY = "edgetpu_serve.counted"
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
-async def scrape(request: Request):
-    siblings = request.app.state.siblings
+async def scrape(service: ServiceDep):
+    siblings = service.siblings
     if siblings is None:
         # the state collector walks pools and may read sysfs: off the event loop
         return Response(await asyncio.to_thread(metrics.exposition), media_type=metrics.CONTENT_TYPE)
@@ -85,9 +86,8 @@ class RequestCounter:
 
 
 def install(app: FastAPI, routes: InferenceRoutes) -> None:
-    """Route, request counting on the inference routes (the table, app/api/routes.py), and the
-    registry's state read at each scrape. The route takes the inference key: open until keys are set
+    """Route, and request counting on the inference routes (the table, app/api/routes.py); the service watches its
+    registry's state for the scrapes (app/service.py). The route takes the inference key: open until keys are set
     (scrapers send it as a bearer token)."""
     app.include_router(router, dependencies=[auth.InferenceKey])
     app.add_middleware(RequestCounter, routes=routes)
-    metrics.watch(app.state.registry)

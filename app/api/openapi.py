@@ -12,7 +12,7 @@ import copy
 
 from fastapi import FastAPI
 
-from app.registry import Registry
+from app.core import Core
 
 BACKEND_PARAMETER = "backend"
 TOP_K_PARAMETER = "top_k"
@@ -33,10 +33,10 @@ def completed(schema: dict, backends: list[str], max_top_k: int) -> dict:
     return schema
 
 
-def install(app: FastAPI, registry: Registry) -> None:
+def install(app: FastAPI, core: Core, max_top_k: int) -> None:
     generate = app.openapi  # FastAPI's own, which caches the static part
 
     def openapi() -> dict:
-        return completed(generate(), registry.served_backends(), registry.settings.max_top_k)
+        return completed(generate(), core.backends(), max_top_k)
 
     app.openapi = openapi

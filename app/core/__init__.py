@@ -4,15 +4,17 @@ version (its place in line), and the task reading the outputs; out comes the tas
 
 It holds no HTTP object: front doors (the native REST routes, OIP v2, DeepStack, DOODS, Frigate's ZMQ protocol)
 parse their wire format, call `Core`, and shape its answer. `core.py` is the entry (`Core`: `hold` gives the
-registry's ticket, `answer` and `tensors` run inputs through it), `inputs.py` what enters it, `runs.py` one input's
+registry's ticket, `answer` and `tensors` run inputs through it; the models as doors see them, and the changes doors
+make), `catalog.py` the one description of a model every door shows, `inputs.py` what enters it, `runs.py` one input's
 run and its timings, `images.py` the image work (decode and preprocess, on threads of its own).
 """
 
+from app.core.catalog import ModelDescription
 from app.core.core import Core, Tensors
 from app.core.images import ImageWork, image_threads
 from app.core.inputs import Given, ImageInput, TensorInput
 from app.core.runs import Run
 from app.registry import Target, Ticket
 
-__all__ = ["Core", "Given", "ImageInput", "ImageWork", "Run", "Target", "Tensors", "TensorInput", "Ticket",
-           "image_threads"]
+__all__ = ["Core", "Given", "ImageInput", "ImageWork", "ModelDescription", "Run", "Target", "Tensors", "TensorInput",
+           "Ticket", "image_threads"]

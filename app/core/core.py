@@ -23,15 +23,17 @@ import time
 from collections.abc import Coroutine, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from app.core import runs
+from app.core.catalog import ModelDescription, describe
 from app.core.images import ImageWork
 from app.core.inputs import Given
 from app.errors import ModelNotFound, RequestError, ServeError
-from app.registry import Registry, Target, Ticket
+from app.registry import ModelStatus, ModelVersion, Registry, Target, Ticket
 from app.tasks import Answer, Outputs, Task
 
 
@@ -46,11 +48,74 @@ class Tensors:
 
 class Core:
     """The request path as a library: give it a task, a model (None: the task's default), a backend (None: the
-    default) and an input; get the task's answer."""
+    default) and an input; get the task's answer. Doors ask it, never the registry, what they tell of the models
+    (read-only questions: `models`, `describe`, ...), and the few changes they make are its commands (`add`,
+    `reload`)."""
 
     def __init__(self, registry: Registry, images: ImageWork):
         self.registry = registry
         self.images = images
+
+    # -- the models, as doors see them (read-only) -------------------------------------------------------------
+
+    def models(self, task: str | None = None) -> list[str]:
+        """The models served, in served order; of one task (model.json's name: "detection") when given."""
+        registry = self.registry
+        names = registry.names()
+        return names if task is None else [n for n in names if registry.models.model_dir(n).manifest.task == task]
+
+    def default_model(self, task: str) -> str | None:
+        """The model a request of `task` that names none goes to, as settled at start; None where it has none."""
+        return self.registry.default_for(task)
+
+    def describe(self, name: str, serving: bool = False) -> ModelDescription:
+        """The one description of a model (app/core/catalog.py), for every door; ModelNotFound for a name not
+        served, and with `serving` NotReady while no version of it serves (loading, failed)."""
+        return describe(self.registry, name, serving)
+
+    def labels(self, name: str) -> tuple[str, ...]:
+        """The model's labels, by class id (as its model directory was last read)."""
+        self.registry.status(name)  # ModelNotFound for a name not served
+        return self.registry.models.model_dir(name).labels
+
+    def serving(self, name: str) -> ModelVersion | None:
+        """The version of `name` serving now, None while none does: the same object until a reload swaps in
+        another, so a door keeps what it made of a model while this is the same (Frigate's door, per request)."""
+        return self.registry.serving(name)
+
+    def status(self, name: str) -> ModelStatus:
+        """The model's state now (ModelNotFound for a name not served)."""
+        return self.registry.status(name)
+
+    def ready(self) -> bool:
+        """Every model serving (ready, or degraded but answering on some backend)."""
+        return self.registry.ready()
+
+    def backends(self) -> list[str]:
+        """The backends a request may name, in configured order; the first is the one a request naming none gets."""
+        return self.registry.served_backends()
+
+    def provider(self, backend: str) -> str:
+        """The kind of processor `backend` runs models on (CPU, TPU), as CodeProject.AI's `executionProvider`."""
+        return self.registry.plugins[backend].execution_provider
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Once the models configured at start have loaded (or failed), at most timeout_s: whether they have."""
+        return self.registry.wait_loaded(0) or await asyncio.to_thread(self.registry.wait_loaded, timeout_s)
+
+    # -- what doors may change (commands) ----------------------------------------------------------------------
+
+    def add(self, path: Path) -> None:
+        """Serve a model directory written while serving (a client's upload): loaded and warmed up, then served
+        under its name; never replaces one (app/registry/registry.py `Registry.add`). Blocking: off the loop."""
+        self.registry.add(path)
+
+    async def reload(self, name: str) -> None:
+        """Load `name` again from disk in this process and swap it in (the version serving keeps serving where the
+        load fails: the error says why)."""
+        await asyncio.to_thread(self.registry.reload, name)
+
+    # -- requests ----------------------------------------------------------------------------------------------
 
     def model_of(self, task: Task | None, model: str | None) -> str:
         """The model a request names, else its task's default (settled at start); ModelNotFound when none."""

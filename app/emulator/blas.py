@@ -12,13 +12,20 @@ from __future__ import annotations
 import logging
 
 log = logging.getLogger(__name__)
-_applied: int | None = None
+
+
+class ProcessBlas:
+    """The BLAS thread count this process was last set to. Module state, because OpenBLAS's count is the process's."""
+
+    threads: int | None = None
+
+
+THIS_PROCESS = ProcessBlas()
 
 
 def limit_blas_threads(threads: int) -> None:
     """Set every loaded BLAS library to `threads` threads (a repeated call with the same count is free)."""
-    global _applied
-    if threads == _applied:
+    if threads == THIS_PROCESS.threads:
         return
     try:
         from threadpoolctl import threadpool_limits
@@ -27,4 +34,4 @@ def limit_blas_threads(threads: int) -> None:
                     "which can make the emulator several times slower")
         return
     threadpool_limits(limits=threads, user_api="blas")
-    _applied = threads
+    THIS_PROCESS.threads = threads

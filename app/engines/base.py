@@ -146,7 +146,7 @@ class Backend:
     # (named_devices, count_devices), and several processes share them.
     lists_devices: ClassVar[bool] = False
     # The keys describe_model and describe_backend add, each with what it means (GET /openapi.json
-    # lists them in ModelOut and BackendOut).
+    # lists them in ModelDescription and BackendDescription, app/core/catalog.py).
     model_keys: ClassVar[dict[str, str]] = {}
     backend_keys: ClassVar[dict[str, str]] = {}
 

@@ -44,11 +44,12 @@ from app.edgetpu.compiler_view import compiler_view
 from app.edgetpu.delegate import PERFORMANCE, delegate_options, index_of_path, is_device_spec
 from app.edgetpu.delegate import Target
 from app.edgetpu.environment import (CheckedLibrary, EdgeTpuEnvironment, Probe, VersionCheck, check_environment,
-                                     check_library, probe, usable_targets)
+                                     check_library, probe)
 from app.edgetpu.inventory import Inventory, Prober
 from app.edgetpu.library import Device, EdgeTpuLibrary, default_library_name
 from app.edgetpu.metrics import device_families
 from app.edgetpu.report import ServingOn, device_report, probe_report
+from app.edgetpu.shortage import no_tpu, probe_note, too_few
 from app.edgetpu.temperature import TemperatureWatch
 from app.edgetpu.versions import check_model_runtime, package_too_new, pins
 from app.engines.base import Backend, Engine, EngineOptions, Fallback, MemberView
@@ -352,64 +353,23 @@ class EdgeTpuBackend(Backend):
             return dict.fromkeys(models, every)
         if inventory.waiting_for:
             log.warning("Edge TPU: %s name(s) no TPU now (EDGETPU_SERVE_EDGETPU_DEVICES): serving on %d%s",
-                        ", ".join(inventory.waiting_for), len(targets), self._probe_note())
+                        ", ".join(inventory.waiting_for), len(targets), probe_note(self.config.probe_interval_s))
         if any(t.device.type == "usb" for t in targets) and (warning := usb_bus_warning(self.tree)):
             log.warning("Edge TPU: %s", warning)
         fallbacks = {}
         for name, model_dir in models.items():
             try:
                 check_compiled_model(model_dir, checked)
-                if (few := self._too_few(model_dir, len(targets))) is not None:
-                    raise EdgeTpuUnavailable(few + self._probe_note())
+                if (few := too_few(model_dir, len(targets), self.claims)) is not None:
+                    raise EdgeTpuUnavailable(few + probe_note(self.config.probe_interval_s))
             except (EdgeTpuUnavailable, ModelDirError) as e:
                 fallbacks[name] = self._fallback([name], e)
         return fallbacks
 
-    def _too_few(self, model_dir: ModelDir, tpus: int) -> str | None:
-        """A model cut into more segments (one per TPU, app/pool/pipeline.py) than TPUs in service: why."""
-        segments = model_dir.manifest.segments
-        if segments is None or tpus >= segments.count:
-            return None
-        why = f"model {model_dir.name!r} is cut into {segments.count} segments, one per TPU, and {tpus} TPU(s) "
-        if self.claims is None:
-            return why + "are in service. Fix: plug in more TPUs, or segment it into fewer parts"
-        return why + f"are this process's (a pipeline's TPUs are in one process). {self._shared()}"
-
-    def _shared(self) -> str:
-        """Where several processes share the TPUs: how many fit, and what a process without its TPUs does."""
-        claims = self.claims
-        count, unit, present = claims.share.count, claims.unit, claims.present
-        sets = f", in sets of {unit} for a model in {unit} segments (a pipeline's TPUs are in one process)" \
-            if unit > 1 else ""
-        most = present // unit
-        fix = (f"at most {most} process(es) (EDGETPU_SERVE_PROCESSES, or gunicorn's --workers)" if most
-               else "plug in more TPUs, or segment the model into fewer parts")
-        return (f"{count} processes share {present} usable TPU(s){sets}; the others hold them, and a TPU is "
-                f"opened by one process only. Fix: {fix}; or EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback: a process "
-                "without its TPUs serves on the CPU, and claims them once they are freed or plugged in")
-
     def _no_tpu(self) -> EdgeTpuUnavailable:
-        """Why no TPU is in service now, as the start-up check says it: none listed, a spec that names none,
-        no access to them."""
-        inventory = self.inventory
-        note = self._probe_note() if self.config.on_failure == "fallback" else ""
-        if inventory.error:
-            return EdgeTpuUnavailable(f"cannot list the Edge TPUs: {inventory.error}{note}")
-        try:
-            usable_targets(inventory.listed, self.config.devices, inventory.library.path, self.tree)
-        except EdgeTpuUnavailable as e:
-            return EdgeTpuUnavailable(f"{e}{note}")
-        if self.claims is not None:
-            return EdgeTpuUnavailable(f"none of the {len(inventory.listed)} Edge TPU(s) listed is this process's: "
-                                      f"{self._shared()}{note}")
-        return EdgeTpuUnavailable(f"none of the {len(inventory.listed)} Edge TPU(s) listed is this process's{note}")
-
-    def _probe_note(self) -> str:
-        interval = self.config.probe_interval_s
-        if not interval:
-            return ""
-        return (f" (the TPUs are listed again every {interval:g} s, EDGETPU_SERVE_EDGETPU_PROBE_INTERVAL_S: "
-                "a TPU plugged in is used without a restart)")
+        """Why no TPU is in service now (app/edgetpu/shortage.py), with what the probe will do under fallback."""
+        note = probe_note(self.config.probe_interval_s) if self.config.on_failure == "fallback" else ""
+        return no_tpu(self.inventory, self.config.devices, self.claims, self.tree, note)
 
     def recheck(self, model_dir: ModelDir) -> Fallback | None:
         """A model handed to cpu: None when the TPUs in service now can serve it (its compiled file checked
@@ -419,8 +379,8 @@ class EdgeTpuBackend(Backend):
         targets = self.inventory.in_service
         if not targets:
             return Fallback(self.fallback_backend, str(self._no_tpu()))
-        if (few := self._too_few(model_dir, len(targets))) is not None:
-            return Fallback(self.fallback_backend, few + self._probe_note())
+        if (few := too_few(model_dir, len(targets), self.claims)) is not None:
+            return Fallback(self.fallback_backend, few + probe_note(self.config.probe_interval_s))
         try:
             check_compiled_model(model_dir, self.checked)
         except (EdgeTpuUnavailable, ModelDirError) as e:
@@ -546,12 +506,9 @@ class EdgeTpuBackend(Backend):
         serving = [ServingOn(m.device, m.options.tpu.type, dict(
             model=m.model, healthy=m.healthy, problem=m.problem, load_ms=m.load_ms,
             first_inference_ms=m.first_inference_ms)) for m in members]
-        return device_report(now.probe, runtime_out, now.error, serving, self.inventory, self.temperatures,
-                             self._probe_report())
-
-    def _probe_report(self) -> dict | None:
         running = self.prober is not None and not self.prober.stopped
-        return probe_report(self.inventory, self.config.probe_interval_s, running)
+        return device_report(now.probe, runtime_out, now.error, serving, self.inventory, self.temperatures,
+                             probe_report(self.inventory, self.config.probe_interval_s, running))
 
     def collect(self, members: list[MemberView]) -> Iterable:
         """/metrics: the TPUs in service and listed, the probe's rounds and the TPUs that joined and left, each

@@ -3,8 +3,9 @@ zmtp.py, its connections in zmq_server.py; its messages in frigate.py, the model
 transfer in uploads.py, the models it answers with in serving.py and served.py). Nothing here imports an HTTP
 framework, nor libzmq: the door speaks ZMTP itself, so that its limits bite as the bytes arrive.
 
-The app's lifespan opens them once the registry is made (`open_doors`) and closes them before it drains; /readyz,
-/v1/devices and /metrics cover them through `FrontDoors` (`problems`, `reports`) and app/metrics.py.
+The service (app/service.py) makes the doors the settings ask for (`zmq_door`), opens them once it has started loading
+the models and closes them before it drains; /readyz, /v1/devices and /metrics cover them through the service's doors
+(`ready`, `report`) and app/metrics.py.
 """
 
 from __future__ import annotations
@@ -17,46 +18,24 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class FrontDoors:
-    """The doors open in this process, by name."""
-
-    def __init__(self, doors: dict | None = None):
-        self.doors = dict(doors or {})
-
-    def problems(self) -> dict[str, str]:
-        """Each door that does not serve, and why (for /readyz)."""
-        return {name: problem for name, door in self.doors.items() if (problem := door.ready()) is not None}
-
-    def reports(self) -> dict[str, dict]:
-        """What each door says of itself (for /v1/devices)."""
-        return {name: door.report() for name, door in self.doors.items()}
-
-    async def stop(self) -> None:
-        for door in self.doors.values():
-            await door.stop()
-
-
-async def open_doors(settings: Settings, core: Core, first_worker: bool = True) -> FrontDoors:
-    """The doors the settings ask for, serving, on the service's core (app/core). Under several worker processes only the first one binds the ZMQ
-    endpoint (one endpoint, one socket): it feeds that worker's share of the TPUs (docs/frigate.md)."""
+def zmq_door(settings: Settings, core: Core, first_worker: bool = True):
+    """Frigate's ZMQ door on the service's core (app/core), made, not yet open; None where the settings ask for none.
+    Under several worker processes only the first one binds the ZMQ endpoint (one endpoint, one socket): it feeds
+    that worker's share of the TPUs (docs/frigate.md)."""
     if settings.zmq_endpoint is None:
-        return FrontDoors()
+        return None
     if not first_worker:
         log.info("ZMQ door: bound by the first worker process, not this one")
-        return FrontDoors()
+        return None
     from app.frontdoors.serving import CoreDetectors
     from app.frontdoors.uploads import ModelUploads
     from app.frontdoors.zmq_door import ZmqDoor
     from app.frontdoors.zmq_server import PeerPolicy
     from app.settings import zmq_endpoint
 
-    uploads = ModelUploads(core.registry.add, settings.model_dir, settings.zmq_max_model_bytes,
-                           settings.zmq_accept_models, settings.zmq_max_uploaded_models,
-                           settings.zmq_max_uploaded_bytes)
+    uploads = ModelUploads(core.add, settings.model_dir, settings.zmq_max_model_bytes, settings.zmq_accept_models,
+                           settings.zmq_max_uploaded_models, settings.zmq_max_uploaded_bytes)
     policy = PeerPolicy.from_settings(settings.zmq_allow_from, settings.zmq_upload_from, settings.zmq_allow_remote)
-    door = ZmqDoor(zmq_endpoint(settings.zmq_endpoint), CoreDetectors(core), uploads, policy=policy,
-                   max_in_flight=settings.zmq_max_in_flight,
-                   refusal_log_window_s=settings.refusal_log_window_s, max_connections=settings.zmq_max_connections,
-                   peer_timeout_s=settings.zmq_peer_timeout_s)
-    await door.start()
-    return FrontDoors({"zmq": door})
+    return ZmqDoor(zmq_endpoint(settings.zmq_endpoint), CoreDetectors(core), uploads, policy=policy,
+                   max_in_flight=settings.zmq_max_in_flight, refusal_log_window_s=settings.refusal_log_window_s,
+                   max_connections=settings.zmq_max_connections, peer_timeout_s=settings.zmq_peer_timeout_s)

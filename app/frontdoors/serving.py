@@ -11,75 +11,71 @@ Timings and cold starts are observed in /metrics as for any input.
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 
-from app.core import Core, TensorInput
+from app.core import Core, ModelDescription, TensorInput
 from app.frontdoors.frigate import COLUMNS, ROWS, SSD_MIN_SCORE, ssd_rows
 from app.frontdoors.served import ServedDetector
-from app.model_dir.reading import ModelDir
 from app.model_dir.schema import POSTPROCESS
-from app.registry import ModelVersion
 from app.tasks.detect import BOXES, CLASSES, COUNT, SCORES, TASK, DetectOptions, Detection
 
 SSD = "ssd"
 YOLO = "yolo"
 
 
-def family(model_dir: ModelDir) -> str:
+def family(model: ModelDescription) -> str:
     """Frigate's family of a detection model, by its decoder (model.json `detection`): "ssd" for the outputs of
     TFLite_Detection_PostProcess, "yolo" for a YOLO head the detection task decodes (Frigate's yolo-generic)."""
-    return SSD if model_dir.manifest.detection_spec().decoder == POSTPROCESS else YOLO
+    return SSD if model.detection["decoder"] == POSTPROCESS else YOLO
 
 
 class CoreDetectors:
+    """The detection models the core serves, as the door sees them: each made once per version serving (the door
+    asks for every request), from the core's description of it."""
+
     def __init__(self, core: Core):
         self.core = core
-        self.registry = core.registry
-        self._seen: dict[str, tuple[ModelVersion | None, ModelDir, ServedDetector | None]] = {}
+        self._seen: dict[str, tuple[object, ServedDetector]] = {}  # name -> (the version it was made of, it)
 
     def default(self) -> str | None:
-        return self.registry.default_for(TASK.name)
+        return self.core.default_model(TASK.name)
 
     async def settled(self, timeout_s: float) -> None:
-        if not self.registry.wait_loaded(0):
-            await asyncio.to_thread(self.registry.wait_loaded, timeout_s)
+        await self.core.settled(timeout_s)
 
     def detectors(self) -> list[ServedDetector]:
-        found = []
-        for name in self.registry.names():
-            detector = self._detector(name)
-            if detector is not None:
-                found.append(detector)
-        return found
+        return [self._detector(name) for name in self.core.models(TASK.name)]
 
     def detector(self, name: str) -> ServedDetector | None:
-        return self._detector(name) if name in self.registry.names() else None
-
-    def _detector(self, name: str) -> ServedDetector | None:
-        registry = self.registry
-        version, model_dir = registry.serving(name), registry.models.model_dir(name)
+        version = self.core.serving(name)
         seen = self._seen.get(name)
-        if seen is not None and seen[0] is version and seen[1] is model_dir and version is not None:
-            return seen[2]  # made once per version: the hot path asks for every request
+        if version is not None and seen is not None and seen[0] is version:
+            return seen[1]  # the hot path: one look-up, the same version
+        return self._detector(name) if name in self.core.models(TASK.name) else None
+
+    def _detector(self, name: str) -> ServedDetector:
+        version = self.core.serving(name)
+        seen = self._seen.get(name)
+        if version is not None and seen is not None and seen[0] is version:
+            return seen[1]
+        model = self.core.describe(name)
+        served = next(iter(model.backends.values()), None)  # the first backend serving it: the default's input
+        if served is not None:
+            shape, dtype = tuple(served.input.shape), np.dtype(served.input.dtype)
+        else:
+            spec = model.input
+            shape, dtype = (1, spec["height"], spec["width"], spec["channels"]), np.dtype(np.uint8)
         # a version serving is loaded (its devices' trouble, if any, is the run's refusal to tell); else its state
-        state = "ready" if version is not None else registry.status(name).state
-        detector = None
-        if model_dir.manifest.task == TASK.name:
-            pool = next(iter(version.pools.values()), None) if version is not None else None
-            spec = model_dir.manifest.input
-            shape = tuple(pool.members.inputs[0].shape) if pool else (1, spec.height, spec.width, spec.channels)
-            dtype = pool.members.inputs[0].dtype if pool else np.dtype(np.uint8)
-            detector = ServedDetector(name, shape, dtype, family(model_dir), file_names(model_dir),
-                                      loaded=pool is not None, state=state, hashes=file_hashes(model_dir))
-        self._seen[name] = (version, model_dir, detector)
+        detector = ServedDetector(name, shape, dtype, family(model), file_names(model), loaded=served is not None,
+                                  state="ready" if version is not None else model.state, hashes=file_hashes(model))
+        if version is not None:
+            self._seen[name] = (version, detector)
         return detector
 
     async def rows(self, model: str, tensor: np.ndarray) -> tuple[np.ndarray, str]:
         given = TensorInput(tensor)
         async with self.core.hold(TASK, model, None) as held:
-            if family(held.model_dir) == SSD:
+            if held.model_dir.manifest.detection_spec().decoder == POSTPROCESS:
                 (ran,) = await self.core.tensors(held, [given])
                 values = ran.values
                 return ssd_rows(values[BOXES], values[CLASSES], values[SCORES], values[COUNT]), held.backend
@@ -99,21 +95,15 @@ def detection_rows(result: Detection) -> np.ndarray:
     return rows
 
 
-def file_names(model_dir: ModelDir) -> frozenset[str]:
+def file_names(model: ModelDescription) -> frozenset[str]:
     """The names a model's files go by, in lower case (a model_request's name is matched case aside): as written in
     its directory, and as given when it was imported or uploaded."""
-    names = {entry.path.rsplit("/", 1)[-1] for entry in model_dir.manifest.files.values()}
-    imported = model_dir.manifest.imported
-    if imported is not None:
-        names |= {f.name.replace("\\", "/").rsplit("/", 1)[-1] for f in imported.files}
+    names = {entry.path.rsplit("/", 1)[-1] for entry in model.files.values()}
+    names |= {f.name.replace("\\", "/").rsplit("/", 1)[-1] for f in model.provenance.files}
     return frozenset(name.lower() for name in names)
 
 
-def file_hashes(model_dir: ModelDir) -> frozenset[str]:
+def file_hashes(model: ModelDescription) -> frozenset[str]:
     """The sha256 of a model's files, and of the files it was imported or uploaded from: an upload of one of them
     is this model."""
-    hashes = {entry.sha256 for entry in model_dir.manifest.files.values()}
-    imported = model_dir.manifest.imported
-    if imported is not None:
-        hashes |= {f.sha256 for f in imported.files}
-    return frozenset(hashes)
+    return frozenset({entry.sha256 for entry in model.files.values()} | {f.sha256 for f in model.provenance.files})

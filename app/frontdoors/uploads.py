@@ -12,7 +12,7 @@ once it has come (`receive`):
                   TFLite_Detection_PostProcess with a uint8 [1, H, W, 3] input, what Frigate sends)
       --> MODEL_DIR/<name>/ written whole and atomically (app/model_dir/writing.py): model.json with provenance
           "uploaded by a Frigate ZMQ client", the file as the plain or the compiled file (app/importing handed_over)
-      --> loaded and warmed up on the configured backends (Registry.add), then it serves
+      --> loaded and warmed up on the configured backends (the core's command Core.add), then it serves
 
 Names are compared without regard to case, as in a model_request. One model is written at a time: another model sent
 meanwhile is answered "busy" at once, and the same name sent meanwhile waits for that write and gets its answer when

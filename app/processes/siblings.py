@@ -152,12 +152,9 @@ async def reload_here(registry: Registry, model: str | None) -> dict:
     return {"ok": problem is None, **(problem or {})}
 
 
-async def reload_everywhere(registry: Registry, siblings: Siblings | None, name: str) -> None:
-    """The admin reload: here first (its failure is the answer, as with one process), then in every other
-    worker, each in place. Raises ReloadIncomplete naming the workers that did not reload."""
-    await asyncio.to_thread(registry.reload, name)
-    if siblings is None:
-        return
+async def reload_others(siblings: Siblings, name: str) -> None:
+    """The admin reload, once this worker has reloaded (its failure is the answer, as with one process): every
+    other worker, each in place. Raises ReloadIncomplete naming the workers that did not reload."""
     answers = await siblings.ask("reload", RELOAD_TIMEOUT_S, model=name)
     failed = {i: a for i, a in answers.items() if a is None or not a.get("ok")}
     if failed:

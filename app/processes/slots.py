@@ -69,38 +69,45 @@ def metrics_dir(run_dir: Path) -> Path:
     return run_dir / "metrics"
 
 
-_current: Slot | None = None
-_lock_fd: int | None = None
-# Set once this worker's models are loaded and it listens (app/main.py's lifespan: mark_loaded)
-loaded = threading.Event()
-_when_loaded: list[Callable[[], None]] = []
+class ThisWorker:
+    """This process's place in the group. Module state, because it is the process's: a process holds one slot, its
+    lock until it ends, and its models load once before it listens."""
+
+    def __init__(self) -> None:
+        self.slot: Slot | None = None   # None: the process serves alone
+        self.lock_fd: int | None = None  # the slot's lock, held open until the process ends
+        self.loaded = threading.Event()  # set once its models are loaded and it listens (app/service.py: mark_loaded)
+        self.when_loaded: list[Callable[[], None]] = []
+
+
+THIS_WORKER = ThisWorker()
+loaded = THIS_WORKER.loaded
 
 
 def when_loaded(callback: Callable[[], None]) -> None:
     """Call `callback` once this worker's models are loaded, before it serves (the worker listens then)."""
-    _when_loaded.append(callback)
+    THIS_WORKER.when_loaded.append(callback)
 
 
 def mark_loaded() -> None:
-    for callback in _when_loaded:
+    for callback in THIS_WORKER.when_loaded:
         callback()
-    loaded.set()
+    THIS_WORKER.loaded.set()
 
 
 def current() -> Slot | None:
     """This process's slot; None when it serves alone."""
-    return _current
+    return THIS_WORKER.slot
 
 
 def join(slot: Slot, heartbeat=None) -> None:
     """Make this process the holder of `slot`: its lock (waiting, bounded, for a previous holder still on its
     way out; `heartbeat()` is called meanwhile), and its metrics in the group's files. Before the app is built."""
-    global _current, _lock_fd
     from app import metrics
 
-    _lock_fd = take_lock(slot.lock_path, LOCK_WAIT_S, heartbeat)
+    THIS_WORKER.lock_fd = take_lock(slot.lock_path, LOCK_WAIT_S, heartbeat)
     metrics.use_multiprocess(slot.metrics_dir)
-    _current = slot
+    THIS_WORKER.slot = slot
 
 
 def take_lock(path: Path, wait_s: float, heartbeat=None) -> int:

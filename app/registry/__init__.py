@@ -1,4 +1,4 @@
-"""The models served: the registry the front doors ask (registry), what start-up settles (startup), the
+"""The models served: the registry the core asks (registry), what start-up settles (startup), the
 fallbacks in force (fallbacks), building a version (loading), each model's state and current version
 (lifetimes), following devices (devices), a version (versions), a request's ticket (tickets: the version it holds
 and its place in line), and what clients see (status)."""

@@ -1,4 +1,4 @@
-"""Which models are served, on which backends, and whether they are ready: the registry the front doors ask.
+"""Which models are served, on which backends, and whether they are ready: the registry the core asks (no door does).
 
 Backends are plug-ins (app.engines): the registry drives each the same way and names none. So are
 tasks (app.tasks): a model's task, named in its model.json, checks the model's outputs at load.

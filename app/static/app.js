@@ -42,13 +42,11 @@ async function getJson(url) {
 }
 
 function describeModel(model) {
-  // where the model came from, as /v1/models says: built here (recipe, quantize) or imported as a file
+  // the model's one line as /v1/models tells it (`about`: what it is, where it came from, its licence), and its state
+  // where it has a problem
   if (!model) return "";
-  const origin = model.provenance.origin === "imported"
-    ? `imported from ${model.provenance.files.map((f) => f.name).join(" + ")}`
-    : "built here";
   const problem = model.error ? ` · ${model.state}: ${model.error}` : "";
-  return `${model.description} · ${origin} · source: ${model.source} · licence: ${model.licence}${problem}`;
+  return `${model.about}${problem}`;
 }
 
 function selectedModel() {

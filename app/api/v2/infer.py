@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.api.v2.wire import BYTES, InferRequest, InputTensor, OutputTensor, classification, datatype_of
-from app.core import Core, ImageInput, Tensors, TensorInput, Ticket
+from app.core import Core, ImageInput, ModelDescription, Tensors, TensorInput, Ticket
 from app.errors import RequestError
 from app.registry import ModelVersion
 from app.tasks import NamedOutput
@@ -45,24 +45,27 @@ def named_outputs(model: ModelVersion, backend: str) -> tuple[NamedOutput, ...]:
     return model.roles[backend].named
 
 
-def model_metadata(model: ModelVersion, backend: str) -> dict:
-    inp = model.pool(backend).members.inputs[0]
+def model_metadata(model: ModelDescription, backend: str) -> dict:
+    """The model's v2 metadata, from the core's description of it: its input and its task's named outputs on
+    `backend`."""
+    served = model.backends[backend]
     return {
         "name": model.name,
         "versions": [VERSION],
         "platform": PLATFORM,
-        "inputs": [{"name": INPUT, "datatype": datatype_of(inp.dtype), "shape": [-1, *inp.shape[1:]]}],
-        "outputs": [{"name": out.name, "datatype": datatype_of(out.dtype), "shape": [-1, *out.shape]}
-                    for out in named_outputs(model, backend)],
+        "inputs": [{"name": INPUT, "datatype": datatype_of(np.dtype(served.input.dtype)),
+                    "shape": [-1, *served.input.shape[1:]]}],
+        "outputs": [{"name": out.name, "datatype": datatype_of(np.dtype(out.dtype)), "shape": [-1, *out.shape]}
+                    for out in served.outputs],
     }
 
 
-def model_config(model: ModelVersion, backend: str, backends: list[str], limits: Limits) -> dict:
+def model_config(model: ModelDescription, backend: str, limits: Limits) -> dict:
     """Triton's model configuration, as far as clients read it (perf_analyzer: inputs, outputs,
     max_batch_size 0 = the batch dimension is part of each shape)."""
     meta = model_metadata(model, backend)
     quantized = {}  # a tensor as the model gave it: its quantization (a classifier's raw_scale, raw_zero_point)
-    for out in named_outputs(model, backend):
+    for out in model.backends[backend].outputs:
         if out.scale is not None:
             quantized[f"{out.name}_scale"] = {"string_value": repr(out.scale)}
             quantized[f"{out.name}_zero_point"] = {"string_value": str(out.zero_point)}
@@ -76,7 +79,7 @@ def model_config(model: ModelVersion, backend: str, backends: list[str], limits:
         "output": [{"name": t["name"], "data_type": f"TYPE_{t['datatype']}", "dims": t["shape"]}
                    for t in meta["outputs"]],
         "parameters": {
-            "backends": {"string_value": ",".join(backends)},
+            "backends": {"string_value": ",".join(model.backends)},
             **quantized,
             "max_inputs_per_request": {"string_value": str(limits.max_batch)},
             "bytes_input": {"string_value": f"{INPUT} may also be BYTES [N]: encoded images (JPEG, PNG, ...)"},

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import check_inference_key
 from app.api.body import hold_more, read_limited
-from app.api.deps import RegistryDep, SettingsDep
+from app.api.deps import CoreDep, SettingsDep, door_of
 from app.api.direct import AnsweringRoute
 from app.api.errors import REFUSED, log_bug, refusals
 from app.api.held import held
@@ -29,7 +29,7 @@ from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
 from app.api.v2.wire import BYTES, DTYPES, HEADER_LENGTH, decompress, encode_response, parse_infer_request
 from app.errors import ModelNotFound, RequestError, ServeError
-from app.registry import ModelVersion, Registry
+from app.core import Core, ModelDescription
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +89,12 @@ MODEL_ERRORS = _errors(401, 404, 503)
 INFER_ERRORS = _errors(400, 401, 404, 413, 503, 504)
 
 
-def _model(registry: Registry, name: str, version: str | None) -> ModelVersion:
-    model = registry.get(name)
+def _model(core: Core, name: str, version: str | None) -> ModelDescription:
+    """The model as the core describes it, while a version of it serves (NotReady otherwise)."""
+    model = core.describe(name, serving=True)
     if version is not None and version != v2.VERSION:
         raise ModelNotFound(f"model {name!r} has no version {version!r}; versions: [{v2.VERSION!r}]")
     return model
-
-
-def _backend(registry: Registry, model: ModelVersion) -> str:
-    """The backend a request that names none is served on (the ticket's: Registry.backend_for)."""
-    return registry.backend_for(model, None)
 
 
 def _requested(backend, admitted: str) -> str:
@@ -125,53 +121,53 @@ async def live():
 
 @health.get("/ready", summary="Every model loaded and warmed up (503 otherwise)",
             responses={503: {"description": "{\"ready\": false}"}})
-async def ready(registry: RegistryDep):
-    is_ready = registry.ready()
+async def ready(core: CoreDep):
+    is_ready = core.ready()
     return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
 
 
 @router.get("/models/{name}", summary="Model metadata", responses=MODEL_ERRORS)
-async def model_metadata(name: str, registry: RegistryDep):
-    model = _model(registry, name, None)
-    return v2.model_metadata(model, _backend(registry, model))
+async def model_metadata(name: str, core: CoreDep):
+    model = _model(core, name, None)
+    return v2.model_metadata(model, model.backend)
 
 
 @router.get("/models/{name}/versions/{version}", summary="Model metadata, one version", responses=MODEL_ERRORS)
-async def version_metadata(name: str, version: str, registry: RegistryDep):
-    model = _model(registry, name, version)
-    return v2.model_metadata(model, _backend(registry, model))
+async def version_metadata(name: str, version: str, core: CoreDep):
+    model = _model(core, name, version)
+    return v2.model_metadata(model, model.backend)
 
 
 @router.get("/models/{name}/ready", summary="Model readiness (503 while it is not)", responses=MODEL_ERRORS)
-async def model_ready(name: str, registry: RegistryDep):
-    return _readiness(registry, name, None)
+async def model_ready(name: str, core: CoreDep):
+    return _readiness(core, name, None)
 
 
 @router.get("/models/{name}/versions/{version}/ready", summary="Model readiness, one version",
             responses=MODEL_ERRORS)
-async def version_ready(name: str, version: str, registry: RegistryDep):
-    return _readiness(registry, name, version)
+async def version_ready(name: str, version: str, core: CoreDep):
+    return _readiness(core, name, version)
 
 
-def _readiness(registry: Registry, name: str, version: str | None) -> JSONResponse:
-    is_ready = registry.status(name).state == "ready"
+def _readiness(core: Core, name: str, version: str | None) -> JSONResponse:
+    is_ready = core.status(name).state == "ready"
     if is_ready:
-        _model(registry, name, version)
+        _model(core, name, version)
     return JSONResponse({"name": name, "ready": is_ready}, status_code=200 if is_ready else 503)
 
 
 @router.get("/models/{name}/config", summary="Model configuration (Triton's form; perf_analyzer reads it)",
             responses=MODEL_ERRORS)
-async def model_config(name: str, registry: RegistryDep, settings: SettingsDep):
-    model = _model(registry, name, None)
-    return v2.model_config(model, _backend(registry, model), list(model.pools), _limits(settings))
+async def model_config(name: str, core: CoreDep, settings: SettingsDep):
+    model = _model(core, name, None)
+    return v2.model_config(model, model.backend, _limits(settings))
 
 
 @router.get("/models/{name}/versions/{version}/config", summary="Model configuration, one version",
             responses=MODEL_ERRORS)
-async def version_config(name: str, version: str, registry: RegistryDep, settings: SettingsDep):
-    model = _model(registry, name, version)
-    return v2.model_config(model, _backend(registry, model), list(model.pools), _limits(settings))
+async def version_config(name: str, version: str, core: CoreDep, settings: SettingsDep):
+    model = _model(core, name, version)
+    return v2.model_config(model, model.backend, _limits(settings))
 
 
 INFER_DESCRIPTION = """The body is an Open Inference Protocol request: JSON, or JSON followed by binary tensors
@@ -220,7 +216,8 @@ async def version_infer(name: str, version: str, request: Request) -> Response:
 
 
 async def _infer(request: Request, name: str, version: str | None) -> Response:
-    settings = request.app.state.settings  # read here, not through Depends (bench/loop_cost.py)
+    door = door_of(request)  # read here, not through Depends (bench/loop_cost.py)
+    settings = door.settings
     if version is not None and version != v2.VERSION:
         raise ModelNotFound(f"model {name!r} has no version {version!r}; versions: [{v2.VERSION!r}]")
     # The room check before the body: a full line answers 503 whatever the body is doing.
@@ -236,6 +233,6 @@ async def _infer(request: Request, name: str, version: str | None) -> Response:
         parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
         del body
         backend = _requested(parsed.parameters.get("backend"), hold.backend)
-        outputs, parameters = await v2.infer(request.app.state.core, hold, backend, parsed, _limits(settings))
+        outputs, parameters = await v2.infer(door.core, hold, backend, parsed, _limits(settings))
     content, headers = encode_response(hold.model, version or v2.VERSION, parsed.id, outputs, parameters)
     return Response(content, headers=headers)

@@ -2,7 +2,8 @@
 adds, the room check skipped when the request's head already had it (app/api/shedding.py), and the request
 counted (app/api/metrics.py) under the model and the backend the core reports: the backend that ran it (the
 ticket's, after its run), or, for a request that failed once its model was known, the error's `target`.
-`answer_image(...)` is the native routes' whole request: the hold, the image body read, the task's answer."""
+`answer_image(...)` is the native routes' whole request: the hold, the image body read, the task's answer.
+`core_of(request)` and `settings_of(request)`: the core and the settings serving a request, read here only."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from fastapi import Request
 
 from app.api.body import image_bytes
 from app.api.metrics import count_as
-from app.core import ImageInput, Ticket
+from app.core import Core, ImageInput, Ticket
 from app.errors import ServeError
+from app.settings import Settings
 from app.tasks import Answer, Task
 
 # The request scope's key under which the HTTP head check says it made the room check (app/api/shedding.py).
@@ -23,7 +25,7 @@ ROOM_CHECKED = "edgetpu_serve.room_checked"
 
 @asynccontextmanager
 async def held(request: Request, task: Task | None, model: str | None, backend: str | None) -> AsyncIterator[Ticket]:
-    core = request.app.state.core
+    core = core_of(request)
     try:
         async with core.hold(task, model, backend, room_checked=ROOM_CHECKED in request.scope) as ticket:
             yield ticket
@@ -39,5 +41,13 @@ async def answer_image(request: Request, task: Task, model: str | None, backend:
     """One image, the request's body (multipart field `image`, or the raw body: app/api/body.py), through the model
     to the task's answer; the hold (and its room check) before the body is read."""
     async with held(request, task, model, backend) as ticket:
-        given = ImageInput(await image_bytes(request, request.app.state.settings.max_body_bytes))
-        return await request.app.state.core.answer(ticket, given, options)
+        given = ImageInput(await image_bytes(request, settings_of(request).max_body_bytes))
+        return await core_of(request).answer(ticket, given, options)
+
+
+def core_of(request: Request) -> Core:
+    return request.app.state.core
+
+
+def settings_of(request: Request) -> Settings:
+    return request.app.state.settings

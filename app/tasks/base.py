@@ -1,6 +1,6 @@
 """What every task offers: the output roles it reads, checked and resolved at load; its options; its reading of
-one run's outputs (its result, and its answer's schema); and the same outputs as named tensors for protocols that
-send tensors (OIP v2).
+one run's outputs (its result, one type); and the same outputs as named tensors for protocols that send tensors
+(OIP v2).
 
 A task turns a run's output tensors into an answer, as pycoral's adapters do beside a task-neutral run: engines,
 pools and pipelines move every output tensor and know no task, and a task knows no ticket, pool, request or front
@@ -11,17 +11,32 @@ file). At load the registry has the task `bind` a pool's output specs: each role
 then reaches the task as `Outputs` (the tensors, their roles, the model directory, the input's geometry), and
 `Task.read(outputs, options)` gives the task's result; the core wraps it in an `Answer` with the model, the
 backend and the timings. Front doors import tasks, never the reverse: a task names no route.
+
+One type per result. A task's result is one frozen dataclass (`Task.result`), written once: its fields, with their
+descriptions (`Annotated[..., Field(description=...)]`), are what every door reads and what the native JSON sends;
+a field marked `Internal` stays with the result (segmentation's class map, for its PNG) and is never sent. The
+envelope, `Answer[R]`, is one for all tasks: the model, the backend, the timings, the warm-up, cold. On the wire the
+result's fields stand where `result` is (one flat object, `Answer.json`, orjson straight from the dataclasses), and
+its schema is made from the same two types (`answer_schema`, pydantic's TypeAdapter), so the JSON a route sends and
+the schema it documents cannot drift apart (tests/test_tasks.py holds every task's to it). A task's options are
+one frozen dataclass too: its fields (but Internal ones) are its native routes' query parameters, with their
+constraints and descriptions.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import functools
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, Field, model_serializer
+import orjson
+from pydantic import Field, PlainSerializer, PlainValidator, TypeAdapter, WithJsonSchema
+from pydantic.fields import FieldInfo
+from typing_extensions import NotRequired, TypedDict
 
 from app.engines import TensorSpec
 from app.errors import ModelDirError
@@ -32,6 +47,45 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
+# A field off the wire: kept with a result for the task's own use and never sent (Annotated[..., Internal]); on
+# options, a value a front door sets that no request reads.
+Internal = Field(exclude=True)
+
+# A vector of numbers (an embedding) as a result field: a float ndarray, sent as a JSON array of numbers (orjson's
+# numpy serialization, each value in its shortest form).
+Vector = Annotated[np.ndarray, PlainValidator(np.asarray), PlainSerializer(lambda values: values.tolist()),
+                   WithJsonSchema({"type": "array", "items": {"type": "number"}})]
+
+
+@dataclass(frozen=True)
+class AtMost:
+    """An option's upper bound that is one of the service's settings (the Settings field named): `top_k` at most
+    MAX_TOP_K. The native routes apply it as the parameter's maximum."""
+
+    setting: str
+
+
+class Timing(TypedDict):
+    """An answer's `timing_ms` (ms): each stage of the input's work. A raw tensor has no decode or preprocess."""
+
+    decode: Annotated[float, Field(description="bytes to upright RGB image, ms")]
+    preprocess: Annotated[float, Field(description="crop, resize, quantize to the input tensor, ms")]
+    queue: Annotated[float, Field(description="waiting for a free interpreter (device), hand-off included, ms")]
+    inference: Annotated[float, Field(description="the interpreter's invoke, ms")]
+    postprocess: Annotated[float, Field(description="the task's work on the outputs (classification: dequantize, "
+                                                    "softmax, top-k; detection: boxes to the image's pixels, "
+                                                    "labels), ms")]
+    total: Annotated[float, Field(description="from the first byte decoded to the response built, ms")]
+    segments: NotRequired[Annotated[list[float], Field(
+        description="a segmented model (a pipeline): each segment's invoke, in order, ms; absent for a whole model")]]
+
+
+class Warmup(TypedDict):
+    """An answer's `warmup`: its pool's load and first inference."""
+
+    load_ms: Annotated[float, Field(description="creating and allocating this backend's interpreters")]
+    first_inference_ms: Annotated[float | None, Field(description="the first inference after (re)load")]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Answer(Generic[R]):
@@ -39,45 +93,68 @@ class Answer(Generic[R]):
     timings (ms), the pool's warm-up, and whether the input paid its interpreter's first inference."""
 
     model: str
-    backend: str
+    backend: Annotated[str, Field(description="the backend that actually ran")]
     result: R
-    timing_ms: dict[str, Any]
-    warmup: dict[str, float | None]
-    cold: bool
+    timing_ms: Timing
+    warmup: Warmup
+    cold: Annotated[bool, Field(description="true when this request paid its interpreter's first inference")]
 
-    def field(self, name: str) -> Any:
-        """A field of the task's native answer (its schema's): the answer's own, else its result's."""
-        return getattr(self, name) if name != "result" and hasattr(self, name) else getattr(self.result, name)
-
-
-class Timing(BaseModel):
-    """An answer's `timing_ms`, part of every task's schema."""
-
-    decode: float = Field(description="bytes to upright RGB image, ms")
-    preprocess: float = Field(description="crop, resize, quantize to the input tensor, ms")
-    queue: float = Field(description="waiting for a free interpreter (device), hand-off included, ms")
-    inference: float = Field(description="the interpreter's invoke, ms")
-    postprocess: float = Field(description="the task's work on the outputs (classification: dequantize, softmax, "
-                                           "top-k; detection: boxes to the image's pixels, labels), ms")
-    total: float = Field(description="from the first byte decoded to the response built, ms")
-    segments: list[float] | None = Field(
-        default=None, description="a segmented model (a pipeline): each segment's invoke, in order, ms; "
-                                  "absent for a whole model")
-
-    @model_serializer(mode="wrap")
-    def _segments_only_when_pipelined(self, handler):
-        """A whole model's timings stay as they were: no `segments` key rather than a null."""
-        data = handler(self)
-        if data.get("segments") is None:
-            data.pop("segments", None)
-        return data
+    def json(self) -> bytes:
+        """The native JSON: the envelope with the result's fields in place of `result`, in the schema's order
+        (answer_schema), straight from the dataclasses (orjson: ~1 us for a classification, where building and
+        dumping a pydantic model took ~12 us; the same bytes as the schema's TypeAdapter dumps)."""
+        result = self.result
+        body = {"model": self.model, "backend": self.backend}
+        for name in wire_fields(type(result)):
+            body[name] = getattr(result, name)
+        body["timing_ms"] = self.timing_ms
+        body["warmup"] = self.warmup
+        body["cold"] = self.cold
+        return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-class Warmup(BaseModel):
-    """An answer's `warmup`, part of every task's schema."""
+def _internal(hint: Any) -> bool:
+    return typing.get_origin(hint) is Annotated and any(
+        isinstance(meta, FieldInfo) and meta.exclude is True for meta in typing.get_args(hint)[1:])
 
-    load_ms: float = Field(description="creating and allocating this backend's interpreters")
-    first_inference_ms: float | None = Field(description="the first inference after (re)load")
+
+@functools.cache
+def wire_fields(result: type) -> tuple[str, ...]:
+    """The fields of a result type that go on the wire, in order: every dataclass field but the Internal ones."""
+    hints = typing.get_type_hints(result, include_extras=True)
+    return tuple(f.name for f in dataclasses.fields(result) if not _internal(hints[f.name]))
+
+
+@functools.cache
+def answer_schema(result: type, name: str) -> type:
+    """The native answer of a result type as one flat dataclass named `name`, made from Answer and the result's wire
+    fields (in Answer.json's order), for its JSON schema (FastAPI's response_model, a TypeAdapter): never built on
+    the request path."""
+    envelope = typing.get_type_hints(Answer, include_extras=True)
+    fields = typing.get_type_hints(result, include_extras=True)
+    flat = [(field, envelope[field]) for field in ("model", "backend")]
+    flat += [(field, fields[field]) for field in wire_fields(result)]
+    flat += [(field, envelope[field]) for field in ("timing_ms", "warmup", "cold")]
+    made = dataclasses.make_dataclass(name, flat, frozen=True)
+    made.__doc__ = f"{result.__name__}: {(result.__doc__ or '').strip()}"
+    made.__module__ = result.__module__
+    return made
+
+
+@functools.cache
+def answer_adapter(result: type, name: str) -> TypeAdapter:
+    """The TypeAdapter of answer_schema(result, name): its JSON schema, and the check of an answer's JSON."""
+    return TypeAdapter(answer_schema(result, name))
+
+
+@dataclass(frozen=True)
+class Render:
+    """Another form of a task's answer than its JSON (segmentation's PNG mask): its media type, what it is, and how
+    it is made from the result (`make`, run off the event loop: it may take a while)."""
+
+    media_type: str
+    description: str
+    make: Callable[[Any], bytes]
 
 
 @dataclass(frozen=True)
@@ -129,15 +206,19 @@ class NoOptions:
 
 
 class Task:
-    """A task: subclasses set `name` (model.json's `task`), `roles`, `options` (the dataclass of what a request may
-    ask of it) and `schema` (its native answer's JSON: the model, the backend, the result's fields, the timings),
-    and implement `read`."""
+    """A task: subclasses set `name` (model.json's `task`), `verb` and `summary` (its native routes: /v1/VERB and
+    /v1/models/{name}/VERB, "Classify an image"), `roles`, `options` (the dataclass of what a request may ask of it,
+    its routes' query parameters), `result` (the dataclass `read` returns) and, for forms other than JSON, `renders`
+    (segmentation's PNG); and implement `read`."""
 
     name: ClassVar[str]
+    verb: ClassVar[str]
+    summary: ClassVar[str]
     # the output tensors it reads, by role (model.json `outputs` names each one's tensor)
     roles: ClassVar[tuple[str, ...]]
     options: ClassVar[type] = NoOptions
-    schema: ClassVar[type[BaseModel] | None] = None
+    result: ClassVar[type]
+    renders: ClassVar[Mapping[str, Render]] = {}
 
     def bind(self, model_dir: ModelDir, outputs: Sequence[TensorSpec]) -> OutputRoles:
         """At load: resolve the roles against the model's output tensors and check them (ModelDirError)."""
@@ -156,12 +237,6 @@ class Task:
     def read(self, outputs: Outputs, options: Any) -> Any:
         """One run's outputs -> the task's result."""
         raise NotImplementedError
-
-    # -- its native answer, as JSON -------------------------------------------------------------
-
-    def native(self, answer: Answer) -> dict[str, Any]:
-        """The answer's fields in its schema's order (the v1 JSON: what a front door serializes)."""
-        return {name: answer.field(name) for name in self.schema.model_fields}
 
     # -- as named tensors (OIP v2's outputs) ----------------------------------------------------
 

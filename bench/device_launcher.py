@@ -108,7 +108,7 @@ def instrument() -> None:
     if hasattr(classify_api, "response_body"):  # orjson, straight from the dataclasses
         classify_api.response_body = _timed("response serialization", classify_api.response_body)
     elif classify_api is None:  # every task's native JSON: the answer's one envelope (Answer.json)
-        from app.tasks.base import Answer
+        from app.tasks import Answer
         Answer.json = _timed("response serialization", Answer.json)
     for name in ("model_validate", "model_dump_json") if ClassifyResponse is not None else ():
         original = getattr(ClassifyResponse, name)

@@ -5,7 +5,7 @@ import numpy as np
 
 from app.model_dir.reading import read_model_dir
 from app.tasks import Answer
-from app.tasks.base import answer_adapter, answer_schema
+from app.tasks.results import answer_adapter, answer_schema
 from app.tasks.classify import TASK, Classification, scores, top_predictions
 from tests.conftest import DEFAULT_MODEL, MODELS
 

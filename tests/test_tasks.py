@@ -42,7 +42,8 @@ from app.model_dir.schema import Manifest
 from app.registry import Registry
 from app.settings import Settings
 from app.tasks import Answer, Outputs, Task
-from app.tasks.base import Internal, Render, Vector, answer_adapter, answer_schema, resolve_roles, wire_fields
+from app.tasks.base import resolve_roles
+from app.tasks.results import Internal, Render, Vector, answer_adapter, answer_schema, wire_fields
 from bench.service import free_port
 from converter.model_dir import write_model_dir
 from tests.detection_models import OUTPUT_ORDERS, output_names, square_image, tiny_detector
@@ -72,15 +73,10 @@ def as_csv(result: Features) -> bytes:
     return ",".join(str(int(v)) for v in result.raw.reshape(-1)).encode()
 
 
-class FeaturesTask(Task):
+class FeaturesTask(Task, name="features", verb="features", summary="The features of an image"):
     """The model's output vector, dequantized."""
 
-    name = "features"
-    verb = "features"
-    summary = "The features of an image"
     roles = ("features",)
-    options = FeaturesOptions
-    result = Features
     renders = {"csv": Render("text/csv", "the output as the model gave it, comma-separated", as_csv)}
 
     def read(self, outputs: Outputs, options: FeaturesOptions) -> Features:
@@ -269,6 +265,7 @@ def test_every_tasks_json_is_what_its_schema_says_and_dumps(features_task, segme
                                                 cold=True, **{f: getattr(result, f) for f in wire_fields(task.result)})
         assert answer.json() == adapter.dump_json(flat), task.name
         jsonschema_rs.validate(adapter.json_schema(mode="serialization"), json.loads(answer.json()))
+    assert (TASK.result, TASK.options) == (Features, FeaturesOptions)  # read's annotations say them
     assert wire_fields(Features) == ("features", "size")  # `raw` kept, not sent
     segmentation = tasks.TASKS["segmentation"].result
     assert wire_fields(segmentation) == ("image", "classes", "seen")

@@ -34,7 +34,7 @@ from app.api.routes import BACKEND_PARAMETER, MODEL_PARAMETER, BackendQuery, Doo
 from app.api.schemas import V1_ERRORS
 from app.errors import InvalidParameter
 from app.tasks import TASKS, Answer, Task
-from app.tasks.base import AtMost, Render, answer_schema, wire_fields
+from app.tasks.results import AtMost, Render, answer_schema, wire_fields
 
 FORMAT_PARAMETER = "format"
 JSON = "json"

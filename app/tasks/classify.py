@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 import numpy as np
 from pydantic import Field
 
-from app.tasks.base import AtMost, NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.results import AtMost, Label
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -26,7 +27,7 @@ SCORES = "scores"
 @dataclass(frozen=True)
 class Prediction:
     index: Annotated[int, Field(description="the class's index among the model's scores")]
-    label: Annotated[str, Field(description="its line in labels.txt; a class without a label: its index")]
+    label: Label
     score: Annotated[float, Field(description="dequantized (softmax for a model giving logits), 0 to 1")]
 
 
@@ -44,13 +45,8 @@ class ClassifyOptions:
     threshold: Annotated[float, Field(ge=0.0, le=1.0, description="drop classes scoring below this")] = 0.0
 
 
-class ClassificationTask(Task):
-    name = "classification"
-    verb = "classify"
-    summary = "Classify an image"
+class ClassificationTask(Task, name="classification", verb="classify", summary="Classify an image"):
     roles = (SCORES,)
-    options = ClassifyOptions
-    result = Classification
 
     def read(self, outputs: Outputs, options: ClassifyOptions) -> Classification:
         """A run's outputs -> the top-k classes scoring at least threshold, labelled."""

@@ -36,7 +36,8 @@ from app.errors import ModelDirError, RequestError
 from app.imaging.geometry import Geometry
 from app.model_dir.schema import POSTPROCESS, YOLO, DetectionSpec
 from app.tasks import yolo
-from app.tasks.base import Internal, NamedOutput, OutputRoles, Outputs, Task, resolve_roles
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, resolve_roles
+from app.tasks.results import ClassId, ImageSize, Internal, Label, OriginalImage, label_of
 from app.tasks.yolo import Raw, Rows
 
 if TYPE_CHECKING:
@@ -64,8 +65,8 @@ class Box:
 
 @dataclass(frozen=True)
 class DetectedObject:
-    label: Annotated[str, Field(description="the class's line in labels.txt; a class without a label: its id")]
-    class_id: Annotated[int, Field(description="the model's class id (0-based, without background)")]
+    label: Label
+    class_id: ClassId
     score: float
     box: Annotated[Box, Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation "
                                           "applied)")]
@@ -74,16 +75,10 @@ class DetectedObject:
 
 
 @dataclass(frozen=True)
-class ImageSize:
-    width: Annotated[int, Field(description="the original image's width, as a viewer shows it")]
-    height: int
-
-
-@dataclass(frozen=True)
 class Detection:
     """The task's result: the objects in the original image, best first."""
 
-    image: Annotated[ImageSize, Field(description="the original image, as a viewer shows it: what the boxes are in")]
+    image: OriginalImage
     detections: Annotated[list[DetectedObject], Field(description="best first")]
 
 
@@ -109,13 +104,8 @@ class _DecoderRoles:
     roles: tuple[str, ...]
 
 
-class DetectionTask(Task):
-    name = "detection"
-    verb = "detect"
-    summary = "Detect objects"
+class DetectionTask(Task, name="detection", verb="detect", summary="Detect objects"):
     roles = (BOXES, CLASSES, SCORES, COUNT)  # the post-process op's; a YOLO decoder's are bound per model (bind)
-    options = DetectOptions
-    result = Detection
 
     def bind(self, model_dir: ModelDir, outputs) -> OutputRoles:
         """At load: the roles of the model's decoder (model.json `detection`), resolved by name and checked."""
@@ -208,11 +198,6 @@ def _check_yolo(model_dir: ModelDir, roles: OutputRoles, spec: DetectionSpec) ->
 
 
 TASK = DetectionTask()
-
-
-def label_of(class_id: int, labels: tuple[str, ...]) -> str:
-    """Line class_id of labels.txt; an id without a label (a blank line, or past the end) is named by its number."""
-    return (labels[class_id] if 0 <= class_id < len(labels) else "") or str(class_id)
 
 
 def wanted_labels(labels: str | None) -> frozenset[str] | None:

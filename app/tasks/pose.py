@@ -28,7 +28,7 @@ from pydantic import Field
 from app.errors import ModelDirError
 from app.imaging.geometry import Geometry
 from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task
-from app.tasks.detect import ImageSize
+from app.tasks.results import ImageSize, OriginalImage
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -67,17 +67,12 @@ class Pose:
 class Poses:
     """The task's result: the people in the original image and their keypoints."""
 
-    image: Annotated[ImageSize, Field(description="the original image, as a viewer shows it: what the keypoints "
-                                                  "are in")]
+    image: OriginalImage
     poses: Annotated[list[Pose], Field(description="MoveNet SinglePose: one")]
 
 
-class PoseTask(Task):
-    name = "pose"
-    verb = "pose"
-    summary = "Estimate a person's pose"
+class PoseTask(Task, name="pose", verb="pose", summary="Estimate a person's pose"):
     roles = (KEYPOINTS,)
-    result = Poses
 
     def read(self, outputs: Outputs, options) -> Poses:
         spec, geometry = outputs.spec(KEYPOINTS), outputs.geometry

@@ -35,8 +35,8 @@ from pydantic import Field
 
 from app.errors import ModelDirError
 from app.imaging.geometry import Geometry
-from app.tasks.base import Internal, NamedOutput, OutputRoles, Outputs, Render, Task
-from app.tasks.detect import ImageSize, label_of
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.results import ClassId, ImageSize, Internal, Label, OriginalImage, Render, label_of
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -51,8 +51,8 @@ MAX_CLASSES_8_BIT = 255  # class ids 0-254 leave 255 for UNSEEN
 
 @dataclass(frozen=True)
 class ClassShare:
-    class_id: Annotated[int, Field(description="the model's class id (line class_id of labels.txt)")]
-    label: Annotated[str, Field(description="the class's line in labels.txt; a class without a label: its id")]
+    class_id: ClassId
+    label: Label
     fraction: Annotated[float, Field(description="its share of the pixels the model saw")]
 
 
@@ -76,7 +76,7 @@ class Sampling:
 class Segmentation:
     """The task's result: the classes in the original image and their share of it."""
 
-    image: Annotated[ImageSize, Field(description="the original image, as a viewer shows it: what the mask covers")]
+    image: OriginalImage
     classes: Annotated[list[ClassShare], Field(description="the classes present, most pixels first")]
     seen: Annotated[float, Field(description="the share of the image the model saw: 1 but for a center crop (the "
                                              "pixels outside it have no class)")]
@@ -93,12 +93,8 @@ class Segmentation:
         return png(self.mask())
 
 
-class SegmentationTask(Task):
-    name = "segmentation"
-    verb = "segment"
-    summary = "Segment an image"
+class SegmentationTask(Task, name="segmentation", verb="segment", summary="Segment an image"):
     roles = (CLASS_MAP,)
-    result = Segmentation
     renders = {"png": Render("image/png", "the mask, one byte per pixel whose value is the class id (255: not "
                                           "seen), at the original image's size", Segmentation.png)}
 

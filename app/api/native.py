@@ -101,7 +101,9 @@ def endpoint(task: Task, named: bool) -> Callable:
     answer.__signature__ = inspect.Signature(parameters, return_annotation=Response)
     answer.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": Response}
     answer.__name__ = answer.__qualname__ = f"{task.verb}_{'named' if named else 'default'}"
-    answer.__doc__ = f"{task.summary}: POST the image; the answer is {task.result.__name__}'s, in the envelope."
+    doc = " ".join((task.result.__doc__ or "").split("\n\n")[0].split())
+    answer.__doc__ = (f"The image as the body: multipart field `image`, or raw. The answer: {doc} With the model, the "
+                      "backend that ran it, the timings (`timing_ms`), the warm-up and `cold`.")
     return answer
 
 

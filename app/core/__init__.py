@@ -11,8 +11,7 @@ run and its timings, `images.py` the image work (decode and preprocess, on threa
 from app.core.core import Core, Tensors
 from app.core.images import ImageWork, image_threads
 from app.core.inputs import Given, ImageInput, TensorInput
-from app.core.runs import Run
 from app.registry import Target, Ticket
 
-__all__ = ["Core", "Given", "ImageInput", "ImageWork", "Run", "Target", "Tensors", "TensorInput", "Ticket",
+__all__ = ["Core", "Given", "ImageInput", "ImageWork", "Target", "Tensors", "TensorInput", "Ticket",
            "image_threads"]

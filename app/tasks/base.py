@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -66,12 +66,17 @@ class OutputRoles:
 class Outputs:
     """One input's run as a task reads it: every output tensor of the model, the task's roles on them, the model
     directory (labels, model.json), and where the model's input came from in the original (`geometry`: normalized
-    input coordinates -> the original's pixels; the identity at the input's size for a raw tensor)."""
+    input coordinates -> the original's pixels; the identity at the input's size for a raw tensor); and how it ran,
+    for the answer's timings (the core's: app/core/runs.py)."""
 
     tensors: Sequence[np.ndarray]
     roles: OutputRoles
     model_dir: ModelDir
     geometry: Geometry
+    stages_ms: dict[str, float] = field(default_factory=dict)  # decode and preprocess (an image), queue, inference
+    segments_ms: list[float] | None = None  # a pipelined model: each segment's invoke, in order
+    cold: bool = False  # the input paid its interpreter's first inference
+    started: float = 0.0  # time.perf_counter() when the work on this input began
 
     def of(self, role: str) -> np.ndarray:
         return self.tensors[self.roles.index[role]]

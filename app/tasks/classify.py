@@ -33,7 +33,7 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Classification:
-    """The task's result: the top classes, best first."""
+    """The top classes, best first."""
 
     predictions: Annotated[list[Prediction], Field(description="best first")]
 

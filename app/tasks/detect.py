@@ -76,7 +76,7 @@ class DetectedObject:
 
 @dataclass(frozen=True)
 class Detection:
-    """The task's result: the objects in the original image, best first."""
+    """The objects in the original image, best first."""
 
     image: OriginalImage
     detections: Annotated[list[DetectedObject], Field(description="best first")]

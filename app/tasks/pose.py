@@ -65,7 +65,7 @@ class Pose:
 
 @dataclass(frozen=True)
 class Poses:
-    """The task's result: the people in the original image and their keypoints."""
+    """The people in the original image and their keypoints."""
 
     image: OriginalImage
     poses: Annotated[list[Pose], Field(description="MoveNet SinglePose: one")]

@@ -74,7 +74,7 @@ class Sampling:
 
 @dataclass(frozen=True)
 class Segmentation:
-    """The task's result: the classes in the original image and their share of it."""
+    """The classes in the original image and their share of it (the class map kept for the mask)."""
 
     image: OriginalImage
     classes: Annotated[list[ClassShare], Field(description="the classes present, most pixels first")]

@@ -388,3 +388,18 @@ def test_the_tasks_on_main_and_their_doors():
     models = Path(__file__).parents[1] / "models"
     assert read_model_dir(models / "efficientnet_lite0").manifest.task == "classification"
     assert read_model_dir(models / "ssdlite_mobilenet_v2_person").manifest.task == "detection"
+
+
+def test_the_answer_json_bench_runs_and_checks_its_bytes():
+    """bench/answer_json.py, briefly: a row per task, each way's figure a positive number (orjson's bytes checked
+    equal to the TypeAdapter's before any timing)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "bench" / "answer_json.py"), "-n", "20", "--rounds", "1"],
+                         capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in out.stdout.splitlines()[2:]}
+    assert set(rows) == {"classification", "detection", "pose", "segmentation"}
+    assert all(len(values) == 5 and min(values) > 0 for values in rows.values())

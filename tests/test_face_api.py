@@ -9,6 +9,7 @@ tests build (tests/face_models.py: the tiny ULFD-shaped detector and the MobileF
 - bad input gets DeepStack's error shape and a 4xx, never a 500: no face, an unknown or invalid userid, a huge
   image, a body too large, missing fields, not an image;
 - while the face models are not set, every face route answers 503 saying the fix;
+- a new embedder re-embeds the gallery from its stored regions at start, its vectors apart from the old one's;
 - FACE_EDITS_NEED_ADMIN puts register and delete behind the admin key; backup and restore always are.
 """
 
@@ -33,6 +34,7 @@ from converter.face_threshold import face_threshold
 from converter.importer import ImportOptions, import_model
 from tests.conftest import Service
 from tests.face_models import FACE_SIDE, face_photo, tiny_face_detector, tiny_face_embedder
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -66,14 +68,17 @@ def models(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("face_api")
     (root / "ulfd.tflite").write_bytes(tiny_face_detector())
     (root / "mfn.tflite").write_bytes(tiny_face_embedder("uint8", "first"))
+    (root / "mfn8.tflite").write_bytes(tiny_face_embedder("int8", None))  # another file: another embedder
     import_model([root / "ulfd.tflite"], ImportOptions(name="ulfd", out=root / "models"))
-    import_model([root / "mfn.tflite"], ImportOptions(name="mfn", out=root / "models", task="embedding"))
+    for name in ("mfn", "mfn8"):
+        import_model([root / f"{name}.tflite"], ImportOptions(name=name, out=root / "models", task="embedding"))
     people = root / "people"
     for k in range(8):
         (people / f"p{k}").mkdir(parents=True)
         for variant in range(1, 4):
             (people / f"p{k}" / f"{variant}.jpg").write_bytes(photo_of(k, variant, seed=99))
-    face_threshold(root / "models", "ulfd", "mfn", people)  # face.calibration written into mfn's model.json
+    for name in ("mfn", "mfn8"):  # face.calibration written into each embedder's model.json
+        face_threshold(root / "models", "ulfd", name, people)
     return root / "models"
 
 
@@ -315,6 +320,23 @@ def test_while_the_face_models_are_not_set_every_face_route_answers_503_with_the
         native = httpx.get(f"{service.url}/v1/faces", headers={"X-API-Key": API_KEY})
         assert native.status_code == 503 and "EDGETPU_SERVE_FACE_DETECTOR" in native.json()["error"]
     assert not (tmp_path / "faces.db").exists()  # no face models: no gallery file made
+
+
+def test_a_new_embedder_re_embeds_the_gallery_from_its_regions_at_start(models, tmp_path):
+    db = tmp_path / "faces.db"
+    with Service(face_env(models, db), inherit_settings=False) as first:
+        for k in (0, 3):
+            assert client_of(first).register(NAMES[k], photo_of(k, 1)) == "face added"
+    with Service(face_env(models, db, EDGETPU_SERVE_FACE_EMBEDDER="mfn8"), inherit_settings=False) as second:
+        headers = {"X-API-Key": API_KEY}
+        listed = until(lambda: (lambda found: found if all(p["covered"] for p in found["people"]) else None)(
+            httpx.get(f"{second.url}/v1/faces", headers=headers).json()), WAIT_S, "the gallery re-embedded")
+        assert [e["served"] for e in listed["embedders"]] == [False, True]  # the old vectors stay, apart
+        assert all(e["vectors"] == 2 for e in listed["embedders"])
+        for k in (0, 3):
+            predictions = client_of(second).recognize(photo_of(k, 4, seed=1))
+            assert [p["userid"] for p in predictions] == [NAMES[k]], (predictions, second.output()[-2000:])
+        assert "re-embedded 2 faces" in second.output()
 
 
 @pytest.mark.parametrize(("detector", "embedder", "words"), [

@@ -18,18 +18,26 @@ from __future__ import annotations
 import io
 import os
 import signal
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+import schemathesis
 from deepstack.core import DeepstackException, DeepstackFace
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
 from PIL import Image
+from pydantic import ValidationError
+from schemathesis import GenerationMode
+from schemathesis.checks import CHECKS, load_all_checks
+from schemathesis.config import SchemathesisConfig
 
 from app.core.face_models import FaceModels
 from app.faces.errors import FacesUnavailable
-from app.settings import Settings
+from app.settings import Settings, settings_problem
 from converter.face_threshold import face_threshold
 from converter.importer import ImportOptions, import_model
 from tests.conftest import Service
@@ -37,6 +45,7 @@ from tests.face_models import FACE_SIDE, face_photo, tiny_face_detector, tiny_fa
 from tests.waiting import until
 
 pytestmark = pytest.mark.slow
+load_all_checks()
 
 API_KEY, ADMIN_KEY = "face-inference-key", "face-admin-key"
 PEOPLE = range(6)       # registered in the tests (each under NAMES[k])
@@ -259,6 +268,40 @@ def test_backup_and_restore_need_the_admin_key_and_bring_the_gallery_back(served
     assert "Kept" in client.get_registered_faces()
 
 
+# ---- the schema, fuzzed ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_the_face_routes_schema_fuzzed_no_server_error_and_no_drift(served, mode):
+    """schemathesis' full check set on every face operation of the live service (its models set): whatever it
+    sends with the admin key, no 5xx but the documented 503s, answers as their schemas say, valid forms accepted
+    (or refused for what a schema cannot say: no face, a userid not registered, not an image) and invalid ones
+    refused. tests/test_openapi_fuzz.py fuzzes every other operation."""
+    service, _ = served
+    client_of(service).register("Fuzz Witness", photo_of(2, 1))
+    config = SchemathesisConfig.from_dict(
+        {"checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404", "413"]}}})
+    schema = schemathesis.openapi.from_url(f"{service.url}/openapi.json", config=config)
+    operations = [op for op in (result.ok() for result in schema.get_all_operations())
+                  if op.path.startswith(("/v1/vision/face", "/v1/faces", "/v1/backup", "/v1/restore"))]
+    assert len(operations) == 11, [op.label for op in operations]
+    ran = Counter()
+    for operation in operations:
+
+        @given(case=operation.as_strategy(generation_mode=GenerationMode(mode)))
+        @settings(max_examples=12, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+        def check(case):
+            case.call_and_validate(base_url=service.url, headers={"X-API-Key": ADMIN_KEY}, checks=CHECKS.get_all())
+            ran[case.operation.label] += 1
+
+        try:
+            check()
+        except Unsatisfiable:  # nothing of this operation's request can be made invalid (no parameters)
+            assert mode == "negative"
+    assert len(ran) >= (11 if mode == "positive" else 4), ran
+    assert "Fuzz Witness" in client_of(service).get_registered_faces()  # the gallery still answers
+
+
 # ---- kills, processes, settings ------------------------------------------------------------------------------
 
 def test_a_registration_survives_a_sigkill_of_the_service(models, tmp_path):
@@ -352,3 +395,12 @@ def test_the_face_models_setting_problems_say_the_fix(detector, embedder, words)
         models.pair()
     for word in words:
         assert word in str(caught.value)
+
+
+def test_a_face_db_that_is_a_directory_stops_the_start_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETPU_SERVE_FACE_DB", str(tmp_path))
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    line = settings_problem(caught.value)
+    assert "\n" not in line and line.startswith("EDGETPU_SERVE_FACE_DB=")
+    assert "is a directory" in line and str(tmp_path / "faces.db") in line and "Fix:" in line

@@ -36,6 +36,8 @@ from app.api.deepstack import MODULE_ID, DeepStackRoute, failure, min_confidence
 from app.api.deps import door_of
 from app.api.errors import log_answered, retry_after
 from app.api.face_forms import FaceForm, read_face_form
+from app.api.face_schemas import (DEEPSTACK_ERRORS, PHOTO, FaceDetectAnswer, FaceListAnswer, FaceMatchAnswer,
+                                  FaceRecognizeAnswer, FaceRegisterAnswer, DeepStackAnswer, form)
 from app.core.face_photos import Face
 from app.core.faces import Faces
 from app.errors import RequestError, ServeError
@@ -44,6 +46,10 @@ KEY, ADMIN_KEY, USERID, CONFIDENCE = "api_key", "admin_key", "userid", "min_conf
 # DeepStack's clients read 404 as a wrong URL and 409 as nothing they know: a request's fault is their 400
 INSTEAD = {404: 400, 409: 400, 415: 400, 422: 400}
 BACKUP_NAME = "faces-backup.db"
+CONFIDENCE_FIELD = {"anyOf": [{"type": "number", "maximum": 1}, {"type": "string", "maxLength": 0}]}
+USERID_FIELD = {"type": "string", "minLength": 1}
+BACKUP_FILE = {200: {"description": "the gallery, one SQLite file", "content": {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
 
 
 class FaceRoute(DeepStackRoute):
@@ -98,7 +104,9 @@ def _box(face: Face) -> dict:
     return {"x_min": int(left + 0.5), "y_min": int(top + 0.5), "x_max": int(right + 0.5), "y_max": int(bottom + 0.5)}
 
 
-@router.post("/vision/face", summary="DeepStack: the faces in a photo")
+@router.post("/vision/face", summary="DeepStack: the faces in a photo", response_model=FaceDetectAnswer,
+             responses=DEEPSTACK_ERRORS, openapi_extra=form("the photo", ("image",), image=PHOTO,
+                                                          min_confidence=CONFIDENCE_FIELD))
 @router.post("/vision/face/", include_in_schema=False)  # some clients end the URL with a slash
 async def face_detect(request: Request) -> Response:
     arrived = time.perf_counter()
@@ -109,7 +117,10 @@ async def face_detect(request: Request) -> Response:
                     "count": len(predictions), "predictions": predictions}, "detect", arrived)
 
 
-@router.post("/vision/face/register", summary="DeepStack: register a person's face (the largest in each photo)")
+@router.post("/vision/face/register", summary="DeepStack: register a person's face (the largest in each photo)",
+             response_model=FaceRegisterAnswer, responses=DEEPSTACK_ERRORS, openapi_extra=form(
+                 "the userid and their photos (every file of the form: image, image1, ...)", ("userid", "image"),
+                 userid=USERID_FIELD, image=PHOTO, image1=PHOTO))
 async def face_register(request: Request) -> Response:
     arrived = time.perf_counter()
     faces, form = await _form(request, admin=_edits_need_admin(request))
@@ -127,7 +138,9 @@ async def face_register(request: Request) -> Response:
                     "faces": enrolment.registration.faces}, "register", arrived)
 
 
-@router.post("/vision/face/recognize", summary="DeepStack: who the faces in a photo are")
+@router.post("/vision/face/recognize", summary="DeepStack: who the faces in a photo are",
+             response_model=FaceRecognizeAnswer, responses=DEEPSTACK_ERRORS, openapi_extra=form(
+                 "the photo", ("image",), image=PHOTO, min_confidence=CONFIDENCE_FIELD))
 async def face_recognize(request: Request) -> Response:
     arrived = time.perf_counter()
     faces, form = await _form(request)
@@ -138,7 +151,8 @@ async def face_recognize(request: Request) -> Response:
                     "predictions": predictions}, "recognize", arrived)
 
 
-@router.post("/vision/face/list", summary="DeepStack: the registered userids")
+@router.post("/vision/face/list", summary="DeepStack: the registered userids", response_model=FaceListAnswer,
+             responses=DEEPSTACK_ERRORS, openapi_extra=form("the key, if keys are set"))
 async def face_list(request: Request) -> Response:
     arrived = time.perf_counter()
     faces, _ = await _form(request)
@@ -146,7 +160,9 @@ async def face_list(request: Request) -> Response:
     return _answer({"faces": [person.userid for person in people], "count": len(people)}, "list", arrived)
 
 
-@router.post("/vision/face/delete", summary="DeepStack: delete a person and their faces")
+@router.post("/vision/face/delete", summary="DeepStack: delete a person and their faces",
+             response_model=DeepStackAnswer, responses=DEEPSTACK_ERRORS,
+             openapi_extra=form("the userid", ("userid",), userid=USERID_FIELD))
 async def face_delete(request: Request) -> Response:
     arrived = time.perf_counter()
     faces, form = await _form(request, admin=_edits_need_admin(request))
@@ -154,7 +170,9 @@ async def face_delete(request: Request) -> Response:
     return _answer({"message": f"deleted {deletion.userid!r} ({deletion.faces} face(s))"}, "delete", arrived)
 
 
-@router.post("/vision/face/match", summary="DeepStack: how alike the faces of two photos are")
+@router.post("/vision/face/match", summary="DeepStack: how alike the faces of two photos are",
+             response_model=FaceMatchAnswer, responses=DEEPSTACK_ERRORS,
+             openapi_extra=form("two photos", ("image1", "image2"), image1=PHOTO, image2=PHOTO))
 async def face_match(request: Request) -> Response:
     arrived = time.perf_counter()
     faces, form = await _form(request)
@@ -165,7 +183,8 @@ async def face_match(request: Request) -> Response:
     return _answer(body, "match", arrived)
 
 
-@router.post("/backup", summary="DeepStack's admin backup: the face gallery as one file")
+@router.post("/backup", summary="DeepStack's admin backup: the face gallery as one file", response_class=Response,
+             responses={**DEEPSTACK_ERRORS, **BACKUP_FILE}, openapi_extra=form("the admin key"))
 async def face_backup(request: Request) -> Response:
     faces, _ = await _form(request, admin=True)
     folder = Path(tempfile.mkdtemp(prefix="faces-backup-"))
@@ -179,7 +198,9 @@ async def face_backup(request: Request) -> Response:
                         background=BackgroundTask(_remove, folder))
 
 
-@router.post("/restore", summary="DeepStack's admin restore: the face gallery replaced by a backup")
+@router.post("/restore", summary="DeepStack's admin restore: the face gallery replaced by a backup",
+             response_model=DeepStackAnswer, responses=DEEPSTACK_ERRORS,
+             openapi_extra=form("a backup, and the admin key", ("file",), file=PHOTO))
 async def face_restore(request: Request) -> Response:
     arrived = time.perf_counter()
     faces, form = await _form(request, admin=True)

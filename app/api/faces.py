@@ -23,6 +23,7 @@ from fastapi import APIRouter, Query, Request
 from app.api.auth import check_admin_key_value
 from app.api.deps import door_of
 from app.api.face_forms import read_face_form
+from app.api.face_schemas import NATIVE_ERRORS, PHOTO, DeletedOut, PeopleOut, RegisteredOut, form
 from app.errors import RequestError
 
 router = APIRouter(prefix="/v1/faces", tags=["faces"])
@@ -32,7 +33,8 @@ def _iso(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).isoformat(timespec="seconds")
 
 
-@router.get("", summary="The registered people, and which embedders' vectors cover them")
+@router.get("", summary="The registered people, and which embedders' vectors cover them", response_model=PeopleOut,
+            responses=NATIVE_ERRORS)
 async def list_people(request: Request) -> dict:
     faces = door_of(request).service.faces
     people = await faces.people()
@@ -49,7 +51,9 @@ async def list_people(request: Request) -> dict:
     }
 
 
-@router.put("/{userid}", summary="Register a person's faces (the largest face of each image)")
+@router.put("/{userid}", summary="Register a person's faces (the largest face of each image)",
+            response_model=RegisteredOut, responses=NATIVE_ERRORS, openapi_extra=form(
+                "the person's photos: every file of the form (image, image1, ...)", ("image",), image=PHOTO))
 async def put_person(request: Request, userid: str, replace: Annotated[bool, Query(
         description="true: the person's earlier faces are replaced (DeepStack's register); false: added to")] = True
                      ) -> dict:
@@ -66,7 +70,8 @@ async def put_person(request: Request, userid: str, replace: Annotated[bool, Que
             "faces": done.faces, "several_faces": [i for i in enrolment.crowded]}
 
 
-@router.delete("/{userid}", summary="Delete a person, their faces and vectors")
+@router.delete("/{userid}", summary="Delete a person, their faces and vectors", response_model=DeletedOut,
+               responses=NATIVE_ERRORS)
 async def delete_person(request: Request, userid: str) -> dict:
     door = door_of(request)
     if door.settings.face_edits_need_admin:

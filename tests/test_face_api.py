@@ -34,6 +34,8 @@ from pydantic import ValidationError
 from schemathesis import GenerationMode
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from app.core.face_models import FaceModels
 from app.faces.errors import FacesUnavailable
@@ -42,6 +44,7 @@ from converter.face_threshold import face_threshold
 from converter.importer import ImportOptions, import_model
 from tests.conftest import Service
 from tests.face_models import FACE_SIDE, face_photo, tiny_face_detector, tiny_face_embedder
+from tests.test_page import browser  # noqa: F401 (the try-it page's headless Chromium, a fixture)
 from tests.waiting import until
 
 pytestmark = pytest.mark.slow
@@ -404,3 +407,44 @@ def test_a_face_db_that_is_a_directory_stops_the_start_in_one_line(tmp_path, mon
     line = settings_problem(caught.value)
     assert "\n" not in line and line.startswith("EDGETPU_SERVE_FACE_DB=")
     assert "is a directory" in line and str(tmp_path / "faces.db") in line and "Fix:" in line
+
+
+# ---- the try-it page -----------------------------------------------------------------------------------------
+
+def test_the_try_it_page_enrolls_a_person_and_shows_names_on_the_face_boxes(models, browser, tmp_path):
+    """In headless Chromium (tests/test_page.py's): a photo enrolled under a name, then a photo of that person and a
+    stranger recognized, each box drawn where DeepStack's recognize puts it, labelled with the name or unknown."""
+    env = {k: v for k, v in face_env(models, tmp_path / "faces.db").items() if "KEYS" not in k}  # the page sends none
+    driver = browser
+    with Service(env, inherit_settings=False) as service:
+        wait = WebDriverWait(driver, WAIT_S)
+        driver.get(service.url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "faces").is_displayed())
+        wait.until(lambda d: d.find_element(By.ID, "people").text == "0 people registered")
+        enrolled = tmp_path / "ann.jpg"
+        enrolled.write_bytes(photo_of(2, 1))
+        driver.find_element(By.ID, "file").send_keys(str(enrolled))
+        driver.find_element(By.ID, "person").send_keys("Ann")
+        wait.until(lambda d: d.find_element(By.ID, "enroll").is_enabled())
+        driver.find_element(By.ID, "enroll").click()
+        wait.until(lambda d: d.find_element(By.ID, "message").text.startswith("Ann: 1 face registered"))
+        wait.until(lambda d: d.find_element(By.ID, "people").text == "1 person registered")
+        scene, _ = face_photo([(2, 4, (30, 60, FACE_SIDE)), (STRANGER, 2, (220, 120, FACE_SIDE))], seed=21)
+        both = tmp_path / "both.jpg"
+        both.write_bytes(jpeg(scene))
+        driver.find_element(By.ID, "file").send_keys(str(both))
+        wait.until(lambda d: d.find_element(By.ID, "recognize").is_enabled())
+        driver.find_element(By.ID, "recognize").click()
+        drawn = wait.until(lambda d: d.execute_script(
+            "const c = document.querySelector('#results .faces-card canvas.boxes');"
+            "return c ? {drawn: JSON.parse(c.dataset.drawn), scale: parseFloat(c.dataset.scale)} : null;"))
+        api = httpx.post(f"{service.url}/v1/vision/face/recognize", files={"image": both.read_bytes()}, timeout=60)
+        predictions = api.json()["predictions"]
+        assert sorted(p["userid"] for p in predictions) == ["Ann", "unknown"], predictions
+        assert [box["label"] for box in drawn["drawn"]] == [p["userid"] for p in predictions]
+        for box, p in zip(drawn["drawn"], predictions):  # where the API puts it, on the canvas' scale (1: 320 wide)
+            assert (box["x"], box["y"]) == (round(p["x_min"] * drawn["scale"]), round(p["y_min"] * drawn["scale"]))
+            assert box["x"] + box["w"] == round(p["x_max"] * drawn["scale"])
+        driver.save_screenshot(str(tmp_path / "try-it-faces.png"))
+        if target := os.environ.get("TRY_IT_FACES_SCREENSHOT"):
+            Path(target).write_bytes((tmp_path / "try-it-faces.png").read_bytes())

@@ -448,3 +448,15 @@ def test_the_try_it_page_enrolls_a_person_and_shows_names_on_the_face_boxes(mode
         driver.save_screenshot(str(tmp_path / "try-it-faces.png"))
         if target := os.environ.get("TRY_IT_FACES_SCREENSHOT"):
             Path(target).write_bytes((tmp_path / "try-it-faces.png").read_bytes())
+
+
+def test_a_face_db_holding_another_file_stops_the_start_in_one_line_and_is_left_untouched(models, tmp_path):
+    other = tmp_path / "notes.db"
+    other.write_text("not a gallery\n")
+    service = Service(face_env(models, other), inherit_settings=False)
+    try:
+        assert service.process.wait(WAIT_S) == 2
+    finally:
+        output = service.stop()
+    assert f"edgetpu-serve: cannot start: {other} is not an SQLite database" in output and "FACE_DB" in output
+    assert "Traceback" not in output and other.read_text() == "not a gallery\n"

@@ -38,11 +38,13 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from app.core.face_models import FaceModels
+from app.faces.gallery import Gallery
 from app.faces.errors import FacesUnavailable
 from app.settings import Settings, settings_problem
 from converter.face_threshold import face_threshold
 from converter.importer import ImportOptions, import_model
 from tests.conftest import Service
+from tests.face_import_models import face_box, face_landmarks, retinaface_like
 from tests.face_models import FACE_SIDE, face_photo, tiny_face_detector, tiny_face_embedder
 from tests.test_page import browser  # noqa: F401 (the try-it page's headless Chromium, a fixture)
 from tests.waiting import until
@@ -81,7 +83,9 @@ def models(tmp_path_factory) -> Path:
     (root / "ulfd.tflite").write_bytes(tiny_face_detector())
     (root / "mfn.tflite").write_bytes(tiny_face_embedder("uint8", "first"))
     (root / "mfn8.tflite").write_bytes(tiny_face_embedder("int8", None))  # another file: another embedder
-    import_model([root / "ulfd.tflite"], ImportOptions(name="ulfd", out=root / "models"))
+    (root / "retina.tflite").write_bytes(retinaface_like())  # landmarks: its one face is aligned on them
+    for name in ("ulfd", "retina"):
+        import_model([root / f"{name}.tflite"], ImportOptions(name=name, out=root / "models"))
     for name in ("mfn", "mfn8"):
         import_model([root / f"{name}.tflite"], ImportOptions(name=name, out=root / "models", task="embedding"))
     people = root / "people"
@@ -383,6 +387,25 @@ def test_a_new_embedder_re_embeds_the_gallery_from_its_regions_at_start(models, 
             predictions = client_of(second).recognize(photo_of(k, 4, seed=1))
             assert [p["userid"] for p in predictions] == [NAMES[k]], (predictions, second.output()[-2000:])
         assert "re-embedded 2 faces" in second.output()
+
+
+def test_a_detector_with_landmarks_aligns_the_face_and_the_gallery_keeps_them(models, tmp_path):
+    """RetinaFace's 5 landmarks (tests/face_import_models.py: one face where its constants put it) go through
+    registration into the stored region, in its pixels, and recognition aligns on them as registration did."""
+    db = tmp_path / "faces.db"
+    scene, _ = face_photo([(4, 1, (100, 80, 120))], size=(320, 320), seed=4)
+    with Service(face_env(models, db, EDGETPU_SERVE_FACE_DETECTOR="retina"), inherit_settings=False) as service:
+        assert client_of(service).register("Aligned", jpeg(scene)) == "face added"
+        matched = post(service, "/v1/vision/face/match", files={"image1": jpeg(scene), "image2": jpeg(scene)}).json()
+        assert matched["similarity"] > 0.95, matched  # the same pixels aligned the same way, JPEG apart
+        recognized = client_of(service).recognize(jpeg(scene))
+        assert [p["userid"] for p in recognized] == ["Aligned"], recognized
+    with Gallery(db) as gallery:
+        region = gallery.faces("Aligned")[0].region
+    box = np.multiply(face_box(), 320)  # in the photo's pixels, as the detector gives them
+    scale = (region.box[2] - region.box[0]) / (box[2] - box[0])
+    expected = (face_landmarks() * 320 - box[:2]) * scale + region.box[:2]
+    np.testing.assert_allclose(region.landmarks, expected, atol=0.01)
 
 
 @pytest.mark.parametrize(("detector", "embedder", "words"), [

@@ -367,8 +367,13 @@ def test_while_the_face_models_are_not_set_every_face_route_answers_503_with_the
                             ("/v1/vision/face/list", None), ("/v1/vision/face/delete", None)):
             r = post(service, path, files=files, userid="Anyone")
             assert_deepstack_error(r, 503, "EDGETPU_SERVE_FACE_DETECTOR", "ulfd")
-        native = httpx.get(f"{service.url}/v1/faces", headers={"X-API-Key": API_KEY})
-        assert native.status_code == 503 and "EDGETPU_SERVE_FACE_DETECTOR" in native.json()["error"]
+            bare = post(service, path)  # a form missing its fields: the setting is what to fix first
+            assert_deepstack_error(bare, 503, "EDGETPU_SERVE_FACE_DETECTOR")
+        headers = {"X-API-Key": API_KEY}
+        for native in (httpx.get(f"{service.url}/v1/faces", headers=headers),
+                       httpx.put(f"{service.url}/v1/faces/Anyone", headers=headers, files={"image": photo_of(1, 1)}),
+                       httpx.delete(f"{service.url}/v1/faces/Anyone", headers=headers)):
+            assert native.status_code == 503 and "EDGETPU_SERVE_FACE_DETECTOR" in native.json()["error"], native.text
     assert not (tmp_path / "faces.db").exists()  # no face models: no gallery file made
 
 

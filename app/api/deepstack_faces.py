@@ -68,7 +68,8 @@ router = APIRouter(prefix="/v1", tags=["DeepStack (faces)"], route_class=FaceRou
 
 
 async def _form(request: Request, admin: bool = False) -> tuple[Faces, FaceForm]:
-    """The form, read within the body limit, and the key it needs checked (the admin key where `admin`)."""
+    """The form, read within the body limit, the key it needs checked (the admin key where `admin`), and the face
+    models served."""
     door = door_of(request)
     keyed = not admin and inference_key_in_head(request)
     form = await read_face_form(request, door.settings.max_body_bytes)
@@ -78,7 +79,9 @@ async def _form(request: Request, admin: bool = False) -> tuple[Faces, FaceForm]
         check_inference_key_value(request, form.text(KEY) or form.text(ADMIN_KEY), "Incorrect api key: send one of "
                                   "the service's API keys as the form field 'api_key' or as 'Authorization: Bearer "
                                   "<key>'")
-    return door.service.faces, form
+    faces = door.service.faces
+    faces.models.pair()  # while the face models are not set: the 503 with the fix, before the form's own faults
+    return faces, form
 
 
 def _edits_need_admin(request: Request) -> bool:

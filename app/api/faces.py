@@ -60,6 +60,7 @@ async def put_person(request: Request, userid: str, replace: Annotated[bool, Que
     door = door_of(request)
     if door.settings.face_edits_need_admin:
         check_admin_key_value(request)
+    door.service.faces.models.pair()  # while the face models are not set: the 503 with the fix, before the body
     form = await read_face_form(request, door.settings.max_body_bytes)
     images = form.images()
     if not images:

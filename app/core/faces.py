@@ -113,12 +113,12 @@ class Faces:
     async def register(self, userid: str, photos: Sequence[bytes], replace: bool = True) -> Enrolment:
         """The largest face of each photo, registered for `userid` in one transaction (replace: their earlier faces
         go; else these are added). A photo without a face is NoFace, and nothing is registered."""
+        pair = self.models.pair()
         userid = check_userid(userid)
         if not photos:
             raise RequestError("no image to register: send one or more (image, image1, ...)")
         if len(photos) > FACES_PER_PERSON_MAX:
             raise RequestError(f"{len(photos)} images; a person has at most {FACES_PER_PERSON_MAX} faces")
-        pair = self.models.pair()
         regions, crowded = [], []
         for index, data in enumerate(photos):
             faces, photo = await self._faces_and_photo(pair.detector, data, index, len(photos))

@@ -197,6 +197,8 @@ def test_match_gives_the_similarity_of_two_photos(served):
     other = post(service, "/v1/vision/face/match", files={"image1": photo_of(3, 1), "image2": photo_of(5, 5)}).json()
     assert same["success"] and other["success"]
     assert same["similarity"] > other["similarity"] and same["confidence"] > 0.5 > other["confidence"]
+    for answer in (same, other):  # DeepStack's scale, from the cosine
+        assert 0 <= answer["similarity"] <= 1 and answer["similarity"] == pytest.approx((answer["cosine"] + 1) / 2)
 
 
 # ---- the native routes ---------------------------------------------------------------------------------------
@@ -402,7 +404,7 @@ def test_a_detector_with_landmarks_aligns_the_face_and_the_gallery_keeps_them(mo
     with Service(face_env(models, db, EDGETPU_SERVE_FACE_DETECTOR="retina"), inherit_settings=False) as service:
         assert client_of(service).register("Aligned", jpeg(scene)) == "face added"
         matched = post(service, "/v1/vision/face/match", files={"image1": jpeg(scene), "image2": jpeg(scene)}).json()
-        assert matched["similarity"] > 0.95, matched  # the same pixels aligned the same way, JPEG apart
+        assert matched["cosine"] > 0.95, matched  # the same pixels aligned the same way, JPEG apart
         recognized = client_of(service).recognize(jpeg(scene))
         assert [p["userid"] for p in recognized] == ["Aligned"], recognized
     with Gallery(db) as gallery:

@@ -6,7 +6,8 @@ Agent DVR, Blue Iris, node-red-contrib-deepstack; CodeProject.AI serves the same
     POST /v1/vision/face/recognize  image [min_confidence]  -> predictions: userid ("unknown"), confidence, box
     POST /v1/vision/face/list                               -> faces: the userids
     POST /v1/vision/face/delete     userid                  -> success
-    POST /v1/vision/face/match      image1, image2          -> similarity (and confidence, calibrated)
+    POST /v1/vision/face/match      image1, image2          -> similarity (DeepStack's (cosine + 1) / 2), cosine,
+                                                               confidence (calibrated)
     POST /v1/backup                 admin key               -> the gallery, one SQLite file (app/faces/backup.py)
     POST /v1/restore                file, admin key         -> the gallery replaced by the file, whole or not at all
 
@@ -180,7 +181,9 @@ async def face_match(request: Request) -> Response:
     arrived = time.perf_counter()
     faces, form = await _form(request)
     comparison = await faces.match(form.file("image1"), form.file("image2"))
-    body = {"similarity": comparison.similarity}
+    # DeepStack's and CodeProject.AI's similarity is (cosine + 1) / 2, in [0, 1]; the cosine and, where the embedder
+    # is calibrated, the confidence (0.5 at its threshold) say more
+    body = {"similarity": (comparison.similarity + 1) / 2, "cosine": comparison.similarity}
     if comparison.confidence is not None:
         body["confidence"] = comparison.confidence
     return _answer(body, "match", arrived)

@@ -72,7 +72,9 @@ class FaceListAnswer(DeepStackAnswer):
 
 
 class FaceMatchAnswer(DeepStackAnswer):
-    similarity: float = Field(description="the cosine similarity of the two photos' largest faces")
+    similarity: float = Field(description="DeepStack's and CodeProject.AI's: (cosine + 1) / 2 of the two photos' "
+                                          "largest faces, in [0, 1]")
+    cosine: float = Field(description="their cosine similarity, in [-1, 1]")
     confidence: float | None = Field(default=None, description="where the embedder is calibrated")
 
 

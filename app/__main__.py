@@ -63,6 +63,9 @@ def serve(settings: Settings) -> int:
             runner.run(service.serve())
     except ServerFailed as e:
         return e.status
+    except ServeError as e:  # what the start found (a FACE_DB that holds another file): said in one line
+        print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

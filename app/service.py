@@ -31,6 +31,7 @@ from typing import Protocol
 
 from app import metrics, processes
 from app.core import Core, ImageWork, image_threads
+from app.core.faces import Faces
 from app.frontdoors import zmq_door
 from app.imaging.decoding import reuse_image_buffers
 from app.processes.siblings import Siblings, reload_here, reload_others
@@ -102,6 +103,8 @@ class Service:
                                 max_decoded_pixels=settings.max_decoded_pixels,
                                 accept_damaged=settings.accept_damaged_images)
         self.core = Core(self.registry, self.images)
+        # the face commands (FACE_DETECTOR, FACE_EMBEDDER): their gallery opened at start, in this process
+        self.faces = Faces(settings, self.core, reembeds=slot is None or slot.index == 0)
         metrics.watch(self.registry)  # /metrics reports this registry's state (one per process: the last one)
         self.doors = Doors()
         zmq = zmq_door(settings, self.core, slot is None or slot.index == 0)
@@ -154,6 +157,7 @@ class Service:
                 await asyncio.shield(self._loading)
                 processes.slots.mark_loaded()
             self._hangup = reload_on_hangup(self.registry)
+            await self.faces.start()  # the gallery, opened in this process (after any fork)
             for door in self.doors.doors.values():
                 await door.start()
                 self._opened.append(door)
@@ -180,6 +184,7 @@ class Service:
                         self.registry.active, drain_s)
         if self._loading is not None:  # a load still under way drops what it loads once draining; bounded
             await asyncio.wait({self._loading}, timeout=drain_s)
+        await self.faces.stop()
         await asyncio.to_thread(self.registry.close)
         self.images.close()
         self.state = "stopped"

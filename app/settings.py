@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from collections.abc import Collection, Iterable
 
-from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -47,6 +47,13 @@ class PluginSettings(BaseSettings):
 
 def plugin_config(key: str, **extra) -> SettingsConfigDict:
     return SettingsConfigDict(env_prefix=f"{ENV_PREFIX}{key.upper()}_", extra="forbid", frozen=True, **extra)
+
+
+def gallery_file(path: Path | None) -> Path | None:
+    """FACE_DB names a file (made if missing), never a directory."""
+    if path is not None and path.is_dir():
+        raise ValueError(f"{path} is a directory; the face gallery is one file: name it, e.g. {path / 'faces.db'}")
+    return path
 
 
 @dataclass(frozen=True)
@@ -242,6 +249,13 @@ class Settings(BaseSettings):
     # moved this long, is dropped.
     zmq_peer_timeout_s: float = Field(default=10.0, gt=0, le=3600)
 
+    # Faces (docs/faces.md): served detection and embedding models (unset: the face routes answer 503 with the fix);
+    # the gallery's file (unset: default_gallery_path()); register and delete need the admin key, or not.
+    face_detector: str | None = Field(default=None, max_length=256)
+    face_embedder: str | None = Field(default=None, max_length=256)
+    face_db: Annotated[Path | None, AfterValidator(gallery_file)] = None
+    face_edits_need_admin: bool = False
+
     _plugin_settings: dict[type, PluginSettings | None] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
@@ -303,7 +317,8 @@ class Settings(BaseSettings):
             return None
         return DeviceShare.parse(value) if isinstance(value, str) else value
 
-    @field_validator("api_keys_file", "admin_keys_file", "device_claims_dir", mode="before")
+    @field_validator("api_keys_file", "admin_keys_file", "device_claims_dir", "face_db", "face_detector",
+                     "face_embedder", mode="before")
     @classmethod
     def _empty_is_none(cls, value):
         return None if value == "" else value  # EDGETPU_SERVE_API_KEYS_FILE= (compose's empty default)

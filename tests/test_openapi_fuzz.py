@@ -32,6 +32,9 @@ BACKENDS = ["cpu", "emulated"]
 # interpreter busy (503). Anything else is drift: a 422 for a value the schema allows, a backend the
 # enum offers refused (a wrong backend is a 422, as any value outside the schema: app.errors.BackendNotAvailable).
 ACCEPTED_REFUSALS = ["2xx", "400", "404", "413", "503"]
+# The face routes answer 503 here, saying the fix (no face models are set: none is committed); they are fuzzed where
+# they are set, in tests/test_face_api.py
+FACE_PATHS = ("/v1/vision/face", "/v1/faces", "/v1/backup", "/v1/restore")
 # The fuzzer's first examples of a body-less operation are few and alike; that is not a defect here.
 SUPPRESSED = [HealthCheck.too_slow, HealthCheck.filter_too_much]
 load_all_checks()
@@ -77,6 +80,8 @@ def test_no_server_errors_and_no_drift(fuzzed_service, mode):
     assert {"response_schema_conformance", "positive_data_acceptance"} <= {c.__name__ for c in ALL_CHECKS}
     ran = Counter()
     for operation in operations:
+        if operation.path.startswith(FACE_PATHS):
+            continue
 
         @given(case=operation.as_strategy(generation_mode=mode))
         @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None, derandomize=True,

@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from app import tasks
-from app.api import auth, devices, doors, errors, health, metrics, models, openapi, page
+from app.api import auth, deepstack_faces, devices, doors, errors, faces, health, metrics, models, openapi, page
 from app.api.body import HoldBodyBudget
 from app.api.deps import HttpDoor, ServiceView, attach
 from app.api.keys import ApiKeys
@@ -70,6 +70,8 @@ def http_app(service: ServiceView) -> FastAPI:
     app.include_router(devices.router, dependencies=[auth.InferenceKey])
     app.include_router(v2.health)  # open, like /healthz
     app.include_router(v2.router, dependencies=[auth.InferenceKey])
+    app.include_router(deepstack_faces.router)  # its keys as DeepStack's clients send them: in the form
+    app.include_router(faces.router, dependencies=[auth.InferenceKey])
     metrics.install(app, door.routes)  # /metrics: open until inference keys are set, like /v1
     page.install(app)
     openapi.install(app, service.core, settings.max_top_k)

@@ -88,6 +88,21 @@ def check_inference_key_value(request: Request, value: str | None, missing: str)
         raise _unauthorized(missing)
 
 
+def check_admin_key_value(request: Request, *values: str | None) -> None:
+    """The admin key, in the head or as one of `values` (DeepStack's form fields `admin_key`, or `api_key` from a
+    client that sends no other): as require_admin_key decides, with DeepStack's "Incorrect admin key" for a key
+    missing or not an admin one."""
+    keys = door_of(request).keys
+    if not keys.admin:
+        if keys.admin_open:
+            return
+        raise HTTPException(403, HOW_TO_ENABLE_ADMIN.format(host=door_of(request).settings.host))
+    presented = [presented_key(request)] + [v.strip().encode("utf-8", "surrogateescape") for v in values if v]
+    if not any(given and matches(given, keys.admin) for given in presented):
+        raise _unauthorized("Incorrect admin key: send one of the service's admin keys as the form field 'admin_key' "
+                            "or as 'Authorization: Bearer <key>'")
+
+
 async def require_inference_key(request: Request) -> None:
     check_inference_key(request)
 

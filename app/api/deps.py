@@ -16,6 +16,7 @@ from fastapi import Depends, FastAPI, Request
 from app.api.keys import ApiKeys
 from app.api.routes import InferenceRoutes
 from app.core import Core
+from app.core.faces import Faces
 from app.processes.siblings import Siblings
 from app.settings import Settings
 
@@ -33,6 +34,7 @@ class ServiceView(Protocol):
 
     settings: Settings
     core: Core
+    faces: Faces  # the face commands (app/core/faces.py)
     siblings: Siblings | None  # the other worker processes of its group; None: alone
     doors: DoorsView
 

@@ -92,3 +92,15 @@ class CorruptBackup(BadBackup):
 class ForeignBackup(BadBackup):
     """A sound SQLite database that is not a gallery of this service (another application's, DeepStack's own,
     a newer schema, or one with tables, triggers or views this service does not make)."""
+
+
+class FacesUnavailable(ServeError):
+    """The face routes cannot answer as the service is set up: no face detector or embedder is set, or the one
+    set names no served model of its task, or the embedder has no calibration. The message says the fix (503: the
+    service is up, its face part is not)."""
+
+    status = 503
+
+
+class NoFace(InvalidFace):
+    """A photo in which the detector found no face (a registration needs one in each photo)."""

@@ -1,6 +1,8 @@
 // The try-it page: pick an image, classify it (or, with a detection model, detect objects and draw their boxes on
 // it; with a segmentation model, overlay its mask with a legend; with a pose model, draw the skeleton) with the
-// native API, compare backends side by side.
+// native API, compare backends side by side. Where the face routes serve: enroll the photo's largest face under a
+// name (PUT /v1/faces/{name}), and recognize the photo's faces (DeepStack's /v1/vision/face/recognize), the names on
+// their boxes.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -74,6 +76,8 @@ function updateButtons() {
   const ready = state.file !== null && $("backend").options.length > 0;
   $("classify").disabled = !ready;
   $("compare").disabled = !ready || $("backend").options.length < 2;
+  $("recognize").disabled = state.file === null;
+  $("enroll").disabled = state.file === null || !$("person").value.trim();
 }
 
 async function loadModels() {
@@ -282,7 +286,7 @@ function boxesCanvas(result, image) {
     const w = Math.round(d.box.x_max * scale) - x, h = Math.round(d.box.y_max * scale) - y;
     ctx.strokeStyle = BOX_COLOUR;
     ctx.strokeRect(x, y, w, h);
-    const text = `${d.label} ${(d.score * 100).toFixed(0)}%`;
+    const text = d.text || `${d.label} ${(d.score * 100).toFixed(0)}%`;
     const textWidth = ctx.measureText(text).width + 6;
     const top = y >= 17 ? y - 17 : y;  // above the box, or inside it at the image's top edge
     ctx.fillStyle = BOX_COLOUR;
@@ -499,6 +503,75 @@ async function run(backends) {
   updateButtons();
 }
 
+async function loadFaces() {
+  // the face controls, shown where the face routes serve (GET /v1/faces answers 200); else the reason on hover
+  const response = await fetch("/v1/faces");
+  const body = await response.json().catch(() => ({}));
+  $("faces").hidden = !response.ok;
+  $("faces").title = response.ok ? "" : body.error || "";
+  if (response.ok) $("people").textContent = `${body.count} ${body.count === 1 ? "person" : "people"} registered`;
+}
+
+function photoForm() {
+  const form = new FormData();
+  form.append("image", state.file);
+  return form;
+}
+
+async function enroll() {
+  const name = $("person").value.trim();
+  $("enroll").disabled = true;
+  show(`enrolling ${name} …`);
+  const response = await fetch(`/v1/faces/${encodeURIComponent(name)}?replace=false`, { method: "PUT", body: photoForm() });
+  const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
+  if (response.ok) {
+    const crowd = body.several_faces.length ? " (the photo held several faces: the largest was taken)" : "";
+    show(`${body.userid}: ${body.faces} face${body.faces === 1 ? "" : "s"} registered${crowd}`);
+  } else {
+    show(`${name}: ${body.error || `HTTP ${response.status}`}`, true);
+  }
+  await loadFaces().catch(() => {});
+  updateButtons();
+}
+
+async function recognize() {
+  $("recognize").disabled = true;
+  show("recognizing faces …");
+  let image;
+  try {
+    image = await loadImage(state.file);
+  } catch (e) {
+    show(`${state.file.name}: ${e.message}`, true);
+    updateButtons();
+    return;
+  }
+  const response = await fetch("/v1/vision/face/recognize", { method: "POST", body: photoForm() });
+  const body = await response.json().catch(() => ({ success: false, error: `HTTP ${response.status}` }));
+  if (!response.ok || !body.success) {
+    show(body.error || `HTTP ${response.status}`, true);
+    updateButtons();
+    return;
+  }
+  // the photo as the browser shows it (EXIF orientation applied, as the service applies it), a box per face
+  const result = { image: { width: image.naturalWidth, height: image.naturalHeight },
+    detections: body.predictions.map((p) => ({ label: p.userid, score: p.confidence,
+      text: p.userid === "unknown" ? "unknown" : `${p.userid} ${(p.confidence * 100).toFixed(0)}%`,
+      box: { x_min: p.x_min, y_min: p.y_min, x_max: p.x_max, y_max: p.y_max } })) };
+  const el = document.createElement("div");
+  el.className = "card faces-card";
+  el.dataset.backend = "faces";
+  const title = document.createElement("h2");
+  title.textContent = "faces ";
+  const small = document.createElement("small");
+  small.textContent = `${body.predictions.length} found · ${body.duration.toFixed(1)} ms`;
+  title.append(small);
+  el.append(title, boxesCanvas(result, image));
+  for (const p of body.predictions) el.append(predictionRow(p.userid, "recognition confidence", p.confidence));
+  $("results").replaceChildren(el);
+  show(body.message);
+  updateButtons();
+}
+
 $("file").addEventListener("change", (e) => pickFile(e.target.files[0]));
 $("drop").addEventListener("dragover", (e) => { e.preventDefault(); $("drop").classList.add("over"); });
 $("drop").addEventListener("dragleave", () => $("drop").classList.remove("over"));
@@ -511,6 +584,10 @@ $("model").addEventListener("change", fillBackends);
 window.addEventListener("resize", fitStageLabels);
 $("classify").addEventListener("click", () => run([$("backend").value]));
 $("compare").addEventListener("click", () => run([...$("backend").options].map((o) => o.value)));
+$("person").addEventListener("input", updateButtons);
+$("enroll").addEventListener("click", enroll);
+$("recognize").addEventListener("click", recognize);
 
 loadModels().catch((e) => show(`cannot list models: ${e.message}`, true));
 loadDevices();
+loadFaces().catch(() => {});

@@ -75,7 +75,7 @@ from bench.face_gallery import tiny_region  # noqa: E402
 from bench.stats import median, percentile  # noqa: E402
 from converter.importer import ImportOptions, import_model  # noqa: E402
 from converter.photos import sample_photos  # noqa: E402
-from tests.face_models import FACE_SIDE, draw_face, tiny_face_detector, tiny_face_embedder  # noqa: E402
+from tests.face_models import EMBEDDING, FACE_SIDE, draw_face, tiny_face_detector, tiny_face_embedder  # noqa: E402
 
 TARGET_MS = 1.0          # what recognition against 10,000 people may add over detect + embed, on one core
 DETECTOR, EMBEDDER = "faces", "face_embedder"
@@ -151,7 +151,7 @@ class FacePath:
         found = await self.detect(jpeg)
         photo = decoded(jpeg)
         return np.stack([await self.embed(face_input(photo, *box_and_landmarks(face), self.size, self.margin))
-                         for face in found]) if found else np.zeros((0, 128), np.float32)
+                         for face in found]) if found else np.zeros((0, EMBEDDING), np.float32)
 
 
 def box_and_landmarks(face) -> tuple[tuple[float, ...], list[tuple[float, float]]]:
@@ -225,6 +225,8 @@ async def time_recognition(path: FacePath, photos: list[Photo], galleries: dict[
         start = time.perf_counter()
         vectors = await path.vectors(photo.jpeg)
         elapsed = time.perf_counter() - start
+        if not len(vectors):
+            raise SystemExit(f"the detector found no face in the photo of person {photo.person}")
         found = {}
         order = list(galleries.items())
         for n, gallery in order if index % 4 < 2 else reversed(order):  # each gallery first after the models
@@ -272,6 +274,8 @@ async def time_registration(path: FacePath, photos: list[Photo], directory: Path
         for photo in photos:
             marks = [time.perf_counter()]
             found = await path.detect(photo.jpeg)
+            if not found:
+                raise SystemExit(f"the detector found no face in the photo of person {photo.person}")
             marks.append(time.perf_counter())
             image = decoded(photo.jpeg)
             marks.append(time.perf_counter())
@@ -284,7 +288,8 @@ async def time_registration(path: FacePath, photos: list[Photo], directory: Path
             for name, begin, end in zip(steps, marks, marks[1:]):
                 steps[name].append((end - begin) * 1000)
             steps["per photo"].append((marks[-1] - marks[0]) * 1000)
-        assert len(gallery.userids()) == len({photo.person for photo in photos})
+        if len(gallery.userids()) != len({photo.person for photo in photos}):
+            raise SystemExit(f"registered {len(gallery.userids())} people, not one per photo's person")
     return steps
 
 

@@ -65,13 +65,21 @@ def _timed_async(stage: str, fn):
 
 
 def instrument() -> None:
-    import app.api.classify as classify_api
+    try:  # one module per task door, until the native routes were made from the task list (app/api/native.py)
+        import app.api.classify as classify_api
+    except ImportError:
+        classify_api = None
     try:  # the image work in the core since the request path became a library (app/core/)
         import app.core.images as inference
-        from app.tasks.classify import ClassifyResponse
     except ImportError:
         import app.inference as inference
-        from app.api.schemas import ClassifyResponse
+    try:  # a pydantic copy of the classification's result, until a result became one type (app/tasks/base.py)
+        from app.tasks.classify import ClassifyResponse
+    except ImportError:
+        try:
+            from app.api.schemas import ClassifyResponse
+        except ImportError:
+            ClassifyResponse = None
 
     try:  # the classification task's post-processing, in its own module since the task seam
         import app.tasks.classify as post
@@ -99,7 +107,10 @@ def instrument() -> None:
         classify_api.image_bytes = _timed_async("body read", classify_api.image_bytes)
     if hasattr(classify_api, "response_body"):  # orjson, straight from the dataclasses
         classify_api.response_body = _timed("response serialization", classify_api.response_body)
-    for name in ("model_validate", "model_dump_json"):
+    elif classify_api is None:  # every task's native JSON: the answer's one envelope (Answer.json)
+        from app.tasks import Answer
+        Answer.json = _timed("response serialization", Answer.json)
+    for name in ("model_validate", "model_dump_json") if ClassifyResponse is not None else ():
         original = getattr(ClassifyResponse, name)
         timed = _timed("response serialization", original)
         # model_validate is bound already (a classmethod): stored as a plain function on the class
@@ -111,13 +122,17 @@ def instrument() -> None:
 
 def instrument_detection() -> None:
     """The detection task's stages, on a checkout that has it: post-processing (boxes to pixels, labels), the
-    body read of /v1/detect and DeepStack's routes (multipart with its form fields), their serialization."""
+    body read of /v1/detect and DeepStack's routes (multipart with its form fields), their serialization (the
+    native routes' in Answer.json, instrumented with the classification's, where they are made from the tasks)."""
     try:
         import app.api.deepstack as deepstack
-        import app.api.detect as detect_api
         import app.tasks.detect as detect
     except ImportError:
         return
+    try:
+        import app.api.detect as detect_api
+    except ImportError:
+        detect_api = None
     if hasattr(detect, "DetectionTask") and hasattr(detect.DetectionTask, "read"):  # the task reads its outputs itself
         detect.DetectionTask.read = _timed("post-processing", detect.DetectionTask.read)
     else:
@@ -126,7 +141,8 @@ def instrument_detection() -> None:
         detect_api.image_bytes = _timed_async("body read", detect_api.image_bytes)
     deepstack.image_and_fields = _timed_async("body read", deepstack.image_and_fields)
     for module in (detect_api, deepstack):
-        module.response_body = _timed("response serialization", module.response_body)
+        if module is not None:
+            module.response_body = _timed("response serialization", module.response_body)
 
 
 def _dump_stats(*_) -> None:

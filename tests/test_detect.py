@@ -237,7 +237,7 @@ def test_max_detections_and_the_labels_filter(tiny):
 def test_a_full_line_is_refused_in_each_protocols_shape(tiny):
     app, client = tiny
     registry = service_of(app).registry
-    routes = InferenceRoutes.of(route for router in inference_routers() for route in router.routes)
+    routes = InferenceRoutes.of(inference_routers())
     check = HeadAdmission(service_of(app).core, routes)
     place = registry.get("tiny_tf1_dequantize").pool("cpu").admit()  # the line of 1 is full
     try:

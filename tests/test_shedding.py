@@ -114,7 +114,7 @@ def test_only_the_full_line_is_refused(served, cat_png):
 
 def test_head_admission_places_a_request_as_the_application_would(served):
     _, registry, core = served
-    check = HeadAdmission(core, InferenceRoutes.of(route for router in inference_routers() for route in router.routes))
+    check = HeadAdmission(core, InferenceRoutes.of(inference_routers()))
     place = registry.get(DEFAULT_MODEL).pool("cpu").admit()
     try:
         assert check(b"POST", b"/v1/classify").status == 503

@@ -1,11 +1,12 @@
-"""The task seam (app/tasks/): a model's task checks its outputs at load, by tensor name, and a third task
-is its module, its schema and its route.
+"""The task seam (app/tasks/): a model's task checks its outputs at load, by tensor name; a new task is its module
+alone; and every task's result is one type, whose JSON is its schema's.
 
-A throwaway task, "features" (the dequantized output vector), lives in this file only: its
-module (FeaturesTask: roles, `read`), its schema (FeaturesResponse) and its route (`router`, a front door
-calling the core). Registered with app.tasks.register and app.api.doors.add, it is served over a real socket on
-a tiny model built here, with nothing else touched. The roles check is shown on the shared tiny detectors
-(tests/detection_models.py: TF1 and TF2 output orders) with a throwaway four-role task, and on
+A throwaway task, "features" (the dequantized output vector), lives in this file only, as a task module would: its
+result type (`Features`, a vector), its options (`scale`, a query parameter with its constraint), its other form
+(`csv`) and its reading of the outputs. Registered with app.tasks.register and nothing else, it gets its native
+routes (/v1/features, /v1/models/{name}/features), their OpenAPI description and a place in the table of inference
+routes, and is served over a real socket on a tiny model built here. The roles check is shown on the shared tiny
+detectors (tests/detection_models.py: TF1 and TF2 output orders) with a throwaway four-role task, and on
 classifiers with several outputs.
 """
 
@@ -13,38 +14,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
+import json
 import threading
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import httpx
+import jsonschema_rs
 import numpy as np
 import pytest
 import uvicorn
-from fastapi import APIRouter, Request, Response
 from PIL import Image
-from pydantic import BaseModel
+from pydantic import Field
 
 from app import tasks
 from app.api import doors
-from app.api.auth import check_inference_key
-from app.api.body import image_bytes
-from app.api.direct import DirectRoute
-from app.api.held import held
-from app.api.routes import Inference, v1_head
-from app.core import ImageInput
 from app.engines import TensorSpec
 from app.errors import ModelDirError
 from app.http_server import config
 from app.main import create_app
-from app.api.deps import app_door, door_of, service_of
+from app.api.deps import app_door, service_of
 from app.model_dir.reading import ModelDir, read_model_dir
 from app.model_dir.schema import Manifest
 from app.registry import Registry
 from app.settings import Settings
-from app.tasks import Outputs, Task
-from app.tasks.base import Timing, resolve_roles
+from app.tasks import Answer, Outputs, Task
+from app.tasks.base import resolve_roles
+from app.tasks.results import Internal, Render, Vector, answer_adapter, answer_schema, wire_fields
 from bench.service import free_port
 from converter.model_dir import write_model_dir
 from tests.detection_models import OUTPUT_ORDERS, output_names, square_image, tiny_detector
@@ -54,62 +55,49 @@ from tests.waiting import until
 EVENTUALLY_S = 60
 
 
-# ---- the throwaway task: its module, its schema, its route -------------------------------------
-
-class FeaturesResponse(BaseModel):
-    model: str
-    backend: str
-    features: list[float]
-    timing_ms: Timing
-
+# ---- the throwaway task: its module alone ---------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Features:
-    features: list[float]
+    """The model's output vector, dequantized and scaled."""
+
+    features: Annotated[Vector, Field(description="the output's values, times `scale`")]
+    size: int
+    raw: Annotated[np.ndarray, Internal]  # kept for the csv form, never sent
 
 
-class FeaturesTask(Task):
+@dataclass(frozen=True)
+class FeaturesOptions:
+    scale: Annotated[float, Field(gt=0.0, le=100.0, description="what the values are multiplied by")] = 1.0
+
+
+def as_csv(result: Features) -> bytes:
+    return ",".join(str(int(v)) for v in result.raw.reshape(-1)).encode()
+
+
+class FeaturesTask(Task, name="features", verb="features", summary="The features of an image"):
     """The model's output vector, dequantized."""
 
-    name = "features"
     roles = ("features",)
-    schema = FeaturesResponse
+    renders = {"csv": Render("text/csv", "the output as the model gave it, comma-separated", as_csv)}
 
-    def read(self, outputs: Outputs, options) -> Features:
-        spec = outputs.spec("features")
-        values = outputs.of("features").reshape(-1).astype(np.float64)
+    def read(self, outputs: Outputs, options: FeaturesOptions) -> Features:
+        spec, raw = outputs.spec("features"), outputs.of("features")
+        values = raw.reshape(-1).astype(np.float64)
         if spec.scale > 0:
             values = (values - spec.zero_point) * spec.scale
-        return Features(values.tolist())
+        return Features(values * options.scale, values.size, raw)
 
 
 TASK = FeaturesTask()
 
 
-class FeaturesRoute(DirectRoute):
-    checks = (check_inference_key,)
-    inference = Inference("v1", v1_head(TASK))
-
-
-router = APIRouter(prefix="/v1", tags=["features"], route_class=FeaturesRoute)
-
-
-@router.post("/models/{name}/features", response_model=FeaturesResponse)
-async def features_named(name: str, request: Request, backend: str | None = None) -> Response:
-    async with held(request, TASK, name, backend) as ticket:
-        given = ImageInput(await image_bytes(request, door_of(request).settings.max_body_bytes))
-        answer = await door_of(request).core.answer(ticket, given)
-    return Response(FeaturesResponse(**TASK.native(answer)).model_dump_json(), media_type="application/json")
-
-
 @pytest.fixture
 def features_task():
     tasks.register(TASK)
-    doors.add(router)
     try:
         yield TASK
     finally:
-        doors.remove(router)
         tasks.unregister(TASK.name)
 
 
@@ -172,26 +160,49 @@ def served(settings: Settings):
         thread.join(30)
 
 
-# ---- a third task, over HTTP ----------------------------------------------------------------------------
+# ---- a new task, over HTTP ----------------------------------------------------------------------------
 
-def test_a_task_is_its_module_its_schema_and_its_route(tmp_path, features_task, cat_png):
+def test_a_new_task_is_its_module_alone(tmp_path, features_task):
     for name, order in (("features_a", "features,pooled"), ("features_b", "pooled,features")):
         model_dir(tmp_path, name, vectors(order), "features", 2, {"features": "features"})
-    settings = Settings(model_dir=tmp_path, models=["features_a", "features_b"], default_model="features_a",
-                        backends=["cpu", "emulated"], workers=1)
-    # dequantized: q * scale, the scale as the model file stores it (float32 1/255)
-    expected = (PIXELS.reshape(-1).astype(np.float64) * float(np.float32(1 / 255))).tolist()
+    settings = Settings(model_dir=tmp_path, models=["features_a", "features_b"], backends=["cpu", "emulated"],
+                        workers=1)
+    # dequantized: q * scale, the scale as the model file stores it (float32 1/255), then the option's scale
+    expected = ((PIXELS.reshape(-1).astype(np.float64) - 0) * float(np.float32(1 / 255)) * 2.5).tolist()
     with served(settings) as (app, url), httpx.Client(base_url=url, timeout=60) as client:
-        assert "/v1/models/{name}/features" in app_door(app).routes.paths  # shed, counted, admitted
+        # its routes, in the table of inference routes (shed, counted, admitted) and in the OpenAPI description
+        assert {"/v1/features", "/v1/models/{name}/features"} <= set(app_door(app).routes.paths)
+        spec = client.get("/openapi.json").json()
+        operation = spec["paths"]["/v1/models/{name}/features"]["post"]
+        parameters = {p["name"]: p["schema"] for p in operation["parameters"]}
+        assert parameters["scale"]["exclusiveMinimum"] == 0 and parameters["scale"]["maximum"] == 100
+        assert parameters["scale"]["description"] == "what the values are multiplied by"
+        assert parameters["format"]["enum"] == ["json", "csv"] and parameters["backend"]["enum"] == ["cpu", "emulated"]
+        assert set(operation["responses"]["200"]["content"]) == {"application/json", "text/csv"}
+        answer = spec["components"]["schemas"]["FeaturesResponse"]
+        assert list(answer["properties"]) == ["model", "backend", "features", "size", "timing_ms", "warmup", "cold"]
+        schema = answer_adapter(Features, "FeaturesResponse").json_schema(mode="serialization")
         for name in ("features_a", "features_b"):  # its output found by name, first or second
             for backend in ("cpu", "emulated"):
-                r = client.post(f"/v1/models/{name}/features?backend={backend}", content=png(PIXELS),
+                r = client.post(f"/v1/models/{name}/features?backend={backend}&scale=2.5", content=png(PIXELS),
                                 headers={"content-type": "image/png"})
                 assert r.status_code == 200, r.text
                 body = r.json()
-                assert body["model"] == name and body["backend"] == backend
+                jsonschema_rs.validate(schema, body)
+                assert (body["model"], body["backend"], body["size"]) == (name, backend, 12)
                 assert body["features"] == expected
                 assert {"decode", "preprocess", "queue", "inference", "postprocess", "total"} <= set(body["timing_ms"])
+        # its other form, the envelope in headers
+        csv = client.post("/v1/models/features_a/features?format=csv", content=png(PIXELS),
+                          headers={"content-type": "image/png"})
+        assert csv.status_code == 200 and csv.headers["content-type"].startswith("text/csv")
+        assert csv.content == ",".join(str(v) for v in PIXELS.reshape(-1).tolist()).encode()
+        assert csv.headers["x-model"] == "features_a" and "csv" in json.loads(csv.headers["x-timing-ms"])
+        # its option checked as declared; no default model among two of the task
+        refused = client.post("/v1/models/features_a/features?scale=0", content=png(PIXELS),
+                              headers={"content-type": "image/png"})
+        assert refused.status_code == 422 and refused.json()["error"].startswith("scale: ")
+        assert client.post("/v1/features", content=png(PIXELS), headers={"content-type": "image/png"}).status_code == 404
         # OIP v2: the task's named outputs, by default each role's tensor as the model gave it
         meta = client.get("/v2/models/features_b").json()
         assert meta["outputs"] == [{"name": "features", "datatype": "UINT8", "shape": [-1, 12]}]
@@ -208,18 +219,60 @@ def test_a_task_is_its_module_its_schema_and_its_route(tmp_path, features_task, 
 
 
 def test_without_its_module_a_task_is_refused_at_load_naming_the_known_ones(tmp_path):
-    model_dir(tmp_path, "features", vectors("features,pooled"), "features", 2, {"features": "features"})
+    model_dir(tmp_path, "vectors", vectors("features,pooled"), "features", 2, {"features": "features"})
     registry = Registry(Settings(model_dir=tmp_path, backends=["cpu"], workers=1))
     registry.configure()
     registry.load_all()
     try:
-        status = registry.status("features")
+        status = registry.status("vectors")
         assert status.state == "failed"
-        assert status.error == ("model 'features': model.json says task 'features', which this service has no task "
-                                "module for; known tasks: ['classification', 'detection', 'embedding', 'pose', "
-                                "'segmentation']")
+        assert status.error == ("model 'vectors': model.json says task 'features', which this service has no task "
+                                "module for; known tasks: ['classification', 'detection', 'embedding', 'pose', 'segmentation']")
     finally:
         registry.close()
+
+
+# ---- one type per result: its JSON is its schema's ----------------------------------------------------------
+
+def sample(hint):
+    """A value of a result's field type, for the schema check: numbers exact in binary, lists of two."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        return sample(args[0])
+    if hint is np.ndarray:
+        return np.array([0.5, 0.25], np.float32)
+    if origin in (list, tuple, frozenset):
+        return origin([sample(args[0]), sample(args[0])])
+    if args and type(None) in args:  # X | None: an X
+        return sample(next(arg for arg in args if arg is not type(None)))
+    if isinstance(hint, types.UnionType):  # X | Y (detection's objects with landmarks or without): an X
+        return sample(args[0])
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint, include_extras=True)
+        return hint(**{f.name: sample(hints[f.name]) for f in dataclasses.fields(hint)})
+    return {int: 3, float: 0.5, str: "x", bool: True}[hint]
+
+
+@pytest.mark.parametrize("segments", [None, [1.5, 2.25]])
+def test_every_tasks_json_is_what_its_schema_says_and_dumps(features_task, segments):
+    """Answer.json (orjson, the request path's) against the schema the native routes document (answer_schema): the
+    same bytes as its TypeAdapter dumps, valid against its JSON schema; fields marked Internal never sent."""
+    timing = {"decode": 0.25, "preprocess": 1e-7, "queue": 0.03125, "inference": 2.5, "postprocess": 0.0,
+              "total": 1234.5, **({"segments": segments} if segments else {})}
+    for task in tasks.TASKS.values():
+        name = f"{task.verb.capitalize()}Response"
+        result = sample(task.result)
+        answer = Answer(model="m", backend="cpu", result=result, timing_ms=timing,
+                        warmup={"load_ms": 161.25, "first_inference_ms": None}, cold=True)
+        adapter = answer_adapter(task.result, name)
+        flat = answer_schema(task.result, name)(model="m", backend="cpu", timing_ms=timing, warmup=answer.warmup,
+                                                cold=True, **{f: getattr(result, f) for f in wire_fields(task.result)})
+        assert answer.json() == adapter.dump_json(flat), task.name
+        jsonschema_rs.validate(adapter.json_schema(mode="serialization"), json.loads(answer.json()))
+    assert (TASK.result, TASK.options) == (Features, FeaturesOptions)  # read's annotations say them
+    assert wire_fields(Features) == ("features", "size")  # `raw` kept, not sent
+    segmentation = tasks.TASKS["segmentation"].result
+    assert wire_fields(segmentation) == ("image", "classes", "seen")
 
 
 # ---- roles, by tensor name ---------------------------------------------------------------------------------
@@ -340,3 +393,18 @@ def test_the_tasks_on_main_and_their_doors():
     models = Path(__file__).parents[1] / "models"
     assert read_model_dir(models / "efficientnet_lite0").manifest.task == "classification"
     assert read_model_dir(models / "ssdlite_mobilenet_v2_person").manifest.task == "detection"
+
+
+def test_the_answer_json_bench_runs_and_checks_its_bytes():
+    """bench/answer_json.py, briefly: a row per task, each way's figure a positive number (orjson's bytes checked
+    equal to the TypeAdapter's before any timing)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "bench" / "answer_json.py"), "-n", "20", "--rounds", "1"],
+                         capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in out.stdout.splitlines()[2:]}
+    assert set(rows) == {"classification", "detection", "pose", "segmentation"}
+    assert all(len(values) == 5 and min(values) > 0 for values in rows.values())

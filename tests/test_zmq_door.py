@@ -117,7 +117,8 @@ def test_frigates_ssd_rule_stops_at_the_first_low_score_and_at_20_rows():
 def test_a_detection_answer_is_cut_as_frigates_ssd_rule_cuts_rows():
     """Families other than SSD are answered from the task's objects (best first, boxes normalized to the input)."""
     from app.frontdoors.serving import detection_rows
-    from app.tasks.detect import Box, DetectedObject, Detection, ImageSize
+    from app.tasks.detect import Box, DetectedObject, Detection
+    from app.tasks.results import ImageSize
 
     def found(class_id, score):
         box = Box(0.1 * class_id, 0.2, 0.3, 0.4)

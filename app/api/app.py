@@ -36,10 +36,9 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[dict]]
 
 
 def inference_routers() -> list[APIRouter]:
-    """The routers of the inference routes (app/api/routes.py), included first: every request is matched
-    against the routes in order, and these are the ones under load. Every front door's (app/api/doors.py:
-    each task's native routes, DeepStack's, OIP v2's). Their route classes check the inference key themselves
-    (app/api/direct.py DirectRoute `checks`): included here with no dependencies."""
+    """The front doors' routers (app/api/doors.py, in routing order: each task's native routes, OIP v2's, DeepStack's,
+    ...), included first, with the table of their routes in front of them (app/api/routes.py). Their route classes
+    check the inference key themselves: included here with no dependencies."""
     return doors.inference_routers()
 
 
@@ -56,16 +55,16 @@ def http_app(service: ServiceView) -> FastAPI:
     routers = inference_routers()
     # the table of inference routes (app/api/routes.py): shedding, counting and admission read it
     door = HttpDoor(service, ApiKeys.from_settings(settings),
-                    InferenceRoutes.of(route for router in routers for route in router.routes))
-    app = FastAPI(title="edgetpu-serve", version="0.1.0", telemetry=NO_OPENTELEMETRY, lifespan=lifespan_of(door),
+                    InferenceRoutes.of(routers))
+    app = FastAPI(title="edgetpu-serve", version="0.1.0", telemetry=NO_OPENTELEMETRY, routes=[door.routes.front],
+                  lifespan=lifespan_of(door),
                   description=description(tasks.TASKS))
     attach(app, door)
     errors.install(app, settings.refusal_log_window_s)
     app.add_middleware(HoldBodyBudget, budget=ByteBudget(
         settings.max_body_bytes_in_flight, settings.retry_after_s,
         trim_after_bytes=TRIM_AFTER_BYTES if settings.tune_malloc else None))
-    for router in routers:
-        app.include_router(router)
+    door.routes.include(app)  # behind the table's route in front of them
     app.include_router(health.router)
     app.include_router(models.router, dependencies=[auth.InferenceKey])
     app.include_router(devices.router, dependencies=[auth.InferenceKey])

@@ -2,10 +2,11 @@
 
     app.include_router(router, dependencies=[InferenceKey])   # models, devices, /v2 metadata ...
     @router.post("/{name}/reload", dependencies=[AdminKey])     # reload, load, unload
-    class ClassifyRoute(DirectRoute): checks = (check_inference_key,)   # an inference route class
+    class NativeRoute(DoorRoute): checks = (check_inference_key,)    # a front door's route class
 
-The inference routes (/v1 classify and detect, /v2 infer) are DirectRoutes (app/api/direct.py): no dependency
-solving per request, so their route classes run check_inference_key first themselves, with the same answers.
+The front doors' routes (/v1 classify, detect, ..., /v2 infer) run in front of FastAPI's router (app/api/routes.py):
+no dependency solving per request, so their route classes run check_inference_key first themselves, with the same
+answers.
 
 A key is sent as `Authorization: Bearer <key>` or `X-API-Key: <key>`. Inference endpoints
 are open until inference keys are set; an admin key is also an inference key. Admin

@@ -6,7 +6,7 @@
     GET  /v1/status/updateavailable -> {"success": true, "updateAvailable": false, "current": ..., "latest": ...}
 
 Detection itself is DeepStack's /v1/vision/detection and /v1/vision/custom/{name} (app/api/deepstack.py). The list
-route is matched before DeepStack's /v1/vision/custom/{name} (app/api/doors.py finds this module's router first). The key, as
+route is matched before DeepStack's /v1/vision/custom/{name} (app/api/doors.py puts this door first). The key, as
 on DeepStack's routes: in a header, or as the form field `api_key`.
 """
 
@@ -29,11 +29,9 @@ from app.tasks.detect import TASK
 VERSION = (0, 1, 0)  # pyproject.toml's version of the service
 LIST_BODY_BYTES = 64 * 1024  # a list request carries at most its form fields
 
+# a door (app/api/doors.py) before DeepStack's, whose /v1/vision/custom/{name} would take /v1/vision/custom/list;
+# its routes run no model: not inference routes
 router = APIRouter(prefix="/v1", tags=["CodeProject.AI (Blue Iris)"], route_class=DeepStackRoute)
-# found with the inference routers (app/api/doors.py), in module-name order: before DeepStack's, whose
-# /v1/vision/custom/{name} would take /v1/vision/custom/list; its routes run no model and are not in the table
-INFERENCE_ROUTERS = (router,)
-INFERENCE_RANK = 39  # just before DeepStack's /v1/vision/custom/{name} (app/api/doors.py)
 
 
 def _version() -> dict:

@@ -32,12 +32,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import check_inference_key_value, inference_key_in_head
 from app.api.body import IMAGE_FIELD, image_and_fields
-from app.api.classify import BackendQuery
 from app.api.deps import door_of
-from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, log_bug, retry_after
 from app.api.held import held
-from app.api.routes import Inference, v1_head
+from app.api.routes import BackendQuery, DoorRoute, Inference
 from app.api.schemas import DeepStackError, DeepStackResponse
 from app.core import ImageInput
 from app.errors import RequestError, ServeError
@@ -60,7 +58,7 @@ def failure(status: int, message: str, headers: dict | None = None) -> Response:
                     media_type="application/json", headers=headers)
 
 
-class DeepStackRoute(AnsweringRoute):
+class DeepStackRoute(DoorRoute):
     """Every failure in DeepStack's shape and statuses, without leaving the route (CodeProject.AI's routes beside
     these answer so too: app/api/codeproject.py). No key check first: the key may come in the body (the handler
     checks it)."""
@@ -84,12 +82,10 @@ class DeepStackDetectionRoute(DeepStackRoute):
     """DeepStack's detection routes: inference routes of protocol "deepstack", their refusals from the head in
     DeepStack's shape too."""
 
-    inference = Inference("deepstack", v1_head(TASK), error_fields=FAILED)
+    inference = Inference("deepstack", TASK, error_fields=FAILED)
 
 
 router = APIRouter(prefix="/v1/vision", tags=["DeepStack (detection)"], route_class=DeepStackDetectionRoute)
-INFERENCE_ROUTERS = (router,)  # app/api/doors.py
-INFERENCE_RANK = 40  # after the native routes and OIP v2 (app/api/doors.py)
 
 ERRORS = {status: {"model": DeepStackError} for status in (400, 401, 404, 413, 503, 504)}
 OPENAPI_BODY = {

@@ -30,11 +30,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.auth import check_inference_key, check_inference_key_value
 from app.api.body import read_limited
 from app.api.deps import door_of
-from app.api.direct import AnsweringRoute
 from app.api.errors import log_answered, retry_after
 from app.api.held import held
 from app.api.json_image import REST_BYTES, SCRATCH_BYTES, Base64InPlace, Located, NotBase64, locate
-from app.api.routes import Inference
+from app.api.routes import DoorRoute, Inference
 from app.core import ImageInput
 from app.errors import RequestError, ServeError
 from app.tasks.detect import TASK, DetectedObject, DetectOptions
@@ -55,13 +54,13 @@ def check_doods_key(request: Request) -> None:
         check_inference_key_value(request, given, f"the key in '{KEY_HEADER}' is not one of the service's API keys")
 
 
-class DoodsRoute(AnsweringRoute):
+class DoodsRoute(DoorRoute):
     """Failures in DOODS' shape: {"error": ...} with the status the service gives the fault; DOODS' key checked
-    first; inference routes of protocol "doods", whose model is in the body: the head cannot place a request (None),
-    its room is checked once the body is read."""
+    first; inference routes of protocol "doods", whose model is in the body: the head cannot place a request
+    (from_head=False), its room is checked once the body is read."""
 
     checks = (check_doods_key,)
-    inference = Inference("doods", lambda *_: None)
+    inference = Inference("doods", TASK, from_head=False)
 
     @staticmethod
     def failure(request: Request, error: Exception) -> Response | None:
@@ -80,8 +79,7 @@ def _error(status: int, message: str, headers: dict | None = None, request_id: s
                     media_type="application/json", headers=headers)
 
 
-router = APIRouter(tags=["DOODS (Home Assistant)"], route_class=DoodsRoute)
-INFERENCE_ROUTERS = (router,)  # app/api/doors.py
+router = APIRouter(tags=["DOODS (Home Assistant)"], route_class=DoodsRoute)  # a door: app/api/doors.py
 
 
 class Region(BaseModel):

@@ -4,8 +4,9 @@ Under overload most requests are refused, and each refusal through the applicati
 middleware, routing, the handler, the error handler) cost ~0.55 ms of event-loop CPU; the same
 503 written by the HTTP server as soon as the head is parsed costs ~0.2 ms, a new connection
 included (bench/hostile.py --only overload). `HeadAdmission` is the check the server calls
-(app/http_server.py `head_check`): for a POST to an inference route (the table, app/api/routes.py)
-it has the core make the request's room check (Core.check_room: the pool its hold would check), and refuses
+(app/http_server.py `head_check`): for a POST to an inference route (the table, app/api/routes.py, places it
+from the route's declaration: its task, the model in its path, the backend in its query) it has the core make the
+request's room check (Core.check_room: the pool its hold would check), and refuses
 with the same message and Retry-After; a request with room goes on with the check noted in its scope
 (app/api/held.py ROOM_CHECKED), so it is checked once. Everything else, and every request it cannot place
 (an unknown model or backend, an encoded path), goes on to the application, which answers it as before.
@@ -39,22 +40,14 @@ class HeadAdmission:
         self.routes = routes
 
     def __call__(self, method: bytes, target: bytes) -> Refusal | Mapping[str, bool] | None:
-        if method != b"POST":
-            return None
-        path, _, query = target.partition(b"?")
-        if b"%" in path:
-            return None  # percent-encoded: the application decodes and answers it
-        found = self.routes.match(path.decode("latin-1"))
-        if found is None:
-            return None
-        route, parameters = found
-        placed = route.head(parameters, query)
+        placed = self.routes.place(method, target)
         if placed is None:
             return None
+        inference, task, model, backend = placed
         try:
-            checked = self.core.check_room(*placed)
+            checked = self.core.check_room(task, model, backend)
         except Busy as e:  # and DeviceHung
-            target = e.target
-            metrics.answered(route.protocol, target.model, target.backend, 503)
-            return Refusal(503, str(e), {"Retry-After": str(int(e.retry_after_s))}, route.error_fields)
+            where = e.target
+            metrics.answered(inference.protocol, where.model, where.backend, 503)
+            return Refusal(503, str(e), {"Retry-After": str(int(e.retry_after_s))}, inference.error_fields)
         return None if checked is None else CHECKED

@@ -13,8 +13,7 @@ from app.core.catalog import ModelDescription
 from app.core.core import Core, Tensors
 from app.core.images import ImageWork, image_threads
 from app.core.inputs import Given, ImageInput, TensorInput
-from app.core.runs import Run
 from app.registry import Target, Ticket
 
-__all__ = ["Core", "Given", "ImageInput", "ImageWork", "ModelDescription", "Run", "Target", "Tensors", "TensorInput",
+__all__ = ["Core", "Given", "ImageInput", "ImageWork", "ModelDescription", "Target", "Tensors", "TensorInput",
            "Ticket", "image_threads"]

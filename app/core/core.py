@@ -34,7 +34,7 @@ from app.core.images import ImageWork
 from app.core.inputs import Given
 from app.errors import ModelNotFound, RequestError, ServeError
 from app.registry import ModelStatus, ModelVersion, Registry, Target, Ticket
-from app.tasks import Answer, Outputs, Task
+from app.tasks import Answer, Task
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ class Core:
         options = task.ready(task.options() if options is None else options, ticket.model_dir)
         run = await runs.run(ticket, given, self.images)
         post_start = time.perf_counter()
-        result = task.read(Outputs(run.outputs, ticket.roles, ticket.model_dir, run.geometry), options)
+        result = task.read(run, options)
         return Answer(model=ticket.model, backend=ticket.backend, result=result,
                       timing_ms=runs.finish(ticket, run, post_start), warmup=ticket.warmup, cold=run.cold)
 
@@ -191,7 +191,7 @@ class Core:
 
     async def _tensors(self, ticket: Ticket, given: Given) -> Tensors:
         run = await runs.run(ticket, given, self.images)
-        values = ticket.task.named_values(Outputs(run.outputs, ticket.roles, ticket.model_dir, run.geometry))
+        values = ticket.task.named_values(run)
         runs.finish(ticket, run)
         return Tensors(values, run.stages_ms, run.cold)
 

@@ -1,12 +1,11 @@
 """One input through the ticket's model: its place in line, the input prepared (an image decoded and preprocessed
-on an image thread, a tensor checked), the run (every output tensor, each stage's time, the input's geometry), and
-the end of its work (its timings, observed in /metrics)."""
+on an image thread, a tensor checked), the run (its task's `Outputs`: every output tensor, the input's geometry,
+each stage's time), and the end of its work (its timings, observed in /metrics)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -18,21 +17,10 @@ from app.errors import RequestError
 from app.imaging.geometry import Geometry
 from app.pool import RunResult
 from app.registry import Ticket
+from app.tasks import Outputs
 
 
-@dataclass(frozen=True)
-class Run:
-    """One input through the ticket's model: every output tensor, in the model's order, and its stages."""
-
-    outputs: list[np.ndarray]
-    stages_ms: dict[str, float]  # decode and preprocess (an image input), queue, inference
-    segments_ms: list[float] | None  # a pipelined model: each segment's invoke, in order
-    cold: bool
-    started: float  # time.perf_counter() when the work on this input began
-    geometry: Geometry  # where the model's input came from in the original (the identity for a raw tensor)
-
-
-async def run(ticket: Ticket, given: Given, images: ImageWork) -> Run:
+async def run(ticket: Ticket, given: Given, images: ImageWork) -> Outputs:
     """The input through the ticket's model (Ticket.run, which takes the place in line if it is not yet): an image
     decoded and preprocessed on an image thread once its place is taken (Ticket.admit: before any work on it), its
     tensor queued by that thread the moment it is made; or a tensor checked against the model's input."""
@@ -49,8 +37,8 @@ async def run(ticket: Ticket, given: Given, images: ImageWork) -> Run:
             del preparing
             raise
         prepared = preparing.prepared
-        return _run(result, start, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms},
-                    prepared.geometry)
+        return _outputs(ticket, result, start, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms},
+                        prepared.geometry)
     spec = ticket.input
     tensor = given.tensor
     if tuple(tensor.shape) != tuple(spec.shape) or tensor.dtype != spec.dtype:
@@ -58,19 +46,21 @@ async def run(ticket: Ticket, given: Given, images: ImageWork) -> Run:
                            f"of shape {list(spec.shape)}, got {tensor.dtype.name} {list(tensor.shape)}")
     geometry = _identity(spec.shape[2], spec.shape[1])
     # no decode or preprocess stage: none is timed (a zero would skew those histograms)
-    return _run(await ticket.run(np.ascontiguousarray(tensor)), start, {}, geometry)
+    return _outputs(ticket, await ticket.run(np.ascontiguousarray(tensor)), start, {}, geometry)
 
 
 # A raw tensor's geometry, made once per input size
 _identity = lru_cache(maxsize=64)(Geometry.identity)
 
 
-def _run(result: RunResult, start: float, stages_ms: dict[str, float], geometry: Geometry) -> Run:
+def _outputs(ticket: Ticket, result: RunResult, start: float, stages_ms: dict[str, float],
+             geometry: Geometry) -> Outputs:
     stages_ms["queue"], stages_ms["inference"] = result.queue_ms, result.inference_ms
-    return Run(result.outputs, stages_ms, result.segments_ms, result.cold, start, geometry)
+    return Outputs(result.outputs, ticket.roles, ticket.model_dir, geometry, stages_ms, result.segments_ms,
+                   result.cold, start)
 
 
-def finish(ticket: Ticket, run: Run, postprocess_start: float | None = None) -> dict[str, float]:
+def finish(ticket: Ticket, run: Outputs, postprocess_start: float | None = None) -> dict[str, float]:
     """The end of one input's work: its timings in ms (the stages, the task's post-processing from
     `postprocess_start`, the total, each segment's invoke), observed in /metrics once the event loop has run what it
     runs now: a door answers first (Prometheus' histograms took about 35 us of the loop's time before each answer

@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from app.tasks.base import Answer, NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.results import Answer
 
 TASKS: dict[str, Task] = {}
 
@@ -28,7 +29,7 @@ def unregister(name: str) -> None:
 
 
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
+    if _module.name not in ("base", "results"):
         _task = getattr(importlib.import_module(f"{__name__}.{_module.name}"), "TASK", None)
         if _task is not None:
             register(_task)

@@ -1,6 +1,6 @@
 """What every task offers: the output roles it reads, checked and resolved at load; its options; its reading of
-one run's outputs (its result, and its answer's schema); and the same outputs as named tensors for protocols that
-send tensors (OIP v2).
+one run's outputs (its result, one type); and the same outputs as named tensors for protocols that send tensors
+(OIP v2).
 
 A task turns a run's output tensors into an answer, as pycoral's adapters do beside a task-neutral run: engines,
 pools and pipelines move every output tensor and know no task, and a task knows no ticket, pool, request or front
@@ -11,74 +11,31 @@ file). At load the registry has the task `bind` a pool's output specs: each role
 then reaches the task as `Outputs` (the tensors, their roles, the model directory, the input's geometry), and
 `Task.read(outputs, options)` gives the task's result; the core wraps it in an `Answer` with the model, the
 backend and the timings. Front doors import tasks, never the reverse: a task names no route.
+
+One type per result: a task's result is the one dataclass `read` returns, in the one envelope (`Answer`), and its
+options one dataclass too, its native routes' query parameters (app/tasks/results.py: the envelope, the JSON and
+its schema). A task declares its model.json name, its verb and its summary as class arguments
+(`class ClassificationTask(Task, name="classification", verb="classify", summary="Classify an image")`), and
+`read`'s annotations name its options and result types: each said once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, Field, model_serializer
 
 from app.engines import TensorSpec
 from app.errors import ModelDirError
 from app.imaging.geometry import Geometry
+from app.tasks.results import Render
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
-
-R = TypeVar("R")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Answer(Generic[R]):
-    """A task's answer to one input: its result, the model and the backend that ran it, the input's stage
-    timings (ms), the pool's warm-up, and whether the input paid its interpreter's first inference."""
-
-    model: str
-    backend: str
-    result: R
-    timing_ms: dict[str, Any]
-    warmup: dict[str, float | None]
-    cold: bool
-
-    def field(self, name: str) -> Any:
-        """A field of the task's native answer (its schema's): the answer's own, else its result's."""
-        return getattr(self, name) if name != "result" and hasattr(self, name) else getattr(self.result, name)
-
-
-class Timing(BaseModel):
-    """An answer's `timing_ms`, part of every task's schema."""
-
-    decode: float = Field(description="bytes to upright RGB image, ms")
-    preprocess: float = Field(description="crop, resize, quantize to the input tensor, ms")
-    queue: float = Field(description="waiting for a free interpreter (device), hand-off included, ms")
-    inference: float = Field(description="the interpreter's invoke, ms")
-    postprocess: float = Field(description="the task's work on the outputs (classification: dequantize, softmax, "
-                                           "top-k; detection: boxes to the image's pixels, labels), ms")
-    total: float = Field(description="from the first byte decoded to the response built, ms")
-    segments: list[float] | None = Field(
-        default=None, description="a segmented model (a pipeline): each segment's invoke, in order, ms; "
-                                  "absent for a whole model")
-
-    @model_serializer(mode="wrap")
-    def _segments_only_when_pipelined(self, handler):
-        """A whole model's timings stay as they were: no `segments` key rather than a null."""
-        data = handler(self)
-        if data.get("segments") is None:
-            data.pop("segments", None)
-        return data
-
-
-class Warmup(BaseModel):
-    """An answer's `warmup`, part of every task's schema."""
-
-    load_ms: float = Field(description="creating and allocating this backend's interpreters")
-    first_inference_ms: float | None = Field(description="the first inference after (re)load")
-
 
 @dataclass(frozen=True)
 class NamedOutput:
@@ -109,12 +66,17 @@ class OutputRoles:
 class Outputs:
     """One input's run as a task reads it: every output tensor of the model, the task's roles on them, the model
     directory (labels, model.json), and where the model's input came from in the original (`geometry`: normalized
-    input coordinates -> the original's pixels; the identity at the input's size for a raw tensor)."""
+    input coordinates -> the original's pixels; the identity at the input's size for a raw tensor); and how it ran,
+    for the answer's timings (the core's: app/core/runs.py)."""
 
     tensors: Sequence[np.ndarray]
     roles: OutputRoles
     model_dir: ModelDir
     geometry: Geometry
+    stages_ms: dict[str, float] = field(default_factory=dict)  # decode and preprocess (an image), queue, inference
+    segments_ms: list[float] | None = None  # a pipelined model: each segment's invoke, in order
+    cold: bool = False  # the input paid its interpreter's first inference
+    started: float = 0.0  # time.perf_counter() when the work on this input began
 
     def of(self, role: str) -> np.ndarray:
         return self.tensors[self.roles.index[role]]
@@ -129,15 +91,37 @@ class NoOptions:
 
 
 class Task:
-    """A task: subclasses set `name` (model.json's `task`), `roles`, `options` (the dataclass of what a request may
-    ask of it) and `schema` (its native answer's JSON: the model, the backend, the result's fields, the timings),
-    and implement `read`."""
+    """A task: subclasses name themselves in their class arguments (`name`, model.json's `task`; `verb` and `summary`,
+    its native routes: /v1/VERB and /v1/models/{name}/VERB, "Classify an image"), set `roles` and, for forms other
+    than JSON, `renders` (segmentation's PNG), and implement `read`, whose annotations name `options` (the dataclass
+    of what a request may ask of it, its routes' query parameters; NoOptions when unannotated) and `result` (the
+    dataclass it returns)."""
 
     name: ClassVar[str]
+    verb: ClassVar[str]
+    summary: ClassVar[str]
     # the output tensors it reads, by role (model.json `outputs` names each one's tensor)
     roles: ClassVar[tuple[str, ...]]
     options: ClassVar[type] = NoOptions
-    schema: ClassVar[type[BaseModel] | None] = None
+    result: ClassVar[type]
+    renders: ClassVar[Mapping[str, Render]] = {}
+
+    def __init_subclass__(cls, *, name: str | None = None, verb: str | None = None, summary: str | None = None,
+                          **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for attribute, value in (("name", name), ("verb", verb), ("summary", summary)):
+            if value is not None:
+                setattr(cls, attribute, value)
+        if "read" in cls.__dict__:
+            try:
+                hints = typing.get_type_hints(cls.read)
+            except NameError as e:
+                raise TypeError(f"{cls.__name__}.read: its annotations name its options and result types, and "
+                                f"must resolve where it is defined: {e}") from None
+            if "return" in hints:
+                cls.result = hints["return"]
+            if "options" in hints:
+                cls.options = hints["options"]
 
     def bind(self, model_dir: ModelDir, outputs: Sequence[TensorSpec]) -> OutputRoles:
         """At load: resolve the roles against the model's output tensors and check them (ModelDirError)."""
@@ -156,12 +140,6 @@ class Task:
     def read(self, outputs: Outputs, options: Any) -> Any:
         """One run's outputs -> the task's result."""
         raise NotImplementedError
-
-    # -- its native answer, as JSON -------------------------------------------------------------
-
-    def native(self, answer: Answer) -> dict[str, Any]:
-        """The answer's fields in its schema's order (the v1 JSON: what a front door serializes)."""
-        return {name: answer.field(name) for name in self.schema.model_fields}
 
     # -- as named tensors (OIP v2's outputs) ----------------------------------------------------
 

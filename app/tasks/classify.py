@@ -2,20 +2,21 @@
 
 One role, `scores`: the output tensor of class scores (model.json `outputs.scores` names it; a model
 with one output needs no name). Dequantized (real = scale * (q - zero_point)), then softmax when
-model.json says the model gives logits. Options: `top_k`, `threshold`. Its native answer
-(`ClassifyResponse`): the model, the backend, `predictions`, the timings. As named tensors (OIP v2):
-`scores` (FP32, what /v1 reports) and `raw` (the tensor as the model gave it).
+model.json says the model gives logits. Options: `top_k` (at most MAX_TOP_K), `threshold`. Its result
+(`Classification`): `predictions`, best first. As named tensors (OIP v2): `scores` (FP32, what /v1 reports) and
+`raw` (the tensor as the model gave it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.results import AtMost, Label
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -25,44 +26,27 @@ SCORES = "scores"
 
 @dataclass(frozen=True)
 class Prediction:
-    index: int
-    label: str
-    score: float
+    index: Annotated[int, Field(description="the class's index among the model's scores")]
+    label: Label
+    score: Annotated[float, Field(description="dequantized (softmax for a model giving logits), 0 to 1")]
 
 
 @dataclass(frozen=True)
 class Classification:
-    """The task's result: the top classes, best first."""
+    """The top classes, best first."""
 
-    predictions: list[Prediction]
+    predictions: Annotated[list[Prediction], Field(description="best first")]
 
 
 @dataclass(frozen=True)
 class ClassifyOptions:
-    top_k: int = 5            # how many classes, at most
-    threshold: float = 0.0    # classes scoring below it are left out
+    top_k: Annotated[int, Field(ge=1, description="how many classes to return (at most EDGETPU_SERVE_MAX_TOP_K)"),
+                     AtMost("max_top_k")] = 5
+    threshold: Annotated[float, Field(ge=0.0, le=1.0, description="drop classes scoring below this")] = 0.0
 
 
-class PredictionOut(BaseModel):
-    index: int
-    label: str
-    score: float
-
-
-class ClassifyResponse(BaseModel):
-    model: str
-    backend: str = Field(description="the backend that actually ran")
-    predictions: list[PredictionOut]
-    timing_ms: Timing
-    warmup: Warmup
-    cold: bool = Field(description="true when this request paid its interpreter's first inference")
-
-
-class ClassificationTask(Task):
-    name = "classification"
+class ClassificationTask(Task, name="classification", verb="classify", summary="Classify an image"):
     roles = (SCORES,)
-    options = ClassifyOptions
-    schema = ClassifyResponse
 
     def read(self, outputs: Outputs, options: ClassifyOptions) -> Classification:
         """A run's outputs -> the top-k classes scoring at least threshold, labelled."""

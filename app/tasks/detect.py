@@ -20,9 +20,10 @@ JPEG decoded at reduced scale, EXIF orientation), is clipped to the image, and a
 is dropped.
 
 Options: `min_score`, `max_detections` (None: the model's, model.json `detection`; without them all the rows the
-op gives, scoring at least the front door's default), `labels` (only these classes; a label the model lacks is a
-400 before any work). Its native answer (`DetectResponse`): the model, the backend, the original image's size,
-`detections` best first, the timings; front doors shape it for their protocols (DeepStack's, DOODS', Frigate's
+op gives, scoring at least the front door's default), `labels` (only these classes, separated by commas; a label
+the model lacks is a 400 before any work). Its result (`Detection`): the original image's size, `detections` best
+first (`LandmarkedObject`s, with their points, from a detector that gives landmarks); every front door reads it and
+shapes it for its protocol (the native JSON as it is, DeepStack's pixels, DOODS' fractions and percents, Frigate's
 rows from `box_normalized`). As named tensors (OIP v2): the post-process op's four tensors as the model gave them;
 a YOLO head's or a priors detector's decoded into the same four, `boxes` [K, 4], `classes` [K], `scores` [K] and
 `count` [1], FP32, K its max_detections, at its model.json thresholds, rows past `count` zero (and `landmarks`
@@ -36,17 +37,18 @@ import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.errors import ModelDirError, RequestError
 from app.imaging.geometry import Geometry
 from app.model_dir.schema import ANCHORS, ANCHORS_IN_FILE, LANDMARKS, POSTPROCESS, PRIORS, YOLO, DetectionSpec
 from app.tasks import priors as prior_boxes
 from app.tasks import yolo
-from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup, resolve_roles
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, resolve_roles
+from app.tasks.results import ClassId, ImageSize, Internal, Label, OriginalImage, label_of
 from app.tasks.yolo import Raw, Rows
 
 if TYPE_CHECKING:
@@ -57,23 +59,30 @@ BOXES, CLASSES, SCORES, COUNT = "boxes", "classes", "scores", "count"
 DEFAULT_MIN_SCORE = 0.5
 EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
 EVERY_KEPT = 1 << 62  # a YOLO decode's limit when a class filter comes after it: every box NMS keeps
+# Fixed, part of the API's schema and checked before any work (docs/configuration.md's fixed limits): a detector
+# gives at most its own N rows (100 for the SSD detectors); `labels` URL-encoded is at most 12 bytes a character,
+# well inside the 16 KiB head cap.
+MAX_DETECTIONS = 1000
+MAX_LABELS_CHARS = 512
 
 
 @dataclass(frozen=True)
 class Box:
-    x_min: float
-    y_min: float
-    x_max: float
-    y_max: float
+    x_min: Annotated[float, Field(description="the box's left edge")]
+    y_min: Annotated[float, Field(description="its top edge (y grows downwards)")]
+    x_max: Annotated[float, Field(description="its right edge")]
+    y_max: Annotated[float, Field(description="its bottom edge")]
 
 
 @dataclass(frozen=True)
 class DetectedObject:
-    label: str
-    class_id: int
+    label: Label
+    class_id: ClassId
     score: float
-    box: Box              # the original image's pixels (as a viewer shows it)
-    box_normalized: Box   # the same box as fractions of the original image's width and height
+    box: Annotated[Box, Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation "
+                                          "applied)")]
+    box_normalized: Annotated[Box, Field(description="the same box as fractions of the original image's width and "
+                                                     "height")]
 
 
 @dataclass(frozen=True)
@@ -87,70 +96,32 @@ class LandmarkedObject(DetectedObject):
     """An object of a detector that gives landmarks (RetinaFace's five: eyes, nose tip, mouth corners, left to
     right as the image shows them), in the original image's pixels, not clipped."""
 
-    landmarks: tuple[Point, ...]
-
-
-@dataclass(frozen=True)
-class ImageSize:
-    width: int
-    height: int
+    landmarks: Annotated[tuple[Point, ...], Field(description=(
+        "only from a detector that gives landmarks (a RetinaFace-style face detector: eyes, nose tip, mouth corners, "
+        "left to right as the image shows them), in the original image's pixels, not clipped to it; absent "
+        "otherwise"))]
 
 
 @dataclass(frozen=True)
 class Detection:
-    """The task's result."""
+    """The objects in the original image, best first."""
 
-    image: ImageSize  # the original image, as a viewer shows it: what the boxes are in
-    detections: list[DetectedObject]  # best first
+    image: OriginalImage
+    detections: Annotated[list[LandmarkedObject | DetectedObject], Field(description="best first")]
 
 
 @dataclass(frozen=True)
 class DetectOptions:
-    min_score: float | None = None       # objects scoring below it are left out (None: the model's, model.json
-                                         # detection.min_score, else default_min_score)
-    max_detections: int | None = None    # at most this many, best first (None: the model's, else all it gives)
-    labels: frozenset[str] | None = None  # only these classes (labels, or class ids' numbers)
-    class_ids: frozenset[int] | None = None  # `labels` as the model's class ids (Task.ready)
-    default_min_score: float = DEFAULT_MIN_SCORE  # the front door's threshold for a model that sets none
-
-
-class BoxOut(BaseModel):
-    x_min: float = Field(description="the box's left edge")
-    y_min: float = Field(description="its top edge (y grows downwards)")
-    x_max: float = Field(description="its right edge")
-    y_max: float = Field(description="its bottom edge")
-
-
-class PointOut(BaseModel):
-    x: float
-    y: float
-
-
-class DetectedObjectOut(BaseModel):
-    label: str = Field(description="the class's line in labels.txt; a class without a label: its id")
-    class_id: int = Field(description="the model's class id (0-based, without background)")
-    score: float
-    box: BoxOut = Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation applied)")
-    box_normalized: BoxOut = Field(description="the same box as fractions of the original image's width and height")
-    landmarks: list[PointOut] | None = Field(
-        default=None, description="only from a detector that gives landmarks (a RetinaFace-style face detector: "
-                                  "eyes, nose tip, mouth corners, left to right as the image shows them), in the "
-                                  "original image's pixels, not clipped to it; absent otherwise")
-
-
-class ImageSizeOut(BaseModel):
-    width: int = Field(description="the original image's width, as a viewer shows it")
-    height: int
-
-
-class DetectResponse(BaseModel):
-    model: str
-    backend: str = Field(description="the backend that actually ran")
-    image: ImageSizeOut
-    detections: list[DetectedObjectOut] = Field(description="best first")
-    timing_ms: Timing
-    warmup: Warmup
-    cold: bool = Field(description="true when this request paid its interpreter's first inference")
+    min_score: Annotated[float | None, Field(ge=0.0, le=1.0, description=(
+        "drop objects scoring below this (default: the model's, model.json detection.min_score, else 0.5)"))] = None
+    max_detections: Annotated[int | None, Field(ge=1, le=MAX_DETECTIONS, description=(
+        "at most this many objects, best first (default: the model's, model.json detection.max_detections, else "
+        "all the model gives)"))] = None
+    labels: Annotated[str | None, Field(max_length=MAX_LABELS_CHARS, description=(
+        "keep only these classes: labels (or class ids) separated by commas, e.g. person,car"))] = None
+    # `labels` as the model's class ids (Task.ready); the front door's threshold for a model that sets none
+    class_ids: Annotated[frozenset[int] | None, Internal] = None
+    default_min_score: Annotated[float, Internal] = DEFAULT_MIN_SCORE
 
 
 @dataclass(frozen=True)
@@ -161,11 +132,8 @@ class _DecoderRoles:
     roles: tuple[str, ...]
 
 
-class DetectionTask(Task):
-    name = "detection"
+class DetectionTask(Task, name="detection", verb="detect", summary="Detect objects"):
     roles = (BOXES, CLASSES, SCORES, COUNT)  # the post-process op's; a YOLO decoder's are bound per model (bind)
-    options = DetectOptions
-    schema = DetectResponse
 
     def bind(self, model_dir: ModelDir, outputs) -> OutputRoles:
         """At load: the roles of the model's decoder (model.json `detection`), resolved by name and checked."""
@@ -180,9 +148,10 @@ class DetectionTask(Task):
 
     def ready(self, options: DetectOptions, model_dir: ModelDir) -> DetectOptions:
         """The labels asked for as the model's class ids: a 400 for one it lacks, before any work."""
-        if options.labels is None:
+        wanted = wanted_labels(options.labels)
+        if wanted is None:
             return options
-        return dataclasses.replace(options, class_ids=class_ids(model_dir, options.labels))
+        return dataclasses.replace(options, class_ids=class_ids(model_dir, wanted))
 
     def read(self, outputs: Outputs, options: DetectOptions) -> Detection:
         geometry = outputs.geometry
@@ -347,9 +316,11 @@ def decode_priors(outputs: Outputs, spec: DetectionSpec, min_score: float,
 TASK = DetectionTask()
 
 
-def label_of(class_id: int, labels: tuple[str, ...]) -> str:
-    """Line class_id of labels.txt; an id without a label (a blank line, or past the end) is named by its number."""
-    return (labels[class_id] if 0 <= class_id < len(labels) else "") or str(class_id)
+def wanted_labels(labels: str | None) -> frozenset[str] | None:
+    """The labels of a `labels` option, "person,car": None for none."""
+    if labels is None:
+        return None
+    return frozenset(name.strip() for name in labels.split(",") if name.strip()) or None
 
 
 def class_ids(model_dir: ModelDir, wanted: frozenset[str]) -> frozenset[int]:

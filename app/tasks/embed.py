@@ -9,23 +9,23 @@ float32. A vector whose values are all 0 (every value at its zero point) has no 
 with `norm` 0, as numpy's, FAISS's and PyTorch's normalizations leave it; a caller that needs a unit vector checks
 `norm` (the gallery refuses a vector that is not unit length).
 
-No options. Its native answer (`EmbedResponse`): the model, the backend, `embedding`, `dimension`, `norm` (the
-dequantized vector's L2 norm before normalizing, in the output's units: how strongly the model responded), the
-timings. As named tensors (OIP v2): `embedding` (FP32 [D], normalized, what /v1 reports) and `raw` (the tensor as the
+No options. Its result (`Embedding`): `embedding`, `dimension`, `norm` (the dequantized vector's L2 norm before
+normalizing, in the output's units: how strongly the model responded). As named tensors (OIP v2): `embedding` (FP32 [D], normalized, what /v1 reports) and `raw` (the tensor as the
 model gave it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.errors import ModelDirError, ServeError
 from app.model_dir.schema import EMBEDDING
-from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.results import Vector
 
 if TYPE_CHECKING:
     from app.engines import TensorSpec
@@ -38,33 +38,18 @@ EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
 
 @dataclass(frozen=True)
 class Embedding:
-    """The task's result: the unit vector (float32 [D]; the zero vector when the model gave zeros) and the norm it
-    had."""
+    """The image's embedding: the unit vector (the zero vector when the model gave zeros) and the norm it had."""
 
-    embedding: np.ndarray
-    norm: float
-
-    @property
-    def dimension(self) -> int:
-        return int(self.embedding.shape[0])
-
-
-class EmbedResponse(BaseModel):
-    model: str
-    backend: str = Field(description="the backend that actually ran")
-    embedding: list[float] = Field(description="the model's output vector, dequantized and L2-normalized (float32 "
-                                               "values); all zeros when the model gave zeros (then `norm` is 0)")
-    dimension: int = Field(description="the embedding's length")
-    norm: float = Field(description="the dequantized vector's L2 norm before normalizing, in the model's output units")
-    timing_ms: Timing
-    warmup: Warmup
-    cold: bool = Field(description="true when this request paid its interpreter's first inference")
+    embedding: Annotated[Vector, Field(description="the model's output vector, dequantized and L2-normalized "
+                                                   "(float32 values); all zeros when the model gave zeros (then "
+                                                   "`norm` is 0)")]
+    dimension: Annotated[int, Field(description="the embedding's length")]
+    norm: Annotated[float, Field(description="the dequantized vector's L2 norm before normalizing, in the model's "
+                                             "output units")]
 
 
-class EmbeddingTask(Task):
-    name = EMBEDDING
+class EmbeddingTask(Task, name=EMBEDDING, verb="embed", summary="Embed an image"):
     roles = (VECTOR,)
-    schema = EmbedResponse
 
     def read(self, outputs: Outputs, options) -> Embedding:
         return embedding_of(outputs.of(VECTOR), outputs.spec(VECTOR))
@@ -106,5 +91,5 @@ def embedding_of(output: np.ndarray, spec: TensorSpec) -> Embedding:
     if not np.isfinite(norm):  # only a float output can: a fault of the model, not of the request
         raise ServeError(f"the model's embedding output {spec.name!r} holds NaN or infinite values")
     if norm == 0.0:
-        return Embedding(np.zeros(len(real), np.float32), 0.0)
-    return Embedding((wide / norm).astype(np.float32), norm)
+        return Embedding(np.zeros(len(real), np.float32), len(real), 0.0)
+    return Embedding((wide / norm).astype(np.float32), len(real), norm)

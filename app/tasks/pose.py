@@ -12,8 +12,7 @@ Geometry: stretch, center crop, letterbox; EXIF orientation applied by decoding)
 The pose's score is the mean of its 17 keypoint scores, as Coral's pose examples compute it (MoveNet gives no
 pose score of its own; Coral's C++ reference files write 1 for it).
 
-No options. Its native answer (`PoseResponse`): the model, the backend, the original image's size, `poses` (one:
-MoveNet SinglePose finds one person), the timings. As named tensors (OIP v2): `keypoints`, FP32 [1, 17, 3], (y, x,
+No options. Its result (`Poses`): the original image's size, `poses` (one: MoveNet SinglePose finds one person). As named tensors (OIP v2): `keypoints`, FP32 [1, 17, 3], (y, x,
 score) normalized to the model's input, as the model gives them (dequantized).
 """
 
@@ -21,16 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
-
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.errors import ModelDirError
 from app.imaging.geometry import Geometry
-from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup
-from app.tasks.detect import ImageSize, ImageSizeOut
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.results import ImageSize, OriginalImage
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -52,52 +50,29 @@ SKELETON = (
 
 @dataclass(frozen=True)
 class Keypoint:
-    name: str
-    x: float      # the original image's pixels (as a viewer shows it)
-    y: float
-    score: float
+    name: Annotated[str, Field(description="COCO's keypoint name (labels.txt)")]
+    x: Annotated[float, Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation "
+                                          "applied)")]
+    y: Annotated[float, Field(description="y grows downwards")]
+    score: Annotated[float, Field(description="the model's confidence in the keypoint, 0 to 1")]
 
 
 @dataclass(frozen=True)
 class Pose:
-    score: float  # the mean of its keypoints' scores
-    keypoints: list[Keypoint]
+    score: Annotated[float, Field(description="the mean of its keypoints' scores")]
+    keypoints: Annotated[list[Keypoint], Field(description="COCO's 17 keypoints, in order, whatever their scores")]
 
 
 @dataclass(frozen=True)
 class Poses:
-    """The task's result."""
+    """The people in the original image and their keypoints."""
 
-    image: ImageSize  # the original image, as a viewer shows it: what the keypoints are in
-    poses: list[Pose]
-
-
-class KeypointOut(BaseModel):
-    name: str = Field(description="COCO's keypoint name (labels.txt)")
-    x: float = Field(description="in the original image's pixels, as a viewer shows it (EXIF orientation applied)")
-    y: float = Field(description="y grows downwards")
-    score: float = Field(description="the model's confidence in the keypoint, 0 to 1")
+    image: OriginalImage
+    poses: Annotated[list[Pose], Field(description="MoveNet SinglePose: one")]
 
 
-class PoseOut(BaseModel):
-    score: float = Field(description="the mean of its keypoints' scores")
-    keypoints: list[KeypointOut] = Field(description="COCO's 17 keypoints, in order, whatever their scores")
-
-
-class PoseResponse(BaseModel):
-    model: str
-    backend: str = Field(description="the backend that actually ran")
-    image: ImageSizeOut
-    poses: list[PoseOut] = Field(description="MoveNet SinglePose: one")
-    timing_ms: Timing
-    warmup: Warmup
-    cold: bool = Field(description="true when this request paid its interpreter's first inference")
-
-
-class PoseTask(Task):
-    name = "pose"
+class PoseTask(Task, name="pose", verb="pose", summary="Estimate a person's pose"):
     roles = (KEYPOINTS,)
-    schema = PoseResponse
 
     def read(self, outputs: Outputs, options) -> Poses:
         spec, geometry = outputs.spec(KEYPOINTS), outputs.geometry

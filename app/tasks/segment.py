@@ -18,8 +18,9 @@ and `png()` encodes it: one byte per pixel whose value is the class id (16 bits 
 classes), with PASCAL VOC's colour palette so that a viewer shows it in colour. A front door that sends the PNG
 makes it off the event loop (a 12-megapixel photo's mask and PNG take a few hundred ms).
 
-No options. Its native answer (`SegmentResponse`): the model, the backend, the original image's size, the
-classes present (`class_id`, `label`, `fraction`), `seen`, the timings. As named tensors (OIP v2): `class_map`,
+No options. Its result (`Segmentation`): the original image's size, the classes present (`class_id`, `label`,
+`fraction`), `seen`, and, kept for the mask but never sent as JSON, the class map and how the image falls on it;
+its other form is the PNG mask (`renders["png"]`). As named tensors (OIP v2): `class_map`,
 the class of each pixel of the model's own map, int32 [H, W].
 """
 
@@ -27,16 +28,15 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
-
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.errors import ModelDirError
 from app.imaging.geometry import Geometry
-from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task, Timing, Warmup
-from app.tasks.detect import ImageSize, ImageSizeOut, label_of
+from app.tasks.base import NamedOutput, OutputRoles, Outputs, Task
+from app.tasks.results import ClassId, ImageSize, Internal, Label, OriginalImage, Render, label_of
 
 if TYPE_CHECKING:
     from app.model_dir.reading import ModelDir
@@ -51,9 +51,9 @@ MAX_CLASSES_8_BIT = 255  # class ids 0-254 leave 255 for UNSEEN
 
 @dataclass(frozen=True)
 class ClassShare:
-    class_id: int
-    label: str
-    fraction: float  # of the pixels the model saw
+    class_id: ClassId
+    label: Label
+    fraction: Annotated[float, Field(description="its share of the pixels the model saw")]
 
 
 @dataclass(frozen=True)
@@ -74,14 +74,15 @@ class Sampling:
 
 @dataclass(frozen=True)
 class Segmentation:
-    """The task's result."""
+    """The classes in the original image and their share of it (the class map kept for the mask)."""
 
-    image: ImageSize            # the original image, as a viewer shows it: what the mask covers
-    classes: list[ClassShare]   # the classes present, most pixels first
-    seen: float                 # the fraction of the image the model saw (1 but for a center crop)
-    class_map: np.ndarray       # the model's map [H, W] (int64), at its own resolution
-    sampling: Sampling          # how the image's pixels fall on it
-    class_count: int            # the model's classes (labels), for the mask's depth
+    image: OriginalImage
+    classes: Annotated[list[ClassShare], Field(description="the classes present, most pixels first")]
+    seen: Annotated[float, Field(description="the share of the image the model saw: 1 but for a center crop (the "
+                                             "pixels outside it have no class)")]
+    class_map: Annotated[np.ndarray, Internal]  # the model's map [H, W] (int64), at its own resolution
+    sampling: Annotated[Sampling, Internal]     # how the image's pixels fall on it
+    class_count: Annotated[int, Internal]       # the model's classes (labels), for the mask's depth
 
     def mask(self) -> np.ndarray:
         """The class of every pixel of the original image (UNSEEN where the model did not look)."""
@@ -92,28 +93,10 @@ class Segmentation:
         return png(self.mask())
 
 
-class ClassShareOut(BaseModel):
-    class_id: int = Field(description="the model's class id (line class_id of labels.txt)")
-    label: str = Field(description="the class's line in labels.txt; a class without a label: its id")
-    fraction: float = Field(description="its share of the pixels the model saw")
-
-
-class SegmentResponse(BaseModel):
-    model: str
-    backend: str = Field(description="the backend that actually ran")
-    image: ImageSizeOut
-    classes: list[ClassShareOut] = Field(description="the classes present, most pixels first")
-    seen: float = Field(description="the share of the image the model saw: 1 but for a center crop (the pixels "
-                                    "outside it have no class)")
-    timing_ms: Timing
-    warmup: Warmup
-    cold: bool = Field(description="true when this request paid its interpreter's first inference")
-
-
-class SegmentationTask(Task):
-    name = "segmentation"
+class SegmentationTask(Task, name="segmentation", verb="segment", summary="Segment an image"):
     roles = (CLASS_MAP,)
-    schema = SegmentResponse
+    renders = {"png": Render("image/png", "the mask, one byte per pixel whose value is the class id (255: not "
+                                          "seen), at the original image's size", Segmentation.png)}
 
     def read(self, outputs: Outputs, options) -> Segmentation:
         geometry, labels = outputs.geometry, outputs.model_dir.labels

@@ -4,8 +4,8 @@ Thin: hold the model through the core (the room check, before the body), read th
 budget, parse it (wire.py), run it through the core (infer.py), encode the answer. Every error becomes
 {"error": ...} through errors.py's table, handled inside the route so the connection stays
 open. `health` holds the routes that stay open like /healthz; `router` the ones that take
-the inference key (app/main.py); `inference` the two infer routes, of V2InferenceRoute (a DirectRoute,
-app/api/direct.py): no dependency solving per request, the inference key checked first by the route class.
+the inference key (app/main.py); `inference` the two infer routes, a door (app/api/doors.py) of
+V2InferenceRoute: run in front of FastAPI's router (app/api/routes.py), the inference key checked first.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.auth import check_inference_key
 from app.api.body import hold_more, read_limited
 from app.api.deps import CoreDep, SettingsDep, door_of
-from app.api.direct import AnsweringRoute
 from app.api.errors import REFUSED, log_bug, refusals
 from app.api.held import held
-from app.api.routes import Inference
+from app.api.routes import DoorRoute, Inference
 from app.api.schemas import ErrorResponse
 from app.api.v2 import infer as v2
 from app.api.v2.errors import retry_after, status_of
@@ -38,9 +37,8 @@ SERVER_VERSION = "0.1.0"
 EXTENSIONS = ["binary_tensor_data", "classification", "model_configuration", "parameters"]
 
 
-class V2Route(AnsweringRoute):
-    """Every failure answered as the protocol says, without leaving the route. (A DirectRoute:
-    the routes with Depends run through FastAPI's handler as any APIRoute.)"""
+class V2Route(DoorRoute):
+    """Every failure answered as the protocol says, without leaving the route."""
 
     @staticmethod
     def failure(request: Request, error: Exception) -> Response | None:
@@ -61,24 +59,16 @@ router = APIRouter(prefix="/v2", tags=TAGS, route_class=V2Route)
 health = APIRouter(prefix="/v2/health", tags=TAGS, route_class=V2Route)
 
 
-def head(parameters: dict[str, str], query: bytes) -> tuple[None, str, None] | None:
-    """Any task's model, named in the path, on its default backend (a body may name another: not read); None for
-    a version the route refuses itself."""
-    if parameters.get("version", v2.VERSION) != v2.VERSION:
-        return None
-    return None, parameters["name"], None
-
-
 class V2InferenceRoute(V2Route):
-    """The infer routes: the inference key checked first; inference routes of protocol "v2"."""
+    """The infer routes: the inference key checked first; inference routes of protocol "v2", a model of any task
+    named in the path on its default backend (a body may name another: not read from the head), placed from the head
+    only for the one version (another is the route's 404)."""
 
     checks = (check_inference_key,)
-    inference = Inference("v2", head)
+    inference = Inference("v2", only={"version": v2.VERSION})
 
 
-inference = APIRouter(prefix="/v2", tags=TAGS, route_class=V2InferenceRoute)
-INFERENCE_ROUTERS = (inference,)  # app/api/doors.py
-INFERENCE_RANK = 30  # OIP v2's tensors next (app/api/doors.py)
+inference = APIRouter(prefix="/v2", tags=TAGS, route_class=V2InferenceRoute)  # a door: app/api/doors.py
 
 
 def _errors(*statuses: int) -> dict:

@@ -55,12 +55,18 @@ def datatype_of(dtype: np.dtype) -> str:
 
 
 @dataclass(frozen=True)
-class InputTensor:
+class Tensor:
+    """A tensor as the protocol names it."""
+
     name: str
     datatype: str
     shape: tuple[int, ...]
     # numeric tensors: an ndarray of `shape`; BYTES: a flat list of bytes, one per element
     data: np.ndarray | list[bytes]
+
+
+@dataclass(frozen=True)
+class InputTensor(Tensor):
     parameters: dict
 
 
@@ -82,12 +88,8 @@ class InferRequest:
 
 
 @dataclass(frozen=True)
-class OutputTensor:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    data: np.ndarray | list[bytes]
-    binary: bool
+class OutputTensor(Tensor):
+    binary: bool  # sent as binary data (the extension), not as JSON
 
 
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:

@@ -62,16 +62,22 @@ def _axes(view: OpView) -> tuple[tuple[int, ...], bool]:
     return tuple(axes), bool(view.options.get("keepDims", False))
 
 
-def prepare_mean(view: OpView) -> Step:
+def _reduction(view: OpView) -> tuple[np.dtype, int, int, int, int, tuple[int, ...], bool]:
+    """What MEAN and SUM prepare alike (reduce.cc's Prepare): the 8-bit type (the input's and the output's), both
+    zero points, the multiplier and shift of input_scale / output_scale, the axes and keep_dims."""
     input_dtype, input_scale, input_zero_point = per_tensor(view.input(0), "input")
     output_dtype, output_scale, output_zero_point = per_tensor(view.output(), "output")
     if input_dtype != output_dtype:
         raise Unsupported(f"input {view.input(0).type}, output {view.output().type}; expected the same type")
-    axes, keep_dims = _axes(view)
-    output_shape = view.output().shape
     multiplier, shift = quantize_multiplier(np.float64(input_scale) / np.float64(output_scale))
+    return (output_dtype, input_zero_point, output_zero_point, multiplier, shift, *_axes(view))
+
+
+def prepare_mean(view: OpView) -> Step:
+    output_dtype, input_zero_point, output_zero_point, multiplier, shift, axes, keep_dims = _reduction(view)
+    output_shape = view.output().shape
     count = int(np.prod([view.input(0).shape[a] for a in axes]))
-    low, high = type_range(input_dtype)
+    low, high = type_range(output_dtype)  # the input's too
     if count * (high - low) < SUM_TABLE_LIMIT:
         # every sum the input can have, requantized once at load: the run is a sum and a look-up
         sums = np.arange(count * low, count * high + 1, dtype=np.int64)
@@ -99,13 +105,8 @@ def prepare_sum(view: OpView) -> Step:
     [0, 255] and stored as a byte): [-1, -1, -1] with zero point 0 sums to -1, not -3. It is
     deterministic, so it is reproduced as such; a uint8 SUM is the plain case of the same code.
     """
-    input_dtype, input_scale, input_zero_point = per_tensor(view.input(0), "input")
-    output_dtype, output_scale, output_zero_point = per_tensor(view.output(), "output")
-    if input_dtype != output_dtype:
-        raise Unsupported(f"input {view.input(0).type}, output {view.output().type}; expected the same type")
-    axes, keep_dims = _axes(view)
+    output_dtype, input_zero_point, output_zero_point, multiplier, shift, axes, keep_dims = _reduction(view)
     output_shape = view.output().shape
-    multiplier, shift = quantize_multiplier(np.float64(input_scale) / np.float64(output_scale))
 
     def run(x):
         total = quantized_mean_or_sum(x.view(np.uint8), input_zero_point, multiplier, shift, output_zero_point, axes,

@@ -1,122 +1,134 @@
-"""DirectRoute: the same answers as FastAPI's own handler, without its dependency solving, and through no private
-name of FastAPI or Starlette."""
+"""A door route's parameters read in front of FastAPI (app/api/parameters.py, run by the table's front route,
+app/api/routes.py): the same values and the same errors as FastAPI's own handler, without its dependency solving;
+what cannot be read so is FastAPI's to run, and nothing of a web framework's private names is read."""
 
 import ast
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pytest
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
-from fastapi.routing import APIRoute
+from pydantic import Field
 from starlette.exceptions import HTTPException
 from starlette.testclient import TestClient
 
 from app.api import errors
-from app.api.direct import DirectRoute
+from app.api.routes import DoorRoute, InferenceRoutes
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import DEFAULT_MODEL, MODELS
 
 TopK = Annotated[int, Query(ge=1, description="how many")]
-Threshold = Annotated[float, Query(ge=0.0, le=1.0)]
+Threshold = Annotated[float, Field(ge=0.0, le=1.0)]  # a pydantic Field, as a task's options declare theirs
 Backend = Annotated[str | None, Query(max_length=4)]
 
 
 async def endpoint(name: str, request: Request, top_k: TopK = 5, threshold: Threshold = 0.0, backend: Backend = None,
-                   flag: bool = False, required: Annotated[int, Query(alias="need")] = ...) -> Response:
-    return Response(repr((name, top_k, threshold, backend, flag, required, request.method)))
+                   flag: bool = False, form: Literal["json", "png"] = "json",
+                   required: Annotated[int, Query(alias="need")] = ...) -> Response:
+    return Response(repr((name, top_k, threshold, backend, flag, form, required, request.method)))
 
 
-def app_with(route_class: type[APIRoute], **include) -> FastAPI:
-    app = FastAPI()
-    errors.install(app)
-    router = APIRouter(route_class=route_class)
-    router.post("/m/{name}/go")(endpoint)
-    app.include_router(router, **include)
-    return app
+def apps(route_class: type[DoorRoute] = DoorRoute, **router) -> tuple[FastAPI, FastAPI]:
+    """The same door router served by the table in front (its front route first) and by FastAPI alone."""
+    door = APIRouter(route_class=route_class, **router)
+    door.post("/m/{name}/go")(endpoint)
+    table = InferenceRoutes.of([door])
+    fronted, alone = FastAPI(routes=[table.front]), FastAPI()
+    for app in (fronted, alone):
+        errors.install(app)
+    table.include(fronted)
+    alone.include_router(door)
+    return fronted, alone
 
 
 QUERIES = ["need=1", "need=1&top_k=3", "need=1&top_k=0", "need=1&top_k=abc", "need=1&top_k=", "need=1&top_k=3.0",
            "need=1&top_k=1e1", "need=1&top_k=3&top_k=0", "need=1&top_k=0&top_k=3", "need=1&threshold=nan",
            "need=1&threshold=2&backend=toolong&top_k=-1", "need=1&backend=", "need=1&flag=yes", "need=1&flag=maybe",
-           "", "top_k=0", "need=x", "need=1&other=2", "need=1&top_k=%ff"]
+           "need=1&form=png", "need=1&form=gif", "", "top_k=0", "need=x", "need=1&other=2", "need=1&top_k=%ff"]
 
 
 @pytest.mark.parametrize("query", QUERIES)
-def test_the_same_values_and_errors_as_fastapis_own_handler(query):
-    direct, solved = TestClient(app_with(DirectRoute)), TestClient(app_with(APIRoute))
-    a, b = direct.post(f"/m/x/go?{query}"), solved.post(f"/m/x/go?{query}")
+def test_the_same_values_and_errors_as_fastapis_own_handler(query, monkeypatch):
+    solved = solving(monkeypatch)
+    fronted, alone = (TestClient(app) for app in apps())
+    a = fronted.post(f"/m/x/go?{query}")
+    assert solved == []  # read in front
+    b = alone.post(f"/m/x/go?{query}")
     assert (a.status_code, a.content) == (b.status_code, b.content)
 
 
 def test_the_openapi_description_is_fastapis():
-    assert app_with(DirectRoute).openapi() == app_with(APIRoute).openapi()
+    fronted, alone = apps()
+    assert fronted.openapi() == alone.openapi()
 
 
-def test_a_handler_that_returns_data_is_serialized_by_fastapi():
-    app = FastAPI()
-    router = APIRouter(route_class=DirectRoute)
-    router.get("/data")(lambda_data)
-    app.include_router(router)
-    assert TestClient(app).get("/data").json() == {"live": True}
+def test_a_handler_that_returns_data_is_fastapis_to_serialize():
+    door = APIRouter(route_class=DoorRoute)
+    door.post("/data")(returns_data)
+    table = InferenceRoutes.of([door])
+    app = FastAPI(routes=[table.front])
+    table.include(app)
+    assert table.entries[0].app is None  # left to FastAPI
+    assert TestClient(app).post("/data").json() == {"live": True}
 
 
-async def lambda_data():
+async def returns_data():
     return {"live": True}
 
 
-def test_a_route_with_dependencies_falls_back_to_fastapis_handler_and_they_run():
-    def refuse():
-        raise HTTPException(401, "no")
+def refuse():
+    raise HTTPException(401, "no")
 
-    client = TestClient(app_with(DirectRoute, dependencies=[Depends(refuse)]))
-    assert client.post("/m/x/go?need=1").status_code == 401
+
+def test_a_route_with_dependencies_is_fastapis_and_they_run(monkeypatch):
+    solved = solving(monkeypatch)
+    fronted, _ = apps(dependencies=[Depends(refuse)])
+    assert TestClient(fronted).post("/m/x/go?need=1").status_code == 401
+    assert len(solved) == 1
 
 
 def refuse_key(request: Request):
     raise HTTPException(401, "no key", headers={"WWW-Authenticate": "Bearer"})
 
 
-class CheckingRoute(DirectRoute):
+class CheckingRoute(DoorRoute):
     checks = (refuse_key,)
 
 
 def test_checks_run_before_the_parameters_are_read():
-    client = TestClient(app_with(CheckingRoute))
-    r = client.post("/m/x/go?top_k=0")  # invalid and missing parameters: still the check's 401
-    assert r.status_code == 401 and r.json() == {"error": "no key"} and r.headers["www-authenticate"] == "Bearer"
+    for app in apps(CheckingRoute):
+        r = TestClient(app).post("/m/x/go?top_k=0")  # invalid and missing parameters: still the check's 401
+        assert r.status_code == 401 and r.json() == {"error": "no key"} and r.headers["www-authenticate"] == "Bearer"
 
 
-def test_the_inference_routes_solve_no_dependencies(monkeypatch):
-    import fastapi.routing
+class AnsweringRoute(DoorRoute):
+    @staticmethod
+    def failure(request: Request, error: Exception) -> Response | None:
+        return Response(f"answered: {type(error).__name__}", status_code=418)
 
-    solved = []
-    real = fastapi.routing.solve_dependencies
-    monkeypatch.setattr(fastapi.routing, "solve_dependencies", lambda **kw: solved.append(kw) or real(**kw))
-    app = create_app(Settings(model_dir=MODELS, models=[DEFAULT_MODEL], warmup_at_start=False))
-    client = TestClient(app)  # no lifespan: the model is not loaded, every request ends early (503)
-    for path in ("/v1/classify", f"/v1/models/{DEFAULT_MODEL}/classify?top_k=3", f"/v2/models/{DEFAULT_MODEL}/infer",
-                 f"/v2/models/{DEFAULT_MODEL}/versions/1/infer"):
-        assert client.post(path, content=b"x", headers={"content-type": "image/jpeg"}).status_code == 503, path
-    assert solved == []
-    client.get("/v1/models")  # an ordinary route: solved as ever, so the probe above could see one
-    assert len(solved) == 1
+
+def test_a_protocols_failures_are_answered_the_same_in_front_and_behind():
+    for app in apps(AnsweringRoute):
+        r = TestClient(app).post("/m/x/go?top_k=0")
+        assert (r.status_code, r.text) == (418, "answered: RequestValidationError")
 
 
 async def scoped(tenant: str, name: str, top_k: TopK = 5) -> Response:
     return Response(f"{tenant} {name} {top_k}")
 
 
-def test_a_path_parameter_in_the_inclusion_prefix_is_read_from_the_path():
-    answers = []
-    for route_class in (DirectRoute, APIRoute):
-        app = FastAPI()
-        router = APIRouter(route_class=route_class)
-        router.get("/m/{name}")(scoped)
-        app.include_router(router, prefix="/t/{tenant}")
-        r = TestClient(app).get("/t/acme/m/x?top_k=2&tenant=other")
-        answers.append((r.status_code, r.text))
-    assert answers[0] == answers[1] == (200, "acme x 2")
+def test_a_path_parameter_of_the_routers_prefix_is_read_from_the_path(monkeypatch):
+    solved = solving(monkeypatch)
+    door = APIRouter(prefix="/t/{tenant}", route_class=DoorRoute)
+    door.post("/m/{name}")(scoped)
+    table = InferenceRoutes.of([door])
+    app = FastAPI(routes=[table.front])
+    table.include(app)
+    client = TestClient(app)
+    assert client.post("/t/acme/m/x?top_k=2&tenant=other").text == "acme x 2"
+    assert client.post("/t/acme/m/x?top_k=0").json()["detail"][0]["loc"] == ["query", "top_k"]
+    assert solved == []
 
 
 def solving(monkeypatch) -> list:
@@ -129,44 +141,18 @@ def solving(monkeypatch) -> list:
     return solved
 
 
-def test_a_path_parameter_of_the_inclusion_prefix_is_read_directly(monkeypatch):
+def test_the_inference_routes_solve_no_dependencies(monkeypatch):
     solved = solving(monkeypatch)
-    app = FastAPI()
-    router = APIRouter(route_class=DirectRoute)
-    router.get("/m/{name}")(scoped)
-    app.include_router(router, prefix="/t/{tenant}")
-    client = TestClient(app)
-    assert client.get("/t/acme/m/x?top_k=2").text == "acme x 2"
-    assert client.get("/t/acme/m/x?top_k=0").json()["detail"][0]["loc"] == ["query", "top_k"]
+    app = create_app(Settings(model_dir=MODELS, models=[DEFAULT_MODEL], warmup_at_start=False))
+    client = TestClient(app)  # no lifespan: the model is not loaded, every request ends early (503)
+    for path in ("/v1/classify", f"/v1/models/{DEFAULT_MODEL}/classify?top_k=3", "/v1/detect", "/v1/pose",
+                 "/v1/segment?format=png", f"/v2/models/{DEFAULT_MODEL}/infer",
+                 f"/v2/models/{DEFAULT_MODEL}/versions/1/infer"):
+        r = client.post(path, content=b"x", headers={"content-type": "image/jpeg"})
+        assert r.status_code in (404, 503), (path, r.status_code)  # no default detector, pose or segmentation model
     assert solved == []
-
-
-def test_a_route_included_twice_runs_fastapis_handler_if_either_inclusion_has_dependencies():
-    def refuse():
-        raise HTTPException(401, "no")
-
-    app = FastAPI()
-    errors.install(app)
-    router = APIRouter(route_class=DirectRoute)
-    router.post("/m/{name}/go")(endpoint)
-    app.include_router(router, prefix="/open")
-    app.include_router(router, prefix="/guarded", dependencies=[Depends(refuse)])
-    client = TestClient(app)
-    for _ in range(2):  # the first request settles each handler, the second runs what it settled on
-        assert client.post("/guarded/m/x/go?need=1").status_code == 401
-        assert client.post("/open/m/x/go?need=1").text == repr(("x", 5, 0.0, None, False, 1, "POST"))
-
-
-def test_a_route_fastapi_does_not_list_for_the_app_runs_fastapis_handler(monkeypatch):
-    """A router mounted as an ASGI app, not included: FastAPI's view of the app has no inclusion of the route to
-    read, so FastAPI's own handler answers."""
-    solved = solving(monkeypatch)
-    router = APIRouter(route_class=DirectRoute)
-    router.post("/m/{name}/go")(endpoint)
-    app = FastAPI()
-    app.mount("/x", router)
-    r = TestClient(app).post("/x/m/a/go?need=1&top_k=3")
-    assert r.text == repr(("a", 3, 0.0, None, False, 1, "POST")) and len(solved) == 1
+    client.get("/v1/models")  # an ordinary route: solved as ever, so the probe above could see one
+    assert len(solved) == 1
 
 
 FRAMEWORKS = ("fastapi", "starlette", "uvicorn", "uvicorn_worker", "gunicorn", "httptools")
@@ -221,7 +207,8 @@ def test_the_service_reads_no_private_name_of_a_web_framework():
 
 
 def test_the_private_names_check_sees_them():
-    """What the check above would have found in app/api/direct.py before it used FastAPI's public view."""
+    """What the check above would have found in the route class that read parameters before, had it read a private
+    hook of FastAPI's."""
     seen = private_framework_names
     assert seen("from fastapi import routing\nrouting._effective_route_context_var.get()\n") == \
         ["routing..._effective_route_context_var"]

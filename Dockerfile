@@ -71,7 +71,8 @@ RUN --mount=type=bind,source=runtime,target=/runtime \
         && DEBIAN_FRONTEND=noninteractive dpkg -i "$@"; \
     else echo "no libedgetpu in runtime/: a CPU and emulator image (/v1/devices says why there is no TPU)"; fi \
     && groupadd --system --gid 10001 edgetpu \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --groups plugdev edgetpu
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --groups plugdev edgetpu \
+    && install -d -o 10001 -g 10001 -m 0700 /var/lib/edgetpu-serve
 COPY --from=site /opt/site /opt/venv/lib/python3.11/site-packages
 COPY docker/clone3_enosys.py /usr/local/lib/edgetpu-serve/clone3_enosys.py
 WORKDIR /srv/edgetpu-serve
@@ -90,7 +91,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     EDGETPU_SERVE_PORT=8000 \
     EDGETPU_SERVE_MODEL_DIR=/models \
     EDGETPU_SERVE_BACKENDS=edgetpu,cpu \
-    EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback
+    EDGETPU_SERVE_EDGETPU_ON_FAILURE=fallback \
+    EDGETPU_SERVE_FACE_DB=/var/lib/edgetpu-serve/faces.db
 # API keys (docs/security.md): this image listens on 0.0.0.0, so admin endpoints
 # (reload) answer 403 until an admin key is set; inference is open until inference keys are set.
 # Pass keys as secrets, one per line, never baked into the image:
@@ -99,6 +101,11 @@ ENV PATH=/opt/venv/bin:$PATH \
 #       -e EDGETPU_SERVE_API_KEYS_FILE=/run/secrets/api_keys ...
 # (or EDGETPU_SERVE_API_KEYS / EDGETPU_SERVE_ADMIN_KEYS, comma-separated). Clients send
 # "Authorization: Bearer <key>" or "X-API-Key: <key>".
+# The face gallery (EDGETPU_SERVE_FACE_DB, docs/faces.md): an SQLite file and its WAL, in a directory of the
+# service's user (0700: it holds faces). A volume, so that a new image or container keeps the faces: name it
+# (-v edgetpu-serve-faces:/var/lib/edgetpu-serve; a named volume starts as a copy of this directory, owner and
+# mode included); a host directory mounted here must be writable by uid 10001.
+VOLUME ["/var/lib/edgetpu-serve"]
 # uid 10001 = edgetpu: Docker adds its supplementary groups (plugdev) from /etc/group.
 USER 10001
 EXPOSE 8000

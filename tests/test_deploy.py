@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from app.engines import BACKENDS
+from app.faces.location import IMAGE_DATA_DIR
 from app.settings import Settings, variable_names
 from tests.conftest import ROOT
 
@@ -93,6 +94,17 @@ def test_inference_service_names_the_runtime_and_its_format():
     assert env["EDGETPU_SERVE_MODEL_DIR"] == "/mnt/models"  # where KServe's storage initializer puts storageUri
     port = runtime["spec"]["containers"][0]["ports"][0]["containerPort"]
     assert runtime["spec"]["annotations"]["prometheus.kserve.io/port"] == str(port)
+
+
+def test_the_deployment_keeps_the_face_gallery_on_a_claim_its_user_may_write():
+    """Kubernetes ignores the image's VOLUME: the gallery's directory is a PersistentVolumeClaim, made writable for the
+    image's user (uid and gid 10001) by the pod's fsGroup."""
+    spec = MANIFESTS["Deployment"]["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["faces"] == str(IMAGE_DATA_DIR)
+    assert volumes["faces"]["persistentVolumeClaim"]["claimName"] == "edgetpu-serve-faces"
+    assert spec["securityContext"]["fsGroup"] == 10001
 
 
 def test_deployment_and_service_select_the_pods_and_mount_the_devices():

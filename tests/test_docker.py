@@ -29,6 +29,7 @@ import pytest
 import yaml
 import zmq
 
+from app.faces.location import GALLERY_FILE_NAME, IMAGE_DATA_DIR
 from bench.frigate_client import FrigateClient
 from bench.service import free_port
 from converter.photos import sample_photos
@@ -97,6 +98,12 @@ def lock_entries() -> dict[str, tuple[str, list[str]]]:
     return entries
 
 
+def dockerfile_instructions(path: Path) -> list[str]:
+    """The recipe's instructions, one a line (continuations joined, comments out)."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    return [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
 # ---- without an engine ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("image", DOCKERFILES)
@@ -106,11 +113,7 @@ def test_hadolint_is_clean(image):
 
 
 def test_the_two_recipes_differ_only_in_the_boards_defaults():
-    def instructions(path: Path) -> list[str]:
-        text = re.sub(r"\\\n", " ", path.read_text())
-        return [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-
-    x86, board = instructions(DOCKERFILES["latest"]), instructions(DOCKERFILES["devboard"])
+    x86, board = dockerfile_instructions(DOCKERFILES["latest"]), dockerfile_instructions(DOCKERFILES["devboard"])
     differing = [(a, b) for a, b in zip(x86, board) if a != b]
     assert len(x86) == len(board)
     assert [a.split()[:2] for a, _ in differing] == [["ARG", "BASE_IMAGE=edgetpu-serve-base:bookworm-amd64"],
@@ -214,13 +217,49 @@ def test_compose_runs_the_built_images_with_each_tpu_and_its_group():
         assert "../models:/models:ro" in service["volumes"]
 
 
+@pytest.mark.parametrize("image", DOCKERFILES)
+def test_the_face_gallery_lives_on_a_volume_the_service_may_write(image):
+    """EDGETPU_SERVE_FACE_DB in the image's data directory (app/faces/location.py's IMAGE_DATA_DIR), made by the
+    last stage for the user the service runs as (0700: it holds faces) before it is declared a VOLUME (a RUN
+    after the declaration could not change it), so that a named volume starts as a copy of it."""
+    lines = dockerfile_instructions(DOCKERFILES[image])
+    final = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")):]
+    env = dict(pair.split("=", 1) for line in final if line.startswith("ENV ") for pair in line.split()[1:])
+    assert env["EDGETPU_SERVE_FACE_DB"] == str(IMAGE_DATA_DIR / GALLERY_FILE_NAME)
+    volumes = [json.loads(line.removeprefix("VOLUME ")) for line in final if line.startswith("VOLUME ")]
+    assert volumes == [[str(IMAGE_DATA_DIR)]]
+    made = [i for i, line in enumerate(final) if line.startswith("RUN ")
+            and f"install -d -o 10001 -g 10001 -m 0700 {IMAGE_DATA_DIR}" in line]
+    declared = next(i for i, line in enumerate(final) if line.startswith("VOLUME "))
+    assert len(made) == 1 and made[0] < declared
+    assert not any(line.startswith("RUN ") for line in final[declared:])
+    assert [line for line in final if line.startswith("USER ")] == ["USER 10001"]  # the owner above
+
+
+@pytest.mark.parametrize("compose_file", [COMPOSE, ROOT / "docker" / "frigate" / "compose.yaml"])
+def test_every_composed_service_keeps_its_faces_on_a_named_volume(compose_file):
+    """A named volume (kept by `docker compose down`, shared by the profiles' services) at the image's data
+    directory, in every service that runs the service's image; `volumes:` of a service replaces its anchor's, so
+    each is checked."""
+    compose = yaml.safe_load(compose_file.read_text())
+    ours = {name: service for name, service in compose["services"].items()
+            if service.get("image", "").startswith("edgetpu-serve:")}
+    assert ours
+    for name, service in ours.items():
+        mounts = [volume.split(":") for volume in service["volumes"]]
+        faces = [source for source, target, *_ in mounts if target == str(IMAGE_DATA_DIR)]
+        assert faces == ["faces"], name
+        assert "faces" in compose["volumes"]
+
+
 def test_the_docs_name_the_pins_and_the_commands():
     text = DOCS.read_text()
     for name, digest in FRIGATE_SUMS.items():
         assert name in text and digest in text
     for needed in ("make images", "docker save", "docker load", "--device /dev/apex_0", "-v /dev/bus/usb:/dev/bus/usb",
                    "--device-cgroup-rule='c 189:* rmw'",
-                   "clone3", "--memory", "ai-edge-litert 2.3.0", "QEMU_CPU=cortex-a53"):
+                   "clone3", "--memory", "ai-edge-litert 2.3.0", "QEMU_CPU=cortex-a53",
+                   "-v edgetpu-serve-faces:/var/lib/edgetpu-serve"):
         assert needed in text, needed
 
 
@@ -535,6 +574,50 @@ def test_the_x86_image_serves_every_model_on_the_cpu_from_its_defaults(x86, phot
     assert x86.top5_cpu["china.jpg"][0] == 698  # palace
     assert len(x86.top5_emulated) == len(list(photos.iterdir()))
     assert_bad_input_is_a_clear_4xx(x86)
+
+
+# In a container of the image, as its user: a face registered in the gallery its settings name, then the directory's
+# owner and mode; in the next container on the same volume, who is registered.
+REGISTER_A_FACE = """
+import os
+import numpy as np
+from PIL import Image
+from app.faces import Gallery, NewFace, cut_region
+path = os.environ["EDGETPU_SERVE_FACE_DB"]
+with Gallery(path) as gallery:
+    vector = np.zeros(128, np.float32)
+    vector[0] = 1
+    region = cut_region(Image.new("RGB", (96, 96), (150, 120, 100)), (32.0, 32.0, 64.0, 64.0))
+    gallery.register("Ann", [NewFace(region, vector)], "ab" * 32)
+folder = os.stat(os.path.dirname(path))
+print(os.getuid(), folder.st_uid, oct(folder.st_mode & 0o777), oct(os.stat(path).st_mode & 0o777))
+"""
+LIST_THE_FACES = """
+import os
+from app.faces import Gallery
+with Gallery(os.environ["EDGETPU_SERVE_FACE_DB"]) as gallery:
+    print(*gallery.userids())
+"""
+
+
+@pytest.mark.slow
+def test_the_x86_image_keeps_its_faces_on_a_named_volume_across_containers(engine, images):
+    """The built image's own config (its environment and volume), then two containers in turn on one new named
+    volume: the first, as uid 10001, registers a face in a volume that started as the image's directory (owned by
+    10001, 0700), the second finds it there."""
+    tag = images["latest"].tag
+    config = json.loads(docker("image", "inspect", "-f", "{{json .Config}}", tag, env=engine).stdout)
+    assert set(config["Volumes"]) == {str(IMAGE_DATA_DIR)} and config["User"] == "10001"
+    assert f"EDGETPU_SERVE_FACE_DB={IMAGE_DATA_DIR / GALLERY_FILE_NAME}" in config["Env"]
+    volume = f"{CONTAINER_PREFIX}faces-{os.getpid()}"
+    mount = f"{volume}:{IMAGE_DATA_DIR}"
+    try:
+        wrote = docker("run", "--rm", "--network=none", "-v", mount, tag, "python", "-c", REGISTER_A_FACE, env=engine)
+        found = docker("run", "--rm", "--network=none", "-v", mount, tag, "python", "-c", LIST_THE_FACES, env=engine)
+    finally:
+        docker("volume", "rm", "-f", volume, env=engine, check=False)
+    assert wrote.stdout.split() == ["10001", "10001", "0o700", "0o600"]
+    assert found.stdout.split() == ["Ann"]
 
 
 @pytest.mark.slow

@@ -181,6 +181,18 @@ def test_register_takes_several_images_and_the_largest_face_of_a_crowded_one_say
         p for p in listed["people"] if p["userid"] == "Twice").items() if k in ("userid", "faces")}
 
 
+def test_deepstacks_register_adds_each_photo_and_the_same_photo_once(served):
+    """Clients train one photo a request (Double Take, Viseron, Home Assistant's teach_face): each adds a face, where
+    DeepStack's register kept only the last; the same photo trained again adds none, and the message says so."""
+    service, _ = served
+    client = client_of(service)
+    assert client.register("Trained", photo_of(1, 1)) == "face added"
+    assert client.register("Trained", photo_of(1, 3)) == "face added"
+    again = post(service, "/v1/vision/face/register", files={"image": photo_of(1, 1)}, userid="Trained")
+    assert again.status_code == 200 and again.json()["faces"] == 2, again.text
+    assert "1 of the faces were registered for 'Trained' already" in again.json()["message"]
+
+
 def test_delete_forgets_a_person(served):
     service, _ = served
     client = client_of(service)

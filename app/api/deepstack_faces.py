@@ -133,8 +133,12 @@ async def face_register(request: Request) -> Response:
     if not images:
         raise RequestError("No valid image file found: send the photo as the multipart file field 'image' (more "
                            "as 'image1', 'image2', ...)")
-    enrolment = await faces.register(userid, images)
+    # added to the person's faces, not replacing them: Double Take, Viseron and Home Assistant train one photo a
+    # request, and DeepStack's replacing kept only the last of a person's photos (docs/faces.md)
+    enrolment = await faces.register(userid, images, replace=False)
     message = "face added"
+    if enrolment.registration.held:
+        message += f"; {enrolment.registration.held} of the faces were registered for {userid!r} already"
     if enrolment.crowded:
         which = ", ".join(str(i + 1) for i in enrolment.crowded)
         message += f"; image(s) {which} held several faces: the largest of each was registered"

@@ -4,7 +4,7 @@ commands (app/core/faces.py):
     GET    /v1/faces            -> the people (userid, faces, when first registered, covered by the embedder served),
                                    the embedder served and every embedder the gallery holds vectors of
     PUT    /v1/faces/{userid}   multipart images (image, image1, ...): the largest face of each registered;
-                                ?replace=true (default, DeepStack's register): their earlier faces go;
+                                ?replace=true (default: a PUT replaces): their earlier faces go;
                                 ?replace=false: these are added to theirs
     DELETE /v1/faces/{userid}   the person, their faces and vectors, erased
 
@@ -55,7 +55,8 @@ async def list_people(request: Request) -> dict:
             response_model=RegisteredOut, responses=NATIVE_ERRORS, openapi_extra=form(
                 "the person's photos: every file of the form (image, image1, ...)", ("image",), image=PHOTO))
 async def put_person(request: Request, userid: str, replace: Annotated[bool, Query(
-        description="true: the person's earlier faces are replaced (DeepStack's register); false: added to")] = True
+        description="true: the person's earlier faces are replaced; false: added to (a face they hold already: "
+                    "not twice)")] = True
                      ) -> dict:
     door = door_of(request)
     if door.settings.face_edits_need_admin:

@@ -64,8 +64,9 @@ class Gallery:
 
     def register(self, userid: str, faces: Iterable[NewFace], embedder: str, *, replace: bool = True) -> Registration:
         """Register `faces` (at least one) for `userid` in one transaction, their vectors tagged with `embedder`
-        (its model file's sha256). replace=True (DeepStack's register): the person's earlier faces are deleted,
-        and erased. replace=False: the faces are added to theirs."""
+        (its model file's sha256). replace=True: the person's earlier faces are deleted, and erased. replace=False:
+        the faces are added to theirs, but for a face they have already (its region's bytes the same: a client
+        training the same photo again), which is not added twice."""
         userid, embedder = check_userid(userid), check_embedder_id(embedder)
         faces = list(faces)
         if not faces:
@@ -88,6 +89,8 @@ class Gallery:
                 if replace:
                     replaced = db.execute("DELETE FROM face WHERE person = ?", (person,)).rowcount
             kept = db.execute("SELECT count(*) FROM face WHERE person = ?", (person,)).fetchone()[0]
+            given = len(checked)
+            checked = _not_held(db, person, checked)
             if kept + len(checked) > FACES_PER_PERSON_MAX:
                 raise TooManyFaces(f"{userid!r} has {kept} faces; {len(checked)} more would pass the "
                                    f"{FACES_PER_PERSON_MAX} a person may have")
@@ -102,7 +105,8 @@ class Gallery:
             if replaced:
                 db.execute("PRAGMA incremental_vacuum").fetchall()
         erased = self._writer.truncate_wal() if replaced else True
-        return Registration(userid, row is None, len(checked), replaced, kept + len(checked), erased)
+        return Registration(userid, row is None, len(checked), replaced, kept + len(checked), erased,
+                            given - len(checked))
 
     def delete(self, userid: str) -> Deletion:
         """Delete the person, their faces and vectors, in one transaction; then erase their bytes from the files."""
@@ -266,3 +270,14 @@ def _stored_face(row: tuple) -> StoredFace:
     points = np.frombuffer(landmarks, "<f4").reshape(-1, 2).tolist() if landmarks else ()
     return StoredFace(face, userid, FaceRegion(image, width, height, (left, top, right, bottom),
                                                tuple((x, y) for x, y in points)))
+
+
+def _not_held(db, person: int, checked: list) -> list:
+    """The faces of a registration the person does not hold already (by their region's bytes), each once."""
+    held = {bytes(image) for (image,) in db.execute("SELECT image FROM face WHERE person = ?", (person,))}
+    fresh = []
+    for region, vector in checked:
+        if region.image not in held:
+            held.add(region.image)
+            fresh.append((region, vector))
+    return fresh

@@ -63,10 +63,12 @@ class DeepStackRoute(DoorRoute):
     these answer so too: app/api/codeproject.py). No key check first: the key may come in the body (the handler
     checks it)."""
 
-    @staticmethod
-    def failure(request: Request, error: Exception) -> Response:
+    instead = INSTEAD  # the statuses DeepStack's clients get instead of the service's
+
+    @classmethod
+    def failure(cls, request: Request, error: Exception) -> Response:
         if isinstance(error, ServeError):
-            status = INSTEAD.get(error.status, error.status)
+            status = cls.instead.get(error.status, error.status)
             log_answered(request, error, status)
             return failure(status, str(error), retry_after(error))
         if isinstance(error, RequestValidationError):

@@ -33,15 +33,14 @@ from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
 from app.api.auth import check_admin_key_value, check_inference_key_value, inference_key_in_head
-from app.api.deepstack import MODULE_ID, DeepStackRoute, failure, min_confidence
+from app.api.deepstack import MODULE_ID, DeepStackRoute, min_confidence
 from app.api.deps import door_of
-from app.api.errors import log_answered, retry_after
 from app.api.face_forms import FaceForm, read_face_form
 from app.api.face_schemas import (DEEPSTACK_ERRORS, PHOTO, FaceDetectAnswer, FaceListAnswer, FaceMatchAnswer,
                                   FaceRecognizeAnswer, FaceRegisterAnswer, DeepStackAnswer, form)
 from app.core.face_photos import Face
 from app.core.faces import Faces
-from app.errors import RequestError, ServeError
+from app.errors import RequestError
 
 KEY, ADMIN_KEY, USERID, CONFIDENCE = "api_key", "admin_key", "userid", "min_confidence"
 # DeepStack's clients read 404 as a wrong URL and 409 as nothing they know: a request's fault is their 400
@@ -56,13 +55,7 @@ BACKUP_FILE = {200: {"description": "the gallery, one SQLite file", "content": {
 class FaceRoute(DeepStackRoute):
     """Every failure in DeepStack's shape, with the face routes' statuses."""
 
-    @staticmethod
-    def failure(request: Request, error: Exception) -> Response:
-        if isinstance(error, ServeError):
-            status = INSTEAD.get(error.status, error.status)
-            log_answered(request, error, status)
-            return failure(status, str(error), retry_after(error))
-        return DeepStackRoute.failure(request, error)
+    instead = INSTEAD
 
 
 router = APIRouter(prefix="/v1", tags=["DeepStack (faces)"], route_class=FaceRoute)

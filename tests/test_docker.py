@@ -495,8 +495,8 @@ def frigate_detect(container: Container, endpoint: str) -> np.ndarray:
 
 
 def serve_and_ask(engine: dict, image: str, arch: str, photos: Path) -> Served:
-    """The image with its defaults (no TPU, no libedgetpu) and Frigate's ZMQ door on a loopback port (pyzmq's wheel
-    for the image's architecture, run): cpu; then with the emulator on the small model."""
+    """The image with its defaults (no TPU, no libedgetpu) and Frigate's ZMQ door on a loopback port (our ZMTP
+    reader, asked by the host's pyzmq, Frigate's client): cpu; then with the emulator on the small model."""
     zmq_endpoint = f"tcp://127.0.0.1:{free_port()}"
     container = start(engine, image, arch, "defaults", env={"EDGETPU_SERVE_ZMQ_ENDPOINT": zmq_endpoint})
     try:

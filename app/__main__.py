@@ -41,6 +41,10 @@ def main() -> int:
     if processes > 1:
         from app.gunicorn_app import serve as serve_processes
 
+        problem = gallery_problem(settings)
+        if problem is not None:
+            print(f"edgetpu-serve: cannot start: {problem}", file=sys.stderr)
+            return 2
         return serve_processes(settings, processes)
     return serve(settings)
 
@@ -67,6 +71,21 @@ def serve(settings: Settings) -> int:
         print(f"edgetpu-serve: cannot start: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def gallery_problem(settings: Settings) -> str | None:
+    """A face gallery the workers could not open, found before they fork (each would stop the group with a
+    traceback): opened here and closed again, so no worker inherits it. None where no face models are set."""
+    if settings.face_detector is None or settings.face_embedder is None:
+        return None
+    from app.faces.gallery import Gallery
+    from app.faces.location import default_gallery_path
+
+    try:
+        Gallery(settings.face_db or default_gallery_path()).close()
+    except ServeError as e:
+        return str(e)
+    return None
 
 
 def gunicorn_installed() -> bool:

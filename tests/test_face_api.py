@@ -492,10 +492,11 @@ def test_the_try_it_page_enrolls_a_person_and_shows_names_on_the_face_boxes(mode
             Path(target).write_bytes((tmp_path / "try-it-faces.png").read_bytes())
 
 
-def test_a_face_db_holding_another_file_stops_the_start_in_one_line_and_is_left_untouched(models, tmp_path):
+@pytest.mark.parametrize("processes", ["1", "2"])  # under gunicorn too: found before the workers fork
+def test_a_face_db_holding_another_file_stops_the_start_in_one_line_and_is_left_untouched(models, tmp_path, processes):
     other = tmp_path / "notes.db"
     other.write_text("not a gallery\n")
-    service = Service(face_env(models, other), inherit_settings=False)
+    service = Service({**face_env(models, other), "EDGETPU_SERVE_PROCESSES": processes}, inherit_settings=False)
     try:
         assert service.process.wait(WAIT_S) == 2
     finally:

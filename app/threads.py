@@ -8,14 +8,16 @@ open-loop overload: 503 p99 82 ms at the same priority, 45 ms with the compute t
 thread's priority lets the loop run as soon as it has something to do, and costs that thread nothing while the
 cores are idle. Linux only: there `setpriority` on a thread id sets that thread's nice value.
 
-It costs when the cores are not idle: a process at nice 0 beside the service (a busy peer, another program)
-takes about 9 parts in 10 of a core from a thread at nice +10. A CPU interpreter is the device of a host without
-a TPU: lowered for good, a Frigate client's invoke waited behind any busy process (issue 42's attacks on the ZMQ
-door, whose attacker is such a process: p99 up to 133 ms at nice +10, under 50 ms level; docs/frigate.md). So
-the image threads are lowered for good (`lower_this_thread`), and a CPU interpreter's lane runs at the process's
-priority and hands its invokes to a thread of its own below it (`Below`) only while its line is overloaded,
-that is while the loop is refusing requests (app/pool/lane.py). A thread cannot lower itself for a while
-instead: without CAP_SYS_NICE, Docker's default, it can never raise its priority again.
+It costs when the cores are not idle: a process at nice 0 beside the service (a busy peer, another program) takes
+about 9 parts in 10 of a core from a thread at nice +10. A CPU interpreter is the device of a host without a TPU:
+lowered for good, a Frigate client's invoke waited behind any busy process (issue 42's attacks on the ZMQ door,
+whose attacker is such a process, 2 cores: beside one that only spins, p99 90-100 ms with the interpreters at +10,
+at most 28 ms level; docs/frigate.md). So the image threads are lowered for good (`lower_this_thread`), and a CPU
+interpreter's lane runs at the process's priority and hands its invokes to a thread of its own below it (`Below`)
+only while its line is overloaded, that is while the loop is refusing requests (app/pool/lane.py). A thread cannot
+lower itself for a while instead: without CAP_SYS_NICE, Docker's default, it can never raise its priority again.
+Under the 10x overload above, refusals come as fast this way as with every compute thread lowered (503 p99 65.5
+against 67.1 ms; 133 ms with every thread level, docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ through the libedgetpu TEST DOUBLE; and bench/pipeline_capacity.py run briefly.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 import time
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 from app.engines import Backend, EngineOptions, TensorSpec, register, unregister
-from app.errors import DeviceHung, EngineLoadError, InvokeTimeout
+from app.errors import Busy, DeviceHung, EngineLoadError, InvokeTimeout
 from app.model_dir.reading import read_model_dir
 from app.pool.pipeline import Pipeline, stage_options
 from app.pool import EnginePool, Stage, Watchdog
@@ -31,6 +32,8 @@ from converter.segment import segment_model_dir
 from tests.conftest import MODELS
 from tests.doubles.libedgetpu import libedgetpu_double  # noqa: F401 (a fixture: the libedgetpu TEST DOUBLE)
 from tests.pool_requests import run_in
+from tests.thread_nice import linux_only, this_thread
+from tests.waiting import turns_until
 
 EVENTUALLY_S = 10
 HANG_S = 0.3
@@ -75,6 +78,50 @@ def watched_pool(pipeline: Pipeline, reload=None, hang_s=HANG_S, watched=True) -
 def run(pool: EnginePool, value: int):
     """One request through the pool, from a thread of the test (each its own event loop)."""
     return asyncio.run(run_in(pool, [np.full((1, 4), value, np.int32)]))
+
+
+class ThreadNotingStage(StageDouble):
+    """TEST DOUBLE of a segment that also notes the thread each run ran on (its name and nice value, from /proc)."""
+
+    def __init__(self, step: int, seen: list, hang: threading.Event | None = None):
+        super().__init__(step, seen, hang)
+        self.ran_on: list[tuple[str, int]] = []
+
+    def run(self, inputs):
+        self.ran_on.append(this_thread())
+        return super().run(inputs)
+
+
+@linux_only
+def test_a_pipeline_on_the_hosts_cores_computes_below_the_loop_always_and_its_lanes_hand_nothing_over():
+    """A pipeline's segments run on threads of its own, lowered for good (thread_nice): the pool's lanes, which only
+    wait for them, hand no run to a thread below, overloaded or not (app/threads.py)."""
+    hang, seen = threading.Event(), []
+    stages = [ThreadNotingStage(1, seen, hang), ThreadNotingStage(10, seen)]
+    pipeline = Pipeline("m/nice", [Stage(d, index=i) for i, d in enumerate(stages)], lanes_per_segment=1,
+                        thread_nice=5)
+    pool = EnginePool("m/nice", [pipeline], max_waiting=0, wait_timeout_s=EVENTUALLY_S, retry_after_s=1,
+                      invoke_timeout_s=EVENTUALLY_S, thread_nice=5)
+
+    async def scenario():
+        hang.set()
+        held = [asyncio.ensure_future(run_in(pool, [np.full((1, 4), i, np.int32)])) for i in (0, 100)]
+        await turns_until(lambda: pool.line.admitted == 2, "both lanes' places taken")
+        with pytest.raises(Busy):
+            pool.admit()  # the line overflows: overloaded
+        assert pool.line.overloaded
+        stages[0].released.set()
+        assert sorted(int(r.outputs[0][0, 0]) for r in await asyncio.gather(*held)) == [11, 111]
+        assert int((await run_in(pool, [np.full((1, 4), 200, np.int32)])).outputs[0][0, 0]) == 211
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.close()
+    lowered = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
+    assert [nice for stage in stages for _, nice in stage.ran_on] == [lowered] * 6
+    assert not any(name.endswith("-below") for stage in stages for name, _ in stage.ran_on)
+    assert not any(thread.name.endswith("-below") for thread in threading.enumerate())
 
 
 def test_requests_flow_through_every_segment_in_order():

@@ -1,5 +1,6 @@
 import asyncio
 import contextlib
+import os
 import threading
 
 import numpy as np
@@ -13,7 +14,8 @@ from app.pool import OVERLOAD_HOLD_S, EnginePool, InterpreterMember, Stage
 from tests.conftest import DEFAULT_MODEL, MODELS
 from tests.doubles.clock import FakeClock
 from tests.pool_requests import run_in
-from tests.waiting import turns_until
+from tests.thread_nice import linux_only, this_thread
+from tests.waiting import turns_until, until
 
 
 class GatedEngineDouble:
@@ -346,3 +348,72 @@ def test_under_overload_a_request_that_waited_past_max_queue_ms_is_refused_when_
         assert pool.line.admitted == 0
     finally:
         pool.close()
+
+
+class ThreadNotingEngineDouble(GatedEngineDouble):
+    """Test double: a gated engine that notes the thread each run ran on (its name and nice value, from /proc)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate.set()
+        self.ran_on: list[tuple[str, int]] = []
+
+    def run(self, inputs):
+        self.ran_on.append(this_thread())
+        return super().run(inputs)
+
+
+def runs_around_an_overload(thread_nice: int) -> tuple[ThreadNotingEngineDouble, bool]:
+    """Through a pool of one interpreter: a run, a run taken before a refusal for want of room, two runs while the pool
+    is overloaded, one after it has refused nobody for the hold. The engine, and whether every lane's thread and
+    the threads below them ended once the pool closed."""
+    clock = FakeClock()
+    engine = ThreadNotingEngineDouble()
+    pool = EnginePool("nice", [InterpreterMember(Stage(engine, 1.0))], max_waiting=0, wait_timeout_s=5, retry_after_s=2,
+                      thread_nice=thread_nice, clock=clock)
+    x = np.zeros((1, 2), np.uint8)
+
+    async def scenario():
+        await run_in(pool, [x])
+        engine.gate.clear()
+        engine.started.clear()
+        running = asyncio.ensure_future(run_in(pool, [x]))
+        await asyncio.to_thread(engine.started.wait, 5)
+        with pytest.raises(Busy):
+            pool.admit()  # the line overflows: overloaded from now
+        engine.gate.set()
+        await running
+        assert pool.line.overloaded
+        await run_in(pool, [x])
+        await run_in(pool, [x])
+        clock.advance(OVERLOAD_HOLD_S + 0.001)
+        assert not pool.line.overloaded
+        await run_in(pool, [x])
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.close()
+    ended = pool.members.join(10) and until(
+        lambda: not any(t.name.startswith("pool-nice-") for t in threading.enumerate()), 10,
+        "the lanes' threads, and the threads below them, to end")
+    return engine, ended
+
+
+@linux_only
+def test_a_cpu_interpreter_runs_at_the_process_priority_and_below_it_only_while_its_line_is_overloaded():
+    """thread_nice (COMPUTE_NICE for a backend on the host's cores, app/threads.py): the lane's own thread at the
+    process's priority, level with any other process; its runs on a thread that many nice steps below while the pool
+    is overloaded (the loop refusing), and back on the lane's thread once it has refused nobody for the hold."""
+    engine, ended = runs_around_an_overload(thread_nice=5)
+    process = os.getpriority(os.PRIO_PROCESS, 0)
+    lane, below = ("pool-nice-0", process), ("pool-nice-0-below", min(19, process + 5))
+    assert engine.ran_on == [lane, lane, below, below, lane]
+    assert ended
+
+
+@linux_only
+def test_without_thread_nice_a_lane_runs_every_invoke_itself_overloaded_or_not():
+    engine, ended = runs_around_an_overload(thread_nice=0)
+    assert engine.ran_on == [("pool-nice-0", os.getpriority(os.PRIO_PROCESS, 0))] * 5
+    assert ended

@@ -38,7 +38,6 @@ from app.pool.lane import RETIRED, STOPPED, Lane, Left
 from app.pool.line import Line
 from app.pool.member import Member, Members, RunResult, timed_run
 from app.pool.watchdog import Watchdog
-from app.threads import lower_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +132,7 @@ class EnginePool:
         self.watchdog = watchdog
         self.clock = clock
         self.timers = timers
-        self.thread_nice = thread_nice  # for interpreters that compute on the host's cores
+        self.thread_nice = thread_nice  # for interpreters on the host's cores, while overloaded (app/threads.py)
         self.members = Members(members)  # the one list: joining and leaving change it in place
         self.line = Line(label, self.members.lanes, max_waiting, max_queue_ms, retry_after_s, clock, overload_hold_s)
         self.deadlines = Deadlines(label, wait_timeout_s, invoke_timeout_s, retry_after_s, watchdog, clock, self)
@@ -315,7 +314,7 @@ class EnginePool:
         """A thread for each of the member's lanes, named after the pool and the member's device (else its place
         among the members). Under the lock: closing counts the threads started."""
         name = f"pool-{self.label}-{member.device or self.members.index(member)}"
-        lanes = [Lane(member, self.line, self.clock, self.backend) for _ in range(member.lanes)]
+        lanes = [Lane(member, self.line, self.clock, self.backend, self.thread_nice) for _ in range(member.lanes)]
         self._lanes.extend(lanes)
         member.threads = [threading.Thread(target=self._serve, args=(lane,), daemon=True,
                                            name=name if member.lanes == 1 else f"{name}-{i}")
@@ -327,7 +326,6 @@ class EnginePool:
     def _serve(self, lane: Lane) -> None:
         """A lane's thread: its loop, and what the pool does with what it returns; until the pool closes, or the
         member is out for good. The last lane of a member to end closes it."""
-        lower_this_thread(self.thread_nice)
         member = lane.member
         while (happened := lane.serve()) is not STOPPED and happened is not RETIRED:
             if type(happened) is Left:  # out of the pool, and the request to the others
@@ -339,6 +337,7 @@ class EnginePool:
                 self.adopt(happened.job)
             if not self._back_in_pool(member):
                 break
+        lane.close()
         with self.lock:
             self._lanes.remove(lane)
             member.live_lanes -= 1

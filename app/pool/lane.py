@@ -7,7 +7,9 @@ One run returns what happened as a value (`Answered`, `Failed`, `Left`), and the
 pool must act on (app/pool/engine_pool.py): the pool closing (`STOPPED`), the member retired (`RETIRED`), its device
 leaving under a job (`Left`: the job has no answer yet), or the member out of the pool (`Out`: taken out by the
 watchdog, or left). The lane changes no member's health and knows no pool: it holds its member, the line and the
-clock.
+clock; and, for an interpreter that computes on the host's cores, the thread below the loop's priority that runs
+its invokes while the line is overloaded (app/threads.py: the loop first while it refuses, the interpreter level
+with every other process the rest of the time).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from app.errors import DeviceGone
 from app.pool.job import STOP, Job, Retire
 from app.pool.line import Line
 from app.pool.member import Member, RunResult, timed_run
+from app.threads import Below
 
 
 class Answered(NamedTuple):
@@ -49,13 +52,17 @@ RETIRED = "retired"  # the member left while this lane was idle: it ends, closin
 class Lane:
     """One thread's loop on one member: take a job, run it, answer it."""
 
-    __slots__ = ("member", "line", "clock", "backend", "busy")
+    __slots__ = ("member", "line", "clock", "backend", "below", "busy")
 
-    def __init__(self, member: Member, line: Line, clock: Callable[[], float], backend: str | None = None):
+    def __init__(self, member: Member, line: Line, clock: Callable[[], float], backend: str | None = None,
+                 nice: int = 0):
+        """`nice`: steps below the process for the member's invokes while the line is overloaded (COMPUTE_NICE for
+        a backend on the host's cores; 0, or a member whose invokes run on threads of its own: always here)."""
         self.member = member
         self.line = line
         self.clock = clock
         self.backend = backend  # its pool's backend: each run says which backend ran it (RunResult.backend)
+        self.below = Below(nice) if nice > 0 and member.invokes_on_lane else None
         self.busy = False  # an invoke under way (a hung one included, until it returns)
 
     def serve(self) -> str | Left | Out:
@@ -98,9 +105,12 @@ class Lane:
         request hears of the result."""
         job.invoking = True
         self.busy = True
+        run = (self.member, job.inputs, self.clock, (job.taken_at - job.queued_at) * 1000, self.backend)
         try:
-            result = timed_run(self.member, job.inputs, self.clock, (job.taken_at - job.queued_at) * 1000,
-                               self.backend)
+            if self.below is not None and self.line.overloaded:
+                result = self.below.call(timed_run, *run)
+            else:
+                result = timed_run(*run)
         except DeviceGone as gone:
             return Left(job, gone)
         except Exception as e:
@@ -110,3 +120,8 @@ class Lane:
         if not result.cold:
             self.line.note_invoke(result.inference_ms)
         return Answered(result)
+
+    def close(self) -> None:
+        """Its thread is ending: the thread below, if it made one, ends too."""
+        if self.below is not None:
+            self.below.close()

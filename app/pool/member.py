@@ -56,6 +56,9 @@ class Member(ABC):
     # for the member that replaces it (renew() gives a new one); True, its threads wait while it is
     # repaired in place (renew() gives itself back, its healthy stages still loaded).
     repaired_in_place: ClassVar[bool] = False
+    # True: its invoke runs on the lane's own thread (the lane moves it below the loop's priority while the line is
+    # overloaded, app/threads.py); False: on threads of the member's own, the lane only waits for them.
+    invokes_on_lane: ClassVar[bool] = True
 
     def __init__(self, stages: Sequence[Stage], lanes: int = 1):
         self.stages = list(stages)

@@ -104,6 +104,7 @@ class Pipeline(Member):
     """K stages with bounded queues between: a pool member taking `lanes` requests at once."""
 
     repaired_in_place = True
+    invokes_on_lane = False  # each segment on threads of its own, below the loop's priority for good (thread_nice)
 
     def __init__(self, label: str, stages: list[Stage], *, lanes_per_segment: int = LANES_PER_SEGMENT,
                  queue_depth: int = QUEUE_DEPTH, metric_labels: tuple[str, str] | None = None, thread_nice: int = 0,

@@ -128,10 +128,9 @@ class Settings(BaseSettings):
     # line is bounded by time too (MAX_QUEUE_MS). Long enough to span the gaps of a burst, short enough that
     # a pool back under its capacity soon queues by count only again.
     overload_hold_s: float = Field(default=2.0, gt=0, le=3600)
-    # Nice steps below the process for the threads that compute on the host's cores, so the event
-    # loop, which answers and refuses, runs first when they fill every core (app/threads.py): the
-    # image threads always; a CPU interpreter's invokes while its pool is overloaded, at the
-    # process's priority the rest of the time. 0 = as the process.
+    # Nice steps below the process for the threads that compute on the host's cores, so the event loop, which
+    # answers and refuses, runs first when they fill every core (app/threads.py): the image threads always; a CPU
+    # interpreter's invokes while its pool is overloaded, at the process's priority otherwise. 0 = as the process.
     compute_nice: int = Field(default=10, ge=0, le=19)
     # Processes serving one port (app/processes): `python -m app` starts that many under gunicorn, each
     # with its own share of the TPUs. auto: one per TPU (fewer when a segmented model needs several TPUs

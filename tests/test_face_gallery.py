@@ -52,8 +52,8 @@ def test_a_search_sees_only_its_embedder_s_vectors(gallery):
 
 def test_adding_a_face_the_person_holds_already_adds_nothing(gallery):
     """A client training the same photo again (Double Take's sync, Viseron's retrain at start) does not grow the
-    gallery: a face whose region is the same bytes as one the person holds, or as another of the same request, is
-    counted as held, not added."""
+    gallery: a face whose region and vector are the same bytes as one the person holds, or as another of the same
+    request, is counted as held, not added. The same region with another vector is another face."""
     gallery.register("ann", faces_of("ann", 0, 2), EMBEDDER_A)
     again = gallery.register("ann", faces_of("ann", 0, 2) + faces_of("ann", 5, 1) + faces_of("ann", 5, 1),
                              EMBEDDER_A, replace=False)
@@ -63,6 +63,9 @@ def test_adding_a_face_the_person_holds_already_adds_nothing(gallery):
     assert (nothing_new.added, nothing_new.held, nothing_new.faces) == (0, 1, 3)
     gallery.register("bob", faces_of("ann", 0, 1), EMBEDDER_A, replace=False)  # another person's: theirs to hold
     assert len(gallery.faces("bob")) == 1
+    region = faces_of("ann", 0, 1)[0].region
+    other_vector = NewFace(region, faces_of("ann", 7, 1)[0].vector)
+    assert gallery.register("ann", [other_vector], EMBEDDER_A, replace=False).added == 1
 
 
 def test_register_replaces_by_default_as_deepstack_does_and_adds_when_asked(gallery):

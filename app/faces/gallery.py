@@ -65,8 +65,8 @@ class Gallery:
     def register(self, userid: str, faces: Iterable[NewFace], embedder: str, *, replace: bool = True) -> Registration:
         """Register `faces` (at least one) for `userid` in one transaction, their vectors tagged with `embedder`
         (its model file's sha256). replace=True: the person's earlier faces are deleted, and erased. replace=False:
-        the faces are added to theirs, but for a face they have already (its region's bytes the same: a client
-        training the same photo again), which is not added twice."""
+        the faces are added to theirs, but for a face they have already (its region's bytes and its vector the same:
+        a client training the same photo again), which is not added twice."""
         userid, embedder = check_userid(userid), check_embedder_id(embedder)
         faces = list(faces)
         if not faces:
@@ -90,7 +90,7 @@ class Gallery:
                     replaced = db.execute("DELETE FROM face WHERE person = ?", (person,)).rowcount
             kept = db.execute("SELECT count(*) FROM face WHERE person = ?", (person,)).fetchone()[0]
             given = len(checked)
-            checked = _not_held(db, person, checked)
+            checked = _not_held(db, person, embedder_id, checked)
             if kept + len(checked) > FACES_PER_PERSON_MAX:
                 raise TooManyFaces(f"{userid!r} has {kept} faces; {len(checked)} more would pass the "
                                    f"{FACES_PER_PERSON_MAX} a person may have")
@@ -272,12 +272,16 @@ def _stored_face(row: tuple) -> StoredFace:
                                                tuple((x, y) for x, y in points)))
 
 
-def _not_held(db, person: int, checked: list) -> list:
-    """The faces of a registration the person does not hold already (by their region's bytes), each once."""
-    held = {bytes(image) for (image,) in db.execute("SELECT image FROM face WHERE person = ?", (person,))}
+def _not_held(db, person: int, embedder: int, checked: list) -> list:
+    """The faces of a registration the person does not hold already, each once: a face held is the same region's
+    bytes with the same vector of this embedder (the same photo embedded again), not merely the same region."""
+    held = {(bytes(image), bytes(data)) for image, data in db.execute(
+        "SELECT face.image, vector.data FROM face JOIN vector ON vector.face = face.id "
+        "WHERE face.person = ? AND vector.embedder = ?", (person, embedder))}
     fresh = []
     for region, vector in checked:
-        if region.image not in held:
-            held.add(region.image)
+        key = (region.image, vector.astype("<f4").tobytes())
+        if key not in held:
+            held.add(key)
             fresh.append((region, vector))
     return fresh

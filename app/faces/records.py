@@ -37,7 +37,7 @@ class Registration:
     replaced: int
     faces: int  # the person's faces now
     erased: bool  # the replaced faces' bytes are gone from every file (True when none were replaced)
-    held: int = 0  # faces given that the person had already (the same region's bytes): not added again
+    held: int = 0  # faces given that the person had already (the same region and vector): not added again
 
 
 @dataclass(frozen=True)

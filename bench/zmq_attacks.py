@@ -201,22 +201,27 @@ async def many_frames(port: int, stop: asyncio.Event) -> None:
     await asyncio.gather(whole(), withheld())
 
 
-async def stalled(port: int, stop: asyncio.Event) -> None:
-    chunk = bytes(MIB)
-
-    async def one():
+async def _declare_and_stall(port: int, stop: asyncio.Event, head: bytes, declared: int) -> None:
+    """One connection: a request whose last frame declares `declared` bytes, 60 MiB of it sent, then silence until
+    the door drops the peer (or the attack ends)."""
+    try:
         reader, writer = await _greeted(port)
-        try:
-            writer.write(frame_head(0, more=True) + frame_head(len(HEADER), more=True) + HEADER + frame_head(64 * MIB))
-            for _ in range(60):
-                writer.write(chunk)
-                await writer.drain()
-        except OSError:
-            return
-        await _until_closed(reader, stop)
-        _close(writer)
+    except OSError:  # refused at once (past the door's connection cap): nothing held
+        return
+    chunk = bytes(MIB)
+    try:
+        writer.write(frame_head(0, more=True) + frame_head(len(head), more=True) + head + frame_head(declared))
+        for _ in range(60):
+            writer.write(chunk)
+            await writer.drain()
+    except OSError:
+        pass
+    await _until_closed(reader, stop)
+    _close(writer)
 
-    await asyncio.gather(*(one() for _ in range(8)))
+
+async def stalled(port: int, stop: asyncio.Event) -> None:
+    await asyncio.gather(*(_declare_and_stall(port, stop, HEADER, 64 * MIB) for _ in range(8)))
 
 
 async def _requests(port: int, stop: asyncio.Event, make) -> None:
@@ -260,22 +265,8 @@ async def header_flood(port: int, stop: asyncio.Event) -> None:
 
 
 async def model_flood(port: int, stop: asyncio.Event) -> None:
-    chunk = bytes(MIB)
-
-    async def one(i):
-        reader, writer = await _greeted(port)
-        head = json.dumps({"model_data": True, "model_name": f"flood{i}.tflite"}).encode()
-        try:
-            writer.write(frame_head(0, more=True) + frame_head(len(head), more=True) + head + frame_head(60 * MIB))
-            for _ in range(60):
-                writer.write(chunk)
-                await writer.drain()
-        except OSError:
-            pass
-        await _until_closed(reader, stop)
-        _close(writer)
-
-    await asyncio.gather(*(one(i) for i in range(32)))
+    heads = [json.dumps({"model_data": True, "model_name": f"flood{i}.tflite"}).encode() for i in range(32)]
+    await asyncio.gather(*(_declare_and_stall(port, stop, head, 60 * MIB) for head in heads))
 
 
 async def slow_greetings(port: int, stop: asyncio.Event) -> None:

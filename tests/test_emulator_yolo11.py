@@ -10,12 +10,10 @@ Imported by `converter import` and asked over a real socket on `cpu` and `emulat
 
 from __future__ import annotations
 
-import io
 
 import httpx
 import numpy as np
 import pytest
-from PIL import Image
 
 from app.importing.detectors import DetectorOptions
 from app.model_dir.reading import read_model_dir
@@ -24,6 +22,7 @@ from app.tflite_file import read_tflite
 from converter.importer import ImportOptions, import_model
 from tests import emulator_yolo11, yolo_models
 from tests.conftest import Service
+from tests.test_detection_families_serving import png
 from tests.reference_worker import ReferenceWorker
 
 pytestmark = pytest.mark.slow
@@ -34,12 +33,6 @@ SCENE = yolo_models.SCENE
 # As tests/test_detection_families_serving.py holds Ultralytics' in-graph decode: within 1.5 input pixels of the
 # squares, and the two backends within a pixel of each other.
 NEAR_PX, BETWEEN_BACKENDS_PX = 1.5, 1.0
-
-
-def png(pixels: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG")
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
